@@ -1,0 +1,71 @@
+"""Snapshots of everything in torch that torchdoctor might patch or hook, to prove it restores it."""
+
+from __future__ import annotations
+
+import time
+
+import psutil
+
+
+def snapshot() -> dict[str, object]:
+    """Identity of every attribute of the torch namespaces and classes we touch, and hook counts."""
+    import torch
+    import torch.nn.modules.module as module_mod
+    import torch.optim.optimizer as optimizer_mod
+    import torch.utils.data.dataloader as dataloader_mod
+    from torch.overrides import _get_current_function_mode_stack
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    owners = {
+        "torch": torch,
+        "torch.Tensor": torch.Tensor,
+        "torch.autograd": torch.autograd,
+        "torch.nn.Module": torch.nn.Module,
+        "torch.optim.Optimizer": torch.optim.Optimizer,
+        "DataLoader": torch.utils.data.DataLoader,
+        "_BaseDataLoaderIter": dataloader_mod._BaseDataLoaderIter,
+        "_SingleProcessDataLoaderIter": dataloader_mod._SingleProcessDataLoaderIter,
+        "_MultiProcessingDataLoaderIter": dataloader_mod._MultiProcessingDataLoaderIter,
+        "torch.cuda": torch.cuda,
+    }
+    out: dict[str, object] = {}
+    for owner_name, owner in owners.items():
+        for attr, value in list(vars(owner).items()):
+            out[f"{owner_name}.{attr}"] = id(value)
+    hooks = {
+        "global_forward_hooks": module_mod._global_forward_hooks,
+        "global_forward_pre_hooks": module_mod._global_forward_pre_hooks,
+        "global_backward_hooks": module_mod._global_backward_hooks,
+        "global_optimizer_pre_hooks": optimizer_mod._global_optimizer_pre_hooks,
+        "global_optimizer_post_hooks": optimizer_mod._global_optimizer_post_hooks,
+    }
+    for name, table in hooks.items():
+        out[f"hooks.{name}"] = len(table)
+    out["modes.function"] = len(_get_current_function_mode_stack())
+    out["modes.dispatch"] = len(_get_current_dispatch_mode_stack())
+    out["grad_enabled"] = torch.is_grad_enabled()
+    return out
+
+
+def wait_for_children(proc: psutil.Process, timeout_s: float) -> list[str]:
+    """Child processes still alive after ``timeout_s`` (workers may take a moment to exit)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        alive = [c for c in proc.children(recursive=True) if _alive(c)]
+        if not alive or time.monotonic() > deadline:
+            return [f"{c.pid}:{_name(c)}" for c in alive]
+        time.sleep(0.1)
+
+
+def _alive(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _name(p: psutil.Process) -> str:
+    try:
+        return " ".join(p.cmdline()[:3])
+    except psutil.Error:
+        return "?"
