@@ -1,0 +1,166 @@
+"""What bounds a run: the verdict from measured step parts and counterfactuals (pure)."""
+
+from __future__ import annotations
+
+from ..record import STEP_PARTS, LoaderSettings, RunRecord, Stat, Verdict
+
+INPUT_BOUND = "INPUT-BOUND"
+COMPUTE_BOUND = "COMPUTE-BOUND"
+HOST_BOUND = "HOST-BOUND"
+UNKNOWN = "UNKNOWN"
+
+#: Share of step time spent waiting for batches (and copying them) that makes a run input-bound.
+#: A quarter of the step is where fixing the input pays at least 1.33x.
+INPUT_BOUND_SHARE = 0.25
+#: A run whose step with data made free is this much faster is input-bound even when the loop
+#: barely waits: the loader's workers slow the model down by competing for the same cores.
+INPUT_BOUND_CEILING = 1.3
+#: Share of step time outside the loader, the model, backward and the optimizer (Python work,
+#: logging, host syncs between the calls) that makes a run host-bound.
+HOST_BOUND_SHARE = 0.30
+
+#: Which step parts make up each group of the verdict.
+GROUPS = {
+    "input": ("data_wait", "to_device"),
+    "compute": ("forward", "backward", "optimizer"),
+    "host": ("other",),
+}
+
+
+def summarise(record: RunRecord) -> None:
+    """Fill the record's statistics, ceiling speedup and verdict from its per-step series."""
+    steps = record.steps
+    record.step_ms = Stat.of(steps.step_ms)
+    record.parts_ms = {name: s for name in STEP_PARTS if (s := Stat.of(steps.part(name)))}
+    record.model_alone_step_ms = Stat.of(record.model_alone)
+    record.ceiling_speedup = None
+    if record.step_ms and record.model_alone_step_ms and record.model_alone_step_ms.median > 0:
+        record.ceiling_speedup = round(record.step_ms.median / record.model_alone_step_ms.median, 3)
+    if record.loader_alone and record.model_alone_step_ms and record.model_alone_step_ms.median:
+        per_step = _mean(steps.batches) or 1.0
+        record.loader_alone.needed_batches_per_s = round(
+            per_step * 1000.0 / record.model_alone_step_ms.median, 3
+        )
+    record.verdict = decide(record)
+
+
+def group_shares(record: RunRecord) -> dict[str, float]:
+    """Share of all measured step time spent in each group (sums to 1)."""
+    total = sum(record.steps.step_ms)
+    if total <= 0:
+        return {}
+    return {
+        group: round(sum(sum(record.steps.part(p)) for p in parts) / total, 4)
+        for group, parts in GROUPS.items()
+    }
+
+
+def decide(record: RunRecord) -> Verdict:
+    """The verdict, with why (the measured shares) and what to try next."""
+    if not record.steps.step_ms or record.step_ms is None:
+        return Verdict(
+            kind=UNKNOWN,
+            why="no training step was measured",
+            next="check that the script reaches optimizer.step() (see what torchdoctor saw)",
+        )
+    shares = group_shares(record)
+    step = record.step_ms.median
+    ceiling = record.ceiling_speedup
+    input_share, host_share = shares["input"], shares["host"]
+    has_loader = record.loader is not None and record.seen.get("batches", 0) > 0
+
+    input_bound = has_loader and (
+        input_share >= INPUT_BOUND_SHARE or (ceiling is not None and ceiling >= INPUT_BOUND_CEILING)
+    )
+    host_bound = host_share >= HOST_BOUND_SHARE
+    if input_bound and host_bound:
+        input_bound = input_share >= host_share or (ceiling or 0) >= INPUT_BOUND_CEILING
+        host_bound = not input_bound
+    if input_bound:
+        return Verdict(INPUT_BOUND, _why_input(record, shares, step), _next_input(record), shares)
+    if host_bound:
+        return Verdict(HOST_BOUND, _why_host(record, shares, step, has_loader), _NEXT_HOST, shares)
+    return Verdict(COMPUTE_BOUND, _why_compute(record, shares, step), _NEXT_COMPUTE, shares)
+
+
+def _why_input(record: RunRecord, shares: dict[str, float], step: float) -> str:
+    wait = _median_part(record, "data_wait")
+    parts = [f"the loop waits {wait:.1f} ms for data in a median {step:.1f} ms step ({_pct(shares['input'])} of step time in input)"]
+    if record.ceiling_speedup is not None and record.model_alone_step_ms:
+        parts.append(
+            f"with data made free the step takes {record.model_alone_step_ms.median:.1f} ms, "
+            f"a ceiling of {record.ceiling_speedup:.2f}x from fixing the input"
+        )
+        if shares["input"] < INPUT_BOUND_SHARE:
+            parts.append(
+                "the loop seldom waits, yet the model runs slower while the loader works: "
+                "its workers compete with the model for CPU"
+            )
+    la = record.loader_alone
+    if la is not None and la.needed_batches_per_s:
+        parts.append(
+            f"alone, the loader delivers {la.batches_per_s:.1f} batches/s; "
+            f"the model consumes {la.needed_batches_per_s:.1f}"
+        )
+    return "; ".join(parts)
+
+
+def _next_input(record: RunRecord) -> str:
+    loader: LoaderSettings | None = record.loader
+    tips = []
+    if loader is not None and loader.num_workers == 0:
+        tips.append("load in parallel: DataLoader(num_workers=N) (it is 0)")
+    tips.append(
+        "do the deterministic work (decode, resize) once offline: `torchdoctor cache build`, "
+        "then read it with torchdoctor.CachedDataset"
+    )
+    tips.append("keep samples uint8 and normalise on the device (torchdoctor.Normalize)")
+    if record.env is not None and record.env.device != "cpu" and loader and not loader.pin_memory:
+        tips.append("pin_memory=True with a DevicePrefetcher so copies overlap compute")
+    return "; ".join(tips)
+
+
+def _why_host(record: RunRecord, shares: dict[str, float], step: float, has_loader: bool) -> str:
+    other = _median_part(record, "other")
+    where = (
+        "outside the loader, the model, backward and the optimizer"
+        if has_loader
+        else "outside the model, backward and the optimizer; the loop builds its batches itself, "
+        "so this includes making them"
+    )
+    return (
+        f"{other:.1f} ms of a median {step:.1f} ms step ({_pct(shares['host'])} of step time) "
+        f"is spent {where}: Python work, logging and host syncs between the calls"
+    )
+
+
+_NEXT_HOST = (
+    "look at the findings for host syncs (.item(), printing tensors) and per-step copies; log "
+    "every k steps and accumulate metrics on the device; move per-step Python work out of the loop"
+)
+
+
+def _why_compute(record: RunRecord, shares: dict[str, float], step: float) -> str:
+    text = f"forward, backward and optimizer take {_pct(shares['compute'])} of a median {step:.1f} ms step"
+    if record.ceiling_speedup is not None:
+        text += f"; with data made free the step is only {record.ceiling_speedup:.2f}x faster"
+    return text
+
+
+_NEXT_COMPUTE = (
+    "make the model's work cheaper: mixed precision (torch.autocast), torch.compile, a batch "
+    "size that fills the device, fused optimizers (foreach/fused=True); input fixes will not help"
+)
+
+
+def _median_part(record: RunRecord, part: str) -> float:
+    stat = record.parts_ms.get(part)
+    return stat.median if stat else 0.0
+
+
+def _mean(values: list[int] | list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _pct(share: float) -> str:
+    return f"{share * 100:.0f}%"

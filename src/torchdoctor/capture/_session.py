@@ -1,0 +1,531 @@
+"""The live capture: hooks PyTorch inside the user's process to time each training step.
+
+What is hooked, and why each is safe to undo:
+
+- ``DataLoader.__iter__`` and ``_BaseDataLoaderIter.__next__`` (patched): which loaders exist,
+  how long the loop blocks for a batch (``data_wait``), and the batches themselves, which the
+  model-alone phase replays;
+- ``torch.Tensor.to`` / ``.cuda`` (patched): copies of a batch's tensors are ``to_device``;
+- global module forward pre/post hooks (registered): the outermost module call is ``forward``;
+- ``torch.autograd.backward`` (patched; ``Tensor.backward`` calls it): ``backward``;
+- global optimizer step pre/post hooks (registered): ``optimizer``, and the step boundary.
+
+A step is one ``step()`` of the first optimizer seen. Phases run in order: warmup, measure,
+model-alone (the loader's iterator replays batches already in memory), loader-alone (a clone of
+the loader without the model), then :class:`StopRun` is raised into the script.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+import weakref
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+import torch
+import torch.nn.modules.module as _module_mod
+import torch.optim.optimizer as _optim_mod
+import torch.utils.data.dataloader as _dl_mod
+from torch.utils.data import DataLoader
+
+from ..record import LoaderAlone, LoaderSettings, StepSeries
+from ._loaders import clone_loader, loader_settings, shutdown_workers
+from ._patch import Patcher
+from ._sampler import SystemSampler
+from ._timeline import StepTimeline, parts_from_marks
+
+#: Batches kept in memory for the model-alone replay, at most this many bytes (and ``steps``).
+REPLAY_MAX_BYTES = 512 * 2**20
+
+
+class StopRun(BaseException):
+    """Raised into the user's script to stop it once the measurement is done.
+
+    A ``BaseException``, so a ``try/except Exception`` in the user's loop does not swallow it.
+    """
+
+
+class Phase(str, Enum):
+    WARMUP = "warmup"
+    MEASURE = "measure"
+    MODEL_ALONE = "model-alone"
+    LOADER_ALONE = "loader-alone"
+    DONE = "done"
+
+
+@dataclass
+class CaptureOptions:
+    """What to measure. ``steps`` measured steps follow ``warmup`` unmeasured ones."""
+
+    steps: int = 20
+    warmup: int = 5
+    counterfactuals: bool = True
+    #: Raise :class:`StopRun` once done; ``False`` lets the script carry on unobserved.
+    stop: bool = True
+    #: DataLoader keyword arguments forced on every loader the script builds (``--fix``).
+    loader_overrides: dict[str, Any] = field(default_factory=dict)
+
+
+ProgressFn = Callable[[str, int, int], None]
+
+_session: CaptureSession | None = None
+
+
+def active_session() -> CaptureSession | None:
+    """The installed session, if any (one per process)."""
+    return _session
+
+
+class CaptureSession:
+    """Installs the hooks, follows the phases, and keeps what was measured."""
+
+    def __init__(
+        self,
+        options: CaptureOptions,
+        progress: ProgressFn | None = None,
+        clock_ns: Callable[[], int] = time.perf_counter_ns,
+    ) -> None:
+        self.options = options
+        self._progress = progress or (lambda phase, done, total: None)
+        self._clock_ns = clock_ns
+        self._patcher = Patcher()
+        self.phase = Phase.WARMUP
+        self.timeline = StepTimeline(clock_ns)
+        self.device: torch.device | None = None
+        self.uses_device_events = False
+
+        self._module_depth = 0
+        self._primary_optimizer: weakref.ref | None = None
+        self._optimizers: weakref.WeakSet = weakref.WeakSet()
+        self._optimizer_depth = 0
+        self._steps_done = 0  # steps counted in the current phase
+        self._step_batches = 0
+        self._measured_marks: list[list[Any]] = []
+        self._measured_batches: list[int] = []
+        self._model_alone_marks: list[list[Any]] = []
+
+        self._loaders: dict[int, weakref.ref] = {}  # id(dataset) -> newest loader over it
+        self._loader_settings: dict[int, LoaderSettings] = {}
+        self._iterators: weakref.WeakSet = weakref.WeakSet()
+        self._batches_by_dataset: dict[int, int] = {}
+        self._main_dataset: int | None = None
+        self._batch_ids: set[int] = set()
+        self._replay: list[Any] = []
+        self._replay_bytes = 0
+        self._replay_pos = 0
+
+        self.sampler = SystemSampler()
+        self.system = None
+        self.loader_alone: LoaderAlone | None = None
+        self.notes: list[str] = []
+        self.seen: dict[str, int] = {
+            "dataloaders": 0,
+            "dataloader_iterators": 0,
+            "batches": 0,
+            "optimizers": 0,
+            "optimizer_steps": 0,
+            "forward_calls": 0,
+            "backward_calls": 0,
+        }
+        self.stopped_on_purpose = False
+        self.started_ns = clock_ns()
+
+    # --- install / uninstall ----------------------------------------------------------------
+
+    def install(self) -> None:
+        """Install every hook; on failure, undo what was installed and re-raise."""
+        global _session
+        if _session is not None:
+            raise RuntimeError("a torchdoctor capture is already active in this process")
+        _session = self
+        self._patcher.on_restore(_clear_session)
+        try:
+            self._install()
+        except BaseException:
+            self.uninstall()
+            raise
+
+    def _install(self) -> None:
+        session = self
+        p = self._patcher
+
+        orig_iter = DataLoader.__iter__
+        orig_init = DataLoader.__init__
+        orig_next = _dl_mod._BaseDataLoaderIter.__next__
+        orig_to = torch.Tensor.to
+        orig_cuda = torch.Tensor.cuda
+        orig_backward = torch.autograd.backward
+
+        def dataloader_init(loader, *args, **kwargs):
+            kwargs.update(session._overrides_for(loader, args, kwargs))
+            return orig_init(loader, *args, **kwargs)
+
+        def dataloader_iter(loader):
+            it = orig_iter(loader)
+            session._on_iter(loader, it)
+            return it
+
+        def iterator_next(it):
+            return session._next_batch(it, orig_next)
+
+        def tensor_to(tensor, *args, **kwargs):
+            if session._batch_ids and id(tensor) in session._batch_ids:
+                return session._timed("to_device", orig_to, tensor, *args, **kwargs)
+            return orig_to(tensor, *args, **kwargs)
+
+        def tensor_cuda(tensor, *args, **kwargs):
+            if session._batch_ids and id(tensor) in session._batch_ids:
+                return session._timed("to_device", orig_cuda, tensor, *args, **kwargs)
+            return orig_cuda(tensor, *args, **kwargs)
+
+        def autograd_backward(*args, **kwargs):
+            session.seen["backward_calls"] += 1
+            return session._timed("backward", orig_backward, *args, **kwargs)
+
+        if self.options.loader_overrides:
+            p.set(DataLoader, "__init__", dataloader_init)
+        p.set(DataLoader, "__iter__", dataloader_iter)
+        p.set(_dl_mod._BaseDataLoaderIter, "__next__", iterator_next)
+        p.set(torch.Tensor, "to", tensor_to)
+        p.set(torch.Tensor, "cuda", tensor_cuda)
+        p.set(torch.autograd, "backward", autograd_backward)
+        p.hook(_module_mod.register_module_forward_pre_hook(self._forward_pre))
+        p.hook(_module_mod.register_module_forward_hook(self._forward_post, always_call=True))
+        p.hook(_optim_mod.register_optimizer_step_pre_hook(self._optimizer_pre))
+        p.hook(_optim_mod.register_optimizer_step_post_hook(self._optimizer_post))
+        p.on_restore(self._stop_sampler)
+
+    def uninstall(self) -> list[BaseException]:
+        """Undo every patch and hook, and shut down DataLoader workers this run started."""
+        errors = self._patcher.restore()
+        self.shutdown_workers()
+        return errors
+
+    @property
+    def installed(self) -> bool:
+        return self._patcher.active
+
+    def shutdown_workers(self) -> None:
+        """Stop the worker processes of every DataLoader iterator the script created."""
+        for it in list(self._iterators):
+            shutdown_workers(it)
+        for ref in list(self._loaders.values()):
+            loader = ref()
+            if loader is not None and getattr(loader, "_iterator", None) is not None:
+                shutdown_workers(loader._iterator)
+        self._replay.clear()
+        self._batch_ids.clear()
+        gc.collect()
+
+    # --- hooks ------------------------------------------------------------------------------
+
+    def _timed(self, part: str, fn: Callable, *args, **kwargs):
+        self._check_done()
+        self.timeline.push(part)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self.timeline.pop(part)
+
+    def _forward_pre(self, module, args) -> None:
+        if self._module_depth == 0:
+            self._check_done()
+            self.seen["forward_calls"] += 1
+            self.timeline.push("forward")
+        self._module_depth += 1
+
+    def _forward_post(self, module, args, output) -> None:
+        self._module_depth = max(self._module_depth - 1, 0)
+        if self._module_depth == 0:
+            self.timeline.pop("forward")
+
+    def _optimizer_pre(self, optimizer, args, kwargs) -> None:
+        self._check_done()
+        if optimizer not in self._optimizers:
+            self._optimizers.add(optimizer)
+            self.seen["optimizers"] += 1
+        self._optimizer_depth += 1
+        self.timeline.push("optimizer")
+
+    def _optimizer_post(self, optimizer, args, kwargs) -> None:
+        self._optimizer_depth = max(self._optimizer_depth - 1, 0)
+        self.timeline.pop("optimizer")
+        self.seen["optimizer_steps"] += 1
+        if self._primary_optimizer is None:
+            self._primary_optimizer = weakref.ref(optimizer)
+            self._detect_device(optimizer)
+        if self._primary_optimizer() is optimizer and self._optimizer_depth == 0:
+            self._on_step_end()
+
+    def _next_batch(self, it, orig_next):
+        self._check_done()
+        if self.phase is Phase.LOADER_ALONE:
+            return orig_next(it)  # torchdoctor's own loader-alone clone
+        dataset_key = id(getattr(it, "_dataset", it))
+        if self.phase is Phase.MODEL_ALONE and dataset_key == self._main_dataset and self._replay:
+            batch = self._replay[self._replay_pos % len(self._replay)]
+            self._replay_pos += 1
+            self._step_batches += 1
+            self._batch_ids = _tensor_ids(batch)
+            return batch
+        self.timeline.push("data_wait")
+        try:
+            batch = orig_next(it)
+        finally:
+            self.timeline.pop("data_wait")
+        self.seen["batches"] += 1
+        self._step_batches += 1
+        self._batch_ids = _tensor_ids(batch)
+        if self.phase is Phase.MEASURE:
+            self._batches_by_dataset[dataset_key] = self._batches_by_dataset.get(dataset_key, 0) + 1
+            self._keep_for_replay(dataset_key, batch)
+        return batch
+
+    def _on_iter(self, loader: DataLoader, it: Any) -> None:
+        self._check_done()
+        if self.phase is Phase.LOADER_ALONE:
+            return
+        key = id(loader.dataset)
+        if key not in self._loaders or self._loaders[key]() is not loader:
+            self.seen["dataloaders"] += 1
+        self._loaders[key] = weakref.ref(loader)
+        self._loader_settings[key] = loader_settings(loader)
+        if it not in self._iterators:
+            self._iterators.add(it)
+            self.seen["dataloader_iterators"] += 1
+
+    def _overrides_for(self, loader, args, kwargs) -> dict[str, Any]:
+        overrides = dict(self.options.loader_overrides)
+        if overrides.get("num_workers", 0) == 0:
+            # These options are invalid without workers.
+            overrides.pop("persistent_workers", None)
+            overrides.pop("prefetch_factor", None)
+        return overrides
+
+    # --- phases -----------------------------------------------------------------------------
+
+    def _check_done(self) -> None:
+        if self.phase is Phase.DONE and self.options.stop:
+            raise StopRun()
+
+    def _on_step_end(self) -> None:
+        marks = self.timeline.cut()
+        batches, self._step_batches = self._step_batches, 0
+        if self.phase is Phase.WARMUP:
+            self._steps_done += 1
+            self._progress(Phase.WARMUP.value, self._steps_done, self.options.warmup)
+            if self._steps_done >= self.options.warmup:
+                self._enter(Phase.MEASURE)
+        elif self.phase is Phase.MEASURE:
+            self._measured_marks.append(marks)
+            self._measured_batches.append(batches)
+            self._steps_done += 1
+            self._progress(Phase.MEASURE.value, self._steps_done, self.options.steps)
+            if self._steps_done >= self.options.steps:
+                self._after_measure()
+        elif self.phase is Phase.MODEL_ALONE:
+            self._model_alone_marks.append(marks)
+            self._steps_done += 1
+            self._progress(Phase.MODEL_ALONE.value, self._steps_done, self.options.steps)
+            if self._steps_done >= self.options.steps:
+                self._finish()
+
+    def _enter(self, phase: Phase) -> None:
+        self.phase = phase
+        self._steps_done = 0
+        if phase is Phase.MEASURE:
+            self.sampler.start()
+            self._progress(phase.value, 0, self.options.steps)
+        self.timeline.reset()
+
+    def _after_measure(self) -> None:
+        self.system = self.sampler.stop()
+        if not self.options.counterfactuals:
+            self._finish()
+            return
+        main = self.main_dataset_key()
+        if main is None or not self._replay:
+            if main is None:
+                self.notes.append(
+                    "model-alone phase skipped: the loop does not draw batches from a DataLoader "
+                    "(time outside forward/backward/optimizer is input or host work)"
+                )
+            else:
+                self.notes.append("model-alone phase skipped: batches too large to keep in memory")
+            self._finish()
+            return
+        self._main_dataset = main
+        self._enter(Phase.MODEL_ALONE)
+
+    def _finish(self) -> None:
+        """Loader-alone phase, then stop the script."""
+        self.phase = Phase.LOADER_ALONE
+        self.shutdown_workers()  # the script's own workers are idle now; free the cores
+        if self.options.counterfactuals:
+            self._run_loader_alone()
+        self.phase = Phase.DONE
+        if self.options.stop:
+            self.stopped_on_purpose = True
+            raise StopRun()
+
+    def _run_loader_alone(self) -> None:
+        key = self.main_dataset_key()
+        loader = self._loaders[key]() if key is not None else None
+        if loader is None:
+            return
+        self._progress(Phase.LOADER_ALONE.value, 0, self.options.steps)
+        try:
+            self.loader_alone = measure_loader_alone(
+                loader,
+                self.options.steps,
+                self._clock_ns,
+                progress=lambda done: self._progress(
+                    Phase.LOADER_ALONE.value, done, self.options.steps
+                ),
+            )
+        except Exception as exc:  # noqa: BLE001 - a failing clone must not lose the report
+            self.notes.append(f"loader-alone phase failed: {type(exc).__name__}: {exc}")
+
+    # --- results ----------------------------------------------------------------------------
+
+    def main_dataset_key(self) -> int | None:
+        """The dataset that supplied most batches during the measured steps."""
+        if not self._batches_by_dataset:
+            return None
+        return max(self._batches_by_dataset, key=self._batches_by_dataset.__getitem__)
+
+    def main_loader_settings(self) -> LoaderSettings | None:
+        key = self.main_dataset_key()
+        if key is None and self._loader_settings:
+            key = next(iter(self._loader_settings))
+        return self._loader_settings.get(key) if key is not None else None
+
+    def main_loader(self) -> DataLoader | None:
+        key = self.main_dataset_key()
+        ref = self._loaders.get(key) if key is not None else None
+        return ref() if ref is not None else None
+
+    def measured_series(self) -> StepSeries:
+        series = StepSeries()
+        for marks, batches in zip(self._measured_marks, self._measured_batches):
+            parts = parts_from_marks(marks, self.uses_device_events)
+            series.step_ms.append(round(sum(parts.values()), 4))
+            for name, ms in parts.items():
+                series.part(name).append(round(ms, 4))
+            series.batches.append(batches)
+        return series
+
+    def model_alone_step_ms(self) -> list[float]:
+        return [
+            round(sum(parts_from_marks(m, self.uses_device_events).values()), 4)
+            for m in self._model_alone_marks
+        ]
+
+    def measured_batches_per_step(self) -> float | None:
+        if not self._measured_batches:
+            return None
+        return sum(self._measured_batches) / len(self._measured_batches)
+
+    # --- internals --------------------------------------------------------------------------
+
+    def _detect_device(self, optimizer) -> None:
+        for group in optimizer.param_groups:
+            for param in group["params"]:
+                self.device = param.device
+                return
+
+    def _keep_for_replay(self, dataset_key: int, batch: Any) -> None:
+        if len(self._replay) >= self.options.steps:
+            return
+        size = _batch_bytes(batch)
+        if self._replay_bytes + size > REPLAY_MAX_BYTES and self._replay:
+            return
+        self._replay.append(batch)
+        self._replay_bytes += size
+
+    def _stop_sampler(self) -> None:
+        if self.system is None:
+            self.system = self.sampler.stop()
+
+
+def _clear_session() -> None:
+    global _session
+    _session = None
+
+
+def measure_loader_alone(
+    loader: DataLoader,
+    batches: int,
+    clock_ns: Callable[[], int] = time.perf_counter_ns,
+    progress: Callable[[int], None] | None = None,
+) -> LoaderAlone:
+    """Iterate a clone of ``loader`` without the model and time the steady-state delivery.
+
+    The first batch (worker start-up) is timed apart; throughput is measured over the next
+    ``batches`` batches, rolling over epochs when the dataset is shorter.
+    """
+    clone = clone_loader(loader, persistent_workers=False)
+    it: Iterator | None = None
+    try:
+        t0 = clock_ns()
+        it = iter(clone)
+        next(it)
+        t_first = clock_ns()
+        done = 0
+        while done < batches:
+            try:
+                next(it)
+            except StopIteration:
+                shutdown_workers(it)
+                it = iter(clone)
+                continue
+            done += 1
+            if progress is not None:
+                progress(done)
+        t_end = clock_ns()
+    finally:
+        if it is not None:
+            shutdown_workers(it)
+        del it
+    seconds = (t_end - t_first) / 1e9
+    return LoaderAlone(
+        batches=done,
+        seconds=round(seconds, 4),
+        batches_per_s=round(done / seconds, 3) if seconds > 0 else float("inf"),
+        needed_batches_per_s=None,
+        first_batch_ms=round((t_first - t0) / 1e6, 3),
+    )
+
+
+def _tensor_ids(batch: Any, limit: int = 64) -> set[int]:
+    """Ids of the tensors in a batch (tensors, sequences, mappings, attribute holders)."""
+    ids: set[int] = set()
+    stack = [batch]
+    while stack and len(ids) < limit:
+        obj = stack.pop()
+        if isinstance(obj, torch.Tensor):
+            ids.add(id(obj))
+        elif isinstance(obj, (list, tuple)):
+            stack.extend(obj[:limit])
+        elif isinstance(obj, dict):
+            stack.extend(list(obj.values())[:limit])
+        elif hasattr(obj, "__dict__") and not isinstance(obj, type):
+            stack.extend(v for v in vars(obj).values() if isinstance(v, torch.Tensor))
+    return ids
+
+
+def _batch_bytes(batch: Any) -> int:
+    total = 0
+    stack = [batch]
+    while stack:
+        obj = stack.pop()
+        if isinstance(obj, torch.Tensor):
+            total += obj.element_size() * obj.nelement()
+        elif isinstance(obj, (list, tuple)):
+            stack.extend(obj)
+        elif isinstance(obj, dict):
+            stack.extend(obj.values())
+    return total

@@ -1,0 +1,90 @@
+"""Exclusive attribution of a step's time to its parts, on the host clock or device events.
+
+Phases nest (a forward pass inside ``optimizer.step(closure)``); time always goes to the
+innermost open phase, and to ``other`` when none is open, so the parts of a step sum to the
+step exactly. Every transition is a *mark*; on an accelerator each mark also records a device
+event, and durations are read from the events only after the measured steps, so timing adds no
+synchronisation inside a step.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..record import STEP_PARTS
+
+OTHER = "other"
+
+
+@dataclass
+class _Mark:
+    label: str  # the part that the time *before* this mark belongs to
+    host_ns: int
+    event: object | None
+
+
+class StepTimeline:
+    """Marks of the current step; ``cut()`` closes a step and returns its marks."""
+
+    def __init__(
+        self,
+        clock_ns: Callable[[], int] = time.perf_counter_ns,
+        make_event: Callable[[], object] | None = None,
+    ) -> None:
+        self._clock_ns = clock_ns
+        self._make_event = make_event
+        self._stack: list[str] = []
+        self._marks: list[_Mark] = []
+        self._start = self._mark_now(OTHER)
+
+    @property
+    def depth(self) -> int:
+        return len(self._stack)
+
+    @property
+    def current(self) -> str:
+        return self._stack[-1] if self._stack else OTHER
+
+    def _mark_now(self, label: str) -> _Mark:
+        event = None
+        if self._make_event is not None:
+            event = self._make_event()
+        return _Mark(label, self._clock_ns(), event)
+
+    def push(self, part: str) -> None:
+        self._marks.append(self._mark_now(self.current))
+        self._stack.append(part)
+
+    def pop(self, part: str) -> None:
+        self._marks.append(self._mark_now(self.current))
+        # Tolerate unbalanced exits (an exception skipped a post-hook): drop down to ``part``.
+        if part in self._stack:
+            while self._stack and self._stack.pop() != part:
+                pass
+
+    def cut(self) -> list[_Mark]:
+        """Close the current step: its marks from its start to now (inclusive)."""
+        end = self._mark_now(self.current)
+        marks = [self._start, *self._marks, end]
+        self._start = _Mark(OTHER, end.host_ns, end.event)
+        self._marks = []
+        return marks
+
+    def reset(self) -> None:
+        """Start a new step now, discarding marks (after work that must not count)."""
+        self._marks = []
+        self._start = self._mark_now(OTHER)
+
+
+def parts_from_marks(marks: list[_Mark], use_events: bool = False) -> dict[str, float]:
+    """Milliseconds per step part from a step's marks (host clock or device events)."""
+    parts = dict.fromkeys(STEP_PARTS, 0.0)
+    for prev, mark in zip(marks, marks[1:]):
+        if use_events and prev.event is not None and mark.event is not None:
+            ms = float(prev.event.elapsed_time(mark.event))  # type: ignore[attr-defined]
+        else:
+            ms = (mark.host_ns - prev.host_ns) / 1e6
+        parts[mark.label if mark.label in parts else OTHER] += ms
+    return parts

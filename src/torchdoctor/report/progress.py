@@ -1,0 +1,68 @@
+"""Progress while measuring: a live bar on a terminal, one line per phase otherwise."""
+
+from __future__ import annotations
+
+import sys
+from types import TracebackType
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+_LABELS = {
+    "warmup": "warming up",
+    "measure": "measuring steps",
+    "model-alone": "model alone (data made free)",
+    "loader-alone": "loader alone (no model)",
+}
+
+
+class ProgressDisplay:
+    """Callable as ``display(phase, done, total)``; shows torchdoctor's phase on stderr."""
+
+    def __init__(self, enabled: bool = True, console: Console | None = None) -> None:
+        self.enabled = enabled
+        self.console = console or Console(stderr=True)
+        self._progress: Progress | None = None
+        self._task = None
+        self._phase: str | None = None
+
+    def __enter__(self) -> ProgressDisplay:
+        if self.enabled and self.console.is_terminal:
+            self._progress = Progress(
+                TextColumn("[bold cyan]torchdoctor[/] {task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=self.console,
+                transient=True,
+                redirect_stdout=False,
+                redirect_stderr=False,
+            )
+            self._progress.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+    def update(self, phase: str, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        label = _LABELS.get(phase, phase)
+        if self._progress is None:
+            if phase != self._phase:
+                self._phase = phase
+                print(f"torchdoctor: {label} ({total} steps)", file=sys.stderr, flush=True)
+            return
+        if phase != self._phase or self._task is None:
+            if self._task is not None:
+                self._progress.remove_task(self._task)
+            self._task = self._progress.add_task(label, total=total)
+            self._phase = phase
+        self._progress.update(self._task, completed=done)

@@ -1,0 +1,205 @@
+"""The terminal report of a run record (rich)."""
+
+from __future__ import annotations
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from ..record import STEP_PARTS, RunRecord
+
+_VERDICT_STYLE = {
+    "INPUT-BOUND": "bold yellow",
+    "COMPUTE-BOUND": "bold green",
+    "HOST-BOUND": "bold magenta",
+    "COMMUNICATION-BOUND": "bold blue",
+}
+_PART_LABEL = {
+    "data_wait": "data wait",
+    "to_device": "to device",
+    "forward": "forward",
+    "backward": "backward",
+    "optimizer": "optimizer",
+    "other": "other (Python, logging, syncs)",
+}
+_SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "dim"}
+
+
+def render(record: RunRecord, console: Console | None = None, title: str | None = None) -> None:
+    """Print the whole report of ``record``."""
+    console = console or Console()
+    console.print(_header(record, title))
+    if record.verdict is not None:
+        console.print(_verdict_panel(record))
+    if record.measured_steps:
+        console.print(_breakdown_table(record))
+        console.print(_counterfactual_table(record))
+    if record.findings:
+        console.print(_findings_table(record))
+    console.print(_environment_table(record))
+    if record.notes:
+        for note in record.notes:
+            console.print(Text(f"note: {note}", style="dim"))
+    console.print()
+
+
+def stop_line(record: RunRecord) -> str:
+    """The one line that says how the run ended."""
+    measured = record.measured_steps
+    if record.status == "complete":
+        phases = [f"{record.warmup_steps} warmup", f"{measured} measured"]
+        if record.model_alone:
+            phases.append(f"{len(record.model_alone)} model-alone")
+        text = f"torchdoctor stopped the script on purpose after {', '.join(phases)} steps"
+        if record.loader_alone:
+            text += f" and {record.loader_alone.batches} loader-alone batches"
+        return text + "."
+    return {
+        "partial": f"the script ended on its own; {measured} steps were measured.",
+        "interrupted": f"interrupted; partial report of {measured} measured steps.",
+        "script-error": f"the script failed; {measured} steps were measured before the error.",
+        "no-training": "no training step was measured.",
+    }.get(record.status, record.status)
+
+
+def _header(record: RunRecord, title: str | None) -> Text:
+    text = Text()
+    text.append("torchdoctor ", style="bold cyan")
+    text.append(title or " ".join(record.command) or "run")
+    text.append("\n")
+    text.append(stop_line(record), style="dim")
+    return text
+
+
+def _verdict_panel(record: RunRecord) -> Panel:
+    v = record.verdict
+    assert v is not None
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column()
+    grid.add_row("Verdict", Text(v.kind, style=_VERDICT_STYLE.get(v.kind, "bold")))
+    grid.add_row("Why", v.why)
+    grid.add_row("Next", v.next)
+    if v.shares:
+        shares = "  ".join(f"{k} {val * 100:.0f}%" for k, val in v.shares.items())
+        grid.add_row("Shares", shares)
+    if record.ceiling_speedup is not None:
+        grid.add_row("Ceiling", f"{record.ceiling_speedup:.2f}x faster if data cost nothing")
+    return Panel(grid, title="diagnosis", title_align="left", border_style="cyan")
+
+
+def _breakdown_table(record: RunRecord) -> Table:
+    table = Table(title="step breakdown (ms per step)", title_justify="left")
+    table.add_column("part")
+    table.add_column("median", justify="right")
+    table.add_column("p90", justify="right")
+    table.add_column("share", justify="right")
+    table.add_column("", min_width=20)
+    total = sum(record.steps.step_ms) or 1.0
+    for name in STEP_PARTS:
+        stat = record.parts_ms.get(name)
+        if stat is None:
+            continue
+        share = sum(record.steps.part(name)) / total
+        table.add_row(
+            _PART_LABEL[name],
+            f"{stat.median:.2f}",
+            f"{stat.p90:.2f}",
+            f"{share * 100:.0f}%",
+            Text("█" * round(share * 20), style="cyan"),
+        )
+    if record.step_ms:
+        table.add_row(
+            Text("step", style="bold"),
+            Text(f"{record.step_ms.median:.2f}", style="bold"),
+            Text(f"{record.step_ms.p90:.2f}", style="bold"),
+            "100%",
+            "",
+        )
+    return table
+
+
+def _counterfactual_table(record: RunRecord) -> Table:
+    table = Table(title="counterfactuals", title_justify="left")
+    table.add_column("measurement")
+    table.add_column("result", justify="right")
+    if record.step_ms:
+        table.add_row(
+            "step, as the script runs",
+            f"{record.step_ms.median:.2f} ms (p90 {record.step_ms.p90:.2f})",
+        )
+    ma = record.model_alone_step_ms
+    if ma:
+        table.add_row("step, data made free (model alone)", f"{ma.median:.2f} ms (p90 {ma.p90:.2f})")
+    else:
+        table.add_row("step, data made free (model alone)", Text("not measured", style="dim"))
+    if record.ceiling_speedup is not None:
+        table.add_row("ceiling speedup from fixing the input", f"{record.ceiling_speedup:.2f}x")
+    la = record.loader_alone
+    if la:
+        table.add_row("loader alone", f"{la.batches_per_s:.1f} batches/s")
+        if la.needed_batches_per_s:
+            table.add_row("model consumes", f"{la.needed_batches_per_s:.1f} batches/s")
+    return table
+
+
+def _findings_table(record: RunRecord) -> Table:
+    table = Table(title="findings", title_justify="left", show_lines=True)
+    table.add_column("", no_wrap=True)
+    table.add_column("finding")
+    table.add_column("where")
+    table.add_column("fix")
+    for f in record.findings:
+        where = f"{f.file}:{f.line}" if f.file else ""
+        if f.source:
+            where += f"\n{f.source.strip()}"
+        title = f.title
+        if f.calls_per_step:
+            title += f" ({f.calls_per_step:g}x per step)"
+        table.add_row(Text(f.severity, style=_SEVERITY_STYLE.get(f.severity, "")), title, where, f.fix)
+    return table
+
+
+def _environment_table(record: RunRecord) -> Group:
+    items = []
+    env = record.env
+    if env is not None:
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(style="dim")
+        grid.add_column()
+        grid.add_row("torch", f"{env.torch_version} (Python {env.python_version})")
+        grid.add_row("device", f"{env.device} — {env.device_name}")
+        grid.add_row("clock", env.clock)
+        grid.add_row(
+            "cores",
+            f"{env.cpu_logical} logical, {env.cpu_physical or '?'} physical; "
+            f"torch threads {env.torch_threads}",
+        )
+        if env.world_size > 1:
+            grid.add_row("distributed", f"rank {env.rank} of {env.world_size}")
+        loader = record.loader
+        if loader is not None:
+            grid.add_row(
+                "loader",
+                f"{loader.dataset} (len {loader.dataset_len}), batch_size={loader.batch_size}, "
+                f"num_workers={loader.num_workers}, pin_memory={loader.pin_memory}, "
+                f"persistent_workers={loader.persistent_workers}, "
+                f"prefetch_factor={loader.prefetch_factor}",
+            )
+        sysu = record.system
+        if sysu is not None:
+            cores = " ".join(f"{c:.0f}%" for c in sysu.cpu_percent_per_core)
+            grid.add_row("cpu", f"per core {cores} (mean over {sysu.samples} samples)")
+            grid.add_row(
+                "memory",
+                f"main process RSS {sysu.main_rss_mb_max:.0f} MB; "
+                f"{sysu.workers} worker process(es) RSS {sysu.workers_rss_mb_max:.0f} MB",
+            )
+            if sysu.gpu_util_pct is not None:
+                grid.add_row(
+                    "gpu", f"utilisation {sysu.gpu_util_pct:.0f}%, memory {sysu.gpu_mem_mb_max:.0f} MB"
+                )
+        items.append(Text("environment", style="italic"))
+        items.append(grid)
+    return Group(*items)

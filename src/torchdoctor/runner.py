@@ -1,0 +1,337 @@
+"""Run a user's script (or a block of code) under capture and turn what was seen into a record."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import importlib.util
+import os
+import platform
+import runpy
+import sys
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import psutil
+import torch
+
+from . import __version__
+from ._errors import (
+    EXIT_INTERRUPTED,
+    EXIT_NO_TRAINING,
+    EXIT_OK,
+    EXIT_SCRIPT_ERROR,
+    TorchdoctorError,
+)
+from .analysis.verdict import summarise
+from .capture._session import CaptureOptions, CaptureSession, Phase, ProgressFn, StopRun
+from .record import Environment, RunRecord
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+@dataclass
+class Target:
+    """A script path or a module name, with the arguments it receives as ``sys.argv[1:]``."""
+
+    script: str | None = None
+    module: str | None = None
+    argv: list[str] = field(default_factory=list)
+
+    def describe(self) -> list[str]:
+        head = [self.script] if self.script else ["-m", self.module or ""]
+        return [*head, *self.argv]
+
+
+@dataclass
+class RunOptions:
+    """Options of ``torchdoctor run``."""
+
+    steps: int = 20
+    warmup: int = 5
+    counterfactuals: bool = True
+    loader_overrides: dict[str, Any] = field(default_factory=dict)
+
+    def capture(self) -> CaptureOptions:
+        return CaptureOptions(
+            steps=self.steps,
+            warmup=self.warmup,
+            counterfactuals=self.counterfactuals,
+            loader_overrides=dict(self.loader_overrides),
+        )
+
+
+@dataclass
+class RunOutcome:
+    """A finished run: the record, how the script ended, and the exit status to use."""
+
+    record: RunRecord
+    exit_status: int
+    error: BaseException | None = None
+
+
+def run_target(target: Target, options: RunOptions, progress: ProgressFn | None = None) -> RunOutcome:
+    """Run ``target`` in this process under capture, stop it when measured, and restore torch.
+
+    Raises:
+        TorchdoctorError: the script or module does not exist.
+    """
+    code_path = _resolve(target)
+    session = CaptureSession(options.capture(), progress=progress)
+    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    error: BaseException | None = None
+    ended = "finished"
+    try:
+        sys.argv = [str(code_path) if target.script else str(code_path), *target.argv]
+        sys.path.insert(0, str(code_path.parent) if target.script else os.getcwd())
+        session.install()
+        try:
+            if target.script:
+                runpy.run_path(str(code_path), run_name="__main__")
+            else:
+                runpy.run_module(target.module or "", run_name="__main__", alter_sys=True)
+        except StopRun:
+            ended = "stopped"
+        except SystemExit as exc:
+            ended = f"exited with status {exc.code}" if exc.code not in (None, 0) else "finished"
+        except KeyboardInterrupt:
+            ended = "interrupted"
+        except BaseException as exc:  # noqa: BLE001 - the user's error is reported, not ours
+            ended = "error"
+            error = exc
+    finally:
+        session.uninstall()
+        sys.argv[:] = saved_argv
+        sys.path[:] = saved_path
+    record = build_record(session, target.describe(), ended, error)
+    return RunOutcome(record, _exit_status(record, ended), error)
+
+
+def build_record(
+    session: CaptureSession, command: list[str], ended: str, error: BaseException | None = None
+) -> RunRecord:
+    """The run record from a finished capture session."""
+    opts = session.options
+    record = RunRecord(
+        tool_version=__version__,
+        created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        command=command,
+        env=detect_environment(session),
+        loader=session.main_loader_settings(),
+        warmup_steps=opts.warmup,
+        requested_steps=opts.steps,
+        steps=session.measured_series(),
+        model_alone=session.model_alone_step_ms(),
+        loader_alone=session.loader_alone,
+        system=session.system,
+        seen=dict(session.seen),
+        notes=list(session.notes),
+    )
+    if opts.loader_overrides:
+        record.extra["loader_overrides"] = dict(opts.loader_overrides)
+    record.status, more_notes = _status(session, record, ended, error)
+    record.notes.extend(more_notes)
+    summarise(record)
+    return record
+
+
+def _status(
+    session: CaptureSession, record: RunRecord, ended: str, error: BaseException | None
+) -> tuple[str, list[str]]:
+    opts = session.options
+    measured = record.measured_steps
+    seen = session.seen
+    if ended == "stopped" or session.phase is Phase.DONE:
+        return "complete", []
+    if ended == "interrupted":
+        return "interrupted", [f"interrupted (Ctrl-C) after {measured} measured steps"]
+    notes: list[str] = []
+    if ended == "error":
+        notes.append(f"the script raised {type(error).__name__} after {measured} measured steps")
+        status = "script-error"
+    elif measured == 0:
+        status = "no-training"
+    else:
+        status = "partial"
+    if measured == 0 and ended != "error":
+        if seen["optimizer_steps"] == 0:
+            notes.append(
+                "the script ended without a training step: torchdoctor saw "
+                f"{seen['dataloader_iterators']} DataLoader iteration(s), {seen['batches']} batch(es), "
+                f"{seen['forward_calls']} model call(s), {seen['backward_calls']} backward call(s) "
+                "and no optimizer.step()"
+            )
+        else:
+            notes.append(
+                f"the script {ended} after {seen['optimizer_steps']} optimizer steps, fewer than "
+                f"the {opts.warmup} warmup steps: lower --warmup or give it more data/epochs"
+            )
+    elif session.phase in (Phase.WARMUP, Phase.MEASURE) and ended != "error":
+        notes.append(
+            f"the script {ended} after {measured} of {opts.steps} measured steps "
+            "(its data or epochs ran out); the figures cover those steps only"
+        )
+    elif session.phase is Phase.MODEL_ALONE and ended != "error":
+        notes.append(
+            f"the script {ended} during the model-alone phase after "
+            f"{len(record.model_alone)} of {opts.steps} steps"
+        )
+    return status, notes
+
+
+def _exit_status(record: RunRecord, ended: str) -> int:
+    if ended == "interrupted":
+        return EXIT_INTERRUPTED
+    if ended == "error":
+        return EXIT_SCRIPT_ERROR
+    if record.measured_steps == 0:
+        return EXIT_NO_TRAINING
+    return EXIT_OK
+
+
+def _resolve(target: Target) -> Path:
+    if target.script:
+        path = Path(target.script)
+        if not path.exists():
+            raise TorchdoctorError(
+                f"script not found: {target.script}",
+                "check the path (it is relative to the current directory)",
+            )
+        if path.is_dir():
+            main = path / "__main__.py"
+            if not main.exists():
+                raise TorchdoctorError(
+                    f"{target.script} is a directory without __main__.py",
+                    "pass the training script itself",
+                )
+            return main.resolve()
+        return path.resolve()
+    try:
+        spec = importlib.util.find_spec(target.module or "")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or spec.origin is None:
+        raise TorchdoctorError(
+            f"module not found: {target.module}",
+            "run from the directory that contains it, or install its package",
+        )
+    return Path(spec.origin).resolve()
+
+
+def detect_environment(session: CaptureSession | None = None) -> Environment:
+    """Versions, device, clock and cores of this process."""
+    device = session.device if session is not None and session.device is not None else None
+    device_type = device.type if device is not None else "cpu"
+    if device_type == "cuda" and torch.cuda.is_available():
+        device_name = torch.cuda.get_device_name(device)
+    else:
+        device_name = _cpu_name()
+    use_events = bool(session and session.uses_device_events)
+    return Environment(
+        torch_version=torch.__version__,
+        python_version=platform.python_version(),
+        platform=platform.platform(terse=True),
+        device=str(device) if device is not None else "cpu",
+        device_name=device_name,
+        clock="device events (torch.Event)" if use_events else "host wall clock (time.perf_counter)",
+        torch_threads=torch.get_num_threads(),
+        cpu_logical=psutil.cpu_count(logical=True) or 1,
+        cpu_physical=psutil.cpu_count(logical=False),
+        world_size=int(os.environ.get("WORLD_SIZE", "1")),
+        rank=int(os.environ.get("RANK", "0")),
+    )
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def user_traceback(exc: BaseException) -> list[str]:
+    """The script's traceback without torchdoctor's and runpy's frames above it."""
+    tb = exc.__traceback__
+    while tb is not None and _is_ours(tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    return traceback.format_exception(type(exc), exc, tb)
+
+
+def _is_ours(filename: str) -> bool:
+    return filename.startswith(str(PACKAGE_DIR)) or filename.endswith(("runpy.py", "<frozen runpy>"))
+
+
+class watch:  # noqa: N801 - used like a function: ``with torchdoctor.watch(steps=20) as run:``
+    """Measure the training loop inside a ``with`` block; the record is in ``run.record``.
+
+    The block is stopped (by an exception the ``with`` swallows) after warmup, measured,
+    model-alone and loader-alone steps, exactly as ``torchdoctor run`` stops a script.
+
+    Args:
+        steps: measured steps (one step is one ``optimizer.step()``).
+        warmup: steps run before measuring.
+        counterfactuals: also run the model-alone and loader-alone phases.
+        progress: called as ``progress(phase, done, total)``.
+
+    Example:
+        >>> with torchdoctor.watch(steps=20) as run:  # doctest: +SKIP
+        ...     train(model, loader)
+        >>> run.record.verdict.kind  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        steps: int = 20,
+        warmup: int = 5,
+        counterfactuals: bool = True,
+        progress: ProgressFn | None = None,
+    ) -> None:
+        self._session = CaptureSession(
+            CaptureOptions(steps=steps, warmup=warmup, counterfactuals=counterfactuals),
+            progress=progress,
+        )
+        self.record: RunRecord | None = None
+
+    def __enter__(self) -> watch:
+        self._session.install()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        self._session.uninstall()
+        if exc_type is None:
+            ended = "finished"
+        elif issubclass(exc_type, StopRun):
+            ended = "stopped"
+        elif issubclass(exc_type, KeyboardInterrupt):
+            ended = "interrupted"
+        else:
+            ended = "error"
+        self.record = build_record(self._session, ["<watch>"], ended, exc)
+        return ended == "stopped"
+
+
+def run_cli(target: Target, options: RunOptions, json_path: str | None, quiet: bool) -> int:
+    """``torchdoctor run``: run, print the report, write the JSON, return the exit status."""
+    from .report.progress import ProgressDisplay
+    from .report.terminal import render
+
+    with ProgressDisplay(enabled=not quiet) as display:
+        outcome = run_target(target, options, progress=display.update)
+    if outcome.error is not None:
+        sys.stderr.write("".join(user_traceback(outcome.error)))
+        sys.stderr.write("\n")
+    render(outcome.record)
+    if json_path:
+        outcome.record.save(json_path)
+        print(f"run record written to {json_path}")
+    return outcome.exit_status
