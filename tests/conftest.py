@@ -12,7 +12,9 @@ import pytest
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 
-from hygiene import snapshot, wait_for_children  # noqa: E402
+from hygiene import snapshot, wait_for_children, warm_up_torch  # noqa: E402
+
+warm_up_torch()
 
 
 @pytest.fixture(autouse=True)

@@ -72,7 +72,9 @@ class RunOutcome:
     error: BaseException | None = None
 
 
-def run_target(target: Target, options: RunOptions, progress: ProgressFn | None = None) -> RunOutcome:
+def run_target(
+    target: Target, options: RunOptions, progress: ProgressFn | None = None
+) -> RunOutcome:
     """Run ``target`` in this process under capture, stop it when measured, and restore torch.
 
     Raises:
@@ -235,7 +237,9 @@ def detect_environment(session: CaptureSession | None = None) -> Environment:
         platform=platform.platform(terse=True),
         device=str(device) if device is not None else "cpu",
         device_name=device_name,
-        clock="device events (torch.Event)" if use_events else "host wall clock (time.perf_counter)",
+        clock="device events (torch.Event)"
+        if use_events
+        else "host wall clock (time.perf_counter)",
         torch_threads=torch.get_num_threads(),
         cpu_logical=psutil.cpu_count(logical=True) or 1,
         cpu_physical=psutil.cpu_count(logical=False),
@@ -263,7 +267,9 @@ def user_traceback(exc: BaseException) -> list[str]:
 
 
 def _is_ours(filename: str) -> bool:
-    return filename.startswith(str(PACKAGE_DIR)) or filename.endswith(("runpy.py", "<frozen runpy>"))
+    return filename.startswith(str(PACKAGE_DIR)) or filename.endswith(
+        ("runpy.py", "<frozen runpy>")
+    )
 
 
 class watch:  # noqa: N801 - used like a function: ``with torchdoctor.watch(steps=20) as run:``

@@ -69,12 +69,18 @@ def decide(record: RunRecord) -> Verdict:
     input_share, host_share = shares["input"], shares["host"]
     has_loader = record.loader is not None and record.seen.get("batches", 0) > 0
 
-    input_bound = has_loader and (
-        input_share >= INPUT_BOUND_SHARE or (ceiling is not None and ceiling >= INPUT_BOUND_CEILING)
+    # Without workers the loader runs inside the loop, so all its cost shows as data wait; the
+    # ceiling alone can only reveal input cost when workers run beside the model.
+    workers_compete = (
+        record.loader is not None
+        and record.loader.num_workers > 0
+        and ceiling is not None
+        and ceiling >= INPUT_BOUND_CEILING
     )
+    input_bound = has_loader and (input_share >= INPUT_BOUND_SHARE or workers_compete)
     host_bound = host_share >= HOST_BOUND_SHARE
     if input_bound and host_bound:
-        input_bound = input_share >= host_share or (ceiling or 0) >= INPUT_BOUND_CEILING
+        input_bound = input_share >= host_share or workers_compete
         host_bound = not input_bound
     if input_bound:
         return Verdict(INPUT_BOUND, _why_input(record, shares, step), _next_input(record), shares)
@@ -85,7 +91,9 @@ def decide(record: RunRecord) -> Verdict:
 
 def _why_input(record: RunRecord, shares: dict[str, float], step: float) -> str:
     wait = _median_part(record, "data_wait")
-    parts = [f"the loop waits {wait:.1f} ms for data in a median {step:.1f} ms step ({_pct(shares['input'])} of step time in input)"]
+    parts = [
+        f"the loop waits {wait:.1f} ms for data in a median {step:.1f} ms step ({_pct(shares['input'])} of step time in input)"
+    ]
     if record.ceiling_speedup is not None and record.model_alone_step_ms:
         parts.append(
             f"with data made free the step takes {record.model_alone_step_ms.median:.1f} ms, "

@@ -37,9 +37,7 @@ class SystemSampler:
             return
         psutil.cpu_percent(percpu=True)  # prime: the first call has no interval to report
         self._t0 = time.monotonic()
-        self._thread = threading.Thread(
-            target=self._loop, name="torchdoctor-sampler", daemon=True
-        )
+        self._thread = threading.Thread(target=self._loop, name="torchdoctor-sampler", daemon=True)
         self._thread.start()
 
     def stop(self) -> SystemUsage | None:

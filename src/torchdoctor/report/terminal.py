@@ -131,7 +131,9 @@ def _counterfactual_table(record: RunRecord) -> Table:
         )
     ma = record.model_alone_step_ms
     if ma:
-        table.add_row("step, data made free (model alone)", f"{ma.median:.2f} ms (p90 {ma.p90:.2f})")
+        table.add_row(
+            "step, data made free (model alone)", f"{ma.median:.2f} ms (p90 {ma.p90:.2f})"
+        )
     else:
         table.add_row("step, data made free (model alone)", Text("not measured", style="dim"))
     if record.ceiling_speedup is not None:
@@ -157,7 +159,9 @@ def _findings_table(record: RunRecord) -> Table:
         title = f.title
         if f.calls_per_step:
             title += f" ({f.calls_per_step:g}x per step)"
-        table.add_row(Text(f.severity, style=_SEVERITY_STYLE.get(f.severity, "")), title, where, f.fix)
+        table.add_row(
+            Text(f.severity, style=_SEVERITY_STYLE.get(f.severity, "")), title, where, f.fix
+        )
     return table
 
 
@@ -198,7 +202,8 @@ def _environment_table(record: RunRecord) -> Group:
             )
             if sysu.gpu_util_pct is not None:
                 grid.add_row(
-                    "gpu", f"utilisation {sysu.gpu_util_pct:.0f}%, memory {sysu.gpu_mem_mb_max:.0f} MB"
+                    "gpu",
+                    f"utilisation {sysu.gpu_util_pct:.0f}%, memory {sysu.gpu_mem_mb_max:.0f} MB",
                 )
         items.append(Text("environment", style="italic"))
         items.append(grid)

@@ -1,0 +1,77 @@
+"""Every patch is undone: on normal exit, on error inside install, and after a failed script."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from torchdoctor.capture._patch import Patcher
+from torchdoctor.capture._session import CaptureOptions, CaptureSession, active_session
+
+
+def test_patcher_restores_inherited_and_own_attributes():
+    class Base:
+        def f(self):
+            return "base"
+
+    class Child(Base):
+        def g(self):
+            return "own"
+
+    p = Patcher()
+    p.set(Child, "f", lambda self: "patched")
+    p.set(Child, "g", lambda self: "patched")
+    assert Child().f() == Child().g() == "patched"
+    assert p.restore() == []
+    assert "f" not in vars(Child) and Child().f() == "base" and Child().g() == "own"
+    assert p.restore() == []  # idempotent
+
+
+def test_patcher_keeps_undoing_after_a_failure():
+    p = Patcher()
+    calls = []
+    p.on_restore(lambda: calls.append("first"))
+    p.on_restore(lambda: 1 / 0)
+    p.on_restore(lambda: calls.append("last"))
+    errors = p.restore()
+    assert calls == ["last", "first"] and len(errors) == 1
+
+
+def test_failed_install_is_fully_undone(monkeypatch):
+    session = CaptureSession(CaptureOptions())
+
+    def boom():
+        raise RuntimeError("hook registration failed")
+
+    import torch.optim.optimizer as optimizer_mod
+
+    monkeypatch.setattr(optimizer_mod, "register_optimizer_step_post_hook", lambda fn: boom())
+    with pytest.raises(RuntimeError, match="hook registration failed"):
+        session.install()
+    assert active_session() is None
+    assert not session.installed
+    monkeypatch.undo()  # the fixture then checks that torch is as it was
+
+
+def test_one_session_at_a_time():
+    first = CaptureSession(CaptureOptions())
+    first.install()
+    try:
+        with pytest.raises(RuntimeError, match="already active"):
+            CaptureSession(CaptureOptions()).install()
+    finally:
+        first.uninstall()
+    assert active_session() is None
+
+
+def test_uninstall_after_user_error_mid_step():
+    session = CaptureSession(CaptureOptions(steps=2, warmup=0))
+    session.install()
+    model = torch.nn.Linear(4, 2)
+    try:
+        with pytest.raises(ValueError):
+            with torch.autograd.set_grad_enabled(True):
+                model(torch.randn(1, 4))
+                raise ValueError("user bug")
+    finally:
+        session.uninstall()

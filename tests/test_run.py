@@ -1,0 +1,344 @@
+"""`torchdoctor run` end to end on real scripts with injected, unambiguous bottlenecks."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from torchdoctor._errors import EXIT_INTERRUPTED, EXIT_NO_TRAINING, EXIT_SCRIPT_ERROR, EXIT_USAGE
+from torchdoctor.record import STEP_PARTS, RunRecord
+from torchdoctor.runner import RunOptions, Target, run_target
+
+pytestmark = pytest.mark.integration
+
+SCEN = Path(__file__).parent / "scenarios"
+LOOP = str(SCEN / "train_loop.py")
+
+
+def run(script: str, *argv: str, steps: int = 6, warmup: int = 2, **kw):
+    return run_target(
+        Target(script=script, argv=list(argv)), RunOptions(steps=steps, warmup=warmup, **kw)
+    )
+
+
+def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "torchdoctor", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_input_bound_script():
+    out = run(LOOP, "--getitem-ms", "15")
+    rec = out.record
+    assert out.exit_status == 0
+    assert rec.status == "complete"
+    assert rec.verdict.kind == "INPUT-BOUND"
+    assert rec.verdict.shares["input"] > 0.5
+    assert rec.ceiling_speedup > 2
+    assert rec.loader.batch_size == 4 and rec.loader.num_workers == 0
+    assert rec.loader_alone is not None and rec.loader_alone.batches == 6
+    assert rec.loader_alone.needed_batches_per_s > rec.loader_alone.batches_per_s
+
+
+def test_compute_bound_script():
+    rec = run(LOOP, "--forward-ms", "80").record
+    assert rec.verdict.kind == "COMPUTE-BOUND"
+    assert rec.parts_ms["forward"].median > rec.parts_ms["data_wait"].median
+    assert rec.ceiling_speedup < 1.3
+
+
+def test_host_bound_script():
+    rec = run(LOOP, "--host-ms", "80").record
+    assert rec.verdict.kind == "HOST-BOUND"
+    assert rec.parts_ms["other"].median > 0.5 * rec.step_ms.median
+
+
+def test_parts_sum_to_step_time():
+    rec = run(LOOP, "--getitem-ms", "2", "--forward-ms", "5", "--host-ms", "5").record
+    assert rec.measured_steps == 6
+    for i, step in enumerate(rec.steps.step_ms):
+        parts = sum(rec.steps.part(p)[i] for p in STEP_PARTS)
+        assert parts == pytest.approx(step, rel=0.05)
+    # Each injected cost lands in its own part.
+    assert rec.parts_ms["data_wait"].median >= 4 * 2 * 0.9
+    assert rec.parts_ms["forward"].median >= 5 * 0.9
+    assert rec.parts_ms["other"].median >= 5 * 0.9
+
+
+def test_workers_and_persistent_workers_stop_cleanly():
+    # The autouse fixture fails the test if any worker process outlives the run.
+    rec = run(LOOP, "--getitem-ms", "10", "--workers", "2", "--persistent").record
+    assert rec.status == "complete"
+    assert rec.loader.num_workers == 2 and rec.loader.persistent_workers
+    assert rec.system is not None and rec.system.workers >= 2
+
+
+def test_closure_attributes_forward_and_backward_inside_step():
+    rec = run(LOOP, "--closure", "--forward-ms", "20").record
+    assert rec.status == "complete"
+    assert rec.parts_ms["forward"].median >= 20 * 0.9
+    assert rec.parts_ms["optimizer"].median < rec.parts_ms["forward"].median
+    assert rec.seen["backward_calls"] > 0
+
+
+def test_gradient_accumulation_counts_batches_per_step():
+    rec = run(LOOP, "--accumulate", "2").record
+    assert rec.steps.batches == [2] * rec.measured_steps
+
+
+def test_try_except_exception_does_not_swallow_the_stop():
+    out = run(LOOP, "--swallow")
+    assert out.record.status == "complete"
+    assert out.exit_status == 0
+
+
+def test_catching_base_exception_still_ends_complete():
+    out = run(str(SCEN / "catch_all.py"))
+    assert out.record.status == "complete"
+
+
+def test_loop_without_dataloader():
+    rec = run(str(SCEN / "no_loader.py"), "20").record
+    assert rec.status == "complete"
+    assert rec.loader is None and rec.model_alone == []
+    assert any("model-alone phase skipped" in n for n in rec.notes)
+    assert rec.verdict.kind == "HOST-BOUND"
+    assert "builds its batches itself" in rec.verdict.why
+
+
+def test_short_dataset_rolls_over_epochs():
+    rec = run(LOOP, "--dataset-len", "8").record  # 2 batches per epoch
+    assert rec.status == "complete"
+    assert rec.measured_steps == 6
+
+
+def test_dataset_shorter_than_warmup_plus_steps_reports_fewer():
+    out = run(LOOP, "--dataset-len", "20", "--epochs", "1", steps=10)  # 5 steps in all
+    assert out.record.status == "partial"
+    assert out.record.measured_steps == 3
+    assert any("3 of 10 measured steps" in n for n in out.record.notes)
+    assert out.exit_status == 0
+
+
+def test_script_that_exits_before_warmup_ends():
+    out = run(str(SCEN / "exits_early.py"), "1", warmup=5)
+    assert out.exit_status == EXIT_NO_TRAINING
+    assert any("fewer than the 5 warmup steps" in n for n in out.record.notes)
+
+
+def test_script_that_never_trains():
+    out = run(str(SCEN / "no_training.py"))
+    assert out.exit_status == EXIT_NO_TRAINING
+    assert out.record.verdict.kind == "UNKNOWN"
+    note = " ".join(out.record.notes)
+    assert "no optimizer.step()" in note and "4 batch(es)" in note
+
+
+def test_watch_context_manager():
+    import torch
+
+    import torchdoctor
+
+    model = torch.nn.Linear(8, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(torch.randn(64, 8)), batch_size=8
+    )
+    with torchdoctor.watch(steps=4, warmup=1) as run_:
+        for _ in range(1000):
+            for (x,) in loader:
+                model(x).sum().backward()
+                opt.step()
+                opt.zero_grad()
+    rec = run_.record
+    assert rec.status == "complete" and rec.measured_steps == 4
+    assert rec.model_alone_step_ms is not None and rec.loader_alone is not None
+
+
+def test_watch_propagates_user_errors():
+    import torch
+
+    import torchdoctor
+
+    model = torch.nn.Linear(8, 2)
+    with pytest.raises(ZeroDivisionError):
+        with torchdoctor.watch(steps=4) as run_:
+            model(torch.randn(2, 8))
+            1 / 0  # noqa: B018
+    assert run_.record.status == "script-error"
+
+
+# --- the command line -----------------------------------------------------------------------
+
+
+def test_cli_writes_json_and_report_rerenders_it(tmp_path):
+    path = tmp_path / "rec.json"
+    res = cli(
+        "run", "--steps", "4", "--warmup", "1", "--json", str(path), LOOP, "--getitem-ms", "10"
+    )
+    assert res.returncode == 0, res.stderr
+    assert "INPUT-BOUND" in res.stdout
+    assert "stopped the script on purpose" in res.stdout
+    assert "Traceback" not in res.stderr
+    data = json.loads(path.read_text())
+    for key in (
+        "schema_version",
+        "verdict",
+        "step_ms",
+        "model_alone_step_ms",
+        "ceiling_speedup",
+        "findings",
+    ):
+        assert key in data
+    assert set(data["verdict"]) >= {"kind", "why", "next"}
+    assert set(data["step_ms"]) >= {"median", "p90"}
+    assert len(data["steps"]["step_ms"]) == data["measured_steps"] == 4
+    again = cli("report", str(path))
+    assert again.returncode == 0
+    assert "INPUT-BOUND" in again.stdout
+    assert RunRecord.load(path).verdict.kind == "INPUT-BOUND"
+
+
+def test_cli_script_arguments_pass_through_with_and_without_separator():
+    res = cli("run", "--steps", "4", "--warmup", "1", "--", LOOP, "--host-ms", "80")
+    assert res.returncode == 0, res.stderr
+    assert "HOST-BOUND" in res.stdout
+
+
+def test_cli_module_target(tmp_path):
+    pkg = tmp_path / "mytrain"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "main.py").write_text((SCEN / "exits_early.py").read_text())
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torchdoctor",
+            "run",
+            "--steps",
+            "3",
+            "--warmup",
+            "1",
+            "-m",
+            "mytrain.main",
+            "50",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert res.returncode == 0, res.stderr
+    assert "COMPUTE-BOUND" in res.stdout or "HOST-BOUND" in res.stdout
+
+
+def test_cli_missing_script_and_module():
+    res = cli("run", "no/such/train.py")
+    assert res.returncode == EXIT_USAGE
+    assert "script not found: no/such/train.py" in res.stderr
+    assert "Traceback" not in res.stderr
+    res = cli("run", "-m", "no_such_module_xyz")
+    assert res.returncode == EXIT_USAGE
+    assert "module not found" in res.stderr
+
+
+def test_cli_script_raising_shows_its_own_traceback():
+    res = cli("run", str(SCEN / "raises_early.py"))
+    assert res.returncode == EXIT_SCRIPT_ERROR
+    assert "bad config: hidden size must be positive" in res.stderr
+    assert 'raises_early.py", line 10' in res.stderr
+    assert "torchdoctor/runner.py" not in res.stderr and "runpy" not in res.stderr
+    assert "the script raised ValueError after 0 measured steps" in res.stdout
+
+
+def test_cli_report_of_a_bad_file(tmp_path):
+    bad = tmp_path / "x.json"
+    bad.write_text("not json")
+    res = cli("report", str(bad))
+    assert res.returncode == EXIT_USAGE
+    assert "not valid JSON" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_ctrl_c_gives_partial_report(tmp_path):
+    path = tmp_path / "partial.json"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "torchdoctor",
+            "run",
+            "--steps",
+            "100000",
+            "--warmup",
+            "1",
+            "--json",
+            str(path),
+            LOOP,
+            "--getitem-ms",
+            "5",
+            "--workers",
+            "2",
+            "--persistent",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 90
+    line = ""
+    while "measuring" not in line and time.monotonic() < deadline:
+        line = proc.stderr.readline()
+    time.sleep(1.5)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == EXIT_INTERRUPTED, err
+    assert "interrupted" in out
+    rec = RunRecord.load(path)
+    assert rec.status == "interrupted" and rec.measured_steps > 0
+
+
+@pytest.mark.skipif(
+    not any(__import__("importlib").util.find_spec(m) for m in ("lightning", "pytorch_lightning")),
+    reason="PyTorch Lightning is not installed",
+)
+def test_lightning_trainer(tmp_path):
+    script = SCEN / "lightning_loop.py"
+    env = dict(os.environ, PL_DISABLE_FORK="1")
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torchdoctor",
+            "run",
+            "--steps",
+            "5",
+            "--warmup",
+            "2",
+            "--json",
+            str(tmp_path / "pl.json"),
+            str(script),
+            "--getitem-ms",
+            "15",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    rec = RunRecord.load(tmp_path / "pl.json")
+    assert rec.status == "complete"
+    assert rec.verdict.kind == "INPUT-BOUND"
+    assert rec.parts_ms["forward"].median > 0 and rec.parts_ms["backward"].median > 0

@@ -1,0 +1,96 @@
+"""The verdict from synthetic records: each threshold decides as documented."""
+
+from __future__ import annotations
+
+import pytest
+
+from torchdoctor.analysis.verdict import (
+    COMPUTE_BOUND,
+    HOST_BOUND,
+    INPUT_BOUND,
+    INPUT_BOUND_CEILING,
+    INPUT_BOUND_SHARE,
+    UNKNOWN,
+    summarise,
+)
+from torchdoctor.record import LoaderAlone, LoaderSettings, RunRecord, StepSeries
+
+
+def _loader(workers=0):
+    return LoaderSettings(
+        "D", 100, 8, workers, False, False, None, False, "BatchSampler", "default_collate"
+    )
+
+
+def _record(data_wait, forward, other, n=5, model_alone=None, workers=0, loader=True):
+    steps = StepSeries()
+    for _ in range(n):
+        parts = {
+            "data_wait": data_wait,
+            "to_device": 0.0,
+            "forward": forward,
+            "backward": forward,
+            "optimizer": 1.0,
+            "other": other,
+        }
+        for k, v in parts.items():
+            steps.part(k).append(v)
+        steps.step_ms.append(sum(parts.values()))
+        steps.batches.append(1)
+    rec = RunRecord(steps=steps, model_alone=[model_alone] * n if model_alone else [])
+    if loader:
+        rec.loader = _loader(workers)
+        rec.seen = {"batches": n}
+    summarise(rec)
+    return rec
+
+
+def test_input_bound_at_threshold_share():
+    # data wait share just above the threshold
+    total_rest = 2 * 10 + 1 + 1
+    wait = INPUT_BOUND_SHARE / (1 - INPUT_BOUND_SHARE) * total_rest * 1.05
+    assert _record(wait, 10, 1).verdict.kind == INPUT_BOUND
+    assert _record(wait * 0.8, 10, 1).verdict.kind == COMPUTE_BOUND
+
+
+def test_ceiling_with_workers_makes_input_bound():
+    rec = _record(0.5, 10, 1, model_alone=22.5 / INPUT_BOUND_CEILING / 1.1, workers=2)
+    assert rec.ceiling_speedup > INPUT_BOUND_CEILING
+    assert rec.verdict.kind == INPUT_BOUND
+    assert "compete with the model for CPU" in rec.verdict.why
+    # The same ceiling without workers is noise, not input cost.
+    assert _record(0.5, 10, 1, model_alone=15, workers=0).verdict.kind == COMPUTE_BOUND
+
+
+def test_host_bound():
+    rec = _record(0.0, 5, 30)
+    assert rec.verdict.kind == HOST_BOUND
+    assert rec.verdict.shares["host"] == pytest.approx(30 / 41, abs=1e-3)
+
+
+def test_input_and_host_both_high_picks_larger():
+    assert _record(40, 2, 30).verdict.kind == INPUT_BOUND
+    assert _record(30, 2, 40).verdict.kind == HOST_BOUND
+
+
+def test_no_loader_is_never_input_bound():
+    rec = _record(0.0, 2, 30, loader=False)
+    assert rec.verdict.kind == HOST_BOUND
+    assert "builds its batches itself" in rec.verdict.why
+
+
+def test_ceiling_and_needed_rate():
+    rec = _record(30, 10, 1, model_alone=25)
+    rec.loader_alone = LoaderAlone(
+        batches=5, seconds=1.0, batches_per_s=20.0, needed_batches_per_s=None
+    )
+    summarise(rec)
+    assert rec.ceiling_speedup == pytest.approx(52 / 25, rel=1e-3)
+    assert rec.loader_alone.needed_batches_per_s == pytest.approx(40.0)
+    assert "the model consumes 40.0" in rec.verdict.why
+
+
+def test_nothing_measured():
+    rec = RunRecord()
+    summarise(rec)
+    assert rec.verdict.kind == UNKNOWN
