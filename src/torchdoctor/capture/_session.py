@@ -421,6 +421,7 @@ class CaptureSession:
         return ref() if ref is not None else None
 
     def measured_series(self) -> StepSeries:
+        self.synchronize_device()
         series = StepSeries()
         for marks, batches in zip(self._measured_marks, self._measured_batches):
             parts = parts_from_marks(marks, self.uses_device_events)
@@ -447,7 +448,32 @@ class CaptureSession:
         for group in optimizer.param_groups:
             for param in group["params"]:
                 self.device = param.device
-                return
+                break
+            break
+        if self.device is not None and self.device.type != "cpu":
+            self._use_device_events(self.device)
+
+    def _use_device_events(self, device: torch.device) -> None:
+        """Time steps with events on the device's current stream, read after measuring."""
+        event_cls = getattr(torch, "Event", None)  # torch>=2.4 device-agnostic events
+        if event_cls is None:
+            return
+
+        def make_event():
+            event = event_cls(device=device, enable_timing=True)
+            event.record()
+            return event
+
+        self.timeline.set_event_factory(make_event)
+        self.uses_device_events = True
+
+    def synchronize_device(self) -> None:
+        """Wait for the device once, after measuring, so recorded events can be read."""
+        if self.uses_device_events and self.device is not None:
+            if hasattr(torch, "accelerator"):
+                torch.accelerator.synchronize(self.device)
+            elif self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
 
     def _keep_for_replay(self, dataset_key: int, batch: Any) -> None:
         if len(self._replay) >= self.options.steps:

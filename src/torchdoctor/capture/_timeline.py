@@ -39,6 +39,10 @@ class StepTimeline:
         self._marks: list[_Mark] = []
         self._start = self._mark_now(OTHER)
 
+    def set_event_factory(self, make_event: Callable[[], object]) -> None:
+        """Record a device event at every mark from now on."""
+        self._make_event = make_event
+
     @property
     def depth(self) -> int:
         return len(self._stack)
