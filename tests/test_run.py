@@ -8,11 +8,18 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 
-from torchdoctor._errors import EXIT_INTERRUPTED, EXIT_NO_TRAINING, EXIT_SCRIPT_ERROR, EXIT_USAGE
+from torchdoctor._errors import (
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_NO_TRAINING,
+    EXIT_SCRIPT_ERROR,
+    EXIT_USAGE,
+)
 from torchdoctor.record import STEP_PARTS, RunRecord
 from torchdoctor.runner import RunOptions, Target, run_target
 
@@ -144,6 +151,32 @@ def test_script_that_never_trains():
     assert "no optimizer.step()" in note and "4 batch(es)" in note
 
 
+def test_torchdoctor_failure_stops_cleanly(monkeypatch):
+    from torchdoctor.capture._session import CaptureSession
+
+    def broken(self):
+        raise RuntimeError("bug in torchdoctor")
+
+    monkeypatch.setattr(CaptureSession, "_after_measure", broken)
+    out = run(LOOP, "--workers", "2")
+    assert out.exit_status == EXIT_INTERNAL
+    assert out.record.status == "internal-error"
+    assert out.record.measured_steps == 6
+    assert "bug in torchdoctor" in out.record.notes[-1]
+    monkeypatch.undo()
+
+
+def test_no_orphan_workers_after_cli_run(tmp_path):
+    tag = uuid.uuid4().hex
+    res = cli(
+        "run", "--steps", "3", "--warmup", "1", LOOP, "--workers", "2", "--persistent", "--tag", tag
+    )
+    assert res.returncode == 0, res.stderr
+    time.sleep(1.0)
+    left = _processes_tagged(tag)
+    assert not left, f"worker processes outlived torchdoctor: {left}"
+
+
 def test_watch_context_manager():
     import torch
 
@@ -272,6 +305,7 @@ def test_cli_report_of_a_bad_file(tmp_path):
 
 def test_ctrl_c_gives_partial_report(tmp_path):
     path = tmp_path / "partial.json"
+    tag = uuid.uuid4().hex
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -290,6 +324,8 @@ def test_ctrl_c_gives_partial_report(tmp_path):
             "--workers",
             "2",
             "--persistent",
+            "--tag",
+            tag,
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -306,6 +342,16 @@ def test_ctrl_c_gives_partial_report(tmp_path):
     assert "interrupted" in out
     rec = RunRecord.load(path)
     assert rec.status == "interrupted" and rec.measured_steps > 0
+    time.sleep(1.0)
+    assert not _processes_tagged(tag), "worker processes outlived the interrupted run"
+
+
+def _processes_tagged(tag: str) -> list[int]:
+    import psutil
+
+    return [
+        p.pid for p in psutil.process_iter(["cmdline"]) if tag in " ".join(p.info["cmdline"] or [])
+    ]
 
 
 @pytest.mark.skipif(

@@ -19,6 +19,7 @@ import torch
 
 from . import __version__
 from ._errors import (
+    EXIT_INTERNAL,
     EXIT_INTERRUPTED,
     EXIT_NO_TRAINING,
     EXIT_OK,
@@ -108,7 +109,7 @@ def run_target(
         sys.argv[:] = saved_argv
         sys.path[:] = saved_path
     record = build_record(session, target.describe(), ended, error)
-    return RunOutcome(record, _exit_status(record, ended), error)
+    return RunOutcome(record, _exit_status(record, ended), error or session.internal_error)
 
 
 def build_record(
@@ -145,6 +146,12 @@ def _status(
     opts = session.options
     measured = record.measured_steps
     seen = session.seen
+    if session.internal_error is not None:
+        exc = session.internal_error
+        return "internal-error", [
+            f"torchdoctor itself failed ({type(exc).__name__}: {exc}) and stopped the script; "
+            "torch was restored. Please report this with the traceback above."
+        ]
     if ended == "stopped" or session.phase is Phase.DONE:
         return "complete", []
     if ended == "interrupted":
@@ -184,6 +191,8 @@ def _status(
 
 
 def _exit_status(record: RunRecord, ended: str) -> int:
+    if record.status == "internal-error":
+        return EXIT_INTERNAL
     if ended == "interrupted":
         return EXIT_INTERRUPTED
     if ended == "error":

@@ -22,6 +22,7 @@ parser.add_argument("--batch-size", type=int, default=4)
 parser.add_argument("--swallow", action="store_true", help="wrap each step in try/except Exception")
 parser.add_argument("--closure", action="store_true", help="optimizer.step(closure), like LBFGS")
 parser.add_argument("--accumulate", type=int, default=1)
+parser.add_argument("--tag", default="", help="ignored; lets a test find this run's processes")
 args = parser.parse_args()
 
 

@@ -133,6 +133,7 @@ class CaptureSession:
             "backward_calls": 0,
         }
         self.stopped_on_purpose = False
+        self.internal_error: Exception | None = None
         self.started_ns = clock_ns()
 
     # --- install / uninstall ----------------------------------------------------------------
@@ -268,7 +269,18 @@ class CaptureSession:
             self._primary_optimizer = weakref.ref(optimizer)
             self._detect_device(optimizer)
         if self._primary_optimizer() is optimizer and self._optimizer_depth == 0:
-            self._on_step_end()
+            try:
+                self._on_step_end()
+            except StopRun:
+                raise
+            except Exception as exc:  # noqa: BLE001 - our bug must not look like the user's
+                self._fail(exc)
+
+    def _fail(self, exc: Exception) -> None:
+        """torchdoctor itself failed: stop measuring and stop the script cleanly."""
+        self.internal_error = exc
+        self.phase = Phase.DONE
+        raise StopRun() from exc
 
     def _next_batch(self, it, orig_next):
         self._check_done()

@@ -60,6 +60,7 @@ def stop_line(record: RunRecord) -> str:
         "interrupted": f"interrupted; partial report of {measured} measured steps.",
         "script-error": f"the script failed; {measured} steps were measured before the error.",
         "no-training": "no training step was measured.",
+        "internal-error": "torchdoctor failed and stopped the script; see the note below.",
     }.get(record.status, record.status)
 
 
