@@ -388,3 +388,25 @@ def test_lightning_trainer(tmp_path):
     assert rec.status == "complete"
     assert rec.verdict.kind == "INPUT-BOUND"
     assert rec.parts_ms["forward"].median > 0 and rec.parts_ms["backward"].median > 0
+
+
+def test_batch_copies_count_as_to_device():
+    import torch
+
+    import torchdoctor
+
+    model = torch.nn.Linear(256, 2).double()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = torch.utils.data.TensorDataset(torch.randn(64, 256))
+    loader = torch.utils.data.DataLoader(data, batch_size=32)
+    with torchdoctor.watch(steps=3, warmup=1, counterfactuals=False) as run_:
+        for _ in range(100):
+            for (x,) in loader:
+                x = x.to(torch.float64)  # the batch: a real copy
+                noise = torch.randn(32, 256).to(torch.float64)  # not the batch
+                model(x + noise).sum().backward()
+                opt.step()
+                opt.zero_grad()
+    rec = run_.record
+    assert rec.parts_ms["to_device"].min > 0
+    assert rec.seen["forward_calls"] >= 4
