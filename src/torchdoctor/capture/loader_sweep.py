@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import random
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -57,10 +58,12 @@ def clone_loader(loader: Any, **overrides: Any) -> Any:
     if kwargs.get("num_workers", 0) == 0:
         kwargs["prefetch_factor"] = None
         kwargs["persistent_workers"] = False
+        kwargs["timeout"] = 0  # the single-process iterator rejects a timeout
     cls = type(loader)
     if not (isinstance(loader, DataLoader) and cls.__init__ is DataLoader.__init__):
         cls = DataLoader
-    return cls(**kwargs)
+    with _no_worker_count_warning():
+        return cls(**kwargs)
 
 
 def loader_kwargs(loader: Any) -> dict[str, Any]:
@@ -203,7 +206,7 @@ def measure_loader_point(
     first_batch_ms: float | None = None
     with preserved_random_state(loader):
         start = clock()
-        it = iter(clone)
+        it = _quiet_iter(clone)
         try:
             seen = 0
             last = start
@@ -247,6 +250,22 @@ def measure_loader_point(
         batch_ms_p90=stat.p90 if stat else None,
         batches=counted,
     )
+
+
+@contextlib.contextmanager
+def _no_worker_count_warning() -> Iterator[None]:
+    """Silence DataLoader's warning for more workers than cores: a sweep tries that on purpose."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message="This DataLoader will create", category=UserWarning
+        )
+        yield
+
+
+def _quiet_iter(loader: Any) -> Any:
+    """``iter(loader)`` without the warning for more workers than cores."""
+    with _no_worker_count_warning():
+        return iter(loader)
 
 
 def sweep_loader(

@@ -14,7 +14,7 @@ from typing import Any
 
 import psutil
 
-from .loader_sweep import clone_loader, preserved_random_state, shutdown_workers
+from .loader_sweep import _quiet_iter, clone_loader, preserved_random_state, shutdown_workers
 
 #: Seconds between samples by default; reading a worker's USS (/proc/PID/smaps) takes a few ms.
 DEFAULT_INTERVAL_S = 0.05
@@ -120,7 +120,7 @@ def sample_worker_memory(
     workers = max(1, num_workers if num_workers is not None else loader.num_workers)
     clone = clone_loader(loader, num_workers=workers, persistent_workers=False)
     with preserved_random_state(loader), WorkerMemorySampler(interval_s) as sampler:
-        it = iter(clone)
+        it = _quiet_iter(clone)
         try:
             for drawn, _ in enumerate(it, start=1):
                 if batches is not None and drawn >= batches:
