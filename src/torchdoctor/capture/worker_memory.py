@@ -81,6 +81,8 @@ class WorkerMemorySampler:
                 info = child.memory_full_info()
             except (psutil.Error, OSError):
                 continue  # exited, or not ours to read
+            if info.rss == 0:
+                continue  # exiting, or not yet running
             uss.append(info.uss / _MB)
             rss.append(info.rss / _MB)
         if not uss:
