@@ -105,6 +105,7 @@ def sample_worker_memory(
     *,
     num_workers: int | None = None,
     batches: int | None = None,
+    budget_s: float | None = None,
     interval_s: float = DEFAULT_INTERVAL_S,
 ) -> WorkerMemorySeries:
     """Iterate a clone of ``loader`` with workers and record their memory while they read.
@@ -113,6 +114,7 @@ def sample_worker_memory(
         loader: the user's DataLoader (not iterated itself).
         num_workers: workers of the clone; the loader's own setting by default (at least 1).
         batches: batches to draw; a whole epoch by default.
+        budget_s: stop drawing after this many seconds.
         interval_s: seconds between samples.
 
     Returns:
@@ -121,11 +123,14 @@ def sample_worker_memory(
     """
     workers = max(1, num_workers if num_workers is not None else loader.num_workers)
     clone = clone_loader(loader, num_workers=workers, persistent_workers=False)
+    deadline = None if budget_s is None else time.monotonic() + budget_s
     with preserved_random_state(loader), WorkerMemorySampler(interval_s) as sampler:
         it = _quiet_iter(clone)
         try:
             for drawn, _ in enumerate(it, start=1):
                 if batches is not None and drawn >= batches:
+                    break
+                if deadline is not None and time.monotonic() >= deadline:
                     break
             sampler.sample()  # the end of the run, before the workers exit
         finally:
