@@ -1,0 +1,69 @@
+"""diagnose_loader end to end on a real DataLoader whose cost sits in one transform."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from test_loader_costs import Compose, Scale, SlowBlur
+from torchdoctor.capture.loader_doctor import diagnose_loader, loader_settings
+from torchdoctor.record import RunRecord
+
+
+class Photos(Dataset):
+    def __init__(self, n: int = 400) -> None:
+        self.n = n
+        self.transform = Compose([Scale(1 / 255), SlowBlur(), Scale(2.0)])
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        image = torch.full((3, 8, 8), float(i % 255))
+        return self.transform(image), i % 10
+
+
+def test_loader_settings_describe_the_loader():
+    s = loader_settings(DataLoader(Photos(10), batch_size=4, num_workers=2, pin_memory=True))
+    assert (s.dataset, s.dataset_len, s.batch_size, s.num_workers) == ("Photos", 10, 4, 2)
+    assert s.pin_memory and s.prefetch_factor == 2 and s.sampler == "SequentialSampler"
+    assert s.collate_fn == "default_collate" and not s.iterable
+
+
+@pytest.mark.integration
+def test_diagnose_an_input_bound_loader(tmp_path):
+    loader = DataLoader(Photos(), batch_size=4)
+    lines: list[str] = []
+    diagnosis = diagnose_loader(
+        loader,
+        accelerator=True,
+        batches_per_setting=6,
+        budget_s_per_setting=2.0,
+        memory_batches=20,
+        cpu_count=2,
+        on_progress=lines.append,
+    )
+    kinds = [f.kind for f in diagnosis.findings]
+    # 4 x 30 ms of sleep per batch: workers help, the blur is the cost.
+    assert diagnosis.sweep is not None and diagnosis.sweep.best_workers >= 2
+    assert "loader.num_workers" in kinds and "loader.pin_memory" in kinds
+    costly = next(f for f in diagnosis.findings if f.kind == "loader.costly_transform")
+    assert costly.detail["name"] == "SlowBlur"
+    assert max(diagnosis.transforms, key=lambda t: t.share).name == "SlowBlur"
+    assert (
+        diagnosis.memory is not None
+        and diagnosis.memory.bytes_per_batch == 4 * 3 * 8 * 8 * 4 + 4 * 8
+    )
+    assert diagnosis.copy_on_read is not None and not diagnosis.copy_on_read.flagged
+    assert any("num_workers=" in line for line in lines)
+    # The record takes it as JSON and gives it back.
+    record = RunRecord(extra=diagnosis.to_extra(), findings=diagnosis.findings)
+    path = record.save(tmp_path / "run.json")
+    extra = RunRecord.load(path).extra
+    assert [t["name"] for t in extra["transforms"]][:3] == ["Scale #1", "SlowBlur", "Scale #3"]
+    assert extra["worker_sweep"]["best_workers"] == diagnosis.sweep.best_workers
+    json.dumps(extra)
+    assert loader._iterator is None
