@@ -134,6 +134,9 @@ def build_record(
     )
     if opts.loader_overrides:
         record.extra["loader_overrides"] = dict(opts.loader_overrides)
+    if session.loader_diagnosis is not None:
+        record.extra.update(session.loader_diagnosis.to_extra())
+        record.findings.extend(session.loader_diagnosis.findings)
     record.status, more_notes = _status(session, record, ended, error)
     record.notes.extend(more_notes)
     summarise(record)

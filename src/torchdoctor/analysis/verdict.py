@@ -116,8 +116,14 @@ def _why_input(record: RunRecord, shares: dict[str, float], step: float) -> str:
 def _next_input(record: RunRecord) -> str:
     loader: LoaderSettings | None = record.loader
     tips = []
-    if loader is not None and loader.num_workers == 0:
+    measured = next((f for f in record.findings if f.kind == "loader.num_workers"), None)
+    if measured is not None:
+        tips.append(f"{measured.fix} (measured: {measured.title})")
+    elif loader is not None and loader.num_workers == 0:
         tips.append("load in parallel: DataLoader(num_workers=N) (it is 0)")
+    costly = next((f for f in record.findings if f.kind == "loader.costly_transform"), None)
+    if costly is not None:
+        tips.append(costly.title)
     tips.append(
         "do the deterministic work (decode, resize) once offline: `torchdoctor cache build`, "
         "then read it with torchdoctor.CachedDataset"

@@ -18,6 +18,7 @@ the loader without the model), then :class:`StopRun` is raised into the script.
 from __future__ import annotations
 
 import gc
+import statistics
 import time
 import weakref
 from collections.abc import Callable, Iterator
@@ -31,14 +32,20 @@ import torch.optim.optimizer as _optim_mod
 import torch.utils.data.dataloader as _dl_mod
 from torch.utils.data import DataLoader
 
-from ..record import LoaderAlone, LoaderSettings, StepSeries
+from ..analysis.verdict import INPUT_BOUND, summarise
+from ..analysis.worker_sweep import SweepPolicy, WorkerSweep, sweep_candidates
+from ..record import LoaderAlone, LoaderSettings, RunRecord, StepSeries
+from ._inloop_sweep import InLoopSweep
 from ._loaders import clone_loader, loader_settings, shutdown_workers
 from ._patch import Patcher
 from ._sampler import SystemSampler
 from ._timeline import StepTimeline, parts_from_marks
+from .loader_doctor import LoaderDiagnosis, available_cpus, diagnose_loader, loader_findings
 
 #: Batches kept in memory for the model-alone replay, at most this many bytes (and ``steps``).
 REPLAY_MAX_BYTES = 512 * 2**20
+#: Counted steps per setting of the whole-step worker sweep (after its warm steps).
+SWEEP_MAX_STEPS_PER_SETTING = 8
 
 
 class StopRun(BaseException):
@@ -52,6 +59,7 @@ class Phase(str, Enum):
     WARMUP = "warmup"
     MEASURE = "measure"
     MODEL_ALONE = "model-alone"
+    SWEEP = "worker-sweep"
     LOADER_ALONE = "loader-alone"
     DONE = "done"
 
@@ -67,6 +75,9 @@ class CaptureOptions:
     stop: bool = True
     #: DataLoader keyword arguments forced on every loader the script builds (``--fix``).
     loader_overrides: dict[str, Any] = field(default_factory=dict)
+    #: The loader doctor (worker sweep, transform costs, memory): "auto" runs it when the
+    #: measured steps look input-bound, "always" (``torchdoctor loader``) or "off".
+    loader_doctor: str = "auto"
 
 
 ProgressFn = Callable[[str, int, int], None]
@@ -119,6 +130,9 @@ class CaptureSession:
         self._replay_bytes = 0
         self._replay_pos = 0
 
+        self._sweep: InLoopSweep | None = None
+        self.worker_sweep: WorkerSweep | None = None
+        self.loader_diagnosis: LoaderDiagnosis | None = None
         self.sampler = SystemSampler()
         self.system = None
         self.loader_alone: LoaderAlone | None = None
@@ -210,6 +224,9 @@ class CaptureSession:
     def uninstall(self) -> list[BaseException]:
         """Undo every patch and hook, and shut down DataLoader workers this run started."""
         errors = self._patcher.restore()
+        if self._sweep is not None:
+            self._sweep.close()
+            self._sweep = None
         self.shutdown_workers()
         return errors
 
@@ -287,6 +304,15 @@ class CaptureSession:
         if self.phase is Phase.LOADER_ALONE:
             return orig_next(it)  # torchdoctor's own loader-alone clone
         dataset_key = id(getattr(it, "_dataset", it))
+        if self._sweep is not None and dataset_key == self._main_dataset:
+            self.timeline.push("data_wait")
+            try:
+                batch = self._sweep.next_batch(orig_next)
+            finally:
+                self.timeline.pop("data_wait")
+            self._step_batches += 1
+            self._batch_ids = _tensor_ids(batch)
+            return batch
         if self.phase is Phase.MODEL_ALONE and dataset_key == self._main_dataset and self._replay:
             batch = self._replay[self._replay_pos % len(self._replay)]
             self._replay_pos += 1
@@ -308,8 +334,8 @@ class CaptureSession:
 
     def _on_iter(self, loader: DataLoader, it: Any) -> None:
         self._check_done()
-        if self.phase is Phase.LOADER_ALONE:
-            return
+        if self.phase in (Phase.LOADER_ALONE, Phase.SWEEP):
+            return  # torchdoctor's own clones
         key = id(loader.dataset)
         if key not in self._loaders or self._loaders[key]() is not loader:
             self.seen["dataloaders"] += 1
@@ -353,6 +379,13 @@ class CaptureSession:
             self._steps_done += 1
             self._progress(Phase.MODEL_ALONE.value, self._steps_done, self.options.steps)
             if self._steps_done >= self.options.steps:
+                self._after_model_alone()
+        elif self.phase is Phase.SWEEP and self._sweep is not None:
+            step_ms = sum(parts_from_marks(marks, self.uses_device_events).values())
+            if self._sweep.on_step_end(step_ms, batches):
+                self.worker_sweep = self._sweep.result()
+                self._sweep.close()
+                self._sweep = None
                 self._finish()
 
     def _enter(self, phase: Phase) -> None:
@@ -384,12 +417,62 @@ class CaptureSession:
         self._main_dataset = main
         self._enter(Phase.MODEL_ALONE)
 
+    def _after_model_alone(self) -> None:
+        """Start the whole-step worker sweep when it is wanted and the model is on the CPU."""
+        if self._wants_loader_doctor() and not self._on_accelerator():
+            loader = self.main_loader()
+            if loader is not None:
+                self.shutdown_workers()  # the script's own workers would compete with the clones
+                cpus = available_cpus()
+                policy = SweepPolicy(sweep_candidates(cpus, loader.num_workers))
+                self._sweep = InLoopSweep(
+                    loader,
+                    policy,
+                    steps_per_setting=min(self.options.steps, SWEEP_MAX_STEPS_PER_SETTING),
+                    clock_ns=self._clock_ns,
+                    on_point=lambda workers, rate: self._progress(
+                        Phase.SWEEP.value, len(policy.points), len(policy.candidates)
+                    ),
+                )
+                self.phase = Phase.SWEEP
+                self._progress(Phase.SWEEP.value, 0, len(policy.candidates))
+                self._sweep.start()
+                self.timeline.reset()
+                return
+        self._finish()
+
+    def _wants_loader_doctor(self) -> bool:
+        mode = self.options.loader_doctor
+        if mode == "always":
+            return self.main_loader() is not None
+        if mode != "auto" or self.main_loader() is None:
+            return False
+        return self.provisional_verdict() == INPUT_BOUND
+
+    def provisional_verdict(self) -> str:
+        """The verdict the steps measured so far point to."""
+        record = RunRecord(
+            steps=self.measured_series(),
+            model_alone=self.model_alone_step_ms(),
+            loader=self.main_loader_settings(),
+            seen=dict(self.seen),
+        )
+        summarise(record)
+        return record.verdict.kind if record.verdict else ""
+
+    def _on_accelerator(self) -> bool:
+        return self.device is not None and self.device.type != "cpu"
+
     def _finish(self) -> None:
-        """Loader-alone phase, then stop the script."""
+        """Loader-alone phase and the loader doctor, then stop the script."""
         self.phase = Phase.LOADER_ALONE
         self.shutdown_workers()  # the script's own workers are idle now; free the cores
         if self.options.counterfactuals:
             self._run_loader_alone()
+        if self.worker_sweep is not None or (
+            self.options.counterfactuals and self._wants_loader_doctor()
+        ):
+            self._run_loader_doctor()
         self.phase = Phase.DONE
         if self.options.stop:
             self.stopped_on_purpose = True
@@ -412,6 +495,31 @@ class CaptureSession:
             )
         except Exception as exc:  # noqa: BLE001 - a failing clone must not lose the report
             self.notes.append(f"loader-alone phase failed: {type(exc).__name__}: {exc}")
+
+    def _run_loader_doctor(self) -> None:
+        loader = self.main_loader()
+        if loader is None:
+            return
+        needed = None
+        model_alone = self.model_alone_step_ms()
+        batches_per_step = self.measured_batches_per_step() or 1.0
+        if model_alone:
+            needed = batches_per_step * 1000.0 / statistics.median(model_alone)
+        self._progress("loader-doctor", 0, 1)
+        try:
+            diagnosis = diagnose_loader(
+                loader,
+                accelerator=self._on_accelerator(),
+                target_batches_per_s=needed,
+                sweep=self.worker_sweep is None,
+            )
+            if self.worker_sweep is not None:
+                diagnosis.sweep = self.worker_sweep
+                diagnosis.findings = loader_findings(diagnosis, accelerator=self._on_accelerator())
+            self.loader_diagnosis = diagnosis
+        except Exception as exc:  # noqa: BLE001 - the doctor's failure must not lose the run
+            self.notes.append(f"loader doctor failed: {type(exc).__name__}: {exc}")
+        self._progress("loader-doctor", 1, 1)
 
     # --- results ----------------------------------------------------------------------------
 

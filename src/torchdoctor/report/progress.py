@@ -13,6 +13,8 @@ _LABELS = {
     "measure": "measuring steps",
     "model-alone": "model alone (data made free)",
     "loader-alone": "loader alone (no model)",
+    "worker-sweep": "worker sweep (settings of num_workers)",
+    "loader-doctor": "loader doctor (transform costs, memory)",
 }
 
 

@@ -147,23 +147,23 @@ def _counterfactual_table(record: RunRecord) -> Table:
     return table
 
 
-def _findings_table(record: RunRecord) -> Table:
-    table = Table(title="findings", title_justify="left", show_lines=True)
-    table.add_column("", no_wrap=True)
-    table.add_column("finding")
-    table.add_column("where")
-    table.add_column("fix")
-    for f in record.findings:
-        where = f"{f.file}:{f.line}" if f.file else ""
-        if f.source:
-            where += f"\n{f.source.strip()}"
-        title = f.title
+def _findings_table(record: RunRecord) -> Group:
+    items: list = [Text("findings, most costly first", style="italic")]
+    for i, f in enumerate(record.findings, 1):
+        head = Text(f"{i}. ")
+        head.append(f"[{f.severity}] ", style=_SEVERITY_STYLE.get(f.severity, ""))
+        head.append(f.title, style="bold")
         if f.calls_per_step:
-            title += f" ({f.calls_per_step:g}x per step)"
-        table.add_row(
-            Text(f.severity, style=_SEVERITY_STYLE.get(f.severity, "")), title, where, f.fix
+            head.append(f"  ({f.calls_per_step:g}x per step)", style="dim")
+        items.append(head)
+        if f.file:
+            items.append(Text(f"   at {f.file}:{f.line}", style="cyan"))
+        if f.source:
+            items.append(Text(f"   {f.source.strip()}", style="dim"))
+        items.append(
+            Text("   fix: ", style="green").append(f.fix.replace("\n", "\n        "), style="")
         )
-    return table
+    return Group(*items)
 
 
 def _environment_table(record: RunRecord) -> Group:

@@ -1,0 +1,94 @@
+"""The whole-step worker sweep: the script's own loop trains on batches from loader clones.
+
+When the model runs on the CPU, DataLoader workers compete with it for cores, so the loader
+alone overstates what more workers buy. Here the script keeps training while its loader's
+iterator is served, setting by setting, from a clone with ``num_workers=k``; the figure is
+training steps per second at each ``k``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from ..analysis.worker_sweep import SweepPolicy, WorkerSweep
+from ._loaders import clone_loader, shutdown_workers
+
+#: Steps after switching settings that are not counted: the new workers start and fill their
+#: queues (2 steps absorbed worker start-up in tests/scenarios/train_loop.py at 2 workers).
+SWEEP_WARM_STEPS = 2
+
+
+class InLoopSweep:
+    """Serves batches from a clone of ``loader`` at each worker count the policy asks for."""
+
+    def __init__(
+        self,
+        loader: Any,
+        policy: SweepPolicy,
+        steps_per_setting: int,
+        clock_ns: Callable[[], int] = time.perf_counter_ns,
+        on_point: Callable[[int, float], None] | None = None,
+    ) -> None:
+        self.loader = loader
+        self.policy = policy
+        self.steps_per_setting = steps_per_setting
+        self._clock_ns = clock_ns
+        self._on_point = on_point or (lambda workers, rate: None)
+        self._iterator: Iterator | None = None
+        self._clone: Any = None
+        self.workers: int | None = None
+        self._steps = 0
+        self._counted_ms = 0.0
+        self._counted_batches = 0
+        self._t0 = clock_ns()
+
+    def start(self) -> bool:
+        """Switch to the next setting; False when the sweep is over."""
+        self.close()
+        workers = self.policy.next()
+        if workers is None:
+            return False
+        self.workers = workers
+        self._clone = clone_loader(self.loader, num_workers=workers, persistent_workers=False)
+        self._iterator = iter(self._clone)
+        self._steps = 0
+        self._counted_ms = 0.0
+        self._counted_batches = 0
+        return True
+
+    def next_batch(self, orig_next: Callable[[Any], Any]) -> Any:
+        """The next batch of the current clone, starting a new epoch when one runs out."""
+        assert self._iterator is not None
+        try:
+            return orig_next(self._iterator)
+        except StopIteration:
+            shutdown_workers(self._iterator)
+            self._iterator = iter(self._clone)
+            return orig_next(self._iterator)
+
+    def on_step_end(self, step_ms: float, batches: int) -> bool:
+        """Count a finished step; returns True when the whole sweep is over."""
+        self._steps += 1
+        if self._steps > SWEEP_WARM_STEPS:
+            self._counted_ms += step_ms
+            self._counted_batches += batches
+        if self._steps < SWEEP_WARM_STEPS + self.steps_per_setting:
+            return False
+        rate = self._counted_batches * 1000.0 / self._counted_ms if self._counted_ms > 0 else 0.0
+        assert self.workers is not None
+        self.policy.add(self.workers, rate, batches=self._counted_batches)
+        self._on_point(self.workers, rate)
+        return not self.start()
+
+    def result(self) -> WorkerSweep:
+        return self.policy.result(
+            measures="step", seconds=round((self._clock_ns() - self._t0) / 1e9, 3)
+        )
+
+    def close(self) -> None:
+        if self._iterator is not None:
+            shutdown_workers(self._iterator)
+        self._iterator = None
+        self._clone = None
