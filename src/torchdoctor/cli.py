@@ -102,8 +102,33 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         ),
     )
     _run_options(p)
+    p.add_argument(
+        "--fix",
+        action="store_true",
+        help="re-run with the advised DataLoader settings injected and measure the speedup",
+    )
     _target_args(p)
-    p.set_defaults(handler=_cmd_run)
+    p.set_defaults(handler=_cmd_run, loader_doctor="auto")
+
+
+def _add_loader(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "loader",
+        help="the loader doctor: worker sweep, per-transform costs, memory (and --fix)",
+        description=(
+            "Diagnose a script like `run`, and always measure its input pipeline: the "
+            "num_workers sweep, the cost of each transform in __getitem__, batch memory and "
+            "worker memory growth."
+        ),
+    )
+    _run_options(p)
+    p.add_argument(
+        "--fix",
+        action="store_true",
+        help="re-run with the advised DataLoader settings injected and measure the speedup",
+    )
+    _target_args(p)
+    p.set_defaults(handler=_cmd_run, loader_doctor="always")
 
 
 def _run_options(p: argparse.ArgumentParser) -> None:
@@ -128,8 +153,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         steps=args.steps,
         warmup=args.warmup,
         counterfactuals=not args.no_counterfactuals,
+        loader_doctor=args.loader_doctor,
     )
-    return run_cli(target, options, json_path=args.json, quiet=args.quiet)
+    return run_cli(target, options, json_path=args.json, quiet=args.quiet, fix=args.fix)
 
 
 def _parse_target(rest: list[str]):
@@ -214,10 +240,12 @@ def _non_negative_int(text: str) -> int:
 #: Subcommands that take a script after their options, and which of their options take a value.
 _SCRIPT_COMMANDS: dict[str, set[str]] = {
     "run": {"--steps", "--warmup", "--json"},
+    "loader": {"--steps", "--warmup", "--json"},
 }
 
 SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_run,
+    _add_loader,
     _add_report,
     _add_demo,
 ]

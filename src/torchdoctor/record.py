@@ -126,6 +126,8 @@ class LoaderSettings:
     sampler: str
     collate_fn: str
     iterable: bool = False
+    #: Where the script builds the DataLoader (``file:line``), when seen.
+    created_at: str | None = None
 
 
 @dataclass

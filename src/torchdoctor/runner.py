@@ -54,6 +54,8 @@ class RunOptions:
     warmup: int = 5
     counterfactuals: bool = True
     loader_overrides: dict[str, Any] = field(default_factory=dict)
+    #: "auto" (when the run looks input-bound), "always" or "off"; see CaptureOptions.
+    loader_doctor: str = "auto"
 
     def capture(self) -> CaptureOptions:
         return CaptureOptions(
@@ -61,6 +63,7 @@ class RunOptions:
             warmup=self.warmup,
             counterfactuals=self.counterfactuals,
             loader_overrides=dict(self.loader_overrides),
+            loader_doctor=self.loader_doctor,
         )
 
 
@@ -338,18 +341,100 @@ class watch:  # noqa: N801 - used like a function: ``with torchdoctor.watch(step
         return ended == "stopped"
 
 
-def run_cli(target: Target, options: RunOptions, json_path: str | None, quiet: bool) -> int:
-    """``torchdoctor run``: run, print the report, write the JSON, return the exit status."""
+def run_cli(
+    target: Target,
+    options: RunOptions,
+    json_path: str | None,
+    quiet: bool,
+    fix: bool = False,
+) -> int:
+    """``torchdoctor run`` (and ``loader``): run, report, optionally verify the fix, save JSON."""
     from .report.progress import ProgressDisplay
-    from .report.terminal import render
+    from .report.terminal import render, render_fix
 
     with ProgressDisplay(enabled=not quiet) as display:
         outcome = run_target(target, options, progress=display.update)
     if outcome.error is not None:
         sys.stderr.write("".join(user_traceback(outcome.error)))
         sys.stderr.write("\n")
-    render(outcome.record)
+    record = outcome.record
+    render(record)
+    status = outcome.exit_status
+    if fix and status == EXIT_OK:
+        trial = verify_fix(target, options, record, quiet=quiet)
+        render_fix(record, trial)
     if json_path:
-        outcome.record.save(json_path)
+        record.save(json_path)
         print(f"run record written to {json_path}")
-    return outcome.exit_status
+    return status
+
+
+def fix_overrides(record: RunRecord) -> dict[str, Any]:
+    """The DataLoader settings to inject for ``--fix``, from the loader doctor's findings."""
+    overrides: dict[str, Any] = {}
+    for finding in record.findings:
+        if finding.kind == "loader.num_workers":
+            overrides["num_workers"] = int(finding.detail["recommended"])
+        elif finding.kind == "loader.persistent_workers":
+            overrides["persistent_workers"] = True
+        elif finding.kind == "loader.pin_memory":
+            overrides["pin_memory"] = True
+    if overrides.get("num_workers", record.loader.num_workers if record.loader else 0) == 0:
+        overrides.pop("persistent_workers", None)
+    return overrides
+
+
+def predicted_speedup(record: RunRecord) -> float | None:
+    """What the worker sweep predicts for the whole step, capped by the measured ceiling."""
+    finding = next((f for f in record.findings if f.kind == "loader.num_workers"), None)
+    if finding is None or not finding.detail.get("predicted_speedup"):
+        return None
+    predicted = float(finding.detail["predicted_speedup"])
+    if finding.detail.get("measures") != "step" and record.ceiling_speedup:
+        predicted = min(predicted, record.ceiling_speedup)  # a faster loader cannot beat the model
+    return round(predicted, 3)
+
+
+def verify_fix(
+    target: Target, options: RunOptions, record: RunRecord, quiet: bool = False
+) -> dict[str, Any]:
+    """Re-run the script with the advised DataLoader settings injected; store the trial in the record.
+
+    The trial is ``record.extra["fix"]``: ``overrides``, ``predicted_speedup``,
+    ``verified_speedup`` (median step before ÷ after), ``code`` (the change that makes it
+    permanent), ``where`` (the DataLoader's line) and ``after`` (the re-run's whole record).
+    """
+    from .report.progress import ProgressDisplay
+
+    overrides = fix_overrides(record)
+    trial: dict[str, Any] = {
+        "overrides": overrides,
+        "predicted_speedup": predicted_speedup(record),
+        "verified_speedup": None,
+        "where": record.loader.created_at if record.loader else None,
+        "code": _loader_code(overrides),
+        "after": None,
+    }
+    if overrides:
+        rerun = RunOptions(
+            steps=options.steps,
+            warmup=options.warmup,
+            counterfactuals=False,
+            loader_overrides=overrides,
+            loader_doctor="off",
+        )
+        with ProgressDisplay(enabled=not quiet) as display:
+            after = run_target(target, rerun, progress=display.update).record
+        trial["after"] = after.to_dict()
+        if after.step_ms and record.step_ms and after.step_ms.median > 0:
+            trial["verified_speedup"] = round(record.step_ms.median / after.step_ms.median, 3)
+            trial["after_step_ms"] = after.step_ms.median
+    record.extra["fix"] = trial
+    return trial
+
+
+def _loader_code(overrides: dict[str, Any]) -> str | None:
+    if not overrides:
+        return None
+    args = ", ".join(f"{k}={v!r}" for k, v in overrides.items())
+    return f"DataLoader(..., {args})"

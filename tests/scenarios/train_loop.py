@@ -22,15 +22,52 @@ parser.add_argument("--batch-size", type=int, default=4)
 parser.add_argument("--swallow", action="store_true", help="wrap each step in try/except Exception")
 parser.add_argument("--closure", action="store_true", help="optimizer.step(closure), like LBFGS")
 parser.add_argument("--accumulate", type=int, default=1)
+parser.add_argument(
+    "--transform-ms", type=float, default=0.0, help="cost of the 2nd of 3 Compose transforms"
+)
 parser.add_argument("--tag", default="", help="ignored; lets a test find this run's processes")
 args = parser.parse_args()
 
 
+class Compose:
+    """A user's own Compose, shaped like torchvision's."""
+
+    def __init__(self, transforms):
+        self.transforms = transforms
+
+    def __call__(self, x):
+        for t in self.transforms:
+            x = t(x)
+        return x
+
+
+class Jitter:
+    def __call__(self, x):
+        return x + 0.01
+
+
+class SlowResize:
+    def __init__(self, cost_ms):
+        self.cost_s = cost_ms / 1000
+
+    def __call__(self, x):
+        time.sleep(self.cost_s)
+        return x * 1.0
+
+
+class Clip:
+    def __call__(self, x):
+        return x.clamp(-3, 3)
+
+
 class SlowDataset(Dataset):
-    def __init__(self, n, cost_ms):
+    def __init__(self, n, cost_ms, transform_ms=0.0):
         self.x = torch.randn(n, 16)
         self.y = torch.randint(0, 4, (n,))
         self.cost_s = cost_ms / 1000
+        self.transform = (
+            Compose([Jitter(), SlowResize(transform_ms), Clip()]) if transform_ms else None
+        )
 
     def __len__(self):
         return len(self.x)
@@ -38,7 +75,10 @@ class SlowDataset(Dataset):
     def __getitem__(self, i):
         if self.cost_s:
             time.sleep(self.cost_s)
-        return self.x[i], self.y[i]
+        x = self.x[i]
+        if self.transform is not None:
+            x = self.transform(x)
+        return x, self.y[i]
 
 
 class Model(nn.Module):
@@ -54,7 +94,7 @@ class Model(nn.Module):
 
 
 loader = DataLoader(
-    SlowDataset(args.dataset_len, args.getitem_ms),
+    SlowDataset(args.dataset_len, args.getitem_ms, args.transform_ms),
     batch_size=args.batch_size,
     shuffle=True,
     num_workers=args.workers,

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..analysis.worker_sweep import SweepPolicy, WorkerSweep
-from ._loaders import clone_loader, shutdown_workers
+from .loader_sweep import _no_worker_count_warning, clone_loader, shutdown_workers
 
 #: Steps after switching settings that are not counted: the new workers start and fill their
 #: queues (2 steps absorbed worker start-up in tests/scenarios/train_loop.py at 2 workers).
@@ -52,7 +52,8 @@ class InLoopSweep:
             return False
         self.workers = workers
         self._clone = clone_loader(self.loader, num_workers=workers, persistent_workers=False)
-        self._iterator = iter(self._clone)
+        with _no_worker_count_warning():  # the sweep tries more workers than cores on purpose
+            self._iterator = iter(self._clone)
         self._steps = 0
         self._counted_ms = 0.0
         self._counted_batches = 0
@@ -65,7 +66,8 @@ class InLoopSweep:
             return orig_next(self._iterator)
         except StopIteration:
             shutdown_workers(self._iterator)
-            self._iterator = iter(self._clone)
+            with _no_worker_count_warning():
+                self._iterator = iter(self._clone)
             return orig_next(self._iterator)
 
     def on_step_end(self, step_ms: float, batches: int) -> bool:

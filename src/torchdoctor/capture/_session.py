@@ -18,6 +18,7 @@ the loader without the model), then :class:`StopRun` is raised into the script.
 from __future__ import annotations
 
 import gc
+import inspect
 import statistics
 import time
 import weakref
@@ -32,15 +33,18 @@ import torch.optim.optimizer as _optim_mod
 import torch.utils.data.dataloader as _dl_mod
 from torch.utils.data import DataLoader
 
+from ..analysis.loader_memory import loader_memory
 from ..analysis.verdict import INPUT_BOUND, summarise
 from ..analysis.worker_sweep import SweepPolicy, WorkerSweep, sweep_candidates
 from ..record import LoaderAlone, LoaderSettings, RunRecord, StepSeries
+from ._frames import user_site
 from ._inloop_sweep import InLoopSweep
-from ._loaders import clone_loader, loader_settings, shutdown_workers
+from ._loaders import loader_settings
 from ._patch import Patcher
 from ._sampler import SystemSampler
 from ._timeline import StepTimeline, parts_from_marks
 from .loader_doctor import LoaderDiagnosis, available_cpus, diagnose_loader, loader_findings
+from .loader_sweep import clone_loader, shutdown_workers
 
 #: Batches kept in memory for the model-alone replay, at most this many bytes (and ``steps``).
 REPLAY_MAX_BYTES = 512 * 2**20
@@ -122,6 +126,7 @@ class CaptureSession:
 
         self._loaders: dict[int, weakref.ref] = {}  # id(dataset) -> newest loader over it
         self._loader_settings: dict[int, LoaderSettings] = {}
+        self._created_at: dict[int, str] = {}  # id(DataLoader) -> "file:line"
         self._iterators: weakref.WeakSet = weakref.WeakSet()
         self._batches_by_dataset: dict[int, int] = {}
         self._main_dataset: int | None = None
@@ -176,8 +181,20 @@ class CaptureSession:
         orig_cuda = torch.Tensor.cuda
         orig_backward = torch.autograd.backward
 
+        init_signature = inspect.signature(orig_init)
+
         def dataloader_init(loader, *args, **kwargs):
-            kwargs.update(session._overrides_for(loader, args, kwargs))
+            if session.phase not in (Phase.LOADER_ALONE, Phase.SWEEP):
+                if session.options.loader_overrides:
+                    # Name every argument so an override cannot collide with a positional one.
+                    bound = init_signature.bind(loader, *args, **kwargs).arguments
+                    bound.pop("self")
+                    extra = bound.pop("kwargs", {})
+                    args, kwargs = (), {**bound, **extra}
+                    kwargs.update(session._overrides_for(loader, args, kwargs))
+                site = user_site(2)
+                if site is not None:
+                    session._created_at[id(loader)] = f"{site[0]}:{site[1]}"
             return orig_init(loader, *args, **kwargs)
 
         def dataloader_iter(loader):
@@ -202,8 +219,7 @@ class CaptureSession:
             session.seen["backward_calls"] += 1
             return session._timed("backward", orig_backward, *args, **kwargs)
 
-        if self.options.loader_overrides:
-            p.set(DataLoader, "__init__", dataloader_init)
+        p.set(DataLoader, "__init__", dataloader_init)
         p.set(DataLoader, "__iter__", dataloader_iter)
         p.set(_dl_mod._BaseDataLoaderIter, "__next__", iterator_next)
         p.set(torch.Tensor, "to", tensor_to)
@@ -340,14 +356,18 @@ class CaptureSession:
         if key not in self._loaders or self._loaders[key]() is not loader:
             self.seen["dataloaders"] += 1
         self._loaders[key] = weakref.ref(loader)
-        self._loader_settings[key] = loader_settings(loader)
+        settings = loader_settings(loader)
+        settings.created_at = self._created_at.get(id(loader))
+        self._loader_settings[key] = settings
         if it not in self._iterators:
             self._iterators.add(it)
             self.seen["dataloader_iterators"] += 1
 
     def _overrides_for(self, loader, args, kwargs) -> dict[str, Any]:
         overrides = dict(self.options.loader_overrides)
-        if overrides.get("num_workers", 0) == 0:
+        if not overrides:
+            return overrides
+        if overrides.get("num_workers", kwargs.get("num_workers", 0)) == 0:
             # These options are invalid without workers.
             overrides.pop("persistent_workers", None)
             overrides.pop("prefetch_factor", None)
@@ -515,6 +535,12 @@ class CaptureSession:
             )
             if self.worker_sweep is not None:
                 diagnosis.sweep = self.worker_sweep
+                if diagnosis.memory is not None:  # at the worker count the sweep chose
+                    diagnosis.memory = loader_memory(
+                        diagnosis.memory.leaves,
+                        self.worker_sweep.best_workers,
+                        loader.prefetch_factor,
+                    )
                 diagnosis.findings = loader_findings(diagnosis, accelerator=self._on_accelerator())
             self.loader_diagnosis = diagnosis
         except Exception as exc:  # noqa: BLE001 - the doctor's failure must not lose the run

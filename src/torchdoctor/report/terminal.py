@@ -35,13 +35,112 @@ def render(record: RunRecord, console: Console | None = None, title: str | None 
     if record.measured_steps:
         console.print(_breakdown_table(record))
         console.print(_counterfactual_table(record))
+    loader_section = _loader_section(record)
+    if loader_section is not None:
+        console.print(loader_section)
     if record.findings:
         console.print(_findings_table(record))
     console.print(_environment_table(record))
     if record.notes:
         for note in record.notes:
             console.print(Text(f"note: {note}", style="dim"))
+    if record.extra.get("fix"):
+        render_fix(record, record.extra["fix"], console)
     console.print()
+
+
+def render_fix(record: RunRecord, trial: dict, console: Console | None = None) -> None:
+    """The ``--fix`` trial: what was injected, predicted and verified speedup, the code change."""
+    console = console or Console()
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column()
+    if not trial.get("overrides"):
+        grid.add_row(
+            "Fix",
+            "nothing to inject: no DataLoader setting was found to help; the findings above "
+            "need code changes",
+        )
+        console.print(Panel(grid, title="fix", title_align="left", border_style="green"))
+        return
+    grid.add_row("Injected", trial["code"] + "  (no code edited)")
+    before = record.step_ms.median if record.step_ms else None
+    after = trial.get("after_step_ms")
+    if trial.get("verified_speedup") is not None and before and after:
+        grid.add_row(
+            "Verified",
+            Text(
+                f"{trial['verified_speedup']:.2f}x  (median step {before:.1f} ms -> {after:.1f} ms)",
+                style="bold green",
+            ),
+        )
+    else:
+        grid.add_row("Verified", Text("the re-run measured no step", style="red"))
+    if trial.get("predicted_speedup"):
+        grid.add_row("Predicted", f"{trial['predicted_speedup']:.2f}x by the worker sweep")
+    where = f" at {trial['where']}" if trial.get("where") else ""
+    grid.add_row("Make it permanent", f"change the DataLoader{where} to {trial['code']}")
+    console.print(
+        Panel(grid, title="fix, verified by re-running", title_align="left", border_style="green")
+    )
+
+
+def _loader_section(record: RunRecord) -> Group | None:
+    sweep = record.extra.get("worker_sweep")
+    transforms = record.extra.get("transforms")
+    memory = record.extra.get("loader_memory")
+    if not (sweep or transforms or memory):
+        return None
+    items: list = [Text("loader doctor", style="italic")]
+    if sweep:
+        what = "training steps/s x batches" if sweep.get("measures") == "step" else "loader alone"
+        table = Table(
+            title=f"worker sweep ({what}; stopped: {sweep.get('stopped')})", title_justify="left"
+        )
+        table.add_column("num_workers", justify="right")
+        table.add_column("batches/s", justify="right")
+        table.add_column("", min_width=20)
+        top = max((p["batches_per_s"] for p in sweep["points"]), default=0) or 1
+        for point in sweep["points"]:
+            chosen = point["num_workers"] == sweep["best_workers"]
+            table.add_row(
+                Text(str(point["num_workers"]), style="bold green" if chosen else ""),
+                f"{point['batches_per_s']:.1f}",
+                Text(
+                    "█" * round(20 * point["batches_per_s"] / top),
+                    style="green" if chosen else "cyan",
+                ),
+            )
+        items.append(table)
+    if transforms:
+        table = Table(title="time to make a batch", title_justify="left")
+        table.add_column("part")
+        table.add_column("ms/batch", justify="right")
+        table.add_column("share", justify="right")
+        for t in transforms:
+            table.add_row(t["name"], f"{t['ms_per_batch']:.2f}", f"{t['share'] * 100:.0f}%")
+        items.append(table)
+    if memory:
+        text = (
+            f"batch {memory['bytes_per_batch'] / 2**20:.2f} MB x prefetch_factor "
+            f"{memory['prefetch_factor']} x {memory['num_workers']} workers = "
+            f"{memory['bytes_in_flight'] / 2**20:.1f} MB in flight"
+        )
+        if (
+            memory.get("bytes_per_batch_advised")
+            and memory["bytes_per_batch_advised"] < memory["bytes_per_batch"]
+        ):
+            text += f"; {memory['bytes_per_batch_advised'] / 2**20:.2f} MB per batch with the dtype advice"
+        items.append(Text(f"memory: {text}"))
+    cow = record.extra.get("copy_on_read")
+    if cow and cow.get("flagged"):
+        items.append(
+            Text(
+                f"worker memory grew {cow['growth_mb']:.0f} MB during the pass (copy-on-read)",
+                style="yellow",
+            )
+        )
+    return Group(*items)
 
 
 def stop_line(record: RunRecord) -> str:

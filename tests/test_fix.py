@@ -1,0 +1,121 @@
+"""`--fix` and `torchdoctor loader`: the loader doctor inside a run, and the verified re-run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from torchdoctor.record import RunRecord
+from torchdoctor.runner import RunOptions, Target, fix_overrides, run_target, verify_fix
+
+pytestmark = pytest.mark.integration
+
+LOOP = str(Path(__file__).parent / "scenarios" / "train_loop.py")
+
+
+def test_fix_names_the_costly_transform_and_verifies_the_speedup():
+    target = Target(script=LOOP, argv=["--transform-ms", "12"])
+    options = RunOptions(steps=6, warmup=2)
+    record = run_target(target, options).record
+    assert record.verdict.kind == "INPUT-BOUND"
+    # The Compose's second transform holds the cost.
+    transforms = record.extra["transforms"]
+    costliest = max(transforms, key=lambda t: t["share"])
+    assert costliest["name"].startswith("SlowResize"), transforms
+    sweep = record.extra["worker_sweep"]
+    assert sweep["measures"] == "step" and sweep["best_workers"] > 0
+    overrides = fix_overrides(record)
+    assert overrides["num_workers"] == sweep["best_workers"]
+
+    trial = verify_fix(target, options, record, quiet=True)
+    assert trial["overrides"] == overrides
+    assert trial["verified_speedup"] > 1.4  # 48 ms of sleep per batch spread over >= 2 workers
+    assert trial["predicted_speedup"] > 1.4
+    assert trial["after"]["loader"]["num_workers"] == overrides["num_workers"]
+    assert trial["where"].endswith("train_loop.py:" + trial["where"].rsplit(":", 1)[1])
+    assert "DataLoader(..., num_workers=" in trial["code"]
+
+
+def test_injected_overrides_win_over_positional_arguments(tmp_path):
+    script = tmp_path / "positional.py"
+    script.write_text(
+        "import torch\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n"
+        "ds = TensorDataset(torch.randn(64, 4))\n"
+        "loader = DataLoader(ds, 8, True, None, None, 0)  # num_workers=0, positionally\n"
+        "model = torch.nn.Linear(4, 1)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for epoch in range(50):\n"
+        "    for (x,) in loader:\n"
+        "        model(x).sum().backward()\n"
+        "        opt.step()\n"
+        "        opt.zero_grad()\n"
+    )
+    out = run_target(
+        Target(script=str(script)),
+        RunOptions(
+            steps=3,
+            warmup=1,
+            counterfactuals=False,
+            loader_overrides={"num_workers": 1, "persistent_workers": True},
+        ),
+    )
+    assert out.exit_status == 0, out.record.notes
+    assert out.record.loader.num_workers == 1 and out.record.loader.persistent_workers
+    assert out.record.loader.created_at.endswith("positional.py:4")
+
+
+def test_loader_command_always_runs_the_doctor(tmp_path):
+    path = tmp_path / "loader.json"
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torchdoctor",
+            "loader",
+            "--steps",
+            "4",
+            "--warmup",
+            "1",
+            "--json",
+            str(path),
+            LOOP,
+            "--forward-ms",
+            "30",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    record = RunRecord.load(path)
+    assert record.verdict.kind == "COMPUTE-BOUND"
+    assert record.extra["worker_sweep"]["points"], "the sweep ran although the run is compute-bound"
+    assert "worker sweep" in res.stdout
+
+
+def test_fix_with_nothing_to_inject_says_so(tmp_path):
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torchdoctor",
+            "run",
+            "--fix",
+            "--steps",
+            "3",
+            "--warmup",
+            "1",
+            LOOP,
+            "--forward-ms",
+            "30",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "nothing to inject" in res.stdout
