@@ -14,7 +14,7 @@ from torch import nn
 _IMAGE_CHANNELS = (1, 3, 4)
 
 
-def uint8_collate(batch: Sequence[Any], *, channels_last: bool = True) -> Any:
+def uint8_collate(batch: Sequence[Any], *, channels_last: bool = False) -> Any:
     """Stack a list of samples into a batch without changing any dtype.
 
     Image samples (numpy uint8 arrays of shape (H, W, C) with C in 1, 3, 4, as
@@ -29,11 +29,12 @@ def uint8_collate(batch: Sequence[Any], *, channels_last: bool = True) -> Any:
 
     Args:
         batch: samples from a Dataset.
-        channels_last: with the default True an image batch keeps the HWC order of its samples in
-            memory (``torch.channels_last``): shape (N, C, H, W) with no transposing copy, which
-            convolutions on GPUs also prefer. False gives a standard contiguous NCHW tensor at the
-            cost of a strided copy. Both have shape (N, C, H, W); call ``.contiguous()`` if code
-            downstream uses ``.view`` on the raw layout.
+        channels_last: False (the default) gives a standard contiguous NCHW tensor, built with
+            one strided copy per sample. True skips the transpose and keeps the samples' HWC order
+            in memory (``torch.channels_last``), still of shape (N, C, H, W): slightly cheaper in
+            the worker, and what convolutions on a GPU prefer, but code that calls ``.view`` on
+            the raw layout needs ``.contiguous()`` first. On a CPU, Normalize runs about 1.7x
+            faster on the contiguous layout (benchmarks/input_pipeline.py, 32-image batches).
 
     Returns:
         The batch, with the structure of one sample.

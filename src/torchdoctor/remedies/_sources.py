@@ -149,7 +149,8 @@ def to_array(name: str, value: Any, options: ImageOptions) -> np.ndarray:
             f"field {name!r} has dtype {array.dtype}, which the cache does not store",
             "use bool, (u)int8/16/32/64 or float16/32/64",
         )
-    return np.ascontiguousarray(array, dtype=dtype)
+    # np.require, not np.ascontiguousarray, which turns a 0-d scalar into shape (1,)
+    return np.require(array.astype(dtype, copy=False), requirements="C")
 
 
 def _is_pil(value: Any) -> bool:
