@@ -20,8 +20,8 @@ from torch.utils.data import DataLoader
 import torchdoctor
 from torchdoctor.cli import main as cli_main
 from torchdoctor.remedies import (
-    CacheError,
     CachedDataset,
+    CacheError,
     build_cache,
     cache_image_folder,
     uint8_collate,
@@ -34,7 +34,7 @@ HERE = Path(__file__).parent
 def make_folder(root: Path, per_class: int = 6, size=(40, 30)) -> Path:
     """Two classes of random images, PNG (lossless) and JPEG, sizes varying by a few pixels."""
     rng = np.random.default_rng(0)
-    for label, name in enumerate(["zebra", "ant"]):
+    for name in ["zebra", "ant"]:
         (root / name).mkdir(parents=True)
         for i in range(per_class):
             array = rng.integers(0, 256, (size[1] + i, size[0] + 2 * i, 3), dtype=np.uint8)
