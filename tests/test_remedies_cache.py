@@ -261,6 +261,35 @@ def test_killed_build_is_refused_then_resumes_without_redoing_finished_shards(tm
 
 
 @pytest.mark.integration
+def test_ctrl_c_stops_a_parallel_cli_build_which_then_resumes(tmp_path):
+    dest = tmp_path / "cache"
+    env = child_env(TD_SLOW_COUNT="448", TD_SLOW_DELAY_S="0.01")
+    argv = [sys.executable, "-m", "torchdoctor", "cache", "build", "cache_sources:slow"]
+    argv += [str(dest), "--workers", "2", "--quiet"]
+    child = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while len(_markers(dest)) < 2 and time.monotonic() < deadline:
+            assert child.poll() is None, child.stderr.read()
+            time.sleep(0.02)
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=120)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == 130, err
+    assert "torchdoctor: error: interrupted" in err
+    finished = len(_markers(dest))
+    assert 2 <= finished < 7
+    resumed = subprocess.run(argv[:-1], env=env, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resuming: {finished} of 7 shards already built" in resumed.stderr
+    ds = CachedDataset(dest, verify=True)
+    assert [int(ds[i][1]) for i in range(448)] == list(range(448))
+
+
+@pytest.mark.integration
 def test_processes_building_one_cache_at_once_build_it_once(tmp_path):
     dest = tmp_path / "cache"
     log = tmp_path / "served.log"

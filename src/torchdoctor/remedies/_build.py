@@ -8,10 +8,10 @@ import json
 import math
 import multiprocessing
 import os
+import signal
 import sys
 import tempfile
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -235,26 +235,29 @@ def _run_jobs(
                 markers[job.shard] = marker
         return markers
     # fork on Linux: no re-import of the caller's __main__, so a script without a main guard
-    # works; the pool forks at the first submit, before the progress bar starts its thread.
+    # works; the pool forks when created, before the progress bar starts its thread.
     method = "fork" if sys.platform.startswith("linux") else "spawn"
-    executor = ProcessPoolExecutor(
-        max_workers=workers, mp_context=multiprocessing.get_context(method)
-    )
+    pool = multiprocessing.get_context(method).Pool(workers, initializer=_ignore_sigint)
     try:
-        pending = {executor.submit(_build_shard, job) for job in todo}
         with Progress(*columns, console=console, disable=not progress) as bar:
             task = bar.add_task("building cache", total=total, completed=done_samples)
-            while pending:
-                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for future in finished:
-                    marker = future.result()
-                    markers[marker["shard"]] = marker
-                    bar.advance(task, marker["stop"] - marker["start"])
+            for marker in pool.imap_unordered(_build_shard, todo):
+                markers[marker["shard"]] = marker
+                bar.advance(task, marker["stop"] - marker["start"])
     except BaseException:
-        executor.shutdown(wait=True, cancel_futures=True)
+        # Ctrl-C or a failed shard: stop the other shards now rather than finishing them; their
+        # temp files are swept when the build completes, finished shards are kept for resuming.
+        pool.terminate()
+        pool.join()
         raise
-    executor.shutdown(wait=True)
+    pool.close()
+    pool.join()
     return markers
+
+
+def _ignore_sigint() -> None:
+    """Build workers leave Ctrl-C to the parent, which stops them."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _build_shard(

@@ -23,6 +23,10 @@ _HASH_BLOCK = 8 << 20
 class CacheError(TorchdoctorError):
     """A cache that cannot be built or read as asked: missing, partial, corrupt or mismatched."""
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Raised in build workers and sent to the parent: keep the hint across pickling.
+        return (type(self), (self.message, self.hint))
+
 
 def default_local_cache_dir() -> Path:
     """Where local copies of remote shards live: $TORCHDOCTOR_CACHE_DIR or ~/.cache/torchdoctor."""
