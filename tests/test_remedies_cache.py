@@ -220,17 +220,23 @@ def _markers(dest: Path) -> list[Path]:
     return sorted((dest / "_build").glob("shard-*.json")) if (dest / "_build").exists() else []
 
 
+def _slow_build(dest: Path, log: Path, count: int, delay_s: float, then: str = ""):
+    """A child-process command building ``cache_sources:slow`` at ``dest``, one sample a shard."""
+    env = child_env(TD_SLOW_COUNT=str(count), TD_SLOW_DELAY_S=str(delay_s), TD_SLOW_LOG=str(log))
+    code = (
+        "from torchdoctor.remedies import build_cache, CachedDataset; "
+        f"build_cache('cache_sources:slow', {str(dest)!r}, workers=0, shard_mb=0.0001, "
+        f"progress=False); {then}"
+    )
+    return [sys.executable, "-c", code], env
+
+
 @pytest.mark.integration
 def test_killed_build_is_refused_then_resumes_without_redoing_finished_shards(tmp_path):
     dest = tmp_path / "cache"
     log = tmp_path / "served.log"
-    env = child_env(TD_SLOW_COUNT="40", TD_SLOW_DELAY_S="0.05", TD_SLOW_LOG=str(log))
-    code = (
-        "from torchdoctor.remedies import build_cache; "
-        f"build_cache('cache_sources:slow', {str(dest)!r}, workers=0, shard_mb=0.0001, "
-        "progress=False)"
-    )
-    child = subprocess.Popen([sys.executable, "-c", code], env=env)
+    argv, env = _slow_build(dest, log, count=40, delay_s=0.05)
+    child = subprocess.Popen(argv, env=env)
     try:
         deadline = time.monotonic() + 120
         while len(_markers(dest)) < 8 and time.monotonic() < deadline:
@@ -293,14 +299,9 @@ def test_ctrl_c_stops_a_parallel_cli_build_which_then_resumes(tmp_path):
 def test_processes_building_one_cache_at_once_build_it_once(tmp_path):
     dest = tmp_path / "cache"
     log = tmp_path / "served.log"
-    env = child_env(TD_SLOW_COUNT="30", TD_SLOW_DELAY_S="0.02", TD_SLOW_LOG=str(log))
-    code = (
-        "from torchdoctor.remedies import build_cache, CachedDataset; "
-        f"build_cache('cache_sources:slow', {str(dest)!r}, workers=0, shard_mb=0.0001, "
-        "progress=False); "
-        f"ds = CachedDataset({str(dest)!r}); assert len(ds) == 30"
-    )
-    children = [subprocess.Popen([sys.executable, "-c", code], env=env) for _ in range(3)]
+    then = f"assert len(CachedDataset({str(dest)!r})) == 30"
+    argv, env = _slow_build(dest, log, count=30, delay_s=0.02, then=then)
+    children = [subprocess.Popen(argv, env=env) for _ in range(3)]
     codes = [c.wait(timeout=300) for c in children]
     assert codes == [0, 0, 0]
     served = [int(line) for line in log.read_text().split()]
