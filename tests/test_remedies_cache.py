@@ -151,6 +151,23 @@ def test_a_different_cache_at_dest_is_not_overwritten_silently(tmp_path):
     assert CachedDataset(tmp_path / "cache")[0][0].shape == (10, 10, 3)
 
 
+def test_parallel_build_of_a_dataset_from_a_local_function(tmp_path):
+    def numbers():
+        class Numbers:
+            def __len__(self):
+                return 300
+
+            def __getitem__(self, i):
+                return {"x": np.full(3, i, dtype=np.int32)}
+
+        return Numbers()
+
+    build_cache(numbers, tmp_path / "cache", workers=2, shard_mb=0.0001, progress=False)
+    ds = CachedDataset(tmp_path / "cache")
+    assert len(ds.manifest["shards"]) > 2
+    assert [int(ds[i]["x"][0]) for i in range(300)] == list(range(300))
+
+
 def test_parallel_build_equals_inline_build(tmp_path):
     folder = make_folder(tmp_path / "images", per_class=40)
     build_cache(folder, tmp_path / "inline", size=8, workers=0, shard_mb=0.001, progress=False)

@@ -29,7 +29,7 @@ from ._format import (
     field_file,
     marker_file,
 )
-from ._sources import ImageOptions, Source, open_source, reopen
+from ._sources import ImageOptions, Source, open_source, remember_source, reopen
 from ._storage import CacheError, Store, file_lock
 
 #: default bytes of one field file of one shard; big enough that per-file costs vanish, small
@@ -235,8 +235,11 @@ def _run_jobs(
                 markers[job.shard] = marker
         return markers
     # fork on Linux: no re-import of the caller's __main__, so a script without a main guard
-    # works; the pool forks when created, before the progress bar starts its thread.
+    # works, the workers inherit the opened source (even a dataset from a local function), and
+    # the pool forks when created, before the progress bar starts its thread.
     method = "fork" if sys.platform.startswith("linux") else "spawn"
+    if method == "fork":
+        remember_source(src)
     pool = multiprocessing.get_context(method).Pool(workers, initializer=_ignore_sigint)
     try:
         with Progress(*columns, console=console, disable=not progress) as bar:

@@ -107,7 +107,8 @@ class Normalize(nn.Module):
     """Cast a uint8 image batch to float and normalise it, on whatever device it lives on.
 
     Put it first in the model (or call it right after the batch reaches the device) so the data
-    loader ships uint8 and the cast runs on the accelerator. Computes
+    loader ships uint8 and the cast runs on the accelerator. It works on the batch's device and
+    never moves the batch. Computes
     ``(x / max_pixel_value - mean) / std`` per channel as one multiply and one add.
 
     Mean and std are in the 0-1 scale, as torchvision writes them (ImageNet:
@@ -162,26 +163,33 @@ class Normalize(nn.Module):
             raise ValueError(
                 f"Normalize has {c} channel(s) but the batch has shape {tuple(images.shape)}"
             )
-        out = images.to(device=self.scale.device, dtype=self.dtype, copy=True)
+        # The batch stays where it is (the point is to cast on the device it was sent to); only
+        # the two small operands follow it if the module was left elsewhere.
+        out = images.to(dtype=self.dtype, copy=True)
+        scale, shift = self.scale, self.shift
+        if scale.device != out.device:
+            scale, shift = scale.to(out.device), shift.to(out.device)
         if out.requires_grad and torch.is_grad_enabled():
-            return out * self.scale + self.shift
+            return out * scale + shift
         # In place on the fresh copy, one fused multiply-add pass.
         if not out.is_contiguous() and out.is_contiguous(memory_format=torch.channels_last):
             # NHWC memory: broadcasting a (1, C, 1, 1) operand would make C (3) the inner loop;
             # per-row operands of length W*C keep the loop long and vectorised (2-4x on CPU).
             n, _, h, w = out.shape
             rows = out.permute(0, 2, 3, 1).view(n * h, w * c)
-            scale, shift = self._row_operands(w)
-            torch.addcmul(shift, rows, scale, out=rows)
+            row_scale, row_shift = self._row_operands(scale, shift, w)
+            torch.addcmul(row_shift, rows, row_scale, out=rows)
             return out
-        return torch.addcmul(self.shift, out, self.scale, out=out)
+        return torch.addcmul(shift, out, scale, out=out)
 
-    def _row_operands(self, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _row_operands(
+        self, scale: torch.Tensor, shift: torch.Tensor, width: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Scale and shift repeated along one NHWC row of ``width`` pixels (cached per width)."""
-        key = (width, self.scale.device, self.scale.dtype)
+        key = (width, scale.device, scale.dtype)
         cached = self._rows.get(key)
         if cached is None:
-            cached = (self.scale.reshape(-1).repeat(width), self.shift.reshape(-1).repeat(width))
+            cached = (scale.reshape(-1).repeat(width), shift.reshape(-1).repeat(width))
             self._rows = {key: cached}
         return cached
 

@@ -386,6 +386,12 @@ def _is_callable_spec(text: str) -> bool:
 _OPEN_SOURCES: dict[str, Source] = {}
 
 
+def remember_source(source: Source) -> None:
+    """Let forked build workers use ``source`` as it is instead of calling its factory again."""
+    if isinstance(source, CallableSource):
+        _OPEN_SOURCES[source.spec] = source
+
+
 def reopen(spec: dict[str, Any], options: ImageOptions) -> tuple[Source, int]:
     """Rebuild a source in a worker from :meth:`Source.job_spec`; returns it and its index offset."""
     if spec["kind"] == ImageFolderSource.kind:
