@@ -431,3 +431,31 @@ def test_cli_build_info_verify(tmp_path, capsys):
     assert "no torchdoctor cache" in capsys.readouterr().err
     assert cli_main(["cache", "build", str(tmp_path / "nothing"), str(dest), "--quiet"]) == 2
     assert "no image folder" in capsys.readouterr().err
+
+
+def test_demo_pipeline_trains_from_the_cache(tmp_path):
+    """The fixed pipeline the demo uses: cache, uint8 batches, prefetcher, Normalize in the model."""
+    from torchdoctor.remedies import DevicePrefetcher, Normalize
+
+    folder = make_folder(tmp_path / "images", per_class=16, size=(64, 64))
+    dataset = cache_image_folder(folder, tmp_path / "cache", size=32)
+    loader = DataLoader(dataset, batch_size=8, shuffle=True, collate_fn=uint8_collate)
+    model = torch.nn.Sequential(
+        Normalize((0.5, 0.5, 0.5), (0.25, 0.25, 0.25)),
+        torch.nn.Conv2d(3, 4, 3),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(4, 2),
+    )
+    steps = 0
+    for _epoch in range(2):
+        for images, labels in DevicePrefetcher(loader, "cpu"):
+            assert images.dtype == torch.uint8 and images.shape == (8, 3, 32, 32)
+            loss = torch.nn.functional.cross_entropy(model(images), labels)
+            model.zero_grad()
+            loss.backward()
+            with torch.no_grad():  # plain SGD; torch.optim's first use imports torch._dynamo
+                for param in model.parameters():
+                    param -= 0.1 * param.grad
+            steps += 1
+    assert steps == 8 and torch.isfinite(loss)
