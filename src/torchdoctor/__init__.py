@@ -15,6 +15,14 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "watch": "torchdoctor.runner",
     "RunRecord": "torchdoctor.record",
+    "CacheError": "torchdoctor.remedies",
+    "CachedDataset": "torchdoctor.remedies",
+    "DevicePrefetcher": "torchdoctor.remedies",
+    "ImageOptions": "torchdoctor.remedies",
+    "Normalize": "torchdoctor.remedies",
+    "build_cache": "torchdoctor.remedies",
+    "cache_image_folder": "torchdoctor.remedies",
+    "uint8_collate": "torchdoctor.remedies",
 }
 
 __all__ = ["__version__", *_EXPORTS]

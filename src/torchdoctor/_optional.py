@@ -10,7 +10,8 @@ from ._errors import TorchdoctorError
 #: import name -> (pip package, torchdoctor extra that installs it)
 OPTIONAL = {
     "PIL": ("pillow", "images"),
-    "fsspec": ("fsspec", "remote"),
+    "PIL.Image": ("pillow", "images"),
+    "fsspec": ("fsspec", "cache"),
     "s3fs": ("s3fs", "s3"),
     "pynvml": ("nvidia-ml-py", "nvml"),
     "pytorch_lightning": ("pytorch-lightning", None),

@@ -1,0 +1,162 @@
+"""``DevicePrefetcher``: copy batch k+1 to the device on a side stream while batch k computes."""
+
+from __future__ import annotations
+
+import collections.abc
+import contextlib
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import torch
+
+
+class DevicePrefetcher:
+    """Wrap a DataLoader so each batch arrives on ``device``, its copy overlapped with compute.
+
+    On a device with streams (CUDA, XPU, ...) the next batch is copied on one side stream,
+    created once with the prefetcher and reused every epoch, from pinned host memory, while the
+    caller works on the current batch. Before a batch is handed out the compute stream waits for
+    its copy, and every tensor records the compute stream (``record_stream``), so the caching
+    allocator does not reuse its memory while compute may still read it.
+
+    On the CPU (or a device without streams) batches pass through unchanged: the same loop code
+    runs everywhere.
+
+    Tensors anywhere in a batch (tuples, lists, dicts, namedtuples) are moved; other values pass
+    through. Use ``DataLoader(pin_memory=True)`` so the copy can be asynchronous; unpinned tensors
+    are pinned here first, which costs a host copy.
+
+    Args:
+        loader: any iterable of batches, usually a DataLoader; ``len()`` is forwarded.
+        device: the target device; None means the current accelerator, or the CPU if none.
+
+    Example:
+        >>> loader = DevicePrefetcher(DataLoader(ds, batch_size=256, pin_memory=True,
+        ...                                      collate_fn=uint8_collate), "cuda")
+        >>> for images, labels in loader:  # already on the GPU, still uint8
+        ...     loss = criterion(model(normalize(images)), labels)
+    """
+
+    def __init__(self, loader: Iterable[Any], device: torch.device | str | None = None) -> None:
+        self.loader = loader
+        self.device = _resolve_device(device)
+        self._copier = _StreamCopier(self.device) if _has_streams(self.device) else _PassThrough()
+
+    def __len__(self) -> int:
+        return len(self.loader)  # type: ignore[arg-type]
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._copier.iterate(iter(self.loader))
+
+    @property
+    def stream(self) -> Any:
+        """The side stream copies run on (None when batches pass through)."""
+        return self._copier.stream
+
+    def __getattr__(self, name: str) -> Any:
+        # Forward loader attributes (dataset, sampler, batch_size) so code keeps working.
+        if name == "loader":
+            raise AttributeError(name)
+        return getattr(self.loader, name)
+
+
+class _PassThrough:
+    """The no-op stand-in used where there is nothing to overlap (CPU)."""
+
+    stream = None
+
+    def iterate(self, batches: Iterator[Any]) -> Iterator[Any]:
+        yield from batches
+
+
+class _StreamCopier:
+    """Copies on one side stream, handing out batch k while batch k+1 is in flight."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.stream = _new_stream(device)
+
+    def iterate(self, batches: Iterator[Any]) -> Iterator[Any]:
+        try:
+            ahead = self._start_copy(next(batches))
+        except StopIteration:
+            return
+        for batch in batches:
+            current = self._ready(ahead)
+            ahead = self._start_copy(batch)
+            yield current
+        yield self._ready(ahead)
+
+    def _start_copy(self, batch: Any) -> Any:
+        with _on_stream(self.stream, self.device):
+            return _apply(batch, self._copy_tensor)
+
+    def _copy_tensor(self, tensor: torch.Tensor) -> torch.Tensor:
+        if tensor.device.type == "cpu" and not tensor.is_pinned():
+            tensor = tensor.pin_memory()
+        return tensor.to(self.device, non_blocking=True)
+
+    def _ready(self, batch: Any) -> Any:
+        compute = _current_stream(self.device)
+        compute.wait_stream(self.stream)
+
+        def record(tensor: torch.Tensor) -> torch.Tensor:
+            if tensor.device.type == self.device.type:
+                tensor.record_stream(compute)
+            return tensor
+
+        return _apply(batch, record)
+
+
+def _apply(batch: Any, fn: Any) -> Any:
+    """Apply ``fn`` to every tensor in a nested batch, keeping its structure."""
+    if isinstance(batch, torch.Tensor):
+        return fn(batch)
+    if isinstance(batch, collections.abc.Mapping):
+        return {k: _apply(v, fn) for k, v in batch.items()}
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):
+        return type(batch)(*(_apply(v, fn) for v in batch))
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(_apply(v, fn) for v in batch)
+    return batch
+
+
+def _resolve_device(device: torch.device | str | None) -> torch.device:
+    if device is not None:
+        return torch.device(device)
+    accelerator = getattr(torch, "accelerator", None)  # torch >= 2.6
+    if accelerator is not None and accelerator.is_available():
+        return torch.device(accelerator.current_accelerator())
+    if torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _has_streams(device: torch.device) -> bool:
+    """Whether ``device`` is an accelerator with streams that is present here."""
+    if device.type in ("cpu", "meta"):
+        return False
+    backend = getattr(torch, device.type, None)
+    is_available = getattr(backend, "is_available", None)
+    return bool(is_available and is_available() and hasattr(backend, "Stream"))
+
+
+def _new_stream(device: torch.device) -> Any:
+    if hasattr(torch, "accelerator") and hasattr(torch, "Stream"):
+        with contextlib.suppress(RuntimeError, TypeError, ValueError):
+            return torch.Stream(device=device)
+    return getattr(torch, device.type).Stream(device=device)
+
+
+def _current_stream(device: torch.device) -> Any:
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None and hasattr(accelerator, "current_stream"):
+        return accelerator.current_stream(device)
+    return getattr(torch, device.type).current_stream(device)
+
+
+def _on_stream(stream: Any, device: torch.device) -> Any:
+    """A context that makes ``stream`` current (torch.Stream is one from torch 2.7 on)."""
+    if hasattr(stream, "__enter__"):
+        return stream
+    return getattr(torch, device.type).stream(stream)
