@@ -15,6 +15,9 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "watch": "torchdoctor.runner",
     "RunRecord": "torchdoctor.record",
+    "find_syncs": "torchdoctor.capture.syncs",
+    "watch_syncs": "torchdoctor.capture.syncs",
+    "SyncWatcher": "torchdoctor.capture.syncs",
 }
 
 __all__ = ["__version__", *_EXPORTS]

@@ -73,6 +73,9 @@ class _Origin:
     reported: bool = False
 
 
+#: Origin of batch tensors before they are moved (CPU rule): host-side, never reported.
+_BATCH = _Origin("batch", "DataLoader", Site("<batch>", 0, ""), 0, reported=True)
+
 T = torch.Tensor
 
 #: Operations that make the host wait for the device, by the kind of finding they give.
@@ -336,9 +339,7 @@ class SyncWatcher:
             return False
         if t in self._moved:
             return True
-        if t in self._host:
-            return False
-        return not (self.is_batch_tensor is not None and self.is_batch_tensor(t))
+        return self._host_origin(t) is None
 
     def _report_origin(
         self, origin: _Origin, duration_ns: int | None = None, used: Site | None = None
@@ -386,29 +387,38 @@ class SyncWatcher:
 
     # -- the rules, called by _SyncMode for the operations in the tables above ---------------
 
+    def _host_origin(self, t: torch.Tensor) -> _Origin | None:
+        """The origin of a host-side tensor (a batch not yet moved has a silent one)."""
+        origin = self._host.get(t)
+        if origin is None and self.is_batch_tensor is not None and not self.on_accelerator:
+            if t.device.type == "cpu" and t not in self._moved and self.is_batch_tensor(t):
+                return _BATCH
+        return origin
+
     def _plain(self, func: Any, args: tuple, kwargs: dict) -> Any:
         """Run an ordinary operation; carry host-ness through it or catch host data meeting the
         device."""
-        if not self._host:
+        if not self._host and (self.is_batch_tensor is None or self.on_accelerator):
             return func(*args, **kwargs)
         inputs = _tensors_in((args, kwargs))
-        host = [t for t in inputs if t in self._host]
+        host = [(t, o) for t in inputs if (o := self._host_origin(t)) is not None]
         if not host:
             return func(*args, **kwargs)
-        meets_device = any(self._device_side(t) for t in inputs if t not in self._host)
+        host_ids = {id(t) for t, _ in host}
+        meets_device = any(self._device_side(t) for t in inputs if id(t) not in host_ids)
         if not meets_device:
             out = func(*args, **kwargs)
-            self._track_host(_tensors_in(out), self._host[host[0]])
+            self._track_host(_tensors_in(out), host[0][1])
             return out
         start_ns = time.perf_counter_ns()
         out = func(*args, **kwargs)
         duration_ns = self._measured(start_ns)
         used = None
-        for t in host:
+        for t, origin in host:
             # A 0-dim host tensor is passed to device kernels as a scalar: no copy.
-            if t.dim() > 0 and not self._host[t].reported:
+            if t.dim() > 0 and not origin.reported:
                 used = used or user_site()
-                self._report_origin(self._host[t], duration_ns, used)
+                self._report_origin(origin, duration_ns, used)
         return out
 
     def _sync(self, kind: str, func: Any, args: tuple, kwargs: dict) -> Any:
