@@ -150,9 +150,7 @@ def test_batch_tensors_are_host_side_until_moved():
         moved = labels.to(CPU)  # the batch copy: "to device", not a finding
         moved.max().item()  # after the move: a sync
     assert host_view and top >= 0
-    assert [(e.kind, e.line) for e in watcher.events] == [
-        ("item", lineno_of("moved.max().item()"))
-    ]
+    assert [(e.kind, e.line) for e in watcher.events] == [("item", lineno_of("moved.max().item()"))]
 
 
 def test_batch_moved_inside_ignore_counts_as_moved():
@@ -326,6 +324,7 @@ def test_watch_syncs_fills_findings_on_exit_and_sees_rebuilt_constants():
     by_kind = {f.kind: f for f in watch.findings}
     assert set(by_kind) == {"tensor-assert", "python-index", "constant-rebuilt"}
     assert all(f.calls_per_step == 1.0 for f in watch.findings)
+    assert torchdoctor.watch_syncs is watch_syncs
 
 
 @pytest.mark.gpu

@@ -24,7 +24,9 @@ class CrossEntropyLoss(nn.Module):
 
     def forward(self, input, target):
         pred = log_softmax(input)
-        loss = weighted_nll(pred, target, torch.Tensor([0.1] * 10).to(self.device))  # expect: constant-rebuilt
+        loss = weighted_nll(
+            pred, target, torch.Tensor([0.1] * 10).to(self.device)
+        )  # expect: constant-rebuilt
         return loss
 
 
