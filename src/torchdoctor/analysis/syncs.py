@@ -57,8 +57,8 @@ KINDS: dict[str, SyncKind] = {
     "tolist": SyncKind(
         SYNC,
         "`.tolist()` of a device tensor",
-        "Keep the values in a tensor; if the host needs them (metrics, logging), copy them every "
-        "k steps or once per epoch.",
+        "Keep the values in tensors on the device (`preds.append(logits.argmax(1))`) and convert "
+        "once per epoch (`torch.cat(preds).tolist()`), or every k steps for logging.",
     ),
     "to-host": SyncKind(
         SYNC,
