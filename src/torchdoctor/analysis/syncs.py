@@ -69,8 +69,8 @@ KINDS: dict[str, SyncKind] = {
     "print-tensor": SyncKind(
         SYNC,
         "printing or formatting a device tensor",
-        "Print or log every k steps, not every step: formatting a tensor copies it to the host "
-        "and waits for the device. Accumulate on the device in between.",
+        "Print or log every k steps (`if step % 100 == 0: print(...)`): formatting a tensor "
+        "copies it to the host and waits for the device. Accumulate on the device in between.",
     ),
     "nonzero": SyncKind(
         SYNC,
