@@ -106,8 +106,8 @@ KINDS: dict[str, SyncKind] = {
     "cuda-synchronize": SyncKind(
         SYNC,
         "`torch.cuda.synchronize()` in the step",
-        "Remove it from the training step; it is only needed around timing code (torchdoctor "
-        "times the steps for you).",
+        "Remove `torch.cuda.synchronize()` from the training step; it is only needed around "
+        "timing code (torchdoctor times the steps for you).",
     ),
     "python-index": SyncKind(
         COPY,
