@@ -341,3 +341,29 @@ def test_stall_is_measured_on_cuda():
     assert findings["item"].cost_ms is not None and findings["item"].cost_ms > 0
     assert "makes the host wait" in findings["item"].title
     assert "tensor-from-python-data" in findings
+
+
+class LabelledDataset(torch.utils.data.Dataset):
+    """A Dataset doing host work in __getitem__: never a finding, it runs in the loader."""
+
+    def __init__(self):
+        self.features = torch.randn(32, 4)
+        self.labels = torch.randint(0, 3, (32,))
+
+    def __len__(self):
+        return 32
+
+    def __getitem__(self, i):
+        label = int(self.labels[i].item())
+        return self.features[i], torch.tensor(label)
+
+
+def test_dataloader_work_in_the_main_process_is_not_reported():
+    loader = torch.utils.data.DataLoader(LabelledDataset(), batch_size=8, num_workers=0)
+    model = nn.Linear(4, 3)
+    with SyncWatcher(on_accelerator=False) as watcher:
+        for x, y in loader:
+            x, y = x.to(CPU), y.to(CPU)
+            nn.functional.cross_entropy(model(x), y).backward()
+            watcher.mark_step()
+    assert watcher.events == []
