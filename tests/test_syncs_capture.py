@@ -367,3 +367,23 @@ def test_dataloader_work_in_the_main_process_is_not_reported():
             nn.functional.cross_entropy(model(x), y).backward()
             watcher.mark_step()
     assert watcher.events == []
+
+
+def test_sampled_windows_restart_on_a_new_step():
+    w = torch.ones(3, requires_grad=True)
+    watcher = SyncWatcher(on_accelerator=False)
+    for _ in range(2):  # two sampled windows of one unmarked step each
+        hook_that_starts(watcher)
+        w.sum().item()
+        hook_that_stops(watcher)
+    assert [e.step for e in watcher.events] == [0, 1]
+    assert watcher.steps == 2
+    assert watcher.findings()[0].calls_per_step == 1.0
+
+
+def test_bookkeeping_never_breaks_the_users_call():
+    with SyncWatcher(on_accelerator=False):
+        with pytest.raises(RuntimeError):
+            torch.ones(2).to("no-such-device")  # the user's own error, raised by torch
+        q = torch.quantize_per_tensor(torch.tensor([1.0, 2.0]), 0.1, 0, torch.quint8)
+    assert q.shape == (2,)

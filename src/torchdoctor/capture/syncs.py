@@ -21,6 +21,7 @@ import hashlib
 import re
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -186,7 +187,8 @@ class SyncWatcher:
         if self._mode is not None:
             return self
         self._thread = threading.get_ident()
-        self._step = 0
+        if any(e.step == self._step for e in self.events):
+            self._step += 1  # a restart after an unmarked step: that step is over
         try:
             self._patch_tensor_new()
             self._patch_cuda_synchronize()
@@ -203,6 +205,13 @@ class SyncWatcher:
         self._active = False
         mode, self._mode = self._mode, None
         if mode is not None:
+            if threading.get_ident() != self._thread:
+                warnings.warn(
+                    "SyncWatcher.stop() called on another thread than start(): its (now "
+                    "inactive) mode stays on the starting thread's mode stack",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
             _remove_function_mode(mode)
         while self._restore:
             self._restore.pop()()
@@ -214,7 +223,11 @@ class SyncWatcher:
         self.stop()
 
     def mark_step(self) -> None:
-        """Start the next step: events from now on get the next step index."""
+        """End the current step: events from now on get the next step index.
+
+        Call it at each step boundary while watching (the runner: each optimizer step);
+        ``steps`` counts the calls, plus a trailing step that recorded events.
+        """
         self._step += 1
 
     @property
@@ -632,7 +645,10 @@ def _to_device_type(args: tuple, kwargs: dict) -> str | None:
         if isinstance(a, torch.device):
             return a.type
         if isinstance(a, str):
-            return torch.device(a).type
+            try:
+                return torch.device(a).type
+            except RuntimeError:
+                return None  # let the call itself report the bad device string
         if isinstance(a, int) and not isinstance(a, bool):
             return "cuda"
         if isinstance(a, torch.Tensor):
@@ -664,6 +680,13 @@ def _is_ndarray(value: Any) -> bool:
 
 def _fingerprint(tensor: torch.Tensor, data: Any) -> str | None:
     """A short hash of dtype, shape and values, to see a constant rebuilt step after step."""
+    try:
+        return _hash_values(tensor, data)
+    except Exception:  # quantized, sparse, nested...: no fingerprint rather than a failed step
+        return None
+
+
+def _hash_values(tensor: torch.Tensor, data: Any) -> str | None:
     h = hashlib.blake2b(digest_size=8)
     h.update(f"{tensor.dtype}{tuple(tensor.shape)}".encode())
     if tensor.device.type == "cpu":

@@ -24,9 +24,8 @@ class CrossEntropyLoss(nn.Module):
 
     def forward(self, input, target):
         pred = log_softmax(input)
-        loss = weighted_nll(
-            pred, target, torch.Tensor([0.1] * 10).to(self.device)
-        )  # expect: constant-rebuilt
+        weight = torch.Tensor([0.1] * 10).to(self.device)  # expect: constant-rebuilt
+        loss = weighted_nll(pred, target, weight)
         return loss
 
 
