@@ -387,3 +387,17 @@ def test_bookkeeping_never_breaks_the_users_call():
             torch.ones(2).to("no-such-device")  # the user's own error, raised by torch
         q = torch.quantize_per_tensor(torch.tensor([1.0, 2.0]), 0.1, 0, torch.quint8)
     assert q.shape == (2,)
+
+
+def test_torchdoctors_own_calls_are_never_the_users():
+    # Code compiled under torchdoctor's package path plays the runner calling torch from a hook.
+    runner_file = str(Path(torchdoctor.__file__).parent / "_pretend_runner.py")
+    namespace: dict = {}
+    exec(
+        compile("def runner_hook(t):\n    return t.sum().item()\n", runner_file, "exec"), namespace
+    )
+    w = torch.ones(3, requires_grad=True)
+    with SyncWatcher(on_accelerator=False) as watcher:
+        namespace["runner_hook"](w)  # called from user code, but the .item() is torchdoctor's
+        w.sum().item()  # the user's own
+    assert [e.line for e in watcher.events] == [lineno_of("w.sum().item()  # the user's own")]

@@ -61,6 +61,10 @@ _TORCH_MACHINERY = tuple(
     )
 )
 _DATALOADER_PREFIX = os.path.join(_TORCH_DIR or "", "utils", "data")
+#: The watcher's own files: the frames between an operation and its caller.
+_WATCHER_FILES = frozenset(
+    os.path.join(_TORCHDOCTOR_DIR, "capture", name) for name in ("syncs.py", "_frames.py")
+)
 
 _kind_cache: dict[str, str] = {}
 
@@ -112,8 +116,9 @@ def user_site(frame: FrameType | None = None) -> Site | None:
     """The user's line that led to the current operation, or ``None`` when it should be skipped.
 
     Skipped: no user frame on the stack, an operation made by torch's own machinery (see
-    ``_TORCH_MACHINERY``), and anything run while the DataLoader fetches a batch (a Dataset's
-    ``__getitem__`` is user code but works on host data by design).
+    ``_TORCH_MACHINERY``) or by torchdoctor itself (the runner's timing, a remedy's batch
+    copy), and anything run while the DataLoader fetches a batch (a Dataset's ``__getitem__``
+    is user code but works on host data by design).
     """
     f = frame if frame is not None else sys._getframe(1)
     via: str | None = None
@@ -130,6 +135,8 @@ def user_site(frame: FrameType | None = None) -> Site | None:
                     return None
             elif kind == "library" and via is None:
                 via = f"{filename}:{f.f_lineno}"
+            elif kind == "torchdoctor" and _norm(filename) not in _WATCHER_FILES:
+                return None
         elif kind == "torch" and _norm_prefix(filename, (_DATALOADER_PREFIX,)):
             return None
         f = f.f_back
