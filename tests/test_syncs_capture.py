@@ -40,6 +40,7 @@ def installed_state():
         len(_get_current_dispatch_mode_stack()),
         "__new__" in vars(torch.Tensor),
         torch.cuda.synchronize,
+        torch.from_numpy,
     )
 
 

@@ -1,9 +1,9 @@
 """Record host-device syncs and per-step host-to-device copies, down to the user's line.
 
-:class:`SyncWatcher` pushes a ``TorchFunctionMode`` and, while it is active, two small patches
-(``torch.Tensor.__new__`` for the legacy ``torch.Tensor([...])`` constructor, which no mode sees,
-and ``torch.cuda.synchronize``). Every one is undone by :meth:`SyncWatcher.stop`. The events it
-records are turned into findings by :func:`torchdoctor.analysis.syncs.sync_findings`.
+:class:`SyncWatcher` pushes a ``TorchFunctionMode`` and, while it is active, three small patches:
+``torch.Tensor.__new__`` (the legacy ``torch.Tensor([...])`` constructor) and ``torch.from_numpy``,
+which no mode sees, and ``torch.cuda.synchronize``. :meth:`SyncWatcher.stop` undoes all of them.
+The events it records are turned into findings by :func:`torchdoctor.analysis.syncs.sync_findings`.
 
 On a CPU run nothing really blocks, so the watcher emulates an accelerator run (the *CPU rule*,
 see ``docs/syncs.md``): a tensor is *host-side* when it was made inside the watched window on the
@@ -192,6 +192,7 @@ class SyncWatcher:
         try:
             self._patch_tensor_new()
             self._patch_cuda_synchronize()
+            self._patch_from_numpy()
             self._mode = _SyncMode(self)
             _push_mode(self._mode)
         except BaseException:
@@ -306,6 +307,24 @@ class SyncWatcher:
 
         self._restore.append(restore)
 
+    def _patch_from_numpy(self) -> None:
+        """See ``torch.from_numpy``: like the legacy constructor, no torch function mode does."""
+        original = torch.from_numpy
+        watcher = self
+
+        def from_numpy(array: Any) -> torch.Tensor:
+            tensor = original(array)
+            if watcher._recording_here():
+                watcher._on_host_data(tensor, array, "torch.from_numpy")
+            return tensor
+
+        torch.from_numpy = from_numpy
+
+        def restore() -> None:
+            torch.from_numpy = original
+
+        self._restore.append(restore)
+
     # -- recording ---------------------------------------------------------------------------
 
     def _recording_here(self) -> bool:
@@ -381,18 +400,22 @@ class SyncWatcher:
         data = args[0] if len(args) == 1 else None
         if isinstance(data, torch.Tensor):
             return
+        from_data = data is not None and not isinstance(data, (int, torch.Size))
+        self._on_host_data(tensor, data if from_data else None, "torch.Tensor")
+
+    def _on_host_data(self, tensor: torch.Tensor, data: Any, op: str) -> None:
+        """Track a host tensor made in the step outside any mode's view; ``data`` if from data."""
         self._ignore_depth += 1  # the fingerprint's own tensor calls are not the user's
         try:
             site = user_site()
             if site is None:
                 return
-            from_data = data is not None and not isinstance(data, (int, torch.Size))
             origin = _Origin(
-                "tensor-from-python-data" if from_data else "host-tensor-to-device",
-                "torch.Tensor",
+                "tensor-from-python-data" if data is not None else "host-tensor-to-device",
+                op,
                 site,
                 self._step,
-                _fingerprint(tensor, data) if from_data else None,
+                _fingerprint(tensor, data) if data is not None else None,
             )
             self._host[tensor] = origin
         finally:
