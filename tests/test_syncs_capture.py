@@ -402,3 +402,36 @@ def test_torchdoctors_own_calls_are_never_the_users():
         namespace["runner_hook"](w)  # called from user code, but the .item() is torchdoctor's
         w.sum().item()  # the user's own
     assert [e.line for e in watcher.events] == [lineno_of("w.sum().item()  # the user's own")]
+
+
+def test_started_and_stopped_in_optimizer_step_hooks_like_the_runner():
+    model = nn.Linear(4, 3)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(8, 4), torch.randint(0, 3, (8,))
+    watcher = SyncWatcher(on_accelerator=False)
+    steps_seen = []
+
+    def after_step(optimizer, args, kwargs):
+        steps_seen.append(len(steps_seen))
+        if len(steps_seen) == 1:
+            watcher.start()  # sampled steps begin after step 0
+        elif len(steps_seen) <= 3:
+            watcher.mark_step()
+            if len(steps_seen) == 3:
+                watcher.stop()
+
+    handle = opt.register_step_post_hook(after_step)
+    try:
+        for _ in range(5):
+            loss = nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            print(f"loss {loss:.3f}")  # a sync in every step; only 2 are watched
+    finally:
+        handle.remove()
+        watcher.stop()
+    (finding,) = watcher.findings()
+    assert finding.kind == "print-tensor" and finding.calls_per_step == 1.0
+    assert watcher.steps == 2
+    assert len(_get_current_function_mode_stack()) == 0
