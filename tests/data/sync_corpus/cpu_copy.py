@@ -4,9 +4,8 @@ history = []
 
 
 def step(model, optimizer, x, y, device):
-    x, y = x.to(device), y.to(device)
-    loss = F.cross_entropy(model(x), y)
-    optimizer.zero_grad()
-    loss.backward()
+    optimizer.zero_grad(set_to_none=True)
+    logits = model(x.to(device))
+    history.append(logits.detach().mean(0).cpu())  # expect: to-host
+    F.cross_entropy(logits, y.to(device)).backward()
     optimizer.step()
-    history.append(loss.detach().cpu())  # expect: to-host
