@@ -435,3 +435,11 @@ def test_started_and_stopped_in_optimizer_step_hooks_like_the_runner():
     assert finding.kind == "print-tensor" and finding.calls_per_step == 1.0
     assert watcher.steps == 2
     assert len(_get_current_function_mode_stack()) == 0
+
+
+def test_find_syncs_applies_the_cpu_rule_to_cpu_inputs_even_with_a_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a GPU machine
+    module = nn.Linear(4, 3)
+    findings = find_syncs(lambda: module(torch.randn(2, 4).detach()).sum().item())
+    assert sorted(f.kind for f in findings) == ["host-tensor-to-device", "item"]
+    assert all("on an accelerator" in f.title for f in findings)

@@ -773,12 +773,17 @@ def watch_syncs(on_accelerator: bool | None = None) -> Iterator[SyncWatch]:
 def find_syncs(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[Finding]:
     """Call ``fn(*args, **kwargs)`` once and return the syncs and copies it makes.
 
-    Tensors that exist before the call (parameters, the inputs) count as device-side on a CPU
-    run; see ``docs/syncs.md`` for the rule.
+    The run counts as an accelerator run when an argument (or a parameter of ``fn``, if it is a
+    module) is on an accelerator; otherwise the CPU rule applies, also on a machine with a GPU:
+    tensors that exist before the call count as device-side (see ``docs/syncs.md``).
 
     Returns:
         Findings, most costly first; empty when ``fn`` keeps its work on the device.
     """
-    with watch_syncs() as watch:
+    tensors = _tensors_in((args, kwargs))
+    if isinstance(fn, torch.nn.Module):
+        tensors += list(fn.parameters()) + list(fn.buffers())
+    on_accelerator = any(t.device.type not in ("cpu", "meta") for t in tensors)
+    with watch_syncs(on_accelerator=on_accelerator) as watch:
         fn(*args, **kwargs)
     return watch.findings
