@@ -23,6 +23,9 @@ _EXPORTS = {
     "build_cache": "torchdoctor.remedies",
     "cache_image_folder": "torchdoctor.remedies",
     "uint8_collate": "torchdoctor.remedies",
+    "find_syncs": "torchdoctor.capture.syncs",
+    "watch_syncs": "torchdoctor.capture.syncs",
+    "SyncWatcher": "torchdoctor.capture.syncs",
 }
 
 __all__ = ["__version__", *_EXPORTS]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import gc
 import inspect
 import statistics
+import sys
 import time
 import weakref
 from collections.abc import Callable, Iterator
@@ -192,9 +193,9 @@ class CaptureSession:
                     extra = bound.pop("kwargs", {})
                     args, kwargs = (), {**bound, **extra}
                     kwargs.update(session._overrides_for(loader, args, kwargs))
-                site = user_site(2)
+                site = user_site(sys._getframe(1))
                 if site is not None:
-                    session._created_at[id(loader)] = f"{site[0]}:{site[1]}"
+                    session._created_at[id(loader)] = f"{site.file}:{site.line}"
             return orig_init(loader, *args, **kwargs)
 
         def dataloader_iter(loader):

@@ -1,0 +1,92 @@
+"""sync_findings: grouping, calls per step, cost order, CPU wording, rebuilt constants."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from torchdoctor.analysis.syncs import KINDS, sync_findings
+
+
+def event(kind="item", line=10, step=0, duration_ns=None, fingerprint=None, **extra):
+    return {
+        "kind": kind,
+        "op": extra.pop("op", "Tensor.item"),
+        "file": extra.pop("file", "/proj/train.py"),
+        "line": line,
+        "source": extra.pop("source", "x = loss.item()"),
+        "step": step,
+        "duration_ns": duration_ns,
+        "fingerprint": fingerprint,
+        **extra,
+    }
+
+
+def test_identical_sites_are_grouped_with_calls_per_step():
+    events = [event(step=s) for s in (0, 0, 1, 1)] + [event(line=20, step=0)]
+    findings = sync_findings(events, steps=2, on_accelerator=False)
+    assert [(f.line, f.calls_per_step) for f in findings] == [(10, 2.0), (20, 0.5)]
+    assert findings[0].detail["calls"] == 4
+    assert "2 times per step" in findings[0].title
+
+
+def test_cpu_runs_say_what_would_happen_on_an_accelerator_and_have_no_cost():
+    findings = sync_findings(
+        [event(duration_ns=5_000_000), event("python-index", line=11)],
+        steps=1,
+        on_accelerator=False,
+    )
+    titles = {f.kind: f.title for f in findings}
+    assert "would block on an accelerator" in titles["item"]
+    assert "would be a host-to-device copy on an accelerator" in titles["python-index"]
+    assert all(f.cost_ms is None and f.severity == "warning" for f in findings)
+
+
+def test_accelerator_runs_are_ordered_by_measured_stall():
+    events = [
+        event("item", line=1, duration_ns=100_000),
+        event("tensor-assert", line=2, duration_ns=40_000_000),
+        event("tensor-assert", line=2, duration_ns=40_000_000),
+        event("tolist", line=3),
+    ]
+    findings = sync_findings(events, steps=2, on_accelerator=True)
+    assert [f.line for f in findings] == [2, 1, 3]
+    assert findings[0].cost_ms == 40.0
+    assert findings[0].severity == "critical"
+    assert findings[1].cost_ms == 0.05 and findings[1].severity == "warning"
+    assert findings[2].cost_ms is None
+    assert "makes the host wait for the device" in findings[0].title
+
+
+def test_same_values_at_one_site_become_a_rebuilt_constant():
+    same = [event("tensor-from-python-data", step=s, fingerprint="abc") for s in (0, 1)]
+    (finding,) = sync_findings(same, steps=2, on_accelerator=False)
+    assert finding.kind == "constant-rebuilt"
+    assert "register_buffer" in finding.fix
+
+    changing = [event("tensor-from-python-data", step=s, fingerprint=f"v{s}") for s in (0, 1)]
+    assert sync_findings(changing, 2, False)[0].kind == "tensor-from-python-data"
+    once = [event("tensor-from-python-data", fingerprint="abc")]
+    assert sync_findings(once, 1, False)[0].kind == "tensor-from-python-data"
+    unhashed = [event("tensor-from-python-data", step=s) for s in (0, 1)]
+    assert sync_findings(unhashed, 2, False)[0].kind == "tensor-from-python-data"
+
+
+def test_details_keep_library_and_use_sites():
+    events = [event(via="/venv/site-packages/lib.py:3", used_at="/proj/train.py:12")]
+    (finding,) = sync_findings(events, 1, False)
+    assert finding.detail["via"] == ["/venv/site-packages/lib.py:3"]
+    assert finding.detail["used_at"] == ["/proj/train.py:12"]
+    assert finding.source == "x = loss.item()" and finding.file == "/proj/train.py"
+
+
+def test_every_kind_has_a_concrete_fix():
+    for kind, info in KINDS.items():
+        assert info.group in ("sync", "copy"), kind
+        assert "`" in info.fix, kind  # names the code to write
+    assert sync_findings([], 3, True) == []
+
+
+def test_analysis_does_not_import_torch():
+    code = "import sys, torchdoctor.analysis.syncs; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
