@@ -142,6 +142,12 @@ def _run_options(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="skip the model-alone and loader-alone phases",
     )
+    p.add_argument(
+        "--sync-steps",
+        type=_non_negative_int,
+        default=2,
+        help="steps after warmup watched for host syncs and copies, not timed (default 2; 0: off)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress, only the report")
 
 
@@ -154,6 +160,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         warmup=args.warmup,
         counterfactuals=not args.no_counterfactuals,
         loader_doctor=args.loader_doctor,
+        sync_steps=args.sync_steps,
     )
     return run_cli(target, options, json_path=args.json, quiet=args.quiet, fix=args.fix)
 
@@ -359,8 +366,8 @@ def _non_negative_int(text: str) -> int:
 
 #: Subcommands that take a script after their options, and which of their options take a value.
 _SCRIPT_COMMANDS: dict[str, set[str]] = {
-    "run": {"--steps", "--warmup", "--json"},
-    "loader": {"--steps", "--warmup", "--json"},
+    "run": {"--steps", "--warmup", "--json", "--sync-steps"},
+    "loader": {"--steps", "--warmup", "--json", "--sync-steps"},
 }
 
 SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [

@@ -7,6 +7,7 @@ import importlib.util
 import os
 import platform
 import runpy
+import statistics
 import sys
 import traceback
 from dataclasses import dataclass, field
@@ -53,6 +54,8 @@ class RunOptions:
     steps: int = 20
     warmup: int = 5
     counterfactuals: bool = True
+    #: Steps after warmup watched by the host-sync finder (not timed); 0 turns it off.
+    sync_steps: int = 2
     loader_overrides: dict[str, Any] = field(default_factory=dict)
     #: "auto" (when the run looks input-bound), "always" or "off"; see CaptureOptions.
     loader_doctor: str = "auto"
@@ -64,6 +67,7 @@ class RunOptions:
             counterfactuals=self.counterfactuals,
             loader_overrides=dict(self.loader_overrides),
             loader_doctor=self.loader_doctor,
+            sync_steps=self.sync_steps,
         )
 
 
@@ -137,6 +141,12 @@ def build_record(
     )
     if opts.loader_overrides:
         record.extra["loader_overrides"] = dict(opts.loader_overrides)
+    record.findings.extend(session.sync_findings)
+    if session.sync_sample_ms:
+        record.overhead_ms["sync_sampled_step_ms"] = round(
+            statistics.median(session.sync_sample_ms), 3
+        )
+        record.extra["sync_sampled_steps"] = len(session.sync_sample_ms)
     if session.loader_diagnosis is not None:
         record.extra.update(session.loader_diagnosis.to_extra())
         record.findings.extend(session.loader_diagnosis.findings)
@@ -422,6 +432,7 @@ def verify_fix(
             counterfactuals=False,
             loader_overrides=overrides,
             loader_doctor="off",
+            sync_steps=0,
         )
         with ProgressDisplay(enabled=not quiet) as display:
             after = run_target(target, rerun, progress=display.update).record

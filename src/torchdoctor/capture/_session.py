@@ -37,7 +37,7 @@ from torch.utils.data import DataLoader
 from ..analysis.loader_memory import loader_memory
 from ..analysis.verdict import INPUT_BOUND, summarise
 from ..analysis.worker_sweep import SweepPolicy, WorkerSweep, sweep_candidates
-from ..record import LoaderAlone, LoaderSettings, RunRecord, StepSeries
+from ..record import Finding, LoaderAlone, LoaderSettings, RunRecord, StepSeries
 from ._frames import user_site
 from ._inloop_sweep import InLoopSweep
 from ._loaders import loader_settings
@@ -46,6 +46,7 @@ from ._sampler import SystemSampler
 from ._timeline import StepTimeline, parts_from_marks
 from .loader_doctor import LoaderDiagnosis, available_cpus, diagnose_loader, loader_findings
 from .loader_sweep import clone_loader, shutdown_workers
+from .syncs import SyncWatcher, alias_op
 
 #: Batches kept in memory for the model-alone replay, at most this many bytes (and ``steps``).
 REPLAY_MAX_BYTES = 512 * 2**20
@@ -62,6 +63,7 @@ class StopRun(BaseException):
 
 class Phase(str, Enum):
     WARMUP = "warmup"
+    SYNC_SAMPLE = "sync-sample"
     MEASURE = "measure"
     MODEL_ALONE = "model-alone"
     SWEEP = "worker-sweep"
@@ -83,6 +85,8 @@ class CaptureOptions:
     #: The loader doctor (worker sweep, transform costs, memory): "auto" runs it when the
     #: measured steps look input-bound, "always" (``torchdoctor loader``) or "off".
     loader_doctor: str = "auto"
+    #: Steps after warmup watched by the host-sync finder; they are not timed.
+    sync_steps: int = 2
 
 
 ProgressFn = Callable[[str, int, int], None]
@@ -139,6 +143,9 @@ class CaptureSession:
         self._sweep: InLoopSweep | None = None
         self.worker_sweep: WorkerSweep | None = None
         self.loader_diagnosis: LoaderDiagnosis | None = None
+        self._sync_watcher: SyncWatcher | None = None
+        self.sync_findings: list[Finding] = []
+        self.sync_sample_ms: list[float] = []
         self.sampler = SystemSampler()
         self.system = None
         self.loader_alone: LoaderAlone | None = None
@@ -225,6 +232,8 @@ class CaptureSession:
         p.set(_dl_mod._BaseDataLoaderIter, "__next__", iterator_next)
         p.set(torch.Tensor, "to", tensor_to)
         p.set(torch.Tensor, "cuda", tensor_cuda)
+        p.on_restore(alias_op(tensor_to, orig_to))
+        p.on_restore(alias_op(tensor_cuda, orig_cuda))
         p.set(torch.autograd, "backward", autograd_backward)
         # Global module hooks put every module call on torch's slow path (measured: 22% on an
         # 81-module MLP, benchmarks/capture_overhead.py). They find the outermost modules during
@@ -237,6 +246,7 @@ class CaptureSession:
         p.hook(_optim_mod.register_optimizer_step_pre_hook(self._optimizer_pre))
         p.hook(_optim_mod.register_optimizer_step_post_hook(self._optimizer_post))
         p.on_restore(self._stop_sampler)
+        p.on_restore(self._stop_sync_watcher)
 
     def uninstall(self) -> list[BaseException]:
         """Undo every patch and hook, and shut down DataLoader workers this run started."""
@@ -269,6 +279,11 @@ class CaptureSession:
         self._check_done()
         self.timeline.push(part)
         try:
+            if part == "to_device" and self._sync_watcher is not None:
+                # The batch copy is the "to device" part, not a finding; the watcher still
+                # notes the batch as moved.
+                with self._sync_watcher.ignore():
+                    return fn(*args, **kwargs)
             return fn(*args, **kwargs)
         finally:
             self.timeline.pop(part)
@@ -387,7 +402,19 @@ class CaptureSession:
             self._steps_done += 1
             self._progress(Phase.WARMUP.value, self._steps_done, self.options.warmup)
             if self._steps_done >= self.options.warmup:
+                if self.options.sync_steps > 0:
+                    self._start_sync_sample()
+                else:
+                    self._enter(Phase.MEASURE)
+        elif self.phase is Phase.SYNC_SAMPLE:
+            self.sync_sample_ms.append(sum(parts_from_marks(marks).values()))
+            self._steps_done += 1
+            self._progress(Phase.SYNC_SAMPLE.value, self._steps_done, self.options.sync_steps)
+            if self._steps_done >= self.options.sync_steps:
+                self._stop_sync_watcher()
                 self._enter(Phase.MEASURE)
+            elif self._sync_watcher is not None:
+                self._sync_watcher.mark_step()
         elif self.phase is Phase.MEASURE:
             self._measured_marks.append(marks)
             self._measured_batches.append(batches)
@@ -418,6 +445,26 @@ class CaptureSession:
             self.sampler.start()
             self._progress(phase.value, 0, self.options.steps)
         self.timeline.reset()
+
+    def _start_sync_sample(self) -> None:
+        """Watch the next steps for host syncs and per-step host-to-device copies."""
+        self.phase = Phase.SYNC_SAMPLE
+        self._steps_done = 0
+        self._progress(Phase.SYNC_SAMPLE.value, 0, self.options.sync_steps)
+        watcher = SyncWatcher(
+            on_accelerator=self._on_accelerator(),
+            is_batch_tensor=lambda t: id(t) in self._batch_ids,
+        )
+        watcher.start()
+        self._sync_watcher = watcher
+        self.timeline.reset()
+
+    def _stop_sync_watcher(self) -> None:
+        watcher, self._sync_watcher = self._sync_watcher, None
+        if watcher is None:
+            return
+        watcher.stop()
+        self.sync_findings = watcher.findings()
 
     def _after_measure(self) -> None:
         self.system = self.sampler.stop()

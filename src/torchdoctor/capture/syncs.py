@@ -592,6 +592,18 @@ class SyncWatcher:
         return out
 
 
+#: Python wrappers that torchdoctor's capture installs on ``torch.Tensor`` methods (``to``,
+#: ``cuda``), mapped to the methods they wrap. A function mode is handed the wrapper as ``func``
+#: for such a call; the rules below are keyed on the original.
+_ALIASES: dict[Any, Any] = {}
+
+
+def alias_op(wrapper: Any, original: Any) -> Callable[[], None]:
+    """Treat calls of ``wrapper`` as calls of ``original``; returns the undo."""
+    _ALIASES[wrapper] = original
+    return lambda: _ALIASES.pop(wrapper, None)
+
+
 class _SyncMode(TorchFunctionMode):
     """Routes each torch call to the watcher's rule for it."""
 
@@ -603,6 +615,7 @@ class _SyncMode(TorchFunctionMode):
         self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None
     ) -> Any:
         kwargs = kwargs or {}
+        func = _ALIASES.get(func, func)
         w = self.watcher
         if not w._active:
             return func(*args, **kwargs)

@@ -252,8 +252,6 @@ def _findings_table(record: RunRecord) -> Group:
         head = Text(f"{i}. ")
         head.append(f"[{f.severity}] ", style=_SEVERITY_STYLE.get(f.severity, ""))
         head.append(f.title, style="bold")
-        if f.calls_per_step:
-            head.append(f"  ({f.calls_per_step:g}x per step)", style="dim")
         items.append(head)
         if f.file:
             items.append(Text(f"   at {f.file}:{f.line}", style="cyan"))
