@@ -226,7 +226,9 @@ def _add_cache(sub: argparse._SubParsersAction) -> None:
     )
     build.add_argument("--mode", choices=("RGB", "L"), default="RGB", help="colour mode (RGB)")
     build.add_argument(
-        "--workers", type=_non_negative_int, help="build processes (default: one per CPU)"
+        "--workers",
+        type=_non_negative_int,
+        help="build processes (default: one per CPU from 2000 samples on, else none)",
     )
     build.add_argument(
         "--shard-mb", type=_positive_int, default=128, help="megabytes per shard file (128)"
