@@ -173,7 +173,7 @@ def main() -> None:
     )
 
     started = time.perf_counter()
-    build_cache(photos, cache, size=args.size, workers=args.workers, progress=False)
+    build_cache(photos, cache, size=args.size, workers=args.workers, overwrite=True, progress=False)
     build_s = time.perf_counter() - started
     dataset = CachedDataset(cache)
     print(f"cache: {cache} ({dataset.nbytes / 2**20:.0f} MiB), built or checked in {build_s:.1f} s")
