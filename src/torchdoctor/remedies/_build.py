@@ -451,8 +451,7 @@ def _finish(
     store.write_bytes(INDEX, index_bytes)
     store.write_json(MANIFEST, manifest)
     store.remove(store.list(BUILD_DIR))
-    if store.is_local:
-        _remove_empty_dir(store.local_path(BUILD_DIR))
+    _remove_empty_dir(store.staging_dir())  # and temp files a killed build left there
     return manifest
 
 
