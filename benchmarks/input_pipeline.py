@@ -173,7 +173,7 @@ def main() -> None:
     )
 
     started = time.perf_counter()
-    build_cache(photos, cache, size=args.size, workers=args.workers, progress=False)
+    build_cache(photos, cache, size=args.size, workers=args.workers, overwrite=True, progress=False)
     build_s = time.perf_counter() - started
     dataset = CachedDataset(cache)
     print(f"cache: {cache} ({dataset.nbytes / 2**20:.0f} MiB), built or checked in {build_s:.1f} s")
@@ -199,6 +199,9 @@ def main() -> None:
             normalize,
         ),
         "uint8": lambda: images_per_s(loader(dataset, collate_fn=uint8_collate)),
+        "uint8_inline": lambda: images_per_s(
+            DataLoader(dataset, batch_size=args.batch_size, shuffle=True, collate_fn=uint8_collate)
+        ),
         "memcpy": lambda: memcpy_images_per_s(dataset, args.batch_size),
     }
     # Rounds interleave the pipelines, so a burst of load from other jobs hits all of them;
@@ -224,6 +227,7 @@ def main() -> None:
     print(line("(b) CachedDataset + uint8_collate + Normalize", "cached"))
     print(line("    the same with num_workers=0", "inline"))
     print(line("    the same, uint8 left for the GPU", "uint8"))
+    print(line("    uint8 left for the GPU, num_workers=0", "uint8_inline"))
     print(line("(c) plain memory copy of the same bytes", "memcpy"))
     cached, decode, memcpy = median["cached"], median["decode"], median["memcpy"]
     print(f"  b/a = {cached / decode:5.1f}x   (goal >= 10x)")

@@ -184,3 +184,11 @@ def test_normalize_runs_on_the_device():  # pragma: no cover - GPU
     out = Normalize(MEAN, STD).cuda()(x)
     assert out.is_cuda
     torch.testing.assert_close(out.cpu(), _reference(x.cpu()), rtol=1e-5, atol=1e-5)
+
+
+def test_prefetcher_to_a_device_without_streams_moves_batches_plainly():
+    batches = [(torch.zeros(2, 3), {"y": torch.ones(2)}, "tag")]
+    prefetcher = DevicePrefetcher(batches, "meta")
+    assert prefetcher.stream is None
+    ((x, extra, tag),) = list(prefetcher)
+    assert x.device.type == "meta" and extra["y"].device.type == "meta" and tag == "tag"

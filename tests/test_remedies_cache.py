@@ -459,3 +459,22 @@ def test_demo_pipeline_trains_from_the_cache(tmp_path):
                     param -= 0.1 * param.grad
             steps += 1
     assert steps == 8 and torch.isfinite(loss)
+
+
+def test_encoded_cache_keeps_file_bytes_and_decodes_on_read(tmp_path):
+    folder = make_folder(tmp_path / "images")
+    manifest = build_cache(folder, tmp_path / "enc", encoded=True, progress=False)
+    assert manifest["image_layout"] == "encoded"
+    files = sorted(folder.glob("*/*.*g"))
+    assert manifest["fields"][0]["bytes"] == sum(p.stat().st_size for p in files)
+    for in_memory in (False, True):
+        ds = CachedDataset(tmp_path / "enc", in_memory=in_memory)
+        for i, path in enumerate(files):
+            image, label = ds[i]
+            with Image.open(path) as img:
+                np.testing.assert_array_equal(image, np.asarray(img.convert("RGB")))
+            assert label == ds.classes.index(path.parent.name)
+    raw, _ = CachedDataset(tmp_path / "enc", decode=False)[0]
+    assert raw.tobytes() == files[0].read_bytes()
+    with pytest.raises(CacheError, match="cannot resize"):
+        build_cache(folder, tmp_path / "bad", encoded=True, size=8, progress=False)

@@ -259,7 +259,14 @@ def _add_cache(sub: argparse._SubParsersAction) -> None:
     )
     build.add_argument("--mode", choices=("RGB", "L"), default="RGB", help="colour mode (RGB)")
     build.add_argument(
-        "--workers", type=_non_negative_int, help="build processes (default: one per CPU)"
+        "--encoded",
+        action="store_true",
+        help="keep the image files' bytes (smaller; decoded on every read) instead of pixels",
+    )
+    build.add_argument(
+        "--workers",
+        type=_non_negative_int,
+        help="build processes (default: one per CPU from 2000 samples on, else none)",
     )
     build.add_argument(
         "--shard-mb", type=_positive_int, default=128, help="megabytes per shard file (128)"
@@ -293,6 +300,7 @@ def _cmd_cache_build(args: argparse.Namespace) -> int:
         size=args.size,
         resize=args.resize,
         mode=args.mode,
+        encoded=args.encoded,
         workers=args.workers,
         shard_mb=args.shard_mb,
         overwrite=args.overwrite,

@@ -59,6 +59,7 @@ def build_cache(
     size: int | None = None,
     resize: str = "crop",
     mode: str = "RGB",
+    encoded: bool = False,
     workers: int | None = None,
     shard_mb: float = DEFAULT_SHARD_MB,
     overwrite: bool = False,
@@ -81,6 +82,7 @@ def build_cache(
             :class:`ImageOptions` for ``resize`` and ``mode``.
         resize: ``crop``, ``squash`` or ``shorter``.
         mode: ``RGB`` or ``L``.
+        encoded: keep image files' encoded bytes (decoded on every read) instead of pixels.
         workers: processes that build shards; None picks one per CPU for large sources.
         shard_mb: target megabytes per shard file.
         overwrite: replace a cache at ``dest`` built from another source or with other options.
@@ -94,7 +96,7 @@ def build_cache(
     Raises:
         CacheError: bad source, a sample that cannot be stored, or a different cache at ``dest``.
     """
-    options = ImageOptions(size=size, resize=resize, mode=mode)
+    options = ImageOptions(size=size, resize=resize, mode=mode, encoded=encoded)
     store = Store(dest, storage_options)
     src = open_source(
         source if callable(source) else os.fspath(source), options, source_storage_options
@@ -449,16 +451,18 @@ def _finish(
     store.write_bytes(INDEX, index_bytes)
     store.write_json(MANIFEST, manifest)
     store.remove(store.list(BUILD_DIR))
-    if store.is_local:
-        _remove_empty_dir(store.local_path(BUILD_DIR))
+    _remove_empty_dir(store.staging_dir())  # and temp files a killed build left there
     return manifest
 
 
 def _image_layout(field_specs: list[dict[str, Any]]) -> str | None:
-    """``HWC`` when the cache holds uint8 images (a field ``image`` of rank 3)."""
+    """``HWC`` when the cache holds uint8 images (a field ``image`` of rank 3), ``encoded`` when
+    it holds image files' bytes."""
     for spec in field_specs:
         if spec["name"] == "image" and spec["dtype"] == "|u1" and spec["ndim"] == 3:
             return "HWC"
+        if spec["name"] == "encoded" and spec["dtype"] == "|u1":
+            return "encoded"
     return None
 
 

@@ -12,6 +12,7 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from ._format import FIELD_DTYPES, FORMAT_NAME, FORMAT_VERSION, INDEX_DTYPE, MANIFEST
+from ._sources import ImageOptions, decode_image
 from ._storage import CacheError, Store, default_local_cache_dir, file_lock, sha256_file, url_key
 
 _REBUILD = "rebuild it with `torchdoctor cache build SOURCE DEST --overwrite`"
@@ -43,6 +44,8 @@ class CachedDataset(Dataset):
             ``$TORCHDOCTOR_CACHE_DIR`` or ``~/.cache/torchdoctor``).
         storage_options: fsspec options for a remote ``path``.
         transform: optional callable applied to each sample (random augmentations go here).
+        decode: for a cache built with ``encoded=True``, decode each image on read (the default)
+            into a uint8 HWC array; False returns the encoded bytes as a uint8 array.
 
     Raises:
         CacheError: no cache, a partial or damaged one, or one of an unknown format version.
@@ -57,6 +60,7 @@ class CachedDataset(Dataset):
         cache_dir: str | os.PathLike[str] | None = None,
         storage_options: dict[str, Any] | None = None,
         transform: Any = None,
+        decode: bool = True,
     ) -> None:
         self.path = os.fspath(path)
         self.in_memory = in_memory
@@ -76,6 +80,10 @@ class CachedDataset(Dataset):
         self.fields: list[dict[str, Any]] = self.manifest["fields"]
         self.field_names = [f["name"] for f in self.fields]
         self._sample_kind = _sample_kind(self.field_names)
+        # An encoded cache holds the files' bytes; reads decode them (a copy, unlike pixels).
+        self._decode = None
+        if self.field_names == ["encoded", "label"] and decode:
+            self._decode = ImageOptions(mode=self.manifest["options"].get("mode", "RGB"))
         self._shards: list[dict[str, np.ndarray]] | None = None
         self._pid = -1
 
@@ -123,6 +131,8 @@ class CachedDataset(Dataset):
                 dtype = FIELD_DTYPES[spec["dtype"]]
                 nbytes = int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
                 values.append(data[offset : offset + nbytes].view(dtype).reshape(dims))
+        if self._decode is not None:
+            values[0] = decode_image(values[0].tobytes(), self._decode)
         if self._sample_kind == "dict":
             sample: Any = dict(zip(self.field_names, values, strict=True))
         elif self._sample_kind == "single":
@@ -163,7 +173,7 @@ def _sample_kind(names: list[str]) -> str:
     """How samples come back: the shape the source gave them (see ``_sources.to_fields``)."""
     if names == ["0"] or names == ["image"]:
         return "single"
-    if names == ["image", "label"] or all(n.isdigit() for n in names):
+    if names in (["image", "label"], ["encoded", "label"]) or all(n.isdigit() for n in names):
         return "tuple"
     return "dict"
 

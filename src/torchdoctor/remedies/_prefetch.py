@@ -19,8 +19,8 @@ class DevicePrefetcher:
     its copy, and every tensor records the compute stream (``record_stream``), so the caching
     allocator does not reuse its memory while compute may still read it.
 
-    On the CPU (or a device without streams) batches pass through unchanged: the same loop code
-    runs everywhere.
+    On the CPU batches pass through unchanged, so the same loop code runs everywhere; to a device
+    without streams (MPS, ...) they are moved with a plain ``.to(device)``.
 
     Tensors anywhere in a batch (tuples, lists, dicts, namedtuples) are moved; other values pass
     through. Use ``DataLoader(pin_memory=True)`` so the copy can be asynchronous; unpinned tensors
@@ -40,7 +40,12 @@ class DevicePrefetcher:
     def __init__(self, loader: Iterable[Any], device: torch.device | str | None = None) -> None:
         self.loader = loader
         self.device = _resolve_device(device)
-        self._copier = _StreamCopier(self.device) if _has_streams(self.device) else _PassThrough()
+        if self.device.type == "cpu":
+            self._copier: Any = _PassThrough()
+        elif _has_streams(self.device):
+            self._copier = _StreamCopier(self.device)
+        else:  # a device without streams (mps, meta, ...): plain copies, nothing to overlap
+            self._copier = _PlainCopier(self.device)
 
     def __len__(self) -> int:
         return len(self.loader)  # type: ignore[arg-type]
@@ -67,6 +72,19 @@ class _PassThrough:
 
     def iterate(self, batches: Iterator[Any]) -> Iterator[Any]:
         yield from batches
+
+
+class _PlainCopier:
+    """Moves each batch with a plain ``.to(device)`` where there is no stream to overlap on."""
+
+    stream = None
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+    def iterate(self, batches: Iterator[Any]) -> Iterator[Any]:
+        for batch in batches:
+            yield _apply(batch, lambda tensor: tensor.to(self.device))
 
 
 class _StreamCopier:
@@ -134,7 +152,7 @@ def _resolve_device(device: torch.device | str | None) -> torch.device:
 
 def _has_streams(device: torch.device) -> bool:
     """Whether ``device`` is an accelerator with streams that is present here."""
-    if device.type in ("cpu", "meta"):
+    if device.type in ("cpu", "meta", "mps"):
         return False
     backend = getattr(torch, device.type, None)
     is_available = getattr(backend, "is_available", None)
@@ -142,7 +160,9 @@ def _has_streams(device: torch.device) -> bool:
 
 
 def _new_stream(device: torch.device) -> Any:
-    if hasattr(torch, "accelerator") and hasattr(torch, "Stream"):
+    # The generic torch.Stream is used where it is also a context manager (torch >= 2.7);
+    # before that, the backend's own class (torch.cuda.Stream, torch.xpu.Stream).
+    if hasattr(torch, "accelerator") and hasattr(getattr(torch, "Stream", None), "__enter__"):
         with contextlib.suppress(RuntimeError, TypeError, ValueError):
             return torch.Stream(device=device)
     return getattr(torch, device.type).Stream(device=device)
