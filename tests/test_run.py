@@ -130,7 +130,7 @@ def test_short_dataset_rolls_over_epochs():
 
 
 def test_dataset_shorter_than_warmup_plus_steps_reports_fewer():
-    out = run(LOOP, "--dataset-len", "20", "--epochs", "1", steps=10)  # 5 steps in all
+    out = run(LOOP, "--dataset-len", "20", "--epochs", "1", steps=10, sync_steps=0)  # 5 steps
     assert out.record.status == "partial"
     assert out.record.measured_steps == 3
     assert any("3 of 10 measured steps" in n for n in out.record.notes)
@@ -410,3 +410,28 @@ def test_batch_copies_count_as_to_device():
     rec = run_.record
     assert rec.parts_ms["to_device"].min > 0
     assert rec.seen["forward_calls"] >= 4
+
+
+def test_seed_004_loss_lines_are_found_and_a_clean_loop_has_none(tmp_path):
+    from torchdoctor.demo import DEMO_SCRIPT, generate_images
+
+    images = generate_images(tmp_path / "images", per_class=4, size=32)
+    rec = run_target(
+        Target(script=str(DEMO_SCRIPT), argv=["--data", str(images), "--batch-size", "8"]),
+        RunOptions(steps=2, warmup=1, counterfactuals=False),
+    ).record
+    source = DEMO_SCRIPT.read_text().splitlines()
+    found = {
+        (f.kind, source[f.line - 1].strip().split("#")[0].strip()) for f in rec.findings if f.file
+    }
+    assert (
+        "constant-rebuilt",
+        "weight = torch.tensor(CLASS_WEIGHTS, device=logits.device)",
+    ) in found
+    assert ("tensor-assert", "assert target.max() < NUM_CLASSES") in found
+    assert ("python-index", "picked = log_probs[range(len(target)), target]") in found
+    assert rec.extra["sync_sampled_steps"] == 2
+    assert rec.measured_steps == 2  # the watched steps are not among the timed ones
+
+    clean = run(LOOP, steps=2, warmup=1, counterfactuals=False).record
+    assert [f for f in clean.findings if f.file] == []
