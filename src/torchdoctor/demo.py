@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -49,60 +50,96 @@ def generate_images(root: Path, per_class: int = IMAGES_PER_CLASS, size: int = I
     return root
 
 
+@dataclass
+class DemoResult:
+    """Both diagnoses and how long each stage took (seconds)."""
+
+    before: RunRecord | None = None
+    after: RunRecord | None = None
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.before is not None and self.after is not None
+
+
 def run_demo(json_dir: str | None = None, steps: int = 20, workdir: str | None = None) -> int:
     """Run the whole demo; returns an exit status."""
+    return EXIT_OK if demo(json_dir, steps, workdir).ok else 1
+
+
+def demo(
+    json_dir: str | None = None,
+    steps: int = 20,
+    workdir: str | None = None,
+    console: Console | None = None,
+) -> DemoResult:
+    """Run the demo and return its records and stage timings."""
     require("PIL", "the demo (it decodes JPEG files with Pillow)")
-    console = Console()
+    console = console or Console()
     if workdir is not None:
         return _run_in(Path(workdir), json_dir, steps, console)
     with tempfile.TemporaryDirectory(prefix="torchdoctor-demo-") as tmp:
         return _run_in(Path(tmp), json_dir, steps, console)
 
 
-def _run_in(work: Path, json_dir: str | None, steps: int, console: Console) -> int:
+def _run_in(work: Path, json_dir: str | None, steps: int, console: Console) -> DemoResult:
     from .remedies import build_cache
 
+    result = DemoResult()
+    seconds = result.seconds
     t_start = time.perf_counter()
     images = work / "images"
     console.print(
         f"[bold cyan]torchdoctor demo[/] generating {IMAGES_PER_CLASS * 10} JPEG images in {images}"
     )
     generate_images(images)
+    seconds["images"] = time.perf_counter() - t_start
 
     console.rule("[bold]1. the script as written")
-    before = _diagnose(
+    t0 = time.perf_counter()
+    result.before = _diagnose(
         ["--data", str(images), "--variant", "slow"], steps, console, "before: slow pipeline"
     )
-    if before is None:
-        return 1
+    seconds["before_diagnosis"] = time.perf_counter() - t0
+    if result.before is None:
+        return result
 
     console.rule("[bold]2. the fix")
     cache = work / "cache"
     t0 = time.perf_counter()
     build_cache(str(images), str(cache), size=CACHE_SIZE, progress=False)
+    seconds["cache_build"] = time.perf_counter() - t0
     console.print(
         f"preprocessed once, offline: decode + resize to {CACHE_SIZE}px into a uint8 cache "
-        f"({time.perf_counter() - t0:.1f} s): `torchdoctor cache build {images} {cache} --size {CACHE_SIZE}`"
+        f"({seconds['cache_build']:.1f} s): "
+        f"`torchdoctor cache build {images} {cache} --size {CACHE_SIZE}`"
     )
     console.print(
         "the script then reads torchdoctor.CachedDataset with uint8_collate, normalises inside "
         "the model (torchdoctor.Normalize), and uses nn.CrossEntropyLoss(weight=...) built once"
     )
-    after = _diagnose(
+    t0 = time.perf_counter()
+    result.after = _diagnose(
         ["--data", str(cache), "--variant", "fixed"], steps, console, "after: fixed pipeline"
     )
-    if after is None:
-        return 1
+    seconds["after_diagnosis"] = time.perf_counter() - t0
+    if result.after is None:
+        return result
 
     console.rule("[bold]3. measured speedup")
-    console.print(_comparison(before, after))
-    console.print(f"demo finished in {time.perf_counter() - t_start:.0f} s")
+    console.print(_comparison(result.before, result.after))
+    seconds["total"] = time.perf_counter() - t_start
+    console.print(
+        f"demo finished in {seconds['total']:.0f} s "
+        f"(first verdict after {seconds['images'] + seconds['before_diagnosis']:.0f} s)"
+    )
     if json_dir:
         out = Path(json_dir)
-        before.save(out / "before.json")
-        after.save(out / "after.json")
+        result.before.save(out / "before.json")
+        result.after.save(out / "after.json")
         console.print(f"run records written to {out / 'before.json'} and {out / 'after.json'}")
-    return EXIT_OK
+    return result
 
 
 def _diagnose(argv: list[str], steps: int, console: Console, title: str) -> RunRecord | None:

@@ -31,11 +31,12 @@ class SystemSampler:
         self._gpu_util: list[float] = []
         self._gpu_mem: list[float] = []
         self._nvml = _nvml_handle()
+        self._cpu_times = psutil.cpu_times(percpu=True)
 
     def start(self) -> None:
         if self._thread is not None:
             return
-        psutil.cpu_percent(percpu=True)  # prime: the first call has no interval to report
+        self._cpu_times = psutil.cpu_times(percpu=True)
         self._t0 = time.monotonic()
         self._thread = threading.Thread(target=self._loop, name="torchdoctor-sampler", daemon=True)
         self._thread.start()
@@ -46,8 +47,10 @@ class SystemSampler:
             self._stop.set()
             self._thread.join(timeout=5.0)
             self._thread = None
-        if not self._timeline:
-            self._sample()  # a run shorter than one interval still gets one sample
+        try:
+            self._sample()  # the tail since the last sample (a short run gets its only one)
+        except psutil.Error:
+            pass
         return self.summary()
 
     def _loop(self) -> None:
@@ -59,7 +62,7 @@ class SystemSampler:
 
     def _sample(self) -> None:
         self._timeline.append(round(time.monotonic() - self._t0, 3))
-        self._cpu.append(psutil.cpu_percent(percpu=True))
+        self._cpu.append(self._cpu_busy_since_last())
         self._main_rss.append(self._proc.memory_info().rss / 2**20)
         workers_rss = 0.0
         children = self._proc.children(recursive=True)
@@ -74,6 +77,22 @@ class SystemSampler:
             util, mem_mb = _nvml_read(self._nvml)
             self._gpu_util.append(util)
             self._gpu_mem.append(mem_mb)
+
+    def _cpu_busy_since_last(self) -> list[float]:
+        """CPU % per core since the previous sample, from our own cpu_times deltas.
+
+        (``psutil.cpu_percent`` keeps one baseline per process, which other callers reset.)
+        """
+        now = psutil.cpu_times(percpu=True)
+        busy = []
+        for before, after in zip(self._cpu_times, now):
+            total = sum(after) - sum(before)
+            idle = (after.idle + getattr(after, "iowait", 0.0)) - (
+                before.idle + getattr(before, "iowait", 0.0)
+            )
+            busy.append(round(100.0 * (total - idle) / total, 1) if total > 0 else 0.0)
+        self._cpu_times = now
+        return busy
 
     def summary(self) -> SystemUsage | None:
         if not self._timeline:

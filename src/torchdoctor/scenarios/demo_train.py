@@ -69,14 +69,14 @@ class Net(nn.Module):
         super().__init__()
         self.normalize = normalize
         self.features = nn.Sequential(
-            nn.Conv2d(3, 16, 3, padding=1),
+            nn.Conv2d(3, 8, 3, padding=1),
             nn.ReLU(),
             nn.MaxPool2d(2),
-            nn.Conv2d(16, 32, 3, padding=1),
+            nn.Conv2d(8, 16, 3, padding=1),
             nn.ReLU(),
             nn.MaxPool2d(4),
         )
-        self.head = nn.Linear(32 * 8 * 8, NUM_CLASSES)
+        self.head = nn.Linear(16 * 8 * 8, NUM_CLASSES)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.normalize is not None:
