@@ -26,6 +26,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from ..trace._tables import RankTrace
+from . import _intervals
 
 #: Gaps between GPU events on one stream shorter than this count as kernel-launch overhead
 #: ("kernel wait"). HTA's default ``consecutive_kernel_delay=30``, applied to trace units (us).
@@ -144,25 +145,6 @@ def gpu_view(t: RankTrace, n_step_names: int, include_last_step: bool = False) -
     return view
 
 
-def _union(intervals: list[tuple[float, float]]) -> tuple[float, float, float]:
-    """(first start, last end, total covered time) of possibly overlapping intervals."""
-    if not intervals:
-        return 0.0, 0.0, 0.0
-    intervals.sort()
-    covered = 0.0
-    cur_s, cur_e = intervals[0]
-    last_end = cur_e
-    for s, e in intervals[1:]:
-        if s > cur_e:
-            covered += cur_e - cur_s
-            cur_s, cur_e = s, e
-        elif e > cur_e:
-            cur_e = e
-    covered += cur_e - cur_s
-    last_end = cur_e
-    return intervals[0][0], last_end, covered
-
-
 @dataclass
 class TemporalBreakdown:
     """Where the GPU's time went over the kernel span of one rank."""
@@ -184,13 +166,12 @@ def temporal_breakdown(t: RankTrace, view: GpuView) -> TemporalBreakdown | None:
     if not view.ts:
         return None
     names = t.names
-    all_iv = list(zip(view.ts, view.end))
-    first, last, busy = _union(all_iv)
-    span = last - first
+    span = max(view.end) - min(view.ts)
+    busy = _intervals.covered(_intervals.merge(zip(view.ts, view.end, strict=True)))
     by_type: dict[str, list[tuple[float, float]]] = {}
-    for s, e, nid in zip(view.ts, view.end, view.name):
+    for s, e, nid in zip(view.ts, view.end, view.name, strict=True):
         by_type.setdefault(kernel_type(names[nid]), []).append((s, e))
-    by_type_us = {k: _union(v)[2] for k, v in by_type.items()}
+    by_type_us = {k: _intervals.covered(_intervals.merge(v)) for k, v in by_type.items()}
     compute = by_type_us.get("COMPUTATION", 0.0)
     idle = span - busy
     non_compute = span - compute - idle
