@@ -125,7 +125,12 @@ class EventStream:
             except json.JSONDecodeError as exc:
                 # Incomplete value at the end of the buffer: read more and retry. A value that
                 # still fails with the whole file read (or absurdly long) is corrupt.
-                if len(self._buf) - self._pos > MAX_EVENT_CHARS or not self._fill():
+                if len(self._buf) - self._pos > MAX_EVENT_CHARS:
+                    raise self._error(f"invalid JSON ({exc.msg})") from None
+                at_end = exc.pos >= len(self._buf.rstrip()) or exc.msg.startswith("Unterminated")
+                if not self._fill():
+                    if at_end:
+                        raise self._error("the file ends early (truncated)") from None
                     raise self._error(f"invalid JSON ({exc.msg})") from None
                 continue
             if end == len(self._buf) and not self._eof:

@@ -69,8 +69,10 @@ class RankTrace:
 
     @property
     def label(self) -> str:
-        """``rank N`` or the file name when the trace names no rank."""
-        return f"rank {self.rank}" if self.rank is not None else Path(self.path).name
+        """``rank N``, or the file name's first part when the trace names no rank."""
+        if self.rank is not None:
+            return f"rank {self.rank}"
+        return Path(self.path).name.split(".")[0] or Path(self.path).name
 
     def cat_id(self, cat: str) -> int:
         """Id of category ``cat`` (-1 when the trace has none)."""
