@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Iterable
 
 
@@ -23,10 +24,21 @@ def covered(merged: list[tuple[float, float]]) -> float:
     return sum(e - s for s, e in merged)
 
 
-def clip(merged: list[tuple[float, float]], start: float, end: float) -> list[tuple[float, float]]:
-    """The parts of merged intervals inside ``[start, end)``."""
+def clip(
+    merged: list[tuple[float, float]],
+    start: float,
+    end: float,
+    ends: list[float] | None = None,
+) -> list[tuple[float, float]]:
+    """The parts of merged intervals inside ``[start, end)``.
+
+    ``ends`` (the interval ends, in order) lets repeated calls skip to the window by bisection
+    instead of scanning from the beginning.
+    """
+    first = bisect_right(ends, start) if ends is not None else 0
     out = []
-    for s, e in merged:
+    for k in range(first, len(merged)):
+        s, e = merged[k]
         if e <= start:
             continue
         if s >= end:

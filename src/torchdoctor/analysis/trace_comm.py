@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from ..trace._tables import RankTrace
 from . import _intervals
-from .trace_gpu import GpuView, kernel_type
+from .trace_gpu import GpuView, kernel_types
 
 #: A rank whose median step is this much slower than the fastest rank's is a straggler.
 STRAGGLER_SKEW = 0.10
@@ -29,8 +29,9 @@ class CommOverlap:
 def comm_overlap(t: RankTrace, view: GpuView) -> CommOverlap | None:
     """Overlap of communication and computation kernels; ``None`` without communication."""
     comm, comp = [], []
+    types = kernel_types(t.names, view.name)
     for s, e, nid in zip(view.ts, view.end, view.name, strict=True):
-        kind = kernel_type(t.names[nid])
+        kind = types[nid]
         if kind == "COMMUNICATION":
             comm.append((s, e))
         elif kind == "COMPUTATION":

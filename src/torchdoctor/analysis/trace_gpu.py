@@ -50,6 +50,11 @@ def kernel_type(name: str) -> str:
     return "OTHER"
 
 
+def kernel_types(names: list[str], ids: list[int]) -> dict[int, str]:
+    """:func:`kernel_type` of each distinct name id in ``ids`` (computed once per name)."""
+    return {nid: kernel_type(names[nid]) for nid in set(ids)}
+
+
 @dataclass
 class GpuView:
     """The GPU events of one rank after HTA's filtering: parallel lists, one entry per event."""
@@ -168,9 +173,10 @@ def temporal_breakdown(t: RankTrace, view: GpuView) -> TemporalBreakdown | None:
     names = t.names
     span = max(view.end) - min(view.ts)
     busy = _intervals.covered(_intervals.merge(zip(view.ts, view.end, strict=True)))
+    types = kernel_types(names, view.name)
     by_type: dict[str, list[tuple[float, float]]] = {}
     for s, e, nid in zip(view.ts, view.end, view.name, strict=True):
-        by_type.setdefault(kernel_type(names[nid]), []).append((s, e))
+        by_type.setdefault(types[nid], []).append((s, e))
     by_type_us = {k: _intervals.covered(_intervals.merge(v)) for k, v in by_type.items()}
     compute = by_type_us.get("COMPUTATION", 0.0)
     idle = span - busy

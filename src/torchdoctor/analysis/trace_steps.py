@@ -131,6 +131,7 @@ def step_breakdown(t: RankTrace, include_last_step: bool = False) -> StepBreakdo
         for p in STEP_PARTS
         if p != "other"
     }
+    ends = {p: [e for _, e in merged[p]] for p in merged}
     per_step: list[dict[str, float]] = []
     for w in windows:
         claimed: list[tuple[float, float]] = []
@@ -140,7 +141,8 @@ def step_breakdown(t: RankTrace, include_last_step: bool = False) -> StepBreakdo
             if p == "other":
                 parts[p] = max(0.0, w.wall_us - before) / 1000.0
                 continue
-            claimed = _intervals.merge(claimed + _intervals.clip(merged[p], w.start_us, w.end_us))
+            inside = _intervals.clip(merged[p], w.start_us, w.end_us, ends[p])
+            claimed = _intervals.merge(claimed + inside)
             now = _intervals.covered(claimed)
             parts[p] = (now - before) / 1000.0
             before = now
