@@ -15,6 +15,8 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "watch": "torchdoctor.runner",
     "RunRecord": "torchdoctor.record",
+    "analyze_trace": "torchdoctor.analysis.trace_analysis",
+    "StepProfiler": "torchdoctor.capture.profiler",
 }
 
 __all__ = ["__version__", *_EXPORTS]

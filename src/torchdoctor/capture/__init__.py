@@ -1,1 +1,5 @@
-"""torchdoctor.capture."""
+"""torchdoctor.capture: live instrumentation of a running script."""
+
+from .profiler import StepProfiler
+
+__all__ = ["StepProfiler"]

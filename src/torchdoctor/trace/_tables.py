@@ -137,12 +137,14 @@ def load_trace(path: str | os.PathLike[str]) -> RankTrace:
             if ts is None:
                 continue
         dur = ev.get("dur")
-        cat = ev.get("cat")
-        if dur is None or cat is None or cat == "Trace":
+        if dur is None:  # flows, instants and metadata have no duration
             if ev.get("ph") == "M" and ev.get("name") == "thread_name":
                 label = (ev.get("args") or {}).get("name")
                 if isinstance(label, str):
                     t.thread_names[(ident(ev.get("pid")), ident(ev.get("tid")))] = label
+            continue
+        cat = ev.get("cat")
+        if cat is None or cat == "Trace":
             continue
         name = ev.get("name", "")
         if type(name) is not str:
@@ -181,8 +183,10 @@ def load_trace(path: str | os.PathLike[str]) -> RankTrace:
         a_index(position)
         a_cat(cid)
         a_name(nid)
-        a_pid(ident(ev.get("pid", -1)))
-        a_tid(ident(ev.get("tid", -1)))
+        pid = ev.get("pid", -1)
+        a_pid(pid if type(pid) is int else ident(pid))
+        tid = ev.get("tid", -1)
+        a_tid(tid if type(tid) is int else ident(tid))
         a_stream(stream_id)
         a_corr(corr)
         a_ext(ext)
