@@ -86,9 +86,10 @@ def test_truncated_gzip_is_a_clear_error(tmp_path):
         load_trace(path)
 
 
-def test_json_without_trace_events_is_rejected(tmp_path):
+@pytest.mark.parametrize("text", ["{}", '{"schema_version": 1, "steps": []}'])
+def test_json_without_trace_events_is_rejected(tmp_path, text):
     path = tmp_path / "record.json"
-    path.write_text("{}")
+    path.write_text(text)
     with pytest.raises(TraceFormatError, match="no traceEvents"):
         load_trace(path)
 
@@ -96,11 +97,16 @@ def test_json_without_trace_events_is_rejected(tmp_path):
 def test_find_trace_files_expands_directories(tmp_path):
     (tmp_path / "run").mkdir()
     a = training_trace(rank=0).write(tmp_path / "run" / "a.json")
-    b = training_trace(rank=1).write(tmp_path / "run" / "b.pt.trace.json.gz")
+    b = training_trace(rank=1).write(tmp_path / "run" / "b.json.gz")
     (tmp_path / "run" / "notes.txt").write_text("x")
     assert find_trace_files([tmp_path / "run"]) == sorted([a, b])
     with pytest.raises(TraceFormatError, match="no such file"):
         find_trace_files([tmp_path / "missing.json"])
+    # Beside profiler output (*.pt.trace.json), other JSON files are not taken for traces.
+    (tmp_path / "tb").mkdir()
+    c = training_trace().write(tmp_path / "tb" / "host_1.123.pt.trace.json")
+    (tmp_path / "tb" / "analysis.json").write_text("{}")
+    assert find_trace_files([tmp_path / "tb"]) == [c]
     (tmp_path / "empty").mkdir()
     with pytest.raises(TraceFormatError, match="no .json"):
         find_trace_files([tmp_path / "empty"])

@@ -68,6 +68,8 @@ class EventStream:
         self.metadata: dict[str, Any] = {}
         #: Uncompressed bytes read so far (for MB/s figures).
         self.bytes_read = 0
+        #: Whether a traceEvents array (or a bare event array) was found.
+        self.has_events = False
         self._decoder = json.JSONDecoder()
         self._buf = ""
         self._pos = 0
@@ -162,6 +164,7 @@ class EventStream:
         if ch == "[":
             # The Trace Event Format also allows a bare array of events.
             self._pos += 1
+            self.has_events = True
             yield from self._events()
             return
         self._expect("{", "a JSON object '{' at the start")
@@ -175,6 +178,7 @@ class EventStream:
             self._expect(":", "':'")
             if key == "traceEvents":
                 self._expect("[", "the traceEvents array '['")
+                self.has_events = True
                 yield from self._events()
             else:
                 self.metadata[key] = self._value()

@@ -193,7 +193,7 @@ def load_trace(path: str | os.PathLike[str]) -> RankTrace:
         row += 1
 
     meta = stream.metadata
-    if "traceEvents" not in meta and position < 0 and not meta:
+    if not stream.has_events:
         raise TraceFormatError(
             f"{path}: not a Kineto trace (no traceEvents)",
             "pass a trace written by torch.profiler (a .json or .json.gz file)",
@@ -226,6 +226,10 @@ def find_trace_files(paths: list[str | os.PathLike[str]]) -> list[Path]:
                 for q in p.rglob("*")
                 if q.is_file() and (q.name.endswith(".json") or q.name.endswith(".json.gz"))
             )
+            # tensorboard_trace_handler names its files *.pt.trace.json[.gz]; when a directory
+            # has those, other JSON files beside them (saved records, configs) are not traces.
+            profiler_files = [q for q in inside if ".pt.trace.json" in q.name]
+            inside = profiler_files or inside
             if not inside:
                 raise TraceFormatError(
                     f"{p}: no .json or .json.gz trace files in this directory",
