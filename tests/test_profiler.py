@@ -9,8 +9,9 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from torchdoctor.analysis.trace_analysis import analyze_trace
+from torchdoctor.analysis.trace_analysis import analyze_trace, attach_trace
 from torchdoctor.capture.profiler import LABEL_PREFIX, StepProfiler
+from torchdoctor.record import RunRecord, Verdict
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -78,6 +79,13 @@ def test_cpu_trace_is_tensorboard_shaped_and_analyze_reads_it_back(tmp_path):
     # The sleeping dataset dominates each step: the trace says so in run's words.
     assert record.verdict.kind == "INPUT-BOUND"
     assert rank["dataloader_share"] > 0.3
+
+    # What `run --trace` does with the files: the run's record gains the trace section.
+    run_record = RunRecord(verdict=Verdict("HOST-BOUND", "why", "next"))
+    attach_trace(run_record, prof.trace_paths)
+    assert run_record.verdict.kind == "HOST-BOUND"
+    assert run_record.extra["trace"]["verdict"]["kind"] == "INPUT-BOUND"
+    assert any(f.kind == "dataloader" for f in run_record.findings)
 
 
 def test_stop_is_idempotent_and_releases_before_the_active_steps(tmp_path):

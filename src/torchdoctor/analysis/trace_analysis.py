@@ -126,6 +126,7 @@ def analyse_traces(
         "skew": _plain(skew),
         "include_last_step": include_last_step,
         "thresholds": trace_verdict.thresholds(),
+        "verdict": _plain(verdict),
         "parse": {
             "mb": sum(t.uncompressed_bytes for t in traces) / 1e6,
             "seconds": sum(t.parse_seconds for t in traces),
@@ -162,3 +163,23 @@ def analyze_trace(
 
     files = find_trace_files([paths] if isinstance(paths, str) else list(paths))
     return analyse_traces([load_trace(f) for f in files], command, include_last_step)
+
+
+def attach_trace(record: RunRecord, paths: list[str] | list[Any]) -> RunRecord:
+    """Analyse the traces a run recorded and add the results to the run's own record.
+
+    The run keeps its verdict (it measured more than a trace shows); the trace's verdict goes
+    to ``extra["trace"]["verdict"]``, its findings are appended and its notes kept.
+
+    Args:
+        record: the record of ``torchdoctor run``.
+        paths: the trace files (``StepProfiler.trace_paths``) or their directory.
+
+    Returns:
+        ``record``, changed in place.
+    """
+    traced = analyze_trace([str(p) for p in paths])
+    record.extra["trace"] = traced.extra["trace"]
+    record.findings.extend(traced.findings)
+    record.notes.extend(f"trace: {n}" for n in traced.notes)
+    return record

@@ -118,9 +118,9 @@ def _top_kernels(ranks: list[dict[str, Any]], console: Console) -> None:
         return
     console.print(Text(f"Top kernels ({r['label']}, whole trace)", style="bold"))
     table = Table(show_edge=False)
-    table.add_column("kernel", overflow="ellipsis", max_width=44, no_wrap=True)
-    for col in ("calls", "total ms", "mean us", "GPU share"):
-        table.add_column(col, justify="right")
+    table.add_column("kernel", overflow="ellipsis", max_width=36, no_wrap=True)
+    for col in ("calls", "total ms", "mean us", "share"):
+        table.add_column(col, justify="right", no_wrap=True, min_width=7)
     for k in r["top_kernels"][:5]:
         table.add_row(
             k["name"],
