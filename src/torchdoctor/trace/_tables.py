@@ -28,6 +28,8 @@ CAT_MEMCPY = "gpu_memcpy"
 CAT_MEMSET = "gpu_memset"
 CAT_SYNC = "cuda_sync"
 CAT_PYTHON = "python_function"
+#: Categories whose args are skipped when parsing: they never link host and device.
+_NO_LINK_CATS = frozenset({CAT_CPU_OP, CAT_PYTHON})
 
 
 @dataclass
@@ -35,7 +37,9 @@ class RankTrace:
     """One trace file (one rank) as column tables. Row ``i`` of every column is one event.
 
     Times are microseconds as written in the file (``ts`` absolute, ``dur`` a length).
-    ``stream`` is -1 for host events; ``correlation`` and ``external_id`` are -1 when absent.
+    ``stream`` is -1 for host events; ``correlation`` is -1 when absent. The args of
+    ``cpu_op`` and ``python_function`` events (the bulk of a trace) are not read: neither
+    carries a stream or a correlation id.
     """
 
     path: str
@@ -54,7 +58,6 @@ class RankTrace:
     tid: array = field(default_factory=lambda: array("q"))
     stream: array = field(default_factory=lambda: array("q"))
     correlation: array = field(default_factory=lambda: array("q"))
-    external_id: array = field(default_factory=lambda: array("q"))
     #: bytes moved by gpu_memcpy / gpu_memset rows, by row number
     copy_bytes: dict[int, float] = field(default_factory=dict)
     #: whether any event has a fractional or missing ``ts`` (HTA then rounds timestamps)
@@ -115,7 +118,7 @@ def load_trace(path: str | os.PathLike[str]) -> RankTrace:
     t = RankTrace(str(path), None, None, {}, names, cats)
     a_index, a_cat, a_name = t.index.append, t.cat.append, t.name.append
     a_ts, a_dur, a_pid, a_tid = t.ts.append, t.dur.append, t.pid.append, t.tid.append
-    a_stream, a_corr, a_ext = t.stream.append, t.correlation.append, t.external_id.append
+    a_stream, a_corr = t.stream.append, t.correlation.append
     copy_bytes = t.copy_bytes
     fractional = False
     row = 0
@@ -157,21 +160,19 @@ def load_trace(path: str | os.PathLike[str]) -> RankTrace:
         if cid is None:
             cid = cat_ids[cat] = len(cats)
             cats.append(str(cat))
-        args = ev.get("args")
+        args = ev.get("args") if cat not in _NO_LINK_CATS else None
         if args:
             s = args.get("stream")
             stream_id = s if type(s) is int else _int_or(s, -1)
             c = args.get("correlation")
             corr = c if type(c) is int else _int_or(c, -1)
-            e = args.get("External id")
-            ext = e if type(e) is int else _int_or(e, -1)
             if "bytes" in args and (cat == CAT_MEMCPY or cat == CAT_MEMSET):
                 try:
                     copy_bytes[row] = float(args["bytes"])
                 except (TypeError, ValueError):
                     pass
         else:
-            stream_id = corr = ext = -1
+            stream_id = corr = -1
         try:
             a_ts(ts)
             a_dur(dur)
@@ -189,7 +190,6 @@ def load_trace(path: str | os.PathLike[str]) -> RankTrace:
         a_tid(tid if type(tid) is int else ident(tid))
         a_stream(stream_id)
         a_corr(corr)
-        a_ext(ext)
         row += 1
 
     meta = stream.metadata
