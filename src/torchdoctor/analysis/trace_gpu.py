@@ -68,9 +68,6 @@ class GpuView:
     launch_ts: list[float] = field(default_factory=list)
     #: rows of the RankTrace (for names, categories)
     row: list[int] = field(default_factory=list)
-    #: host events kept (the window the GPU numbers describe), as (start, end) of its span
-    window_us: tuple[float, float] | None = None
-    last_step_dropped: bool = False
 
 
 def step_names(traces: list[RankTrace]) -> set[str]:
@@ -125,11 +122,11 @@ def gpu_view(t: RankTrace, n_step_names: int, include_last_step: bool = False) -
             for i in range(n):
                 if is_gpu[i]:
                     # An inner join: one copy per kept host event with this correlation.
-                    multiplicity[i] = kept_corr.get(corr[i], 0)
+                    # Device syncs without a correlation (-1) would match every host event;
+                    # copies change no union and syncs are not in the idle split, so keep one.
+                    copies = kept_corr.get(corr[i], 0)
+                    multiplicity[i] = min(copies, 1) if corr[i] == -1 else copies
                     keep[i] = multiplicity[i] > 0
-            view.last_step_dropped = not include_last_step
-            kept_host = [start[i] for i in range(n) if keep[i] and not is_gpu[i]]
-            view.window_us = (min(kept_host), last_start) if kept_host else None
 
     nan = math.nan
     for i in range(n):
