@@ -209,3 +209,23 @@ def test_cli_analyze_bad_file_is_an_error_without_traceback(tmp_path, capsys, co
 def test_cli_analyze_missing_path(tmp_path, capsys):
     assert main(["analyze", str(tmp_path / "nope")]) == 2
     assert "no such file or directory" in capsys.readouterr().err
+
+
+def test_render_trace_section_for_the_lead_renderer(tmp_path):
+    from rich.console import Console
+
+    from torchdoctor.report.trace_terminal import render_trace_section
+
+    console = Console(record=True, width=100)
+    render_trace_section(RunRecord(), console)  # a run record without a trace: nothing
+    assert console.export_text() == ""
+    cpu_only = TraceBuilder(rank=None)
+    cpu_only.step(1, 0, 100)
+    cpu_only.host("aten::mm", 10, 50)
+    for record in (
+        analyse_traces([_load(cpu_only, tmp_path, "cpu.json")]),
+        analyse_traces([_load(training_trace(rank=r), tmp_path, f"r{r}.json") for r in (0, 1)]),
+    ):
+        render_trace_section(record, console)
+    text = console.export_text()
+    assert "no GPU activity" in text and "rank 1" in text and "gemm_kernel" in text

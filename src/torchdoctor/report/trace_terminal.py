@@ -31,6 +31,8 @@ _VERDICT_STYLE = {
     "HOST-BOUND": "bold red",
     "COMMUNICATION-BOUND": "bold magenta",
 }
+#: Step wall times listed under the step table, per rank.
+MAX_STEPS_LISTED = 12
 _SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "dim"}
 
 
@@ -71,6 +73,15 @@ def _step_table(ranks: list[dict[str, Any]], console: Console) -> None:
         total += [_ms(r["step_wall_ms"] / max(1, r["analysed_steps"])), "100%"]
     table.add_row(*total, style="bold")
     console.print(table)
+    for r in ranks:
+        shown = r["steps"][:MAX_STEPS_LISTED]
+        listed = ", ".join(
+            f"{s['name'].replace('ProfilerStep', '')} {_ms(s['wall_ms'])}" for s in shown
+        )
+        more = f", ... ({len(r['steps'])} in all)" if len(r["steps"]) > len(shown) else ""
+        left_out = len(r["steps"]) - r["analysed_steps"]
+        tail = f"; the last {left_out} not in the totals" if left_out else ""
+        console.print(Text(f"steps of {r['label']} (ms): {listed}{more}{tail}", style="dim"))
     console.print()
 
 
