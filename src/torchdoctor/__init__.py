@@ -26,6 +26,8 @@ _EXPORTS = {
     "find_syncs": "torchdoctor.capture.syncs",
     "watch_syncs": "torchdoctor.capture.syncs",
     "SyncWatcher": "torchdoctor.capture.syncs",
+    "analyze_trace": "torchdoctor.analysis.trace_analysis",
+    "StepProfiler": "torchdoctor.capture.profiler",
 }
 
 __all__ = ["__version__", *_EXPORTS]

@@ -1,5 +1,6 @@
-"""torchdoctor.analysis: pure functions from records and events to findings (no torch import)."""
+"""torchdoctor.analysis: pure functions from records, events and traces to findings and verdicts."""
 
-from torchdoctor.analysis.syncs import sync_findings
+from .syncs import sync_findings
+from .trace_analysis import analyse_traces, analyze_trace
 
-__all__ = ["sync_findings"]
+__all__ = ["analyse_traces", "analyze_trace", "sync_findings"]

@@ -1,0 +1,167 @@
+"""Parse speed (MB/s of uncompressed JSON) and peak RSS of trace readers, side by side.
+
+Generates a Kineto-shaped trace of the requested size in /tmp (never in the repo), then runs each
+reader in a fresh child process so its peak RSS is its own:
+
+- ``json.load``     : the whole file loaded at once (what HTA's default JSON backend does);
+- ``ijson-yajl2_c`` : ijson's C backend streaming ``traceEvents.item`` (if ijson is installed);
+- ``stream``        : torchdoctor's streaming reader, events only (no tables);
+- ``load_trace``    : torchdoctor's reader building the per-rank column tables;
+- ``analyze``       : load_trace plus every analysis and the verdict (the whole ``analyze``).
+
+Usage::
+
+    .venv/bin/python benchmarks/trace_parse.py --size-mb 1024
+    .venv/bin/python benchmarks/trace_parse.py --size-mb 100 --readers stream,load_trace
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+READERS = ("json.load", "ijson-yajl2_c", "stream", "load_trace", "analyze")
+
+
+def generate(path: Path, size_mb: float) -> int:
+    """Write a trace of about ``size_mb`` MB: steps of host ops, launches, kernels, stacks."""
+    target = int(size_mb * 1e6)
+    written = 0
+    corr = 0
+    ts = 1_700_000_000_000_000
+    step = 0
+    with open(path, "w", encoding="utf-8") as fh:
+        head = '{"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 1},\n'
+        head += '"deviceProperties": [{"id": 0, "name": "Synthetic GPU"}],\n"traceEvents": [\n'
+        fh.write(head)
+        written += len(head)
+        first = True
+        while written < target:
+            step += 1
+            parts = [
+                f'{{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#{step}", '
+                f'"pid": 1, "tid": 1, "ts": {ts}, "dur": 20000, "args": {{"External id": {step}}}}}'
+            ]
+            t = ts
+            for i in range(400):
+                corr += 1
+                parts.append(
+                    f'{{"ph": "X", "cat": "python_function", "name": "train.py({i % 90}): step", '
+                    f'"pid": 1, "tid": 1, "ts": {t}, "dur": 40, '
+                    f'"args": {{"Python parent id": {i}, "Python id": {i + 1}}}}}'
+                )
+                parts.append(
+                    f'{{"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "pid": 1, "tid": 1, '
+                    f'"ts": {t + 1}, "dur": 30, "args": {{"External id": {corr}, '
+                    f'"Sequence number": {corr}, "Fwd thread id": 0, "Record function id": 0}}}}'
+                )
+                parts.append(
+                    f'{{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, '
+                    f'"tid": 1, "ts": {t + 5}, "dur": 6, '
+                    f'"args": {{"External id": {corr}, "cbid": 211, "correlation": {corr}}}}}'
+                )
+                parts.append(
+                    f'{{"ph": "X", "cat": "kernel", "name": "void gemm_kernel<float, 128, 64>'
+                    f'(float const*, float*, int)", "pid": 0, "tid": 7, "ts": {t + 12}, '
+                    f'"dur": 35, "args": {{"External id": {corr}, "queued": 0, "device": 0, '
+                    f'"context": 1, "stream": 7, "correlation": {corr}, "registers per thread": 72, '
+                    f'"shared memory": 16384, "blocks per SM": 1.2, "warps per SM": 9.6, '
+                    f'"grid": [128, 1, 1], "block": [256, 1, 1], "est. achieved occupancy %": 18}}}}'
+                )
+                parts.append(
+                    f'{{"ph": "f", "id": {corr}, "pid": 0, "tid": 7, "ts": {t + 12}, '
+                    f'"cat": "ac2g", "name": "ac2g", "bp": "e"}}'
+                )
+                t += 50
+            ts += 20000
+            text = (",\n" if not first else "") + ",\n".join(parts)
+            first = False
+            fh.write(text)
+            written += len(text)
+        tail = '\n], "traceName": "synthetic"}\n'
+        fh.write(tail)
+        written += len(tail)
+    return written
+
+
+def measure(reader: str, path: Path) -> dict[str, float]:
+    """Run one reader over ``path`` in this process; return seconds, events, peak RSS."""
+    started = time.perf_counter()
+    events = 0
+    if reader == "json.load":
+        with open(path, "rb") as fh:
+            events = len(json.load(fh)["traceEvents"])
+    elif reader == "ijson-yajl2_c":
+        import ijson
+
+        if ijson.backend != "yajl2_c":
+            raise SystemExit(f"ijson backend is {ijson.backend}, not yajl2_c")
+        with open(path, "rb") as fh:
+            for _ in ijson.items(fh, "traceEvents.item", use_float=True):
+                events += 1
+    elif reader == "stream":
+        from torchdoctor.trace import iter_events
+
+        for _ in iter_events(path):
+            events += 1
+    elif reader == "load_trace":
+        from torchdoctor.trace import load_trace
+
+        events = len(load_trace(path))
+    elif reader == "analyze":
+        from torchdoctor.analysis.trace_analysis import analyze_trace
+
+        record = analyze_trace(str(path))
+        events = record.extra["trace"]["ranks"][0]["events"]
+    seconds = time.perf_counter() - started
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"seconds": seconds, "events": events, "peak_rss_mb": peak_mb}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size-mb", type=float, default=1024)
+    parser.add_argument("--path", type=Path, default=None, help="reuse or write this trace")
+    parser.add_argument("--readers", default=",".join(READERS))
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+
+    if args.child:
+        print(json.dumps(measure(args.child, args.path)))
+        return
+
+    path = args.path or Path("/tmp/torchdoctor-bench") / f"trace_{int(args.size_mb)}MB.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        t0 = time.perf_counter()
+        generate(path, args.size_mb)
+        print(f"generated {path} in {time.perf_counter() - t0:.1f} s")
+    size_mb = path.stat().st_size / 1e6
+    print(f"trace: {path} ({size_mb:.0f} MB uncompressed JSON)")
+    print(f"{'reader':<16}{'seconds':>9}{'MB/s':>8}{'events':>11}{'peak RSS MB':>13}")
+    for reader in args.readers.split(","):
+        proc = subprocess.run(
+            [sys.executable, __file__, "--child", reader, "--path", str(path)],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")},
+        )
+        if proc.returncode != 0:
+            last = (proc.stderr.strip().splitlines() or ["failed"])[-1]
+            print(f"{reader:<16} failed: {last}")
+            continue
+        r = json.loads(proc.stdout.strip().splitlines()[-1])
+        print(
+            f"{reader:<16}{r['seconds']:>9.1f}{size_mb / r['seconds']:>8.1f}"
+            f"{r['events']:>11,}{r['peak_rss_mb']:>13,.0f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

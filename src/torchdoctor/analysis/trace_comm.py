@@ -1,0 +1,74 @@
+"""Multi-GPU views of a trace: communication/computation overlap and per-rank step skew."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from ..trace._tables import RankTrace
+from . import _intervals
+from .trace_gpu import GpuView, kernel_types
+
+#: A rank whose median step is this much slower than the fastest rank's is a straggler.
+STRAGGLER_SKEW = 0.10
+
+
+@dataclass
+class CommOverlap:
+    """Communication kernels of one rank and how much of them ran under computation."""
+
+    comm_ms: float
+    compute_ms: float
+    overlapped_ms: float
+    #: share of communication time that overlapped computation (HTA's comm_comp_overlap)
+    overlap_pct: float
+    #: communication time with no computation under it, as a share of the kernel span
+    exposed_pct: float
+
+
+def comm_overlap(t: RankTrace, view: GpuView) -> CommOverlap | None:
+    """Overlap of communication and computation kernels; ``None`` without communication."""
+    comm, comp = [], []
+    types = kernel_types(t.names, view.name)
+    for s, e, nid in zip(view.ts, view.end, view.name, strict=True):
+        kind = types[nid]
+        if kind == "COMMUNICATION":
+            comm.append((s, e))
+        elif kind == "COMPUTATION":
+            comp.append((s, e))
+    if not comm:
+        return None
+    comm_m, comp_m = _intervals.merge(comm), _intervals.merge(comp)
+    comm_us, comp_us = _intervals.covered(comm_m), _intervals.covered(comp_m)
+    both = _intervals.intersection(comm_m, comp_m)
+    span = max(view.end) - min(view.ts)
+    return CommOverlap(
+        comm_ms=comm_us / 1000.0,
+        compute_ms=comp_us / 1000.0,
+        overlapped_ms=both / 1000.0,
+        overlap_pct=100.0 * both / comm_us if comm_us else 0.0,
+        exposed_pct=100.0 * (comm_us - both) / span if span > 0 else 0.0,
+    )
+
+
+@dataclass
+class RankSkew:
+    """Median step time per rank and the spread between the slowest and fastest rank."""
+
+    median_step_ms: dict[str, float]
+    slowest: str
+    fastest: str
+    #: (slowest - fastest) / fastest
+    skew: float
+    straggler: bool
+
+
+def rank_skew(step_ms_by_rank: dict[str, list[float]]) -> RankSkew | None:
+    """Compare ranks' median step times; ``None`` with fewer than two ranks with steps."""
+    medians = {r: statistics.median(v) for r, v in step_ms_by_rank.items() if v}
+    if len(medians) < 2:
+        return None
+    slowest = max(medians, key=medians.__getitem__)
+    fastest = min(medians, key=medians.__getitem__)
+    skew = (medians[slowest] - medians[fastest]) / medians[fastest] if medians[fastest] else 0.0
+    return RankSkew(medians, slowest, fastest, skew, skew >= STRAGGLER_SKEW)

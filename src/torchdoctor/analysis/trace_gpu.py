@@ -1,0 +1,248 @@
+"""GPU temporal and idle-time breakdowns of a trace, with HolisticTraceAnalysis's definitions.
+
+The numbers agree with HTA 0.5.0 on the same file (tests/test_trace_hta_agreement.py holds
+them to 0.5 percentage points against tests/data/hta_reference.json). The definitions, restated:
+
+- **GPU events** are the events with a CUDA/HIP stream (kernels, memcpy, memset, stream syncs).
+- **Kernel span**: first GPU event start to last GPU event end. **Idle** is the span minus the
+  union of all GPU event intervals; **compute** is the union of computation kernels (not NCCL,
+  not memcpy/memset, not syncs); **non-compute** is the rest of the busy time.
+- **Last ProfilerStep left out** (HTA's default): when the trace set has two or more
+  ProfilerStep names, host events from the start of the last ProfilerStep on are dropped, and
+  GPU events are kept only when a kept host event shares their correlation id.
+- **Timestamp rounding**: when any event has a fractional ``ts`` (nanosecond-resolution traces),
+  start times are rounded up and end times down to whole microseconds, as HTA does.
+- **Idle split**, per stream, over kernels, memcpy and memset (not syncs): each gap before a GPU event is *host wait* when the host call that
+  launched it started after the previous event on the stream ended (the GPU waited for the
+  CPU); else *kernel wait* when the gap is under :data:`CONSECUTIVE_KERNEL_DELAY_US`; else
+  *other* (waiting on another stream, an event, communication).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+from ..trace._tables import RankTrace
+from . import _intervals
+
+#: Gaps between GPU events on one stream shorter than this count as kernel-launch overhead
+#: ("kernel wait"). HTA's default ``consecutive_kernel_delay=30``, applied to trace units (us).
+CONSECUTIVE_KERNEL_DELAY_US = 30.0
+
+_COMM_RE = re.compile(r"^nccl.*Kernel")
+_MEMORY_RE = re.compile(r"(^Memcpy)|(^Memset)|(^dma)")
+_NOT_COMPUTE_RE = re.compile(r"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)")
+#: Device-wide sync events have no stream but run on the GPU.
+_DEVICE_SYNC_NAMES = ("Event Sync", "Context Sync")
+
+
+def kernel_type(name: str) -> str:
+    """``COMMUNICATION``, ``MEMORY``, ``COMPUTATION`` or ``OTHER`` for a GPU event name."""
+    if _COMM_RE.match(name):
+        return "COMMUNICATION"
+    if _MEMORY_RE.match(name):
+        return "MEMORY"
+    if not _NOT_COMPUTE_RE.match(name):
+        return "COMPUTATION"
+    return "OTHER"
+
+
+def kernel_types(names: list[str], ids: list[int]) -> dict[int, str]:
+    """:func:`kernel_type` of each distinct name id in ``ids`` (computed once per name)."""
+    return {nid: kernel_type(names[nid]) for nid in set(ids)}
+
+
+@dataclass
+class GpuView:
+    """The GPU events of one rank after HTA's filtering: parallel lists, one entry per event."""
+
+    rank_label: str
+    ts: list[float] = field(default_factory=list)
+    end: list[float] = field(default_factory=list)
+    stream: list[int] = field(default_factory=list)
+    name: list[int] = field(default_factory=list)
+    #: start of the host call that launched the event (nan when unknown)
+    launch_ts: list[float] = field(default_factory=list)
+    #: rows of the RankTrace (for names, categories)
+    row: list[int] = field(default_factory=list)
+
+
+def step_names(traces: list[RankTrace]) -> set[str]:
+    """Distinct names containing ``ProfilerStep`` across ``traces`` (HTA counts symbols)."""
+    out: set[str] = set()
+    for t in traces:
+        out.update(n for n in t.names if "ProfilerStep" in n)
+    return out
+
+
+def _rounded(t: RankTrace) -> tuple[list[float], list[float]]:
+    """Start and end times, rounded like HTA when the trace has fractional timestamps."""
+    ts, dur = t.ts, t.dur
+    if not t.ts_fractional:
+        return list(ts), [ts[i] + dur[i] for i in range(len(ts))]
+    ceil, floor = math.ceil, math.floor
+    return [float(ceil(x)) for x in ts], [float(floor(ts[i] + dur[i])) for i in range(len(ts))]
+
+
+def gpu_view(t: RankTrace, n_step_names: int, include_last_step: bool = False) -> GpuView:
+    """Select the GPU events of ``t`` as HTA does (see the module docstring)."""
+    start, end = _rounded(t)
+    stream, corr, name = t.stream, t.correlation, t.name
+    sync_ids = {i for i, n in enumerate(t.names) if n in _DEVICE_SYNC_NAMES}
+    n = len(start)
+    is_gpu = [(stream[i] >= 0 and corr[i] >= 0) or name[i] in sync_ids for i in range(n)]
+
+    # The host event each GPU event links to: the last host event (in file order) that
+    # carries the same correlation id.
+    host_by_corr: dict[int, int] = {}
+    for i in range(n):
+        if not is_gpu[i] and corr[i] != -1:
+            host_by_corr[corr[i]] = i
+
+    multiplicity = [1] * n
+    keep = [True] * n
+    view = GpuView(t.label)
+    if n_step_names >= 2:
+        step_ids = {i for i, nm in enumerate(t.names) if "ProfilerStep" in nm}
+        step_rows = [i for i in range(n) if not is_gpu[i] and name[i] in step_ids]
+        if step_rows:
+            last_start = max(start[i] for i in step_rows)
+            last_end = max(end[i] for i in step_rows)
+            kept_corr: Counter[int] = Counter()
+            for i in range(n):
+                if is_gpu[i]:
+                    continue
+                ok = start[i] <= last_end if include_last_step else start[i] < last_start
+                keep[i] = ok
+                if ok:
+                    kept_corr[corr[i]] += 1
+            for i in range(n):
+                if is_gpu[i]:
+                    # An inner join: one copy per kept host event with this correlation.
+                    # Device syncs without a correlation (-1) would match every host event;
+                    # copies change no union and syncs are not in the idle split, so keep one.
+                    copies = kept_corr.get(corr[i], 0)
+                    multiplicity[i] = min(copies, 1) if corr[i] == -1 else copies
+                    keep[i] = multiplicity[i] > 0
+
+    nan = math.nan
+    for i in range(n):
+        if not keep[i] or stream[i] == -1:
+            continue
+        if is_gpu[i]:
+            h = host_by_corr.get(corr[i])
+            launch = start[h] if h is not None and keep[h] else nan
+        else:
+            launch = nan
+        for _ in range(multiplicity[i]):
+            view.ts.append(start[i])
+            view.end.append(end[i])
+            view.stream.append(stream[i])
+            view.name.append(name[i])
+            view.launch_ts.append(launch)
+            view.row.append(i)
+    return view
+
+
+@dataclass
+class TemporalBreakdown:
+    """Where the GPU's time went over the kernel span of one rank."""
+
+    rank: str
+    kernel_span_us: float
+    idle_us: float
+    compute_us: float
+    non_compute_us: float
+    idle_pct: float
+    compute_pct: float
+    non_compute_pct: float
+    #: busy time by kernel type (union within each type)
+    by_type_us: dict[str, float] = field(default_factory=dict)
+
+
+def temporal_breakdown(t: RankTrace, view: GpuView) -> TemporalBreakdown | None:
+    """The temporal breakdown of one rank; ``None`` when it has no GPU events."""
+    if not view.ts:
+        return None
+    names = t.names
+    span = max(view.end) - min(view.ts)
+    busy = _intervals.covered(_intervals.merge(zip(view.ts, view.end, strict=True)))
+    types = kernel_types(names, view.name)
+    by_type: dict[str, list[tuple[float, float]]] = {}
+    for s, e, nid in zip(view.ts, view.end, view.name, strict=True):
+        by_type.setdefault(types[nid], []).append((s, e))
+    by_type_us = {k: _intervals.covered(_intervals.merge(v)) for k, v in by_type.items()}
+    compute = by_type_us.get("COMPUTATION", 0.0)
+    idle = span - busy
+    non_compute = span - compute - idle
+
+    def pct(x: float) -> float:
+        return 100.0 * x / span if span > 0 else 0.0
+
+    return TemporalBreakdown(
+        rank=view.rank_label,
+        kernel_span_us=span,
+        idle_us=idle,
+        compute_us=compute,
+        non_compute_us=non_compute,
+        idle_pct=pct(idle),
+        compute_pct=pct(compute),
+        non_compute_pct=pct(non_compute),
+        by_type_us=by_type_us,
+    )
+
+
+IDLE_CATEGORIES = ("host_wait", "kernel_wait", "other")
+
+
+@dataclass
+class IdleBreakdown:
+    """GPU idle time of one rank split by cause, per stream and in total."""
+
+    rank: str
+    #: stream -> category -> idle microseconds
+    streams_us: dict[int, dict[str, float]]
+    total_us: dict[str, float]
+    #: share of each category in the rank's idle time, percent
+    share_pct: dict[str, float]
+
+
+#: The idle split looks at these categories only (stream syncs are waits, not work).
+IDLE_SPLIT_CATEGORIES = ("kernel", "Kernel", "gpu_memset", "Memset", "gpu_memcpy", "Memcpy")
+
+
+def idle_breakdown(
+    t: RankTrace, view: GpuView, consecutive_kernel_delay_us: float = CONSECUTIVE_KERNEL_DELAY_US
+) -> IdleBreakdown | None:
+    """Split the gaps between GPU events on each stream into host/kernel/other wait."""
+    cat_ids = {t.cat_id(c) for c in IDLE_SPLIT_CATEGORIES} - {-1}
+    per_stream: dict[int, list[int]] = {}
+    for k, s in enumerate(view.stream):
+        if t.cat[view.row[k]] in cat_ids:
+            per_stream.setdefault(s, []).append(k)
+    if not per_stream:
+        return None
+    streams_us: dict[int, dict[str, float]] = {}
+    for s, ks in per_stream.items():
+        ks.sort(key=lambda k: view.ts[k])
+        sums = dict.fromkeys(IDLE_CATEGORIES, 0.0)
+        prev_end = None
+        for k in ks:
+            if prev_end is not None:
+                gap = view.ts[k] - prev_end
+                launch = view.launch_ts[k]
+                if launch > prev_end:  # False for nan, as in HTA
+                    sums["host_wait"] += gap
+                elif gap < consecutive_kernel_delay_us:
+                    sums["kernel_wait"] += gap
+                else:
+                    sums["other"] += gap
+            prev_end = view.end[k]
+        streams_us[s] = sums
+    total = {c: sum(v[c] for v in streams_us.values()) for c in IDLE_CATEGORIES}
+    whole = sum(total.values())
+    share = {c: (100.0 * total[c] / whole if whole > 0 else 0.0) for c in IDLE_CATEGORIES}
+    return IdleBreakdown(view.rank_label, streams_us, total, share)

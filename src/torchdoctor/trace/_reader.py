@@ -1,0 +1,202 @@
+"""Stream the events of a Kineto (torch.profiler) JSON trace without loading the whole file.
+
+A Kineto trace is one JSON object whose ``traceEvents`` array holds millions of small objects.
+Loading it with ``json.load`` needs several times the file size in Python objects; here the
+array is walked one event at a time with the standard library's C scanner
+(``json.JSONDecoder.raw_decode``) over a sliding text buffer, so memory stays bounded by the
+buffer and by what the caller keeps. ``ijson`` with its C (yajl2_c) backend is an optional
+alternative; ``benchmarks/trace_parse.py`` measures both side by side.
+"""
+
+from __future__ import annotations
+
+import codecs
+import gzip
+import io
+import json
+import os
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from .._errors import TorchdoctorError
+
+#: Bytes read from the file per refill. 1 MiB keeps the buffer small while each raw_decode
+#: call still sees thousands of events.
+CHUNK_BYTES = 1 << 20
+
+#: One event larger than this cannot be a real Kineto event; the file is corrupt.
+MAX_EVENT_CHARS = 64 << 20
+
+_WS = " \t\n\r"
+
+
+class TraceFormatError(TorchdoctorError):
+    """The file is not a readable Kineto trace (truncated, corrupt, or another format)."""
+
+
+def open_text(path: str | os.PathLike[str]) -> io.BufferedIOBase:
+    """Open a ``.json`` or ``.json.gz`` trace as a binary stream (gzip detected by magic)."""
+    p = Path(path)
+    try:
+        raw = open(p, "rb")  # noqa: SIM115 - returned to the caller
+    except FileNotFoundError:
+        raise TraceFormatError(f"{p}: no such file", "pass a .json or .json.gz trace") from None
+    except IsADirectoryError:
+        raise TraceFormatError(f"{p}: is a directory") from None
+    except OSError as exc:
+        raise TraceFormatError(f"{p}: cannot read ({exc.strerror})") from None
+    magic = raw.peek(2)[:2] if hasattr(raw, "peek") else b""
+    if magic == b"\x1f\x8b":
+        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+    return raw  # type: ignore[return-value]
+
+
+class EventStream:
+    """Iterate the ``traceEvents`` of one trace; the other top-level keys land in ``metadata``.
+
+    ``metadata`` is complete only after the iteration finished, because Kineto may write keys
+    (``traceName``, ``deviceProperties``) after the events.
+
+    Args:
+        path: a ``.json`` or ``.json.gz`` Kineto trace.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.metadata: dict[str, Any] = {}
+        #: Uncompressed bytes read so far (for MB/s figures).
+        self.bytes_read = 0
+        #: Whether a traceEvents array (or a bare event array) was found.
+        self.has_events = False
+        self._decoder = json.JSONDecoder()
+        self._buf = ""
+        self._pos = 0
+        self._eof = False
+        self._fh: io.BufferedIOBase | None = None
+        self._text = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    # --- buffer --------------------------------------------------------------------------
+
+    def _fill(self) -> bool:
+        """Append a chunk to the buffer, dropping what was consumed; False at end of file."""
+        if self._eof:
+            return False
+        assert self._fh is not None
+        try:
+            data = self._fh.read(CHUNK_BYTES)
+        except (EOFError, OSError, zlib.error) as exc:
+            raise self._error(f"the compressed stream is damaged ({exc})") from None
+        self.bytes_read += len(data)
+        if not data:
+            self._eof = True
+            self._buf = self._buf[self._pos :] + self._text.decode(b"", final=True)
+            self._pos = 0
+            return False
+        self._buf = self._buf[self._pos :] + self._text.decode(data)
+        self._pos = 0
+        return True
+
+    def _skip_ws(self) -> str:
+        """Skip whitespace and return the next character ('' at end of file)."""
+        while True:
+            buf, pos, n = self._buf, self._pos, len(self._buf)
+            while pos < n and buf[pos] in _WS:
+                pos += 1
+            self._pos = pos
+            if pos < n:
+                return buf[pos]
+            if not self._fill():
+                return ""
+
+    def _expect(self, chars: str, what: str) -> str:
+        ch = self._skip_ws()
+        if not ch or ch not in chars:
+            found = "the end of the file" if not ch else repr(ch)
+            raise self._error(f"expected {what} but found {found}")
+        self._pos += 1
+        return ch
+
+    def _value(self) -> Any:
+        """Decode one JSON value at the cursor, refilling the buffer until it is complete."""
+        self._skip_ws()
+        while True:
+            try:
+                value, end = self._decoder.raw_decode(self._buf, self._pos)
+            except json.JSONDecodeError as exc:
+                # Incomplete value at the end of the buffer: read more and retry. A value that
+                # still fails with the whole file read (or absurdly long) is corrupt.
+                if len(self._buf) - self._pos > MAX_EVENT_CHARS:
+                    raise self._error(f"invalid JSON ({exc.msg})") from None
+                at_end = exc.pos >= len(self._buf.rstrip()) or exc.msg.startswith("Unterminated")
+                if not self._fill():
+                    if at_end:
+                        raise self._error("the file ends early (truncated)") from None
+                    raise self._error(f"invalid JSON ({exc.msg})") from None
+                continue
+            if end == len(self._buf) and not self._eof:
+                # A number may continue in the next chunk ("12" + "34"); re-read to be sure.
+                if self._fill():
+                    continue
+            self._pos = end
+            return value
+
+    def _error(self, what: str) -> TraceFormatError:
+        where = f" after {self.bytes_read / 1e6:.1f} MB" if self.bytes_read > 1e6 else ""
+        return TraceFormatError(
+            f"{self.path}: not a readable trace: {what}{where}",
+            "the file may be truncated or corrupt; re-export it with "
+            "torch.profiler (export_chrome_trace or tensorboard_trace_handler)",
+        )
+
+    # --- structure ------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        self._fh = open_text(self.path)
+        try:
+            yield from self._document()
+        finally:
+            self._fh.close()
+
+    def _document(self) -> Iterator[dict[str, Any]]:
+        ch = self._skip_ws()
+        if ch == "[":
+            # The Trace Event Format also allows a bare array of events.
+            self._pos += 1
+            self.has_events = True
+            yield from self._events()
+            return
+        self._expect("{", "a JSON object '{' at the start")
+        if self._skip_ws() == "}":
+            self._pos += 1
+            return
+        while True:
+            key = self._value()
+            if not isinstance(key, str):
+                raise self._error("expected a key")
+            self._expect(":", "':'")
+            if key == "traceEvents":
+                self._expect("[", "the traceEvents array '['")
+                self.has_events = True
+                yield from self._events()
+            else:
+                self.metadata[key] = self._value()
+            if self._expect(",}", "',' or '}'") == "}":
+                return
+
+    def _events(self) -> Iterator[dict[str, Any]]:
+        if self._skip_ws() == "]":
+            self._pos += 1
+            return
+        while True:
+            event = self._value()
+            if isinstance(event, dict):
+                yield event
+            if self._expect(",]", "',' or ']' between events") == "]":
+                return
+
+
+def iter_events(path: str | os.PathLike[str]) -> EventStream:
+    """The streaming reader over ``path``; iterate it for events, then read ``.metadata``."""
+    return EventStream(path)

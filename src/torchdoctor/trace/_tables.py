@@ -1,0 +1,243 @@
+"""Parse a Kineto trace once into compact per-rank column tables, names interned to ids.
+
+Every duration event (``"ph": "X"`` with a ``cat`` and a ``dur``) becomes one row of parallel
+``array`` columns (8 bytes or less per field), so a trace of millions of events takes tens of
+megabytes instead of the gigabytes a list of dicts would. Names and categories are stored once
+in a symbol list and referenced by id, the way HolisticTraceAnalysis compresses its frames.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from array import array
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ._reader import TraceFormatError, iter_events
+
+#: Categories the analyses look at, by their Kineto names.
+CAT_CPU_OP = "cpu_op"
+CAT_USER_ANNOTATION = "user_annotation"
+CAT_GPU_USER_ANNOTATION = "gpu_user_annotation"
+CAT_RUNTIME = "cuda_runtime"
+CAT_DRIVER = "cuda_driver"
+CAT_KERNEL = "kernel"
+CAT_MEMCPY = "gpu_memcpy"
+CAT_MEMSET = "gpu_memset"
+CAT_SYNC = "cuda_sync"
+CAT_PYTHON = "python_function"
+#: Categories whose args are skipped when parsing: they never link host and device.
+_NO_LINK_CATS = frozenset({CAT_CPU_OP, CAT_PYTHON})
+
+
+@dataclass
+class RankTrace:
+    """One trace file (one rank) as column tables. Row ``i`` of every column is one event.
+
+    Times are microseconds as written in the file (``ts`` absolute, ``dur`` a length).
+    ``stream`` is -1 for host events; ``correlation`` is -1 when absent. The args of
+    ``cpu_op`` and ``python_function`` events (the bulk of a trace) are not read: neither
+    carries a stream or a correlation id.
+    """
+
+    path: str
+    rank: int | None
+    world_size: int | None
+    metadata: dict[str, Any]
+    names: list[str]
+    cats: list[str]
+    #: position of the event in the file's traceEvents array
+    index: array = field(default_factory=lambda: array("q"))
+    cat: array = field(default_factory=lambda: array("H"))
+    name: array = field(default_factory=lambda: array("I"))
+    ts: array = field(default_factory=lambda: array("d"))
+    dur: array = field(default_factory=lambda: array("d"))
+    pid: array = field(default_factory=lambda: array("q"))
+    tid: array = field(default_factory=lambda: array("q"))
+    stream: array = field(default_factory=lambda: array("q"))
+    correlation: array = field(default_factory=lambda: array("q"))
+    #: bytes moved by gpu_memcpy / gpu_memset rows, by row number
+    copy_bytes: dict[int, float] = field(default_factory=dict)
+    #: whether any event has a fractional or missing ``ts`` (HTA then rounds timestamps)
+    ts_fractional: bool = False
+    #: thread names from the metadata events, by (pid, tid)
+    thread_names: dict[tuple[int, int], str] = field(default_factory=dict)
+    uncompressed_bytes: int = 0
+    parse_seconds: float = 0.0
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    @property
+    def label(self) -> str:
+        """``rank N``, or the file name's first part when the trace names no rank."""
+        if self.rank is not None:
+            return f"rank {self.rank}"
+        return Path(self.path).name.split(".")[0] or Path(self.path).name
+
+    def cat_id(self, cat: str) -> int:
+        """Id of category ``cat`` (-1 when the trace has none)."""
+        try:
+            return self.cats.index(cat)
+        except ValueError:
+            return -1
+
+    def rows_of(self, *cats: str) -> list[int]:
+        """Row numbers of the events in any of ``cats``."""
+        wanted = {self.cat_id(c) for c in cats} - {-1}
+        if not wanted:
+            return []
+        cat = self.cat
+        return [i for i in range(len(cat)) if cat[i] in wanted]
+
+
+def _int_or(value: Any, default: int) -> int:
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def load_trace(path: str | os.PathLike[str]) -> RankTrace:
+    """Parse one Kineto trace file (``.json`` or ``.json.gz``) into a :class:`RankTrace`.
+
+    Raises:
+        TraceFormatError: when the file is missing, truncated, corrupt or not a trace.
+    """
+    started = time.perf_counter()
+    stream = iter_events(path)
+    names: list[str] = []
+    name_ids: dict[str, int] = {}
+    cats: list[str] = []
+    cat_ids: dict[str, int] = {}
+    ids: dict[Any, int] = {}  # non-integer pid/tid values -> negative ids
+    t = RankTrace(str(path), None, None, {}, names, cats)
+    a_index, a_cat, a_name = t.index.append, t.cat.append, t.name.append
+    a_ts, a_dur, a_pid, a_tid = t.ts.append, t.dur.append, t.pid.append, t.tid.append
+    a_stream, a_corr = t.stream.append, t.correlation.append
+    copy_bytes = t.copy_bytes
+    fractional = False
+    row = 0
+    position = -1
+
+    def ident(value: Any) -> int:
+        if type(value) is int:
+            return value
+        got = ids.get(value)
+        if got is None:
+            got = ids[value] = -2 - len(ids)
+        return got
+
+    for ev in stream:
+        position += 1
+        ts = ev.get("ts")
+        if type(ts) is not int:
+            fractional = True
+            if ts is None:
+                continue
+        dur = ev.get("dur")
+        if dur is None:  # flows, instants and metadata have no duration
+            if ev.get("ph") == "M" and ev.get("name") == "thread_name":
+                label = (ev.get("args") or {}).get("name")
+                if isinstance(label, str):
+                    t.thread_names[(ident(ev.get("pid")), ident(ev.get("tid")))] = label
+            continue
+        cat = ev.get("cat")
+        if cat is None or cat == "Trace":
+            continue
+        name = ev.get("name", "")
+        if type(name) is not str:
+            name = str(name)
+        nid = name_ids.get(name)
+        if nid is None:
+            nid = name_ids[name] = len(names)
+            names.append(name)
+        cid = cat_ids.get(cat)
+        if cid is None:
+            cid = cat_ids[cat] = len(cats)
+            cats.append(str(cat))
+        args = ev.get("args") if cat not in _NO_LINK_CATS else None
+        if args:
+            s = args.get("stream")
+            stream_id = s if type(s) is int else _int_or(s, -1)
+            c = args.get("correlation")
+            corr = c if type(c) is int else _int_or(c, -1)
+            if "bytes" in args and (cat == CAT_MEMCPY or cat == CAT_MEMSET):
+                try:
+                    copy_bytes[row] = float(args["bytes"])
+                except (TypeError, ValueError):
+                    pass
+        else:
+            stream_id = corr = -1
+        try:
+            a_ts(ts)
+            a_dur(dur)
+        except TypeError:
+            raise TraceFormatError(
+                f"{path}: not a readable trace: event {position} has a non-numeric ts/dur",
+                "the file may be corrupt; re-export it with torch.profiler",
+            ) from None
+        a_index(position)
+        a_cat(cid)
+        a_name(nid)
+        pid = ev.get("pid", -1)
+        a_pid(pid if type(pid) is int else ident(pid))
+        tid = ev.get("tid", -1)
+        a_tid(tid if type(tid) is int else ident(tid))
+        a_stream(stream_id)
+        a_corr(corr)
+        row += 1
+
+    meta = stream.metadata
+    if not stream.has_events:
+        raise TraceFormatError(
+            f"{path}: not a Kineto trace (no traceEvents)",
+            "pass a trace written by torch.profiler (a .json or .json.gz file)",
+        )
+    t.metadata = meta
+    dist = meta.get("distributedInfo") or {}
+    if isinstance(dist, dict):
+        t.rank = _int_or(dist.get("rank"), -1) if "rank" in dist else None
+        t.world_size = _int_or(dist.get("world_size"), -1) if "world_size" in dist else None
+        if t.rank is not None and t.rank < 0:
+            t.rank = None
+    t.ts_fractional = fractional
+    t.uncompressed_bytes = stream.bytes_read
+    t.parse_seconds = time.perf_counter() - started
+    return t
+
+
+def find_trace_files(paths: list[str | os.PathLike[str]]) -> list[Path]:
+    """Expand files and directories into the trace files they hold (``*.json``, ``*.json.gz``).
+
+    Raises:
+        TraceFormatError: when a path is missing or a directory holds no trace.
+    """
+    found: list[Path] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            inside = sorted(
+                q
+                for q in p.rglob("*")
+                if q.is_file() and (q.name.endswith(".json") or q.name.endswith(".json.gz"))
+            )
+            # tensorboard_trace_handler names its files *.pt.trace.json[.gz]; when a directory
+            # has those, other JSON files beside them (saved records, configs) are not traces.
+            profiler_files = [q for q in inside if ".pt.trace.json" in q.name]
+            inside = profiler_files or inside
+            if not inside:
+                raise TraceFormatError(
+                    f"{p}: no .json or .json.gz trace files in this directory",
+                    "pass the directory torch.profiler.tensorboard_trace_handler wrote to",
+                )
+            found.extend(inside)
+        elif p.is_file():
+            found.append(p)
+        else:
+            raise TraceFormatError(f"{p}: no such file or directory")
+    return found

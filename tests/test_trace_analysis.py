@@ -1,0 +1,231 @@
+"""Trace analyses on small hand-built traces: each number is known in advance."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from torchdoctor.analysis import trace_gpu, trace_host, trace_steps
+from torchdoctor.analysis.trace_analysis import analyse_traces, analyze_trace
+from torchdoctor.analysis.trace_comm import rank_skew
+from torchdoctor.cli import main
+from torchdoctor.record import RunRecord
+from torchdoctor.trace import load_trace
+from tracegen import TraceBuilder, training_trace
+
+
+def _load(builder: TraceBuilder, tmp_path, name="t.json"):
+    return load_trace(builder.write(tmp_path / name))
+
+
+def test_step_parts_are_claimed_in_priority_order_and_sum_to_wall_time(tmp_path):
+    b = TraceBuilder()
+    b.step(1, 0, 1000)
+    b.step(2, 1000, 1000)
+    b.host(
+        "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__",
+        0,
+        300,
+        cat="user_annotation",
+    )
+    b.host("aten::addmm", 300, 200)  # CPU op 300..500
+    # cudaLaunchKernel 400..450 lies inside the CPU op: runtime outranks CPU ops there.
+    b.launch("cudaLaunchKernel", 400, 50, "gemm", 450, 400)  # kernel 450..850 overlaps the op
+    t = _load(b, tmp_path)
+    sb = trace_steps.step_breakdown(t)
+    assert sb.analysed_steps == 1  # the last ProfilerStep is left out, as in HTA
+    parts = sb.per_step_ms[0]
+    assert parts["gpu_kernels"] == pytest.approx(0.400)
+    assert parts["runtime"] == pytest.approx(0.050)  # 400..450
+    assert parts["dataloader"] == pytest.approx(0.300)
+    assert parts["cpu_ops"] == pytest.approx(0.100)  # 300..400; 450..500 went to the GPU
+    assert parts["other"] == pytest.approx(0.150)  # 850..1000
+    assert sum(parts.values()) == pytest.approx(1.0)
+    assert sb.total_ms == pytest.approx(parts)
+    assert sb.share("dataloader") == pytest.approx(0.3)
+
+
+def test_no_profiler_step_analyses_the_whole_trace_with_a_note(tmp_path):
+    b = TraceBuilder(rank=None)
+    b.host("aten::mm", 0, 100)
+    b.host("aten::mm", 200, 100)
+    record = analyse_traces([_load(b, tmp_path, "cpu_only.json")])
+    trace = record.extra["trace"]
+    (rank,) = trace["ranks"]
+    assert rank["steps"][0]["name"] == "whole trace"
+    assert rank["step_wall_ms"] == pytest.approx(0.3)
+    assert any("no ProfilerStep" in n for n in record.notes)
+    assert any("no distributedInfo.rank" in n for n in record.notes)
+    assert rank["label"] == "cpu_only"
+    assert record.verdict.kind == "COMPUTE-BOUND"  # CPU ops do the math on a CPU-only trace
+
+
+def test_gpu_busy_trace_is_compute_bound_and_idle_host_trace_is_host_bound(tmp_path):
+    busy = analyse_traces([_load(training_trace(gpu_busy=True), tmp_path, "busy.json")])
+    idle = analyse_traces([_load(training_trace(gpu_busy=False), tmp_path, "idle.json")])
+    assert busy.verdict.kind == "COMPUTE-BOUND"
+    assert idle.verdict.kind == "HOST-BOUND"
+    t_idle = idle.extra["trace"]["ranks"][0]
+    assert t_idle["temporal"]["idle_pct"] > 50
+    # Steps 1-2 are kept: 9 gaps of 45 us per step between kernels launched early ("other"),
+    # and one 545 us gap before step 2's first kernel, launched after step 1's last ended.
+    assert t_idle["idle"]["streams_us"]["7"] == {
+        "host_wait": 545.0,
+        "kernel_wait": 0.0,
+        "other": 810.0,
+    }
+
+
+def test_slow_dataloader_is_input_bound(tmp_path):
+    record = analyse_traces([_load(training_trace(gpu_busy=False, loader_us=600), tmp_path)])
+    assert record.verdict.kind == "INPUT-BOUND"
+    assert record.verdict.shares["input"] >= 0.5
+    assert any(f.kind == "dataloader" for f in record.findings)
+
+
+def test_idle_split_host_wait_kernel_wait_other(tmp_path):
+    b = TraceBuilder()
+    b.launch("cudaLaunchKernel", 0, 5, "k1", 10, 10)  # GPU 10..20
+    b.launch("cudaLaunchKernel", 50, 5, "k2", 60, 10)  # launched at 50 > 20: host wait 40
+    b.launch("cudaLaunchKernel", 55, 5, "k3", 80, 10)  # launched early, gap 10 < 30: kernel wait
+    b.launch("cudaLaunchKernel", 56, 5, "k4", 190, 10)  # launched early, gap 100: other
+    t = _load(b, tmp_path)
+    view = trace_gpu.gpu_view(t, n_step_names=0)
+    idle = trace_gpu.idle_breakdown(t, view)
+    assert idle.streams_us[7] == {"host_wait": 40.0, "kernel_wait": 10.0, "other": 100.0}
+    temporal = trace_gpu.temporal_breakdown(t, view)
+    assert temporal.kernel_span_us == 190 and temporal.idle_us == 150
+    assert temporal.compute_pct == pytest.approx(40 / 190 * 100)
+
+
+def test_kernel_types_follow_hta():
+    assert trace_gpu.kernel_type("ncclKernel_AllReduce_RING_LL_Sum_float(x)") == "COMMUNICATION"
+    assert trace_gpu.kernel_type("Memcpy HtoD (Pageable -> Device)") == "MEMORY"
+    assert trace_gpu.kernel_type("Stream Sync") == "OTHER"
+    assert trace_gpu.kernel_type("void gemm_kernel<float>()") == "COMPUTATION"
+
+
+def test_sync_is_traced_to_the_users_line_and_op(tmp_path):
+    b = TraceBuilder()
+    b.step(1, 0, 1000)
+    b.step(2, 1000, 10)
+    b.python("train.py(12): <module>", 0, 900)
+    b.python("train.py(40): train_step", 100, 700)
+    b.python("/usr/lib/python3/site-packages/torch/_tensor.py(900): item", 300, 300)
+    b.host("aten::item", 310, 280)
+    b.host("aten::_local_scalar_dense", 320, 260)
+    b.launch(
+        "cudaStreamSynchronize",
+        330,
+        250,
+        "Memcpy DtoH (Device -> Pageable)",
+        500,
+        5,
+        cat="gpu_memcpy",
+        bytes=4,
+    )
+    t = _load(b, tmp_path)
+    report = trace_host.sync_report(t)
+    (site,) = report.sites
+    assert (site.file, site.line, site.function) == ("train.py", 40, "train_step")
+    assert site.ops == "aten::item > aten::_local_scalar_dense"
+    assert site.count == 1 and site.blocked_ms == pytest.approx(0.25)
+    record = analyse_traces([t])
+    finding = next(f for f in record.findings if f.kind == "host-sync")
+    assert (finding.file, finding.line) == ("train.py", 40)
+    assert any(f.kind == "pageable-memcpy" for f in record.findings)
+
+
+def test_launch_bound_needs_short_kernels_and_slow_launches(tmp_path):
+    b = TraceBuilder()
+    for k in range(20):
+        b.launch("cudaLaunchKernel", k * 20, 15, "tiny", k * 20 + 16, 2)
+    assert trace_host.launch_stats(_load(b, tmp_path)).launch_bound
+    b = TraceBuilder()
+    for k in range(20):
+        b.launch("cudaLaunchKernel", k * 200, 15, "big", k * 200 + 16, 150)
+    assert not trace_host.launch_stats(_load(b, tmp_path, "b.json")).launch_bound
+
+
+def test_rank_skew_flags_a_straggler():
+    skew = rank_skew({"rank 0": [100, 101, 99], "rank 1": [130, 128, 131]})
+    assert skew.slowest == "rank 1" and skew.straggler
+    assert skew.skew == pytest.approx(0.30)
+    assert not rank_skew({"rank 0": [100, 101], "rank 1": [102, 101]}).straggler
+    assert rank_skew({"rank 0": [100]}) is None
+
+
+def test_two_ranks_give_skew_and_comm_overlap(tmp_path):
+    files = []
+    for rank, slow in ((0, 0.0), (1, 400.0)):
+        b = training_trace(rank=rank, gpu_busy=True)
+        b.meta["distributedInfo"]["world_size"] = 2
+        for s in range(3):
+            b.launch(
+                "cudaLaunchKernel",
+                10_000 + s * 1000 + 60,
+                2,
+                "ncclKernel_AllReduce_x",
+                10_000 + s * 1000 + 900,
+                300,
+            )
+        if slow:
+            b.events = [
+                {**e, "dur": e["dur"] + slow} if e["name"].startswith("ProfilerStep") else e
+                for e in b.events
+            ]
+        files.append(b.write(tmp_path / f"rank{rank}.json"))
+    record = analyze_trace([str(tmp_path)])
+    trace = record.extra["trace"]
+    assert [r["label"] for r in trace["ranks"]] == ["rank 0", "rank 1"]
+    assert trace["skew"]["straggler"] and trace["skew"]["slowest"] == "rank 1"
+    comm = trace["ranks"][0]["comm"]
+    assert 0 < comm["overlap_pct"] < 100
+    assert any(f.kind == "straggler" for f in record.findings)
+
+
+def test_cli_analyze_writes_a_record_that_reloads(tmp_path, capsys):
+    path = training_trace(gpu_busy=False).write(tmp_path / "t.json.gz")
+    out = tmp_path / "out" / "analysis.json"
+    assert main(["analyze", str(path), "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "VERDICT: HOST-BOUND" in text and "Why:" in text and "Next:" in text
+    record = RunRecord.load(out)
+    assert record.verdict.kind == "HOST-BOUND"
+    assert json.loads(out.read_text())["extra"]["trace"]["ranks"][0]["temporal"]["idle_pct"] > 50
+
+
+@pytest.mark.parametrize("content", [b'{"traceEvents": [{"ph": "X", "ts": 1', b"\x1f\x8bnot gzip"])
+def test_cli_analyze_bad_file_is_an_error_without_traceback(tmp_path, capsys, content):
+    path = tmp_path / "bad.json.gz"
+    path.write_bytes(content)
+    assert main(["analyze", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("torchdoctor: error:") and "not a readable trace" in err
+    assert "fix:" in err and "Traceback" not in err
+
+
+def test_cli_analyze_missing_path(tmp_path, capsys):
+    assert main(["analyze", str(tmp_path / "nope")]) == 2
+    assert "no such file or directory" in capsys.readouterr().err
+
+
+def test_render_trace_section_for_the_lead_renderer(tmp_path):
+    from rich.console import Console
+
+    from torchdoctor.report.trace_terminal import render_trace_section
+
+    console = Console(record=True, width=100)
+    render_trace_section(RunRecord(), console)  # a run record without a trace: nothing
+    assert console.export_text() == ""
+    cpu_only = TraceBuilder(rank=None)
+    cpu_only.step(1, 0, 100)
+    cpu_only.host("aten::mm", 10, 50)
+    for record in (
+        analyse_traces([_load(cpu_only, tmp_path, "cpu.json")]),
+        analyse_traces([_load(training_trace(rank=r), tmp_path, f"r{r}.json") for r in (0, 1)]),
+    ):
+        render_trace_section(record, console)
+    text = console.export_text()
+    assert "no GPU activity" in text and "rank 1" in text and "gemm_kernel" in text

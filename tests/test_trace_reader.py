@@ -1,0 +1,119 @@
+"""The streaming trace reader and the column tables: formats, chunk boundaries, bad files."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from torchdoctor.trace import TraceFormatError, _reader, find_trace_files, iter_events, load_trace
+from tracegen import TraceBuilder, training_trace
+
+
+def _events(path):
+    stream = iter_events(path)
+    return list(stream), stream.metadata
+
+
+@pytest.mark.parametrize("name", ["t.json", "t.json.gz"])
+def test_reads_plain_and_gzip_with_metadata_on_both_sides(tmp_path, name):
+    b = training_trace(rank=3)
+    doc = {"deviceProperties": [{"name": "X"}], "traceEvents": b.events, "traceName": "after"}
+    data = json.dumps(doc).encode()
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+    events, meta = _events(path)
+    assert events == b.events
+    assert meta == {"deviceProperties": [{"name": "X"}], "traceName": "after"}
+
+
+def test_events_split_across_tiny_chunks_parse_the_same(tmp_path, monkeypatch):
+    b = training_trace()
+    b.events.append({"ph": "X", "cat": "cpu_op", "name": "big", "ts": 123456789012, "dur": 1.5})
+    path = b.write(tmp_path / "t.json")
+    expected, _ = _events(path)
+    monkeypatch.setattr(_reader, "CHUNK_BYTES", 7)  # every number and string gets cut somewhere
+    events, meta = _events(path)
+    assert events == expected == b.events
+    assert meta["distributedInfo"] == {"rank": 0, "world_size": 1}
+
+
+def test_bare_event_array_is_accepted(tmp_path):
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps([{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1, "dur": 2}]))
+    t = load_trace(path)
+    assert len(t) == 1 and t.rank is None
+
+
+def test_tables_intern_names_and_keep_gpu_fields(tmp_path):
+    t = load_trace(training_trace(rank=2).write(tmp_path / "t.json.gz"))
+    assert t.rank == 2 and t.world_size == 1
+    assert t.names.count("aten::mul") == 1  # interned once, referenced by 30 rows
+    kernel = t.cat_id("kernel")
+    rows = [i for i in range(len(t)) if t.cat[i] == kernel]
+    assert len(rows) == 30
+    assert {t.stream[i] for i in rows} == {7}
+    runtime = {t.correlation[i] for i in range(len(t)) if t.cat[i] == t.cat_id("cuda_runtime")}
+    assert {t.correlation[i] for i in rows} == runtime
+
+
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        (b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "na', "ends early"),
+        (b'{"traceEvents": [{"ph": "X"}, ', "ends early"),
+        (b'{"traceEvents": [{"ph": "X", "ts": nope}]}', "invalid JSON"),
+        (b'{"traceEvents": [{"ph": "X"} {"ph": "X"}]}', "',' or ']'"),
+        (b"", "expected a JSON object"),
+        (b"hello", "expected a JSON object"),
+    ],
+)
+def test_truncated_or_corrupt_json_is_a_clear_error(tmp_path, content, words):
+    path = tmp_path / "bad.json"
+    path.write_bytes(content)
+    with pytest.raises(TraceFormatError) as err:
+        load_trace(path)
+    assert words in err.value.message
+    assert "truncated or corrupt" in err.value.hint
+
+
+def test_truncated_gzip_is_a_clear_error(tmp_path):
+    data = gzip.compress(json.dumps(training_trace().document()).encode())
+    path = tmp_path / "cut.json.gz"
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(TraceFormatError, match="not a readable trace"):
+        load_trace(path)
+
+
+@pytest.mark.parametrize("text", ["{}", '{"schema_version": 1, "steps": []}'])
+def test_json_without_trace_events_is_rejected(tmp_path, text):
+    path = tmp_path / "record.json"
+    path.write_text(text)
+    with pytest.raises(TraceFormatError, match="no traceEvents"):
+        load_trace(path)
+
+
+def test_find_trace_files_expands_directories(tmp_path):
+    (tmp_path / "run").mkdir()
+    a = training_trace(rank=0).write(tmp_path / "run" / "a.json")
+    b = training_trace(rank=1).write(tmp_path / "run" / "b.json.gz")
+    (tmp_path / "run" / "notes.txt").write_text("x")
+    assert find_trace_files([tmp_path / "run"]) == sorted([a, b])
+    with pytest.raises(TraceFormatError, match="no such file"):
+        find_trace_files([tmp_path / "missing.json"])
+    # Beside profiler output (*.pt.trace.json), other JSON files are not taken for traces.
+    (tmp_path / "tb").mkdir()
+    c = training_trace().write(tmp_path / "tb" / "host_1.123.pt.trace.json")
+    (tmp_path / "tb" / "analysis.json").write_text("{}")
+    assert find_trace_files([tmp_path / "tb"]) == [c]
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(TraceFormatError, match="no .json"):
+        find_trace_files([tmp_path / "empty"])
+
+
+def test_fractional_timestamps_are_flagged(tmp_path):
+    b = TraceBuilder()
+    b.host("a", 10.5, 2.25)
+    t = load_trace(b.write(tmp_path / "t.json"))
+    assert t.ts_fractional and t.ts[0] == 10.5 and t.dur[0] == 2.25
