@@ -148,6 +148,12 @@ def _run_options(p: argparse.ArgumentParser) -> None:
         default=2,
         help="steps after warmup watched for host syncs and copies, not timed (default 2; 0: off)",
     )
+    p.add_argument(
+        "--trace",
+        metavar="DIR",
+        help="also record a torch.profiler trace of 4 untimed steps in DIR (TensorBoard, "
+        "Perfetto) and analyse it",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress, only the report")
 
 
@@ -161,6 +167,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         counterfactuals=not args.no_counterfactuals,
         loader_doctor=args.loader_doctor,
         sync_steps=args.sync_steps,
+        trace_dir=args.trace,
     )
     return run_cli(target, options, json_path=args.json, quiet=args.quiet, fix=args.fix)
 
@@ -413,8 +420,8 @@ def _non_negative_int(text: str) -> int:
 
 #: Subcommands that take a script after their options, and which of their options take a value.
 _SCRIPT_COMMANDS: dict[str, set[str]] = {
-    "run": {"--steps", "--warmup", "--json", "--sync-steps"},
-    "loader": {"--steps", "--warmup", "--json", "--sync-steps"},
+    "run": {"--steps", "--warmup", "--json", "--sync-steps", "--trace"},
+    "loader": {"--steps", "--warmup", "--json", "--sync-steps", "--trace"},
 }
 
 SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [

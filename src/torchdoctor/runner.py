@@ -59,6 +59,8 @@ class RunOptions:
     loader_overrides: dict[str, Any] = field(default_factory=dict)
     #: "auto" (when the run looks input-bound), "always" or "off"; see CaptureOptions.
     loader_doctor: str = "auto"
+    #: Write and analyse a torch.profiler trace of a few untimed steps here.
+    trace_dir: str | None = None
 
     def capture(self) -> CaptureOptions:
         return CaptureOptions(
@@ -68,6 +70,7 @@ class RunOptions:
             loader_overrides=dict(self.loader_overrides),
             loader_doctor=self.loader_doctor,
             sync_steps=self.sync_steps,
+            trace_dir=self.trace_dir,
         )
 
 
@@ -150,10 +153,22 @@ def build_record(
     if session.loader_diagnosis is not None:
         record.extra.update(session.loader_diagnosis.to_extra())
         record.findings.extend(session.loader_diagnosis.findings)
+    if session.trace_paths:
+        _attach_trace(record, session.trace_paths)
     record.status, more_notes = _status(session, record, ended, error)
     record.notes.extend(more_notes)
     summarise(record)
     return record
+
+
+def _attach_trace(record: RunRecord, paths: list[str]) -> None:
+    from .analysis.trace_analysis import attach_trace
+
+    record.extra["trace_files"] = list(paths)
+    try:
+        attach_trace(record, paths)
+    except TorchdoctorError as exc:
+        record.notes.append(f"the trace could not be analysed: {exc.message}")
 
 
 def _status(
@@ -433,6 +448,7 @@ def verify_fix(
             loader_overrides=overrides,
             loader_doctor="off",
             sync_steps=0,
+            trace_dir=None,
         )
         with ProgressDisplay(enabled=not quiet) as display:
             after = run_target(target, rerun, progress=display.update).record

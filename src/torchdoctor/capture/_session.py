@@ -46,10 +46,15 @@ from ._sampler import SystemSampler
 from ._timeline import StepTimeline, parts_from_marks
 from .loader_doctor import LoaderDiagnosis, available_cpus, diagnose_loader, loader_findings
 from .loader_sweep import clone_loader, shutdown_workers
+from .profiler import StepProfiler
 from .syncs import SyncWatcher, alias_op
 
 #: Batches kept in memory for the model-alone replay, at most this many bytes (and ``steps``).
 REPLAY_MAX_BYTES = 512 * 2**20
+#: Steps of the ``--trace`` profile: one warm-up step (the profiler's start-up lands there),
+#: then the recorded ones.
+TRACE_WARMUP_STEPS = 1
+TRACE_ACTIVE_STEPS = 3
 #: Counted steps per setting of the whole-step worker sweep (after its warm steps).
 SWEEP_MAX_STEPS_PER_SETTING = 8
 
@@ -64,6 +69,7 @@ class StopRun(BaseException):
 class Phase(str, Enum):
     WARMUP = "warmup"
     SYNC_SAMPLE = "sync-sample"
+    TRACE = "trace"
     MEASURE = "measure"
     MODEL_ALONE = "model-alone"
     SWEEP = "worker-sweep"
@@ -87,6 +93,8 @@ class CaptureOptions:
     loader_doctor: str = "auto"
     #: Steps after warmup watched by the host-sync finder; they are not timed.
     sync_steps: int = 2
+    #: Where to write a torch.profiler trace of a few untimed steps (``--trace DIR``).
+    trace_dir: str | None = None
 
 
 ProgressFn = Callable[[str, int, int], None]
@@ -144,6 +152,9 @@ class CaptureSession:
         self.worker_sweep: WorkerSweep | None = None
         self.loader_diagnosis: LoaderDiagnosis | None = None
         self._sync_watcher: SyncWatcher | None = None
+        self._profiler: StepProfiler | None = None
+        self._labels: list[Any] = []
+        self.trace_paths: list[str] = []
         self.sync_findings: list[Finding] = []
         self.sync_sample_ms: list[float] = []
         self.sampler = SystemSampler()
@@ -247,6 +258,7 @@ class CaptureSession:
         p.hook(_optim_mod.register_optimizer_step_post_hook(self._optimizer_post))
         p.on_restore(self._stop_sampler)
         p.on_restore(self._stop_sync_watcher)
+        p.on_restore(self._stop_profiler)
 
     def uninstall(self) -> list[BaseException]:
         """Undo every patch and hook, and shut down DataLoader workers this run started."""
@@ -275,9 +287,21 @@ class CaptureSession:
 
     # --- hooks ------------------------------------------------------------------------------
 
+    def _push(self, part: str) -> None:
+        self.timeline.push(part)
+        if self._profiler is not None:
+            label = self._profiler.label(part)
+            label.__enter__()
+            self._labels.append(label)
+
+    def _pop(self, part: str) -> None:
+        self.timeline.pop(part)
+        if self._labels:
+            self._labels.pop().__exit__(None, None, None)
+
     def _timed(self, part: str, fn: Callable, *args, **kwargs):
         self._check_done()
-        self.timeline.push(part)
+        self._push(part)
         try:
             if part == "to_device" and self._sync_watcher is not None:
                 # The batch copy is the "to device" part, not a finding; the watcher still
@@ -286,7 +310,7 @@ class CaptureSession:
                     return fn(*args, **kwargs)
             return fn(*args, **kwargs)
         finally:
-            self.timeline.pop(part)
+            self._pop(part)
 
     def _forward_pre(self, module, args) -> None:
         if self._module_depth == 0:
@@ -294,13 +318,13 @@ class CaptureSession:
             if self._global_forward_hooks and module not in self._root_modules:
                 self._root_modules.add(module)
             self.seen["forward_calls"] += 1
-            self.timeline.push("forward")
+            self._push("forward")
         self._module_depth += 1
 
     def _forward_post(self, module, args, output) -> None:
         self._module_depth = max(self._module_depth - 1, 0)
         if self._module_depth == 0:
-            self.timeline.pop("forward")
+            self._pop("forward")
 
     def _optimizer_pre(self, optimizer, args, kwargs) -> None:
         self._check_done()
@@ -308,11 +332,11 @@ class CaptureSession:
             self._optimizers.add(optimizer)
             self.seen["optimizers"] += 1
         self._optimizer_depth += 1
-        self.timeline.push("optimizer")
+        self._push("optimizer")
 
     def _optimizer_post(self, optimizer, args, kwargs) -> None:
         self._optimizer_depth = max(self._optimizer_depth - 1, 0)
-        self.timeline.pop("optimizer")
+        self._pop("optimizer")
         self.seen["optimizer_steps"] += 1
         if self._primary_optimizer is None:
             self._primary_optimizer = weakref.ref(optimizer)
@@ -337,11 +361,11 @@ class CaptureSession:
             return orig_next(it)  # torchdoctor's own loader-alone clone
         dataset_key = id(getattr(it, "_dataset", it))
         if self._sweep is not None and dataset_key == self._main_dataset:
-            self.timeline.push("data_wait")
+            self._push("data_wait")
             try:
                 batch = self._sweep.next_batch(orig_next)
             finally:
-                self.timeline.pop("data_wait")
+                self._pop("data_wait")
             self._step_batches += 1
             self._batch_ids = _tensor_ids(batch)
             return batch
@@ -351,11 +375,11 @@ class CaptureSession:
             self._step_batches += 1
             self._batch_ids = _tensor_ids(batch)
             return batch
-        self.timeline.push("data_wait")
+        self._push("data_wait")
         try:
             batch = orig_next(it)
         finally:
-            self.timeline.pop("data_wait")
+            self._pop("data_wait")
         self.seen["batches"] += 1
         self._step_batches += 1
         self._batch_ids = _tensor_ids(batch)
@@ -402,19 +426,24 @@ class CaptureSession:
             self._steps_done += 1
             self._progress(Phase.WARMUP.value, self._steps_done, self.options.warmup)
             if self._steps_done >= self.options.warmup:
-                if self.options.sync_steps > 0:
-                    self._start_sync_sample()
-                else:
-                    self._enter(Phase.MEASURE)
+                self._after_warmup_phase(Phase.WARMUP)
         elif self.phase is Phase.SYNC_SAMPLE:
             self.sync_sample_ms.append(sum(parts_from_marks(marks).values()))
             self._steps_done += 1
             self._progress(Phase.SYNC_SAMPLE.value, self._steps_done, self.options.sync_steps)
             if self._steps_done >= self.options.sync_steps:
                 self._stop_sync_watcher()
-                self._enter(Phase.MEASURE)
+                self._after_warmup_phase(Phase.SYNC_SAMPLE)
             elif self._sync_watcher is not None:
                 self._sync_watcher.mark_step()
+        elif self.phase is Phase.TRACE and self._profiler is not None:
+            self._profiler.step()
+            self._steps_done += 1
+            total = TRACE_WARMUP_STEPS + TRACE_ACTIVE_STEPS
+            self._progress(Phase.TRACE.value, self._steps_done, total)
+            if self._steps_done >= total:
+                self._stop_profiler()
+                self._after_warmup_phase(Phase.TRACE)
         elif self.phase is Phase.MEASURE:
             self._measured_marks.append(marks)
             self._measured_batches.append(batches)
@@ -445,6 +474,39 @@ class CaptureSession:
             self.sampler.start()
             self._progress(phase.value, 0, self.options.steps)
         self.timeline.reset()
+
+    def _after_warmup_phase(self, finished: Phase) -> None:
+        """Untimed phases run in order after warmup (sync finder, then trace), then measure."""
+        order = [Phase.WARMUP, Phase.SYNC_SAMPLE, Phase.TRACE]
+        for phase in order[order.index(finished) + 1 :]:
+            if phase is Phase.SYNC_SAMPLE and self.options.sync_steps > 0:
+                self._start_sync_sample()
+                return
+            if phase is Phase.TRACE and self.options.trace_dir:
+                self._start_trace()
+                return
+        self._enter(Phase.MEASURE)
+
+    def _start_trace(self) -> None:
+        """Record a torch.profiler trace of a few steps, with torchdoctor's parts labelled."""
+        self.phase = Phase.TRACE
+        self._steps_done = 0
+        self._progress(Phase.TRACE.value, 0, TRACE_WARMUP_STEPS + TRACE_ACTIVE_STEPS)
+        profiler = StepProfiler(
+            self.options.trace_dir, wait=0, warmup=TRACE_WARMUP_STEPS, active=TRACE_ACTIVE_STEPS
+        )
+        profiler.start()
+        self._profiler = profiler
+        self.timeline.reset()
+
+    def _stop_profiler(self) -> None:
+        profiler, self._profiler = self._profiler, None
+        while self._labels:
+            self._labels.pop().__exit__(None, None, None)
+        if profiler is None:
+            return
+        profiler.stop()
+        self.trace_paths = [str(p) for p in profiler.trace_paths]
 
     def _start_sync_sample(self) -> None:
         """Watch the next steps for host syncs and per-step host-to-device copies."""

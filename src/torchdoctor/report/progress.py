@@ -11,6 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 _LABELS = {
     "warmup": "warming up",
     "sync-sample": "watching steps for host syncs (untimed)",
+    "trace": "recording a profiler trace (untimed)",
     "measure": "measuring steps",
     "model-alone": "model alone (data made free)",
     "loader-alone": "loader alone (no model)",

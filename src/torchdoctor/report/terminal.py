@@ -38,6 +38,15 @@ def render(record: RunRecord, console: Console | None = None, title: str | None 
     loader_section = _loader_section(record)
     if loader_section is not None:
         console.print(loader_section)
+    if "trace" in record.extra:
+        from .trace_terminal import render_trace_section
+
+        console.print(
+            Text(
+                f"profiler trace: {', '.join(record.extra.get('trace_files', []))}", style="italic"
+            )
+        )
+        render_trace_section(record, console)
     if record.findings:
         console.print(_findings_table(record))
     console.print(_environment_table(record))
