@@ -101,14 +101,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
             "what bounds the run."
         ),
     )
-    _run_options(p)
-    p.add_argument(
-        "--fix",
-        action="store_true",
-        help="re-run with the advised DataLoader settings injected and measure the speedup",
-    )
-    _target_args(p)
-    p.set_defaults(handler=_cmd_run, loader_doctor="auto")
+    _run_options(p, loader_doctor="auto")
 
 
 def _add_loader(sub: argparse._SubParsersAction) -> None:
@@ -121,17 +114,11 @@ def _add_loader(sub: argparse._SubParsersAction) -> None:
             "worker memory growth."
         ),
     )
-    _run_options(p)
-    p.add_argument(
-        "--fix",
-        action="store_true",
-        help="re-run with the advised DataLoader settings injected and measure the speedup",
-    )
-    _target_args(p)
-    p.set_defaults(handler=_cmd_run, loader_doctor="always")
+    _run_options(p, loader_doctor="always")
 
 
-def _run_options(p: argparse.ArgumentParser) -> None:
+def _run_options(p: argparse.ArgumentParser, loader_doctor: str) -> None:
+    """The options and target of `run` and `loader` (which differ in ``loader_doctor``)."""
     p.add_argument("--steps", type=_positive_int, default=20, help="measured steps (default 20)")
     p.add_argument(
         "--warmup", type=_non_negative_int, default=5, help="steps before measuring (default 5)"
@@ -155,6 +142,13 @@ def _run_options(p: argparse.ArgumentParser) -> None:
         "Perfetto) and analyse it",
     )
     p.add_argument("--quiet", action="store_true", help="no progress, only the report")
+    p.add_argument(
+        "--fix",
+        action="store_true",
+        help="re-run with the advised DataLoader settings injected and measure the speedup",
+    )
+    _target_args(p)
+    p.set_defaults(handler=_cmd_run, loader_doctor=loader_doctor)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
