@@ -293,6 +293,7 @@ def test_cli_script_raising_shows_its_own_traceback():
     assert 'raises_early.py", line 10' in res.stderr
     assert "torchdoctor/runner.py" not in res.stderr and "runpy" not in res.stderr
     assert "the script raised ValueError after 0 measured steps" in res.stdout
+    assert "no optimizer.step()" in res.stdout
 
 
 def test_cli_report_of_a_bad_file(tmp_path):

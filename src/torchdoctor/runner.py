@@ -189,7 +189,10 @@ def _status(
         return "interrupted", [f"interrupted (Ctrl-C) after {measured} measured steps"]
     notes: list[str] = []
     if ended == "error":
-        notes.append(f"the script raised {type(error).__name__} after {measured} measured steps")
+        notes.append(
+            f"the script raised {type(error).__name__} after {measured} measured steps; "
+            f"torchdoctor saw {_seen_text(seen)}"
+        )
         status = "script-error"
     elif measured == 0:
         status = "no-training"
@@ -198,10 +201,7 @@ def _status(
     if measured == 0 and ended != "error":
         if seen["optimizer_steps"] == 0:
             notes.append(
-                "the script ended without a training step: torchdoctor saw "
-                f"{seen['dataloader_iterators']} DataLoader iteration(s), {seen['batches']} batch(es), "
-                f"{seen['forward_calls']} model call(s), {seen['backward_calls']} backward call(s) "
-                "and no optimizer.step()"
+                f"the script ended without a training step: torchdoctor saw {_seen_text(seen)}"
             )
         else:
             notes.append(
@@ -219,6 +219,15 @@ def _status(
             f"{len(record.model_alone)} of {opts.steps} steps"
         )
     return status, notes
+
+
+def _seen_text(seen: dict[str, int]) -> str:
+    steps = seen["optimizer_steps"]
+    return (
+        f"{seen['dataloader_iterators']} DataLoader iteration(s), {seen['batches']} batch(es), "
+        f"{seen['forward_calls']} model call(s), {seen['backward_calls']} backward call(s) and "
+        + (f"{steps} optimizer step(s)" if steps else "no optimizer.step()")
+    )
 
 
 def _exit_status(record: RunRecord, ended: str) -> int:
