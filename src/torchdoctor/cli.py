@@ -164,9 +164,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     try:
         record = RunRecord.load(args.path)
     except RecordError as exc:
-        raise TorchdoctorError(
-            str(exc), "pass a file written by `torchdoctor run --json`"
-        ) from None
+        raise TorchdoctorError(str(exc), "pass a file written by `torchdoctor run --json`") from None
     render(record)
     return 0
 
