@@ -12,51 +12,19 @@ the exhaustive sweep's measurements, so they share conditions).
 from __future__ import annotations
 
 import argparse
-import multiprocessing
+import sys
 import time
+from pathlib import Path
 
-import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
 from torchdoctor.analysis.worker_sweep import SweepPolicy, sweep_candidates
 from torchdoctor.capture.loader_doctor import available_cpus
 from torchdoctor.capture.loader_sweep import measure_loader, sweep_loader
 
-
-class Disk(Dataset):
-    """Per sample: ``serial_s`` on a device shared by all workers (a lock), ``parallel_s`` not."""
-
-    def __init__(self, n: int, serial_s: float, parallel_s: float) -> None:
-        self.n, self.serial_s, self.parallel_s = n, serial_s, parallel_s
-        self.device = multiprocessing.get_context("fork").Lock()
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i: int) -> torch.Tensor:
-        if self.serial_s:
-            with self.device:
-                time.sleep(self.serial_s)
-        time.sleep(self.parallel_s)
-        return torch.full((3, 32, 32), float(i))
-
-
-class Busy(Dataset):
-    """Per sample: ``cpu_s`` of pure-Python CPU work (a decoder), bounded by the cores."""
-
-    def __init__(self, n: int, cpu_s: float) -> None:
-        self.n, self.cpu_s = n, cpu_s
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i: int) -> torch.Tensor:
-        deadline = time.thread_time() + self.cpu_s
-        x = 0
-        while time.thread_time() < deadline:
-            x += 1
-        return torch.full((3, 32, 32), float(i))
-
+# The datasets with injected costs are the ones the tests use.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from loader_datasets import Busy, Disk  # noqa: E402
 
 SCENARIOS = {
     "disk (10 ms serial + 15 ms parallel sleep per sample)": lambda: Disk(100_000, 0.010, 0.015),

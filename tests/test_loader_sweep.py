@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import multiprocessing
-import time
-
 import pytest
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, SequentialSampler
 
+from loader_datasets import Disk
 from torchdoctor.analysis.worker_sweep import SweepPolicy, sweep_candidates
 from torchdoctor.capture.loader_sweep import (
     clone_loader,
@@ -187,24 +185,6 @@ def test_measuring_leaves_random_state_and_the_users_loader_alone():
     assert torch.equal(torch.rand(2), expected)
     assert torch.equal(gen.get_state(), gen_state)
     assert loader._iterator is None  # the user's loader was never iterated
-
-
-class Disk(Dataset):
-    """Samples read from a simulated disk: ``serial_s`` under a lock shared by all workers (one
-    device) plus ``parallel_s`` without it. Throughput grows with workers, then saturates."""
-
-    def __init__(self, n: int, serial_s: float, parallel_s: float) -> None:
-        self.n, self.serial_s, self.parallel_s = n, serial_s, parallel_s
-        self.device = multiprocessing.get_context("fork").Lock()
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i: int) -> torch.Tensor:
-        with self.device:
-            time.sleep(self.serial_s)
-        time.sleep(self.parallel_s)
-        return torch.full((8,), float(i))
 
 
 @pytest.mark.integration
