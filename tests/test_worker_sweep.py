@@ -268,3 +268,16 @@ def test_predicted_step_time():
     assert predicted_step_ms(50.0, 40.0, num_workers=4) == pytest.approx(50.0)
     # Gradient accumulation draws 4 batches per step.
     assert predicted_step_ms(50.0, 40.0, num_workers=4, batches_per_step=4) == pytest.approx(100.0)
+
+
+def test_analysis_modules_do_not_import_torch():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "import torchdoctor.analysis.worker_sweep, torchdoctor.analysis.transforms\n"
+        "import torchdoctor.analysis.loader_memory, torchdoctor.report.loader\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

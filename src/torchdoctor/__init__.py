@@ -15,6 +15,8 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "watch": "torchdoctor.runner",
     "RunRecord": "torchdoctor.record",
+    "diagnose_loader": "torchdoctor.capture.loader_doctor",
+    "clone_loader": "torchdoctor.capture.loader_sweep",
 }
 
 __all__ = ["__version__", *_EXPORTS]

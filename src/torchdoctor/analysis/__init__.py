@@ -1,1 +1,29 @@
-"""torchdoctor.analysis."""
+"""torchdoctor.analysis: pure functions from measurements to findings (no torch import)."""
+
+from .loader_memory import describe_batch, detect_copy_on_read, dtype_advice, loader_memory
+from .transforms import TransformCost, transform_findings
+from .worker_sweep import (
+    SweepPolicy,
+    WorkerSweep,
+    fix_code,
+    fix_settings,
+    predicted_step_ms,
+    sweep_advice,
+    sweep_candidates,
+)
+
+__all__ = [
+    "SweepPolicy",
+    "TransformCost",
+    "WorkerSweep",
+    "describe_batch",
+    "detect_copy_on_read",
+    "dtype_advice",
+    "fix_code",
+    "fix_settings",
+    "loader_memory",
+    "predicted_step_ms",
+    "sweep_advice",
+    "sweep_candidates",
+    "transform_findings",
+]

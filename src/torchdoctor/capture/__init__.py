@@ -1,1 +1,22 @@
-"""torchdoctor.capture."""
+"""torchdoctor.capture: live measurement of a running script (the only place that patches torch).
+
+The loader doctor's modules import torch only inside their functions.
+"""
+
+from .loader_costs import measure_getitem_costs
+from .loader_doctor import LoaderDiagnosis, diagnose_loader
+from .loader_sweep import clone_loader, measure_loader, sample_batch, shutdown_workers, sweep_loader
+from .worker_memory import WorkerMemorySampler, sample_worker_memory
+
+__all__ = [
+    "LoaderDiagnosis",
+    "WorkerMemorySampler",
+    "clone_loader",
+    "diagnose_loader",
+    "measure_getitem_costs",
+    "measure_loader",
+    "sample_batch",
+    "sample_worker_memory",
+    "shutdown_workers",
+    "sweep_loader",
+]
