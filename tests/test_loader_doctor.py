@@ -111,3 +111,16 @@ def test_loader_section_renders_from_the_json_form():
     empty = io.StringIO()
     render_loader({}, Console(file=empty))
     assert empty.getvalue() == ""
+
+
+@pytest.mark.integration
+def test_diagnosis_reports_copy_on_read_with_its_fix():
+    from test_loader_memory import PythonRows
+
+    loader = DataLoader(PythonRows(), batch_size=16, num_workers=2)
+    diagnosis = diagnose_loader(loader, accelerator=False, sweep=False, memory_budget_s=30.0)
+    assert diagnosis.copy_on_read is not None and diagnosis.copy_on_read.flagged
+    (cow,) = [f for f in diagnosis.findings if f.kind == "loader.copy_on_read"]
+    assert "PythonRows" in cow.title and "numpy" in cow.fix
+    assert diagnosis.worker_memory is not None and max(diagnosis.worker_memory.workers) == 2
+    assert "worker_sweep" in diagnosis.to_extra() and diagnosis.to_extra()["worker_sweep"] is None
