@@ -120,6 +120,8 @@ def test_clone_of_an_iterable_dataset():
 def test_overriding_batch_size_replaces_a_custom_batch_sampler():
     loader = DataLoader(Squares(6), batch_sampler=[[0, 1, 2, 3, 4, 5]])
     assert [len(b) for b in clone_loader(loader, batch_size=2, sampler=None)] == [2, 2, 2]
+    shuffled = clone_loader(DataLoader(Squares(6), batch_size=3), shuffle=True)
+    assert type(shuffled.sampler).__name__ == "RandomSampler"
 
 
 def test_sample_batch_does_not_advance_random_state():

@@ -53,6 +53,8 @@ def clone_loader(loader: Any, **overrides: Any) -> Any:
     if "sampler" in overrides or "batch_size" in overrides or "shuffle" in overrides:
         # Re-batching with new sampling settings replaces the custom batch sampler.
         kwargs.pop("batch_sampler", None)
+    if "shuffle" in overrides and "sampler" not in overrides:
+        kwargs.pop("sampler", None)  # shuffle chooses the sampler
     kwargs.update(overrides)
     if isinstance(kwargs["dataset"], IterableDataset):
         kwargs.pop("sampler", None)
