@@ -30,8 +30,8 @@ def test_fix_is_verified_against_the_prediction():
         loader,
         accelerator=False,
         memory=False,
-        batches_per_setting=8,
-        budget_s_per_setting=3.0,
+        batches_per_setting=12,
+        budget_s_per_setting=2.0,
         cpu_count=2,
     )
     costliest = max(diagnosis.transforms, key=lambda t: t.share)
@@ -43,12 +43,12 @@ def test_fix_is_verified_against_the_prediction():
 
     batch = sample_batch(loader)
     model_alone_ms = statistics.median(train([batch] * 30, 30)[5:])
-    before = train(loader, 16)
+    before = train(loader, 12)
     before_ms = statistics.mean(before[2:])
     # With workers, batches arrive in rounds (several at once, then a wait): a median step
     # misses the waits. Mean over whole rounds, after the prefetched warm-up.
     warmup = 2 * workers
-    after = train(clone_loader(loader, **injected), warmup + 4 * workers)
+    after = train(clone_loader(loader, **injected), warmup + 8 * workers)
     after_ms = statistics.mean(after[warmup:])
     assert diagnosis.sweep is not None
     predicted_ms = predicted_step_ms(model_alone_ms, diagnosis.sweep.best.batches_per_s, workers)

@@ -1,4 +1,4 @@
-"""An input-bound training script whose cost sits in one transform (RandomBlur, 8 ms/sample).
+"""An input-bound training script whose cost sits in one transform (RandomBlur, 20 ms/sample).
 
 Runs as a script (``python slow_transform.py --steps 40``) for the end-to-end tests of
 ``torchdoctor run --fix`` and ``torchdoctor loader``; ``build_loader`` and ``train`` are also
@@ -31,10 +31,10 @@ class ToFloat:
 
 
 class RandomBlur:
-    """The costly step: 8 ms per sample (a sleep, like waiting on a slow library call)."""
+    """The costly step: 20 ms per sample (a sleep, like waiting on a slow library call)."""
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        time.sleep(0.008)
+        time.sleep(0.020)
         return x
 
 
