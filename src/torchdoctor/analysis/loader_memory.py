@@ -29,6 +29,9 @@ from ..record import Finding
 #: A leaf smaller than this share of the batch gets no dtype advice (class-label vectors).
 MIN_ADVICE_SHARE = 0.05
 
+#: ... nor one smaller than this many bytes per batch: saving a few kB is not worth a change.
+MIN_ADVICE_BYTES = 1_000_000
+
 #: Worker USS must grow by at least this much per worker over the run to be copy-on-read.
 #: In tests/test_loader_memory.py (4M values, 2 workers, one epoch) the numpy-backed dataset's
 #: workers grew by 0.2 MB each, the same values as lists of Python floats by 46-49 MB.
@@ -141,7 +144,8 @@ def dtype_advice(leaves: Sequence[BatchLeaf], *, accelerator: bool = True) -> li
     for leaf in leaves:
         kind = _advice_kind(leaf)
         advised = _advised_nbytes(leaf)
-        if kind is None or leaf.nbytes < MIN_ADVICE_SHARE * total or advised >= leaf.nbytes:
+        small = leaf.nbytes < max(MIN_ADVICE_SHARE * total, MIN_ADVICE_BYTES)
+        if kind is None or small or advised >= leaf.nbytes:
             continue
         title, fix = _dtype_text(leaf, kind, where)
         findings.append(
