@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import random
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, Subset
+
+# A user's own Compose, the same shape as torchvision's and albumentations'.
+sys.path.insert(0, str(Path(__file__).parent / "scenarios"))
+from slow_transform import Compose  # noqa: E402
 
 from torchdoctor.analysis.transforms import (
     COLLATE,
@@ -22,18 +28,6 @@ from torchdoctor.capture.loader_costs import (
     is_compose_like,
     measure_getitem_costs,
 )
-
-
-class Compose:
-    """A user's own Compose (same shape as torchvision's and albumentations')."""
-
-    def __init__(self, transforms):
-        self.transforms = transforms
-
-    def __call__(self, x):
-        for t in self.transforms:
-            x = t(x)
-        return x
 
 
 class Scale:
