@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import random
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, Subset
+
+# A user's own Compose, the same shape as torchvision's and albumentations'.
+sys.path.insert(0, str(Path(__file__).parent / "scenarios"))
+from slow_transform import Compose  # noqa: E402
 
 from torchdoctor.analysis.transforms import (
     COLLATE,
@@ -22,18 +28,6 @@ from torchdoctor.capture.loader_costs import (
     is_compose_like,
     measure_getitem_costs,
 )
-
-
-class Compose:
-    """A user's own Compose (same shape as torchvision's and albumentations')."""
-
-    def __init__(self, transforms):
-        self.transforms = transforms
-
-    def __call__(self, x):
-        for t in self.transforms:
-            x = t(x)
-        return x
 
 
 class Scale:
@@ -238,3 +232,30 @@ def test_no_finding_when_nothing_dominates():
 def test_function_names():
     assert function_name(("~", 0, "<built-in method time.sleep>")) == "time.sleep"
     assert function_name(("/a/b/data.py", 12, "decode")) == "decode (data.py:12)"
+
+
+def test_batch_size_of_a_custom_batch_sampler_and_no_breakdown_without_a_profile():
+    from torchdoctor.analysis.transforms import profile_costs
+
+    loader = DataLoader(Images(transform=pipeline()), batch_sampler=[[0, 1, 2], [3, 4, 5]])
+    costs = measure_getitem_costs(loader, samples=3)
+    blur = next(c for c in costs if c.name == "SlowBlur")
+    assert blur.ms_per_batch >= 3 * 30.0 * 0.9  # 3 samples per batch
+    only_total = profile_costs({}, ("x.py", 1, "f"), 20.0, 4, batch_size=2, collate_ms=None)
+    assert [(c.name, c.ms_per_batch, c.share) for c in only_total] == [("__getitem__", 40.0, 1.0)]
+
+
+def test_profile_fallback_restores_a_previous_profile_function():
+    import sys
+
+    calls = []
+
+    def tracer(frame, event, arg):
+        calls.append(event)
+
+    sys.setprofile(tracer)
+    try:
+        measure_getitem_costs(Decoding(), samples=2)
+        assert sys.getprofile() is tracer
+    finally:
+        sys.setprofile(None)

@@ -67,3 +67,60 @@ def test_diagnose_an_input_bound_loader(tmp_path):
     assert extra["worker_sweep"]["best_workers"] == diagnosis.sweep.best_workers
     json.dumps(extra)
     assert loader._iterator is None
+
+
+def test_loader_section_renders_from_the_json_form():
+    import io
+
+    from rich.console import Console
+
+    from torchdoctor.report.loader import render_loader
+
+    extra = {
+        "worker_sweep": {
+            "points": [
+                {"num_workers": 0, "batches_per_s": 5.0},
+                {"num_workers": 2, "batches_per_s": 10.0},
+                {"num_workers": 4, "batches_per_s": 19.0},
+            ],
+            "best_workers": 4,
+            "stopped": "plateau",
+            "measures": "loader",
+        },
+        "transforms": [
+            {"name": "SlowBlur", "share": 0.9, "ms_per_batch": 120.0},
+            {"name": "collate_fn", "share": 0.1, "ms_per_batch": 13.0},
+        ],
+        "loader_memory": {
+            "bytes_per_batch": 167_772_160,
+            "batches_in_flight": 8,
+            "num_workers": 8,
+            "prefetch_factor": 1,
+            "bytes_in_flight": 8 * 167_772_160,
+            "bytes_per_batch_advised": 33_554_432,
+        },
+        "copy_on_read": {"flagged": True, "growth_mb": 48.0, "start_mb": 14.0, "end_mb": 62.0},
+    }
+    out = io.StringIO()
+    render_loader(extra, Console(file=out, width=120), current_workers=0)
+    text = out.getvalue()
+    assert "pick" in text and "now" in text and "stopped on a plateau" in text
+    assert "SlowBlur" in text and "90%" in text
+    assert "168 MB per batch x 8 in flight" in text and "1.34 GB" in text and "34 MB" in text
+    assert "copy-on-read" in text
+    empty = io.StringIO()
+    render_loader({}, Console(file=empty))
+    assert empty.getvalue() == ""
+
+
+@pytest.mark.integration
+def test_diagnosis_reports_copy_on_read_with_its_fix():
+    from test_loader_memory import PythonRows
+
+    loader = DataLoader(PythonRows(), batch_size=16, num_workers=2)
+    diagnosis = diagnose_loader(loader, accelerator=False, sweep=False, memory_budget_s=30.0)
+    assert diagnosis.copy_on_read is not None and diagnosis.copy_on_read.flagged
+    (cow,) = [f for f in diagnosis.findings if f.kind == "loader.copy_on_read"]
+    assert "PythonRows" in cow.title and "numpy" in cow.fix
+    assert diagnosis.worker_memory is not None and max(diagnosis.worker_memory.workers) == 2
+    assert "worker_sweep" in diagnosis.to_extra() and diagnosis.to_extra()["worker_sweep"] is None

@@ -59,13 +59,19 @@ def test_dtype_advice_for_images_masks_and_float64():
 
 
 def test_no_dtype_advice_for_small_labels_raw_pixels_or_wide_masks():
+    n = 32 * 256 * 256
     leaves = [
-        BatchLeaf("img", "uint8", [32, 3, 64, 64], 32 * 3 * 64 * 64),
-        BatchLeaf("raw", "float32", [32, 3, 64, 64], 32 * 3 * 64 * 64 * 4, 0.0, 255.0, 120.0),
+        BatchLeaf("img", "uint8", [32, 3, 256, 256], 3 * n),
+        BatchLeaf("raw", "float32", [32, 3, 256, 256], 3 * n * 4, 0.0, 255.0, 120.0),
         BatchLeaf("labels", "int64", [32], 256, 0.0, 9.0),
-        BatchLeaf("ids", "int64", [32, 64, 64], 32 * 64 * 64 * 8, 0.0, 70000.0),
+        BatchLeaf("ids", "int64", [32, 256, 256], n * 8, 0.0, 70000.0),
     ]
     assert dtype_advice(leaves) == []
+    # Worth advising in a large batch, not in a tiny one (12 kB of images).
+    normalised = BatchLeaf("x", "float32", [32, 3, 256, 256], 3 * n * 4, -1.0, 1.0, 0.0)
+    assert len(dtype_advice([normalised])) == 1
+    tiny = BatchLeaf("x", "float32", [4, 3, 16, 16], 4 * 3 * 16 * 16 * 4, -1.0, 1.0, 0.0)
+    assert dtype_advice([tiny]) == []
 
 
 def test_describe_a_real_batch():
@@ -74,17 +80,17 @@ def test_describe_a_real_batch():
             return 8
 
         def __getitem__(self, i):
-            image = torch.rand(3, 16, 16) - 0.5
-            return {"image": image, "mask": torch.zeros(16, 16, dtype=torch.long), "n": i}
+            image = torch.rand(3, 256, 256) - 0.5
+            return {"image": image, "mask": torch.zeros(256, 256, dtype=torch.long), "n": i}
 
     batch = sample_batch(DataLoader(Seg(), batch_size=4))
     leaves = describe_batch(batch)
     assert [(leaf.path, leaf.dtype, leaf.shape) for leaf in leaves] == [
-        ("batch['image']", "float32", [4, 3, 16, 16]),
-        ("batch['mask']", "int64", [4, 16, 16]),
+        ("batch['image']", "float32", [4, 3, 256, 256]),
+        ("batch['mask']", "int64", [4, 256, 256]),
         ("batch['n']", "int64", [4]),
     ]
-    assert leaves[0].nbytes == 4 * 3 * 16 * 16 * 4
+    assert leaves[0].nbytes == 4 * 3 * 256 * 256 * 4
     assert -0.5 <= leaves[0].min < leaves[0].max <= 0.5
     assert {f.detail["path"] for f in dtype_advice(leaves)} == {"batch['image']", "batch['mask']"}
     numpy_leaves = describe_batch((np.zeros((2, 3), dtype=np.float64), "text"))

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import multiprocessing
-import time
-
 import pytest
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, SequentialSampler
 
+from loader_datasets import Disk
 from torchdoctor.analysis.worker_sweep import SweepPolicy, sweep_candidates
 from torchdoctor.capture.loader_sweep import (
     clone_loader,
@@ -122,6 +120,8 @@ def test_clone_of_an_iterable_dataset():
 def test_overriding_batch_size_replaces_a_custom_batch_sampler():
     loader = DataLoader(Squares(6), batch_sampler=[[0, 1, 2, 3, 4, 5]])
     assert [len(b) for b in clone_loader(loader, batch_size=2, sampler=None)] == [2, 2, 2]
+    shuffled = clone_loader(DataLoader(Squares(6), batch_size=3), shuffle=True)
+    assert type(shuffled.sampler).__name__ == "RandomSampler"
 
 
 def test_sample_batch_does_not_advance_random_state():
@@ -189,30 +189,12 @@ def test_measuring_leaves_random_state_and_the_users_loader_alone():
     assert loader._iterator is None  # the user's loader was never iterated
 
 
-class Disk(Dataset):
-    """Samples read from a simulated disk: ``serial_s`` under a lock shared by all workers (one
-    device) plus ``parallel_s`` without it. Throughput grows with workers, then saturates."""
-
-    def __init__(self, n: int, serial_s: float, parallel_s: float) -> None:
-        self.n, self.serial_s, self.parallel_s = n, serial_s, parallel_s
-        self.device = multiprocessing.get_context("fork").Lock()
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i: int) -> torch.Tensor:
-        with self.device:
-            time.sleep(self.serial_s)
-        time.sleep(self.parallel_s)
-        return torch.full((8,), float(i))
-
-
 @pytest.mark.integration
 def test_sweep_pick_is_within_10_percent_of_an_exhaustive_sweep():
-    # 4 samples/batch x (5 ms serial + 20 ms parallel): 10 batches/s with no worker, at most
-    # 50/s (the serial part) from 4 workers on.
-    loader = DataLoader(Disk(2000, 0.005, 0.020), batch_size=4)
-    candidates = [0, 1, 2, 4, 8]
+    # 4 samples/batch x (10 ms serial + 15 ms parallel): 10 batches/s with no worker, at most
+    # 25/s (the serial part) from 4 workers on.
+    loader = DataLoader(Disk(4000, 0.010, 0.015), batch_size=4)
+    candidates = [0, 1, 2, 4, 8, 16]
     policy = SweepPolicy(candidates)
     sweep = sweep_loader(loader, policy, batches_per_setting=12)
     assert sweep.stopped == "plateau"
@@ -222,6 +204,7 @@ def test_sweep_pick_is_within_10_percent_of_an_exhaustive_sweep():
     assert quality >= 0.9, (sweep.best_workers, exhaustive)
     assert sweep.best_workers >= 2
     assert [p.num_workers for p in sweep.points] == candidates[: len(sweep.points)]
+    assert len(sweep.points) < len(candidates)  # the plateau saved the largest settings
     assert all(p.first_batch_ms is not None for p in sweep.points)
 
 

@@ -237,3 +237,47 @@ def test_prefetch_factor_raised_for_uneven_batches_and_lowered_for_ram():
     (pf,) = [x for x in f if x.kind == "loader.prefetch_factor"]
     assert pf.fix == "DataLoader(..., num_workers=4, prefetch_factor=1)"
     assert pf.severity == "warning"
+
+
+def test_fix_settings_and_code_from_findings():
+    from torchdoctor.analysis.worker_sweep import fix_code, fix_settings
+
+    slow_start = SweepPoint(4, 20.0, first_batch_ms=2000.0)
+    sweep = sweep_of([(0, 5.0), (1, 5.0), (2, 10.0), slow_start], best=4)
+    findings = sweep_advice(sweep, settings(), accelerator=True, batches_per_epoch=50)
+    injected = fix_settings(findings)
+    assert injected == {"num_workers": 4, "pin_memory": True, "persistent_workers": True}
+    assert fix_code(injected) == (
+        "DataLoader(..., num_workers=4, pin_memory=True, persistent_workers=True)"
+    )
+    back_to_zero = sweep_of([(0, 100.0), (1, 50.0), (2, 60.0)], best=0)
+    injected = fix_settings(
+        sweep_advice(back_to_zero, settings(num_workers=2, prefetch_factor=2), accelerator=False)
+    )
+    assert injected == {"num_workers": 0, "persistent_workers": False, "prefetch_factor": None}
+    assert fix_settings([]) == {} and fix_code({}) == ""
+
+
+def test_predicted_step_time():
+    from torchdoctor.analysis.worker_sweep import predicted_step_ms
+
+    # No workers: 50 ms of model + 100 ms to make the batch, one after the other.
+    assert predicted_step_ms(50.0, 10.0, num_workers=0) == pytest.approx(150.0)
+    # Workers make batches in parallel: the slower side bounds the step.
+    assert predicted_step_ms(50.0, 10.0, num_workers=2) == pytest.approx(100.0)
+    assert predicted_step_ms(50.0, 40.0, num_workers=4) == pytest.approx(50.0)
+    # Gradient accumulation draws 4 batches per step.
+    assert predicted_step_ms(50.0, 40.0, num_workers=4, batches_per_step=4) == pytest.approx(100.0)
+
+
+def test_analysis_modules_do_not_import_torch():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "import torchdoctor.analysis.worker_sweep, torchdoctor.analysis.transforms\n"
+        "import torchdoctor.analysis.loader_memory, torchdoctor.report.loader\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

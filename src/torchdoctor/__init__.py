@@ -28,6 +28,8 @@ _EXPORTS = {
     "SyncWatcher": "torchdoctor.capture.syncs",
     "analyze_trace": "torchdoctor.analysis.trace_analysis",
     "StepProfiler": "torchdoctor.capture.profiler",
+    "diagnose_loader": "torchdoctor.capture.loader_doctor",
+    "clone_loader": "torchdoctor.capture.loader_sweep",
 }
 
 __all__ = ["__version__", *_EXPORTS]

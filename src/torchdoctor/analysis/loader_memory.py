@@ -29,6 +29,9 @@ from ..record import Finding
 #: A leaf smaller than this share of the batch gets no dtype advice (class-label vectors).
 MIN_ADVICE_SHARE = 0.05
 
+#: ... nor one smaller than this many bytes per batch: saving a few kB is not worth a change.
+MIN_ADVICE_BYTES = 1_000_000
+
 #: Worker USS must grow by at least this much per worker over the run to be copy-on-read.
 #: In tests/test_loader_memory.py (4M values, 2 workers, one epoch) the numpy-backed dataset's
 #: workers grew by 0.2 MB each, the same values as lists of Python floats by 46-49 MB.
@@ -130,73 +133,64 @@ def loader_memory(
 def dtype_advice(leaves: Sequence[BatchLeaf], *, accelerator: bool = True) -> list[Finding]:
     """Smaller dtypes for the arrays that dominate a batch, with the code.
 
-    - float32 image-like arrays (4-D) whose values look normalised on the CPU: keep uint8 in
-      the Dataset and normalise on the device (``torchdoctor.remedies`` Normalize module).
-    - integer masks (int32/int64 arrays of 2+ dims) whose values fit 0..255: uint8.
+    - float32 image batches (4-D) whose values look normalised on the CPU: keep uint8 in the
+      Dataset and normalise on the device.
+    - integer mask batches (int16/32/64, 3+ dims with the batch) with values in 0..255: uint8.
     - float64 arrays: float32.
     """
     total = sum(leaf.nbytes for leaf in leaves) or 1
     findings = []
     where = "on the device" if accelerator else "in the model's forward"
     for leaf in leaves:
-        if leaf.nbytes < MIN_ADVICE_SHARE * total:
-            continue
-        saved = leaf.nbytes - _advised_nbytes(leaf)
-        if saved <= 0:
-            continue
         kind = _advice_kind(leaf)
-        detail = {"path": leaf.path, "dtype": leaf.dtype, "shape": leaf.shape, "saved_bytes": saved}
-        if kind == "image":
-            findings.append(
-                Finding(
-                    kind="loader.dtype",
-                    title=(
-                        f"{leaf.path} is float32 normalised on the CPU: "
-                        f"{_mb(leaf.nbytes)} per batch, {_mb(leaf.nbytes // 4)} as uint8"
-                    ),
-                    fix=(
-                        "# in the Dataset: return the uint8 image, no ToTensor()/Normalize()\n"
-                        "image = torch.from_numpy(array).permute(2, 0, 1).contiguous()  # uint8\n"
-                        f"# {where}, first thing in the step:\n"
-                        "x = x.to(device, non_blocking=True).float().div_(255)\n"
-                        "x = (x - mean.view(1, -1, 1, 1)) / std.view(1, -1, 1, 1)"
-                    ),
-                    severity="info",
-                    detail=detail,
-                )
+        advised = _advised_nbytes(leaf)
+        small = leaf.nbytes < max(MIN_ADVICE_SHARE * total, MIN_ADVICE_BYTES)
+        if kind is None or small or advised >= leaf.nbytes:
+            continue
+        title, fix = _dtype_text(leaf, kind, where)
+        findings.append(
+            Finding(
+                kind="loader.dtype",
+                title=f"{title}: {_mb(leaf.nbytes)} per batch, {_mb(advised)} {_AS[kind]}",
+                fix=fix,
+                severity="info",
+                detail={
+                    "path": leaf.path,
+                    "dtype": leaf.dtype,
+                    "shape": leaf.shape,
+                    "saved_bytes": leaf.nbytes - advised,
+                },
             )
-        elif kind == "mask":
-            findings.append(
-                Finding(
-                    kind="loader.dtype",
-                    title=(
-                        f"{leaf.path} is {leaf.dtype} with values in 0..255: "
-                        f"{_mb(leaf.nbytes)} per batch, {_mb(_advised_nbytes(leaf))} as uint8"
-                    ),
-                    fix=(
-                        "# in the Dataset:\n"
-                        "mask = torch.from_numpy(mask.astype(numpy.uint8))\n"
-                        "# in the loss:\n"
-                        "loss = criterion(output, target.long())"
-                    ),
-                    severity="info",
-                    detail=detail,
-                )
-            )
-        elif kind == "float64":
-            findings.append(
-                Finding(
-                    kind="loader.dtype",
-                    title=f"{leaf.path} is float64: {_mb(leaf.nbytes)} per batch, half as float32",
-                    fix=(
-                        "# in the Dataset (numpy defaults to float64):\n"
-                        "array = array.astype(numpy.float32)"
-                    ),
-                    severity="info",
-                    detail=detail,
-                )
-            )
+        )
     return findings
+
+
+_AS = {"image": "as uint8", "mask": "as uint8", "float64": "as float32"}
+
+
+def _dtype_text(leaf: BatchLeaf, kind: str, where: str) -> tuple[str, str]:
+    """Title and fix of one dtype finding."""
+    if kind == "image":
+        return (
+            f"{leaf.path} is float32 normalised on the CPU",
+            "# in the Dataset: return the uint8 image, no ToTensor()/Normalize()\n"
+            "image = torch.from_numpy(array).permute(2, 0, 1).contiguous()  # uint8\n"
+            f"# {where}, first thing in the step:\n"
+            "x = x.to(device, non_blocking=True).float().div_(255)\n"
+            "x = (x - mean.view(1, -1, 1, 1)) / std.view(1, -1, 1, 1)",
+        )
+    if kind == "mask":
+        return (
+            f"{leaf.path} is {leaf.dtype} with values in 0..255",
+            "# in the Dataset:\n"
+            "mask = torch.from_numpy(mask.astype(numpy.uint8))\n"
+            "# in the loss:\n"
+            "loss = criterion(output, target.long())",
+        )
+    return (
+        f"{leaf.path} is float64",
+        "# in the Dataset (numpy defaults to float64):\narray = array.astype(numpy.float32)",
+    )
 
 
 def detect_copy_on_read(worker_mb: Sequence[float]) -> CopyOnRead:

@@ -114,6 +114,8 @@ def profile_costs(
         node_s = _cumtime(stats, node)
     per_sample_ms = getitem_ms_per_sample
     parts: list[tuple[str, float, str, float | None]] = []
+    if node_s <= 0:  # no profile (another profiler was active): the total only
+        parts.append(("__getitem__", per_sample_ms * batch_size, "other", 1.0))
     kids = sorted(callees.get(node, {}).items(), key=lambda kv: -kv[1])
     listed = 0.0
     for key, seconds in kids[:top]:
@@ -226,7 +228,7 @@ def _cumtime(stats: Mapping[FuncKey, tuple[Any, ...]], key: FuncKey) -> float:
 
 
 def _is_item_access(key: FuncKey) -> bool:
-    return key[2] in ("__getitem__", "__getitems__", "_getitem") or key[2].endswith("__getitem__")
+    return key[2] in ("__getitem__", "__getitems__")
 
 
 __all__ = [

@@ -18,8 +18,9 @@ the CPU, so they do): the caller decides what ``batches_per_s`` means.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..record import Finding, LoaderSettings
 
@@ -333,7 +334,10 @@ def sweep_advice(
                     "x = x.to(device, non_blocking=True)  # the copy overlaps compute"
                 ),
                 severity="info",
-                detail={"why": "pinned host memory allows asynchronous host-to-device copies"},
+                detail={
+                    "why": "pinned host memory allows asynchronous host-to-device copies",
+                    "recommended": True,
+                },
             )
         )
     if chosen > 0 and not settings.persistent_workers:
@@ -345,7 +349,7 @@ def sweep_advice(
                     title="workers are restarted at every epoch",
                     fix=f"DataLoader(..., num_workers={chosen}, persistent_workers=True)",
                     severity="info",
-                    detail={"why": why, "first_batch_ms": best.first_batch_ms},
+                    detail={"why": why, "first_batch_ms": best.first_batch_ms, "recommended": True},
                 )
             )
     prefetch = _prefetch_advice(
@@ -405,7 +409,11 @@ def _prefetch_advice(
                 ),
                 fix=f"DataLoader(..., num_workers={chosen}, prefetch_factor={smaller})",
                 severity="warning",
-                detail={"bytes_in_flight": in_flight, "available_ram_bytes": ram},
+                detail={
+                    "bytes_in_flight": in_flight,
+                    "available_ram_bytes": ram,
+                    "recommended": smaller,
+                },
             )
     # Batch times are only comparable without workers: with them, batches arrive in bursts.
     if in_process is None:
@@ -419,12 +427,73 @@ def _prefetch_advice(
                 f"DataLoader(..., num_workers={chosen}, prefetch_factor={JITTERY_PREFETCH_FACTOR})"
             ),
             severity="info",
-            detail={"batch_ms_median": med, "batch_ms_p90": p90},
+            detail={
+                "batch_ms_median": med,
+                "batch_ms_p90": p90,
+                "recommended": JITTERY_PREFETCH_FACTOR,
+            },
         )
     return None
 
 
+#: The DataLoader arguments each loader finding sets, for ``--fix`` runs.
+_FIX_ARGUMENTS = {
+    "loader.num_workers": "num_workers",
+    "loader.pin_memory": "pin_memory",
+    "loader.persistent_workers": "persistent_workers",
+    "loader.prefetch_factor": "prefetch_factor",
+}
+
+
+def fix_settings(findings: Iterable[Finding]) -> dict[str, Any]:
+    """The DataLoader arguments to inject in a ``--fix`` run, from :func:`sweep_advice` findings.
+
+    Consistent as a whole: with ``num_workers=0`` the worker-only arguments are reset (the
+    DataLoader rejects them), otherwise unchanged ones are left out.
+    """
+    out: dict[str, Any] = {}
+    for f in findings:
+        name = _FIX_ARGUMENTS.get(f.kind)
+        if name is not None and "recommended" in f.detail:
+            out[name] = f.detail["recommended"]
+    if out.get("num_workers") == 0:
+        out["persistent_workers"] = False
+        out["prefetch_factor"] = None
+    return out
+
+
+def fix_code(settings: Mapping[str, Any]) -> str:
+    """The permanent code change for injected settings: ``DataLoader(..., num_workers=4, ...)``."""
+    order = ["num_workers", "pin_memory", "persistent_workers", "prefetch_factor"]
+    names = [n for n in order if n in settings] + [n for n in settings if n not in order]
+    args = ", ".join(f"{n}={settings[n]!r}" for n in names)
+    return f"DataLoader(..., {args})" if args else ""
+
+
+def predicted_step_ms(
+    model_alone_step_ms: float,
+    loader_batches_per_s: float,
+    num_workers: int,
+    batches_per_step: float = 1.0,
+) -> float:
+    """Step time predicted from the model-alone step and a loader-alone throughput.
+
+    Without workers the batch is made in the training process, between steps: the times add.
+    With workers it is made in parallel: the slower of the two bounds the step. (On a CPU
+    model the workers also take cores from it, which this does not see: measure whole steps.)
+    """
+    if loader_batches_per_s <= 0:
+        return math.inf
+    loading_ms = 1000.0 * batches_per_step / loader_batches_per_s
+    if num_workers == 0:
+        return model_alone_step_ms + loading_ms
+    return max(model_alone_step_ms, loading_ms)
+
+
 __all__ = [
+    "fix_code",
+    "fix_settings",
+    "predicted_step_ms",
     "SweepPoint",
     "SweepPolicy",
     "WorkerSweep",

@@ -105,94 +105,102 @@ def measure_getitem_costs(
         per transform plus the time outside them, or the top functions of a profile, and
         ``collate_fn``. Empty when the dataset yields no samples.
     """
-    dataset = getattr(source, "dataset", source) if _is_loader(source) else source
-    batch_size = (getattr(source, "batch_size", None) or 1) if _is_loader(source) else 1
-    collate_fn = getattr(source, "collate_fn", None) if _is_loader(source) else None
-    auto_batching = _is_loader(source) and getattr(source, "batch_sampler", None) is not None
-    with preserved_random_state(source if _is_loader(source) else None):
-        costs, batch = _timed_transforms(dataset, samples, clock)
-        if costs is None:
-            costs, batch = _profiled(dataset, samples, clock)
-        if not batch:
+    is_loader = _is_loader(source)
+    dataset = source.dataset if is_loader else source
+    collate_fn = source.collate_fn if is_loader else None
+    batch_sampler = source.batch_sampler if is_loader else None
+    with preserved_random_state(source if is_loader else None):
+        batch_size = _batch_size(source) if is_loader else 1
+        drawn = _timed_transforms(dataset, samples, clock) or _profiled(dataset, samples, clock)
+        if not drawn.samples:
             return []
         collate_ms = None
-        if collate_fn is not None and auto_batching:
-            collate_ms = _collate_ms(collate_fn, batch, batch_size, clock)
-    getitem_ms, timings = costs
-    if isinstance(timings, list):
-        return transform_costs(timings, getitem_ms, batch_size, collate_ms)
-    stats, root = timings
-    return profile_costs(stats, root, getitem_ms, len(batch), batch_size, collate_ms)
+        if collate_fn is not None and batch_sampler is not None:
+            collate_ms = _collate_ms(collate_fn, drawn.samples, batch_size, clock)
+    if drawn.transform_ms is not None:
+        return transform_costs(drawn.transform_ms, drawn.getitem_ms, batch_size, collate_ms)
+    stats, root = drawn.profile or ({}, _key(_get_samples))
+    return profile_costs(stats, root, drawn.getitem_ms, len(drawn.samples), batch_size, collate_ms)
 
 
-def _timed_transforms(dataset: Any, samples: int, clock: Clock) -> tuple[Any, list[Any]]:
-    """Time each transform through an instrumented shallow copy; ``(None, [])`` if not possible."""
+@dataclass
+class _Drawn:
+    """Samples drawn for timing, the mean ``__getitem__`` time, and its breakdown."""
+
+    samples: list[Any]
+    getitem_ms: float
+    #: ``(name, ms per sample, calls per sample)`` of each transform, when timed one by one.
+    transform_ms: list[tuple[str, float, float]] | None = None
+    #: ``(pstats stats, root key)`` when profiled.
+    profile: tuple[dict[Any, Any], tuple[str, int, str]] | None = None
+
+
+def _batch_size(loader: Any) -> int:
+    """Samples per batch: ``batch_size``, or the first batch of a custom batch sampler."""
+    if loader.batch_size is not None:
+        return loader.batch_size
+    if loader.batch_sampler is None:
+        return 1  # no automatic batching: each sample is a batch
+    first = next(iter(loader.batch_sampler), None)
+    return len(first) if first else 1
+
+
+def _timed_transforms(dataset: Any, samples: int, clock: Clock) -> _Drawn | None:
+    """Time each transform through an instrumented shallow copy; ``None`` if not possible."""
     pipelines = find_transform_pipelines(dataset)
     if not pipelines:
-        return None, []
+        return None
     timers: list[_Timed] = []
     replacements: list[tuple[Pipeline, Any]] = []
     prefix = len(pipelines) > 1
-    for pipe in pipelines:
-        try:
-            instrumented = copy.copy(pipe.compose)
+    try:
+        for pipe in pipelines:
+            inner = pipe.compose.transforms
+            label = pipe.label if prefix else None
             wrapped = [
-                _Timed(
-                    t,
-                    _transform_name(t, i, pipe.compose.transforms, pipe.label if prefix else None),
-                    clock,
-                )
-                for i, t in enumerate(pipe.compose.transforms)
+                _Timed(t, _transform_name(t, i, inner, label), clock) for i, t in enumerate(inner)
             ]
-            instrumented.transforms = (
-                type(pipe.compose.transforms)(wrapped)
-                if isinstance(pipe.compose.transforms, tuple)
-                else wrapped
-            )
-        except Exception:
-            return None, []
-        timers.extend(wrapped)
-        replacements.append((pipe, instrumented))
-    try:
+            instrumented = copy.copy(pipe.compose)
+            instrumented.transforms = tuple(wrapped) if isinstance(inner, tuple) else wrapped
+            timers.extend(wrapped)
+            replacements.append((pipe, instrumented))
         copied = _copy_with_replacements(dataset, replacements)
+        samples_drawn, getitem_s = _draw(copied, samples, clock)
     except Exception:
-        return None, []
-    try:
-        batch, getitem_s = _draw(copied, samples, clock)
-    except Exception:
-        # An instrumented copy the dataset does not tolerate: profile the original instead.
-        return None, []
-    if not batch or not any(t.calls for t in timers):
-        return None, []  # the copy does not go through the Compose we found
-    n = len(batch)
-    timings = [(t.name, 1000.0 * t.seconds / n, t.calls / n) for t in timers]
-    return (1000.0 * getitem_s / n, timings), batch
+        # An object that cannot be copied, or a copy the dataset does not tolerate: profile
+        # the original instead.
+        return None
+    if not samples_drawn or not any(t.calls for t in timers):
+        return None  # the copy does not go through the Compose we found
+    n = len(samples_drawn)
+    return _Drawn(
+        samples=samples_drawn,
+        getitem_ms=1000.0 * getitem_s / n,
+        transform_ms=[(t.name, 1000.0 * t.seconds / n, t.calls / n) for t in timers],
+    )
 
 
-def _profiled(dataset: Any, samples: int, clock: Clock) -> tuple[Any, list[Any]]:
+def _profiled(dataset: Any, samples: int, clock: Clock) -> _Drawn:
     """Profile ``__getitem__`` with cProfile; the unprofiled time is measured separately."""
-    batch, getitem_s = _draw(dataset, samples, clock)
-    if not batch:
-        return (0.0, ([], None)), []
+    samples_drawn, getitem_s = _draw(dataset, samples, clock)
+    if not samples_drawn:
+        return _Drawn([], 0.0)
     indices = _indices(dataset, samples)
     previous = sys.getprofile()
     profiler = cProfile.Profile()
+    profile = None
     try:
         if indices is None:
-            profiler.runcall(_iterate_samples, dataset, len(batch))
-            root = _key(_iterate_samples)
+            profiler.runcall(_iterate_samples, dataset, len(samples_drawn))
+            profile = (pstats.Stats(profiler).stats, _key(_iterate_samples))  # type: ignore[attr-defined]
         else:
             profiler.runcall(_get_samples, dataset, indices)
-            root = _key(_get_samples)
+            profile = (pstats.Stats(profiler).stats, _key(_get_samples))  # type: ignore[attr-defined]
     except ValueError:
-        # Another profiler owns the interpreter (Python 3.12+): report the total only.
-        stats: dict[Any, Any] = {}
-        root = _key(_get_samples)
-    else:
-        stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+        pass  # another profiler owns the interpreter (Python 3.12+): no breakdown
     finally:
         sys.setprofile(previous)
-    return (1000.0 * getitem_s / len(batch), (stats, root)), batch
+    return _Drawn(samples_drawn, 1000.0 * getitem_s / len(samples_drawn), profile=profile)
 
 
 def _draw(dataset: Any, samples: int, clock: Clock) -> tuple[list[Any], float]:

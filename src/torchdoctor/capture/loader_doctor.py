@@ -27,6 +27,7 @@ from ..analysis.loader_memory import (
 )
 from ..analysis.transforms import TransformCost, transform_findings
 from ..analysis.worker_sweep import (
+    PLATEAU_PATIENCE,
     SweepPoint,
     SweepPolicy,
     WorkerSweep,
@@ -126,6 +127,7 @@ def diagnose_loader(
     memory_batches: int = DEFAULT_MEMORY_BATCHES,
     memory_budget_s: float = DEFAULT_MEMORY_BUDGET_S,
     cpu_count: int | None = None,
+    patience: int = PLATEAU_PATIENCE,
     on_progress: Callable[[str], None] | None = None,
 ) -> LoaderDiagnosis:
     """Measure a DataLoader without the model and say which settings to change.
@@ -144,6 +146,7 @@ def diagnose_loader(
         memory_batches: batches of the memory pass.
         memory_budget_s: cap on the seconds of the memory pass.
         cpu_count: logical CPUs (default: this process's affinity).
+        patience: sweep settings in a row without gain before stopping (2 on a shared machine).
         on_progress: called with a short line before each measurement.
 
     Returns:
@@ -166,7 +169,9 @@ def diagnose_loader(
         start = clock()
         cpus = cpu_count or available_cpus()
         policy = SweepPolicy(
-            sweep_candidates(cpus, loader.num_workers), target_batches_per_s=target_batches_per_s
+            sweep_candidates(cpus, loader.num_workers),
+            target_batches_per_s=target_batches_per_s,
+            patience=patience,
         )
 
         def progress(point: SweepPoint) -> None:

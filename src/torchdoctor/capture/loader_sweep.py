@@ -26,6 +26,11 @@ from ..record import Stat
 
 Clock = Callable[[], float]
 
+#: Fewest whole rounds of ``num_workers`` batches a measurement counts. Over a window shorter
+#: than a round, batches that were already in flight inflate the rate (16 sleeping workers
+#: measured at 2x their real rate over 30 batches, see benchmarks/worker_sweep.py).
+MIN_ROUNDS = 2
+
 
 def clone_loader(loader: Any, **overrides: Any) -> Any:
     """A new DataLoader built with ``loader``'s construction settings, some overridden.
@@ -48,6 +53,8 @@ def clone_loader(loader: Any, **overrides: Any) -> Any:
     if "sampler" in overrides or "batch_size" in overrides or "shuffle" in overrides:
         # Re-batching with new sampling settings replaces the custom batch sampler.
         kwargs.pop("batch_sampler", None)
+    if "shuffle" in overrides and "sampler" not in overrides:
+        kwargs.pop("sampler", None)  # shuffle chooses the sampler
     kwargs.update(overrides)
     if isinstance(kwargs["dataset"], IterableDataset):
         kwargs.pop("sampler", None)
@@ -184,16 +191,18 @@ def measure_loader_point(
 ) -> SweepPoint:
     """Time ``batches`` batches of a clone of ``loader`` with ``num_workers`` workers.
 
-    The first ``max(1, num_workers)`` batches are a warm-up and are not counted: they include
-    worker startup, and the first round of workers delivers its batches together. Startup is
-    reported separately as ``first_batch_ms``. The clone's workers are shut down before
-    returning, also on error. With ``budget_s``, timing stops early once that many seconds were
-    spent on counted batches (at least 2 are always counted when the loader has them).
+    With workers, batches arrive in rounds (each worker finishes one at about the same time),
+    so the rate is measured over whole rounds of ``num_workers`` batches, at least
+    :data:`MIN_ROUNDS` of them, after a warm-up of the batches dispatched when the workers
+    start (``num_workers * prefetch_factor``; 1 batch without workers), whose timing is set by
+    startup. Startup is reported as ``first_batch_ms``. The clone's workers are shut down
+    before returning, also on error. With ``budget_s``, timing stops at the first round
+    boundary after that many counted seconds.
 
     Args:
         loader: the DataLoader to copy; it is not iterated itself.
         num_workers: worker processes of the clone.
-        batches: counted batches.
+        batches: counted batches (rounded up to whole rounds).
         clock: a monotonic clock in seconds (injectable for tests).
         budget_s: optional cap on the counted time.
 
@@ -201,7 +210,10 @@ def measure_loader_point(
         The measured point; ``batches_per_s`` is 0 when the loader yielded nothing.
     """
     clone = clone_loader(loader, num_workers=num_workers, persistent_workers=False)
-    warmup = max(1, num_workers)
+    round_size = max(1, num_workers)
+    warmup = max(1, num_workers * (clone.prefetch_factor or 1))
+    target = max(batches, MIN_ROUNDS * round_size)
+    target = -(-target // round_size) * round_size
     gaps_ms: list[float] = []
     first_batch_ms: float | None = None
     with preserved_random_state(loader):
@@ -221,12 +233,13 @@ def measure_loader_point(
                 if seen == warmup:
                     counted_start = now
                 last = now
-                if len(gaps_ms) >= batches:
+                if len(gaps_ms) >= target:
                     break
                 if (
                     budget_s is not None
                     and counted_start is not None
-                    and len(gaps_ms) >= 2
+                    and len(gaps_ms) >= max(2, round_size)
+                    and len(gaps_ms) % round_size == 0
                     and now - counted_start >= budget_s
                 ):
                     break
