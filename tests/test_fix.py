@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from torchdoctor.analysis.worker_sweep import fix_settings
 from torchdoctor.record import RunRecord
-from torchdoctor.runner import RunOptions, Target, fix_overrides, run_target, verify_fix
+from torchdoctor.runner import RunOptions, Target, run_target, verify_fix
 
 pytestmark = pytest.mark.integration
 
@@ -27,13 +28,15 @@ def test_fix_names_the_costly_transform_and_verifies_the_speedup():
     assert costliest["name"].startswith("SlowResize"), transforms
     sweep = record.extra["worker_sweep"]
     assert sweep["measures"] == "step" and sweep["best_workers"] > 0
-    overrides = fix_overrides(record)
+    overrides = fix_settings(record.findings)
     assert overrides["num_workers"] == sweep["best_workers"]
 
     trial = verify_fix(target, options, record, quiet=True)
     assert trial["overrides"] == overrides
     assert trial["verified_speedup"] > 1.4  # 48 ms of sleep per batch spread over >= 2 workers
     assert trial["predicted_speedup"] > 1.4
+    # The whole-step sweep's prediction and the re-run agree (throughput ratios, same run).
+    assert trial["verified_speedup"] == pytest.approx(trial["predicted_speedup"], rel=0.4)
     assert trial["after"]["loader"]["num_workers"] == overrides["num_workers"]
     assert trial["where"].endswith("train_loop.py:" + trial["where"].rsplit(":", 1)[1])
     assert "DataLoader(..., num_workers=" in trial["code"]
@@ -94,7 +97,7 @@ def test_loader_command_always_runs_the_doctor(tmp_path):
     record = RunRecord.load(path)
     assert record.verdict.kind == "COMPUTE-BOUND"
     assert record.extra["worker_sweep"]["points"], "the sweep ran although the run is compute-bound"
-    assert "worker sweep" in res.stdout
+    assert "num_workers sweep" in res.stdout
 
 
 def test_fix_with_nothing_to_inject_says_so(tmp_path):

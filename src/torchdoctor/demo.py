@@ -159,9 +159,9 @@ def _diagnose(argv: list[str], steps: int, console: Console, title: str) -> RunR
 
 
 def speedup(before: RunRecord, after: RunRecord) -> float:
-    """Median step time before ÷ after."""
+    """Mean step time before ÷ after (a ratio of throughput)."""
     assert before.step_ms and after.step_ms
-    return before.step_ms.median / after.step_ms.median
+    return before.step_ms.mean / after.step_ms.mean
 
 
 def _comparison(before: RunRecord, after: RunRecord) -> Table:
@@ -172,13 +172,11 @@ def _comparison(before: RunRecord, after: RunRecord) -> Table:
     batch = 32
     assert before.step_ms and after.step_ms and before.verdict and after.verdict
     table.add_row("verdict", before.verdict.kind, after.verdict.kind)
-    table.add_row(
-        "median step", f"{before.step_ms.median:.1f} ms", f"{after.step_ms.median:.1f} ms"
-    )
+    table.add_row("mean step", f"{before.step_ms.mean:.1f} ms", f"{after.step_ms.mean:.1f} ms")
     table.add_row(
         "images/s",
-        f"{batch * 1000 / before.step_ms.median:.0f}",
-        f"{batch * 1000 / after.step_ms.median:.0f}",
+        f"{batch * 1000 / before.step_ms.mean:.0f}",
+        f"{batch * 1000 / after.step_ms.mean:.0f}",
     )
     table.add_row("findings", str(len(before.findings)), str(len(after.findings)))
     table.add_row("[bold]speedup", "", f"[bold green]{speedup(before, after):.1f}x")

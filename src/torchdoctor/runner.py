@@ -28,6 +28,8 @@ from ._errors import (
     TorchdoctorError,
 )
 from .analysis.verdict import summarise
+from .analysis.worker_sweep import fix_code, fix_settings
+from .capture._inloop_sweep import counted_steps, warm_steps
 from .capture._session import CaptureOptions, CaptureSession, Phase, ProgressFn, StopRun
 from .record import Environment, RunRecord
 
@@ -403,21 +405,6 @@ def run_cli(
     return status
 
 
-def fix_overrides(record: RunRecord) -> dict[str, Any]:
-    """The DataLoader settings to inject for ``--fix``, from the loader doctor's findings."""
-    overrides: dict[str, Any] = {}
-    for finding in record.findings:
-        if finding.kind == "loader.num_workers":
-            overrides["num_workers"] = int(finding.detail["recommended"])
-        elif finding.kind == "loader.persistent_workers":
-            overrides["persistent_workers"] = True
-        elif finding.kind == "loader.pin_memory":
-            overrides["pin_memory"] = True
-    if overrides.get("num_workers", record.loader.num_workers if record.loader else 0) == 0:
-        overrides.pop("persistent_workers", None)
-    return overrides
-
-
 def predicted_speedup(record: RunRecord) -> float | None:
     """What the worker sweep predicts for the whole step, capped by the measured ceiling."""
     finding = next((f for f in record.findings if f.kind == "loader.num_workers"), None)
@@ -435,24 +422,28 @@ def verify_fix(
     """Re-run the script with the advised DataLoader settings injected; store the trial in the record.
 
     The trial is ``record.extra["fix"]``: ``overrides``, ``predicted_speedup``,
-    ``verified_speedup`` (median step before ÷ after), ``code`` (the change that makes it
+    ``verified_speedup`` (mean step before ÷ after: a throughput ratio), ``code`` (the change that makes it
     permanent), ``where`` (the DataLoader's line) and ``after`` (the re-run's whole record).
     """
     from .report.progress import ProgressDisplay
 
-    overrides = fix_overrides(record)
+    overrides = fix_settings(record.findings)
     trial: dict[str, Any] = {
         "overrides": overrides,
         "predicted_speedup": predicted_speedup(record),
         "verified_speedup": None,
         "where": record.loader.created_at if record.loader else None,
-        "code": _loader_code(overrides),
+        "code": fix_code(overrides) or None,
         "after": None,
     }
     if overrides:
+        workers = overrides.get("num_workers", record.loader.num_workers if record.loader else 0)
+        prefetch = overrides.get("prefetch_factor") or 2
         rerun = RunOptions(
-            steps=options.steps,
-            warmup=options.warmup,
+            # Whole rounds of batches (with workers they arrive several at once, then a wait).
+            steps=counted_steps(workers or 0, max(options.steps, 4 * (workers or 0))),
+            # The first num_workers x prefetch_factor batches are ready at once: not steady state.
+            warmup=max(options.warmup, warm_steps(workers or 0, prefetch)),
             counterfactuals=False,
             loader_overrides=overrides,
             loader_doctor="off",
@@ -462,15 +453,8 @@ def verify_fix(
         with ProgressDisplay(enabled=not quiet) as display:
             after = run_target(target, rerun, progress=display.update).record
         trial["after"] = after.to_dict()
-        if after.step_ms and record.step_ms and after.step_ms.median > 0:
-            trial["verified_speedup"] = round(record.step_ms.median / after.step_ms.median, 3)
-            trial["after_step_ms"] = after.step_ms.median
+        if after.step_ms and record.step_ms and after.step_ms.mean > 0:
+            trial["verified_speedup"] = round(record.step_ms.mean / after.step_ms.mean, 3)
+            trial["after_step_ms"] = after.step_ms.mean
     record.extra["fix"] = trial
     return trial
-
-
-def _loader_code(overrides: dict[str, Any]) -> str | None:
-    if not overrides:
-        return None
-    args = ", ".join(f"{k}={v!r}" for k, v in overrides.items())
-    return f"DataLoader(..., {args})"

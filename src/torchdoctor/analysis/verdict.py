@@ -34,12 +34,14 @@ def summarise(record: RunRecord) -> None:
     record.parts_ms = {name: s for name in STEP_PARTS if (s := Stat.of(steps.part(name)))}
     record.model_alone_step_ms = Stat.of(record.model_alone)
     record.ceiling_speedup = None
-    if record.step_ms and record.model_alone_step_ms and record.model_alone_step_ms.median > 0:
-        record.ceiling_speedup = round(record.step_ms.median / record.model_alone_step_ms.median, 3)
-    if record.loader_alone and record.model_alone_step_ms and record.model_alone_step_ms.median:
+    # Ratios of mean step times: they are ratios of throughput. With DataLoader workers batches
+    # arrive in rounds (several at once, then a wait), and a median step misses the waits.
+    if record.step_ms and record.model_alone_step_ms and record.model_alone_step_ms.mean > 0:
+        record.ceiling_speedup = round(record.step_ms.mean / record.model_alone_step_ms.mean, 3)
+    if record.loader_alone and record.model_alone_step_ms and record.model_alone_step_ms.mean:
         per_step = _mean(steps.batches) or 1.0
         record.loader_alone.needed_batches_per_s = round(
-            per_step * 1000.0 / record.model_alone_step_ms.median, 3
+            per_step * 1000.0 / record.model_alone_step_ms.mean, 3
         )
     record.verdict = decide(record)
 
@@ -64,7 +66,7 @@ def decide(record: RunRecord) -> Verdict:
             next="check that the script reaches optimizer.step() (see what torchdoctor saw)",
         )
     shares = group_shares(record)
-    step = record.step_ms.median
+    step = record.step_ms.mean
     ceiling = record.ceiling_speedup
     input_share, host_share = shares["input"], shares["host"]
     has_loader = record.loader is not None and record.seen.get("batches", 0) > 0
@@ -90,13 +92,13 @@ def decide(record: RunRecord) -> Verdict:
 
 
 def _why_input(record: RunRecord, shares: dict[str, float], step: float) -> str:
-    wait = _median_part(record, "data_wait")
+    wait = _mean_part(record, "data_wait")
     parts = [
-        f"the loop waits {wait:.1f} ms for data in a median {step:.1f} ms step ({_pct(shares['input'])} of step time in input)"
+        f"the loop waits {wait:.1f} ms for data in a mean {step:.1f} ms step ({_pct(shares['input'])} of step time in input)"
     ]
     if record.ceiling_speedup is not None and record.model_alone_step_ms:
         parts.append(
-            f"with data made free the step takes {record.model_alone_step_ms.median:.1f} ms, "
+            f"with data made free the step takes {record.model_alone_step_ms.mean:.1f} ms, "
             f"a ceiling of {record.ceiling_speedup:.2f}x from fixing the input"
         )
         if shares["input"] < INPUT_BOUND_SHARE:
@@ -135,7 +137,7 @@ def _next_input(record: RunRecord) -> str:
 
 
 def _why_host(record: RunRecord, shares: dict[str, float], step: float, has_loader: bool) -> str:
-    other = _median_part(record, "other")
+    other = _mean_part(record, "other")
     where = (
         "outside the loader, the model, backward and the optimizer"
         if has_loader
@@ -143,7 +145,7 @@ def _why_host(record: RunRecord, shares: dict[str, float], step: float, has_load
         "so this includes making them"
     )
     return (
-        f"{other:.1f} ms of a median {step:.1f} ms step ({_pct(shares['host'])} of step time) "
+        f"{other:.1f} ms of a mean {step:.1f} ms step ({_pct(shares['host'])} of step time) "
         f"is spent {where}: Python work, logging and host syncs between the calls"
     )
 
@@ -155,7 +157,7 @@ _NEXT_HOST = (
 
 
 def _why_compute(record: RunRecord, shares: dict[str, float], step: float) -> str:
-    text = f"forward, backward and optimizer take {_pct(shares['compute'])} of a median {step:.1f} ms step"
+    text = f"forward, backward and optimizer take {_pct(shares['compute'])} of a mean {step:.1f} ms step"
     if record.ceiling_speedup is not None:
         text += f"; with data made free the step is only {record.ceiling_speedup:.2f}x faster"
     return text
@@ -167,9 +169,9 @@ _NEXT_COMPUTE = (
 )
 
 
-def _median_part(record: RunRecord, part: str) -> float:
+def _mean_part(record: RunRecord, part: str) -> float:
     stat = record.parts_ms.get(part)
-    return stat.median if stat else 0.0
+    return stat.mean if stat else 0.0
 
 
 def _mean(values: list[int] | list[float]) -> float | None:

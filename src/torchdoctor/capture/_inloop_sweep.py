@@ -15,9 +15,23 @@ from typing import Any
 from ..analysis.worker_sweep import SweepPolicy, WorkerSweep
 from .loader_sweep import _no_worker_count_warning, clone_loader, shutdown_workers
 
-#: Steps after switching settings that are not counted: the new workers start and fill their
-#: queues (2 steps absorbed worker start-up in tests/scenarios/train_loop.py at 2 workers).
+#: Steps after switching settings that are not counted, at least: the new workers start.
 SWEEP_WARM_STEPS = 2
+
+
+def warm_steps(num_workers: int, prefetch_factor: int | None) -> int:
+    """Uncounted steps at a setting: start-up, then the ``num_workers x prefetch_factor``
+    batches the workers prefetch, which arrive at once and would inflate the rate."""
+    return max(SWEEP_WARM_STEPS, num_workers * (prefetch_factor or 2))
+
+
+def counted_steps(num_workers: int, wanted: int) -> int:
+    """Counted steps at a setting: whole rounds of ``num_workers`` batches, at least two rounds
+    (with workers, batches arrive in rounds: several at once, then a wait)."""
+    if num_workers <= 1:
+        return wanted
+    rounds = max(2, -(-wanted // num_workers))
+    return rounds * num_workers
 
 
 class InLoopSweep:
@@ -40,6 +54,8 @@ class InLoopSweep:
         self._clone: Any = None
         self.workers: int | None = None
         self._steps = 0
+        self._warm = SWEEP_WARM_STEPS
+        self._count = steps_per_setting
         self._counted_ms = 0.0
         self._counted_batches = 0
         self._t0 = clock_ns()
@@ -57,6 +73,8 @@ class InLoopSweep:
         self._steps = 0
         self._counted_ms = 0.0
         self._counted_batches = 0
+        self._warm = warm_steps(workers, getattr(self._clone, "prefetch_factor", None))
+        self._count = counted_steps(workers, self.steps_per_setting)
         return True
 
     def next_batch(self, orig_next: Callable[[Any], Any]) -> Any:
@@ -73,10 +91,10 @@ class InLoopSweep:
     def on_step_end(self, step_ms: float, batches: int) -> bool:
         """Count a finished step; returns True when the whole sweep is over."""
         self._steps += 1
-        if self._steps > SWEEP_WARM_STEPS:
+        if self._steps > self._warm:
             self._counted_ms += step_ms
             self._counted_batches += batches
-        if self._steps < SWEEP_WARM_STEPS + self.steps_per_setting:
+        if self._steps < self._warm + self._count:
             return False
         rate = self._counted_batches * 1000.0 / self._counted_ms if self._counted_ms > 0 else 0.0
         assert self.workers is not None

@@ -634,7 +634,7 @@ class CaptureSession:
         model_alone = self.model_alone_step_ms()
         batches_per_step = self.measured_batches_per_step() or 1.0
         if model_alone:
-            needed = batches_per_step * 1000.0 / statistics.median(model_alone)
+            needed = batches_per_step * 1000.0 / statistics.mean(model_alone)
         self._progress("loader-doctor", 0, 1)
         try:
             diagnosis = diagnose_loader(

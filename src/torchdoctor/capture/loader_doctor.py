@@ -35,6 +35,7 @@ from ..analysis.worker_sweep import (
     sweep_candidates,
 )
 from ..record import Finding, LoaderSettings
+from ._loaders import loader_settings
 from .loader_costs import measure_getitem_costs
 from .loader_sweep import sample_batch, sweep_loader
 from .worker_memory import WorkerMemorySeries, sample_worker_memory
@@ -76,35 +77,6 @@ class LoaderDiagnosis:
             "worker_memory": asdict(self.worker_memory) if self.worker_memory else None,
             "loader_doctor_s": dict(self.seconds),
         }
-
-
-def loader_settings(loader: Any) -> LoaderSettings:
-    """The record's description of a DataLoader's settings."""
-    from torch.utils.data import IterableDataset
-
-    dataset = loader.dataset
-    try:
-        dataset_len: int | None = len(dataset)
-    except TypeError:
-        dataset_len = None
-    collate = loader.collate_fn
-    return LoaderSettings(
-        dataset=type(dataset).__name__,
-        dataset_len=dataset_len,
-        batch_size=loader.batch_size,
-        num_workers=loader.num_workers,
-        pin_memory=loader.pin_memory,
-        persistent_workers=loader.persistent_workers,
-        prefetch_factor=loader.prefetch_factor,
-        drop_last=loader.drop_last,
-        sampler=type(
-            loader.batch_sampler
-            if loader.batch_size is None and loader.batch_sampler is not None
-            else loader.sampler
-        ).__name__,
-        collate_fn=getattr(collate, "__name__", type(collate).__name__),
-        iterable=isinstance(dataset, IterableDataset),
-    )
 
 
 def available_cpus() -> int:

@@ -51,7 +51,9 @@ def render_loader(
 
 
 def _sweep_table(sweep: Mapping[str, Any], current: int | None) -> Table:
-    what = "steps/s" if sweep.get("measures") == "step" else "batches/s (loader alone)"
+    what = (
+        "batches/s (whole steps)" if sweep.get("measures") == "step" else "batches/s (loader alone)"
+    )
     table = Table(title="num_workers sweep", title_justify="left", box=None, pad_edge=False)
     table.add_column("num_workers", justify="right")
     table.add_column(what, justify="right")

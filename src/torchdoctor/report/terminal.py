@@ -8,6 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..record import STEP_PARTS, RunRecord
+from .loader import loader_section
 
 _VERDICT_STYLE = {
     "INPUT-BOUND": "bold yellow",
@@ -35,9 +36,11 @@ def render(record: RunRecord, console: Console | None = None, title: str | None 
     if record.measured_steps:
         console.print(_breakdown_table(record))
         console.print(_counterfactual_table(record))
-    loader_section = _loader_section(record)
-    if loader_section is not None:
-        console.print(loader_section)
+    section = loader_section(
+        record.extra, current_workers=record.loader.num_workers if record.loader else None
+    )
+    if section is not None:
+        console.print(section)
     if "trace" in record.extra:
         from .trace_terminal import render_trace_section
 
@@ -73,13 +76,13 @@ def render_fix(record: RunRecord, trial: dict, console: Console | None = None) -
         console.print(Panel(grid, title="fix", title_align="left", border_style="green"))
         return
     grid.add_row("Injected", trial["code"] + "  (no code edited)")
-    before = record.step_ms.median if record.step_ms else None
+    before = record.step_ms.mean if record.step_ms else None
     after = trial.get("after_step_ms")
     if trial.get("verified_speedup") is not None and before and after:
         grid.add_row(
             "Verified",
             Text(
-                f"{trial['verified_speedup']:.2f}x  (median step {before:.1f} ms -> {after:.1f} ms)",
+                f"{trial['verified_speedup']:.2f}x  (mean step {before:.1f} ms -> {after:.1f} ms)",
                 style="bold green",
             ),
         )
@@ -92,64 +95,6 @@ def render_fix(record: RunRecord, trial: dict, console: Console | None = None) -
     console.print(
         Panel(grid, title="fix, verified by re-running", title_align="left", border_style="green")
     )
-
-
-def _loader_section(record: RunRecord) -> Group | None:
-    sweep = record.extra.get("worker_sweep")
-    transforms = record.extra.get("transforms")
-    memory = record.extra.get("loader_memory")
-    if not (sweep or transforms or memory):
-        return None
-    items: list = [Text("loader doctor", style="italic")]
-    if sweep:
-        what = "training steps/s x batches" if sweep.get("measures") == "step" else "loader alone"
-        table = Table(
-            title=f"worker sweep ({what}; stopped: {sweep.get('stopped')})", title_justify="left"
-        )
-        table.add_column("num_workers", justify="right")
-        table.add_column("batches/s", justify="right")
-        table.add_column("", min_width=20)
-        top = max((p["batches_per_s"] for p in sweep["points"]), default=0) or 1
-        for point in sweep["points"]:
-            chosen = point["num_workers"] == sweep["best_workers"]
-            table.add_row(
-                Text(str(point["num_workers"]), style="bold green" if chosen else ""),
-                f"{point['batches_per_s']:.1f}",
-                Text(
-                    "█" * round(20 * point["batches_per_s"] / top),
-                    style="green" if chosen else "cyan",
-                ),
-            )
-        items.append(table)
-    if transforms:
-        table = Table(title="time to make a batch", title_justify="left")
-        table.add_column("part")
-        table.add_column("ms/batch", justify="right")
-        table.add_column("share", justify="right")
-        for t in transforms:
-            table.add_row(t["name"], f"{t['ms_per_batch']:.2f}", f"{t['share'] * 100:.0f}%")
-        items.append(table)
-    if memory:
-        text = (
-            f"batch {memory['bytes_per_batch'] / 2**20:.2f} MB x prefetch_factor "
-            f"{memory['prefetch_factor']} x {memory['num_workers']} workers = "
-            f"{memory['bytes_in_flight'] / 2**20:.1f} MB in flight"
-        )
-        if (
-            memory.get("bytes_per_batch_advised")
-            and memory["bytes_per_batch_advised"] < memory["bytes_per_batch"]
-        ):
-            text += f"; {memory['bytes_per_batch_advised'] / 2**20:.2f} MB per batch with the dtype advice"
-        items.append(Text(f"memory: {text}"))
-    cow = record.extra.get("copy_on_read")
-    if cow and cow.get("flagged"):
-        items.append(
-            Text(
-                f"worker memory grew {cow['growth_mb']:.0f} MB during the pass (copy-on-read)",
-                style="yellow",
-            )
-        )
-    return Group(*items)
 
 
 def stop_line(record: RunRecord) -> str:
@@ -201,6 +146,7 @@ def _verdict_panel(record: RunRecord) -> Panel:
 def _breakdown_table(record: RunRecord) -> Table:
     table = Table(title="step breakdown (ms per step)", title_justify="left")
     table.add_column("part")
+    table.add_column("mean", justify="right")
     table.add_column("median", justify="right")
     table.add_column("p90", justify="right")
     table.add_column("share", justify="right")
@@ -213,6 +159,7 @@ def _breakdown_table(record: RunRecord) -> Table:
         share = sum(record.steps.part(name)) / total
         table.add_row(
             _PART_LABEL[name],
+            f"{stat.mean:.2f}",
             f"{stat.median:.2f}",
             f"{stat.p90:.2f}",
             f"{share * 100:.0f}%",
@@ -221,6 +168,7 @@ def _breakdown_table(record: RunRecord) -> Table:
     if record.step_ms:
         table.add_row(
             Text("step", style="bold"),
+            Text(f"{record.step_ms.mean:.2f}", style="bold"),
             Text(f"{record.step_ms.median:.2f}", style="bold"),
             Text(f"{record.step_ms.p90:.2f}", style="bold"),
             "100%",
@@ -236,13 +184,11 @@ def _counterfactual_table(record: RunRecord) -> Table:
     if record.step_ms:
         table.add_row(
             "step, as the script runs",
-            f"{record.step_ms.median:.2f} ms (p90 {record.step_ms.p90:.2f})",
+            _stat_text(record.step_ms),
         )
     ma = record.model_alone_step_ms
     if ma:
-        table.add_row(
-            "step, data made free (model alone)", f"{ma.median:.2f} ms (p90 {ma.p90:.2f})"
-        )
+        table.add_row("step, data made free (model alone)", _stat_text(ma))
     else:
         table.add_row("step, data made free (model alone)", Text("not measured", style="dim"))
     if record.ceiling_speedup is not None:
@@ -253,6 +199,10 @@ def _counterfactual_table(record: RunRecord) -> Table:
         if la.needed_batches_per_s:
             table.add_row("model consumes", f"{la.needed_batches_per_s:.1f} batches/s")
     return table
+
+
+def _stat_text(stat) -> str:
+    return f"mean {stat.mean:.2f} ms (median {stat.median:.2f}, p90 {stat.p90:.2f})"
 
 
 def _findings_table(record: RunRecord) -> Group:
