@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import json
 import os
 import signal
@@ -356,13 +358,49 @@ class _MemoizingDataset:
         return image, label
 
 
-def _worker_private_growth(dataset) -> tuple[int, int]:
-    """Largest growth of a DataLoader worker's private memory over one pass, and samples seen."""
+def _has_malloc_trim() -> bool:
+    return sys.platform.startswith("linux") and hasattr(ctypes.CDLL(None), "malloc_trim")
+
+
+def _release_free_heap() -> None:
+    """Hand the free pages of every malloc arena back to the kernel (glibc's malloc_trim)."""
+    ctypes.CDLL(None).malloc_trim(0)
+
+
+def _note_memory_before_reading(notes: Path, worker_id: int) -> None:
+    """worker_init_fn: release the free heap a forked worker inherits, then note its memory.
+
+    A forked worker inherits its parent's free malloc chunks as resident pages, counted in its
+    RssAnon already. After earlier tests the pytest process holds tens of MB of them (31 MB
+    after test_loader_memory's row lists are freed), enough for every copy a worker makes here:
+    its RssAnon would stay flat while it grows. Once they are released, each byte the worker
+    keeps is a newly resident page. Noting the baseline here, before the first sample is read,
+    makes the growth independent of how far the workers got before the main process looks.
+    """
+    _release_free_heap()
+    pid = os.getpid()
+    (notes / f"{pid}.tmp").write_text(str(_anon_rss_bytes(pid)))
+    os.replace(notes / f"{pid}.tmp", notes / str(pid))
+
+
+def _worker_private_growth(dataset, notes: Path) -> tuple[int, int]:
+    """Largest growth of a DataLoader worker's private memory over one pass, and samples seen.
+
+    Growth runs from the worker's start (see :func:`_note_memory_before_reading`) to its
+    memory after the main process received the last batch, when every worker has read its
+    share. RssAnon counts memory the worker writes into new pages; pages it shares with the
+    parent and dirties (copy-on-read) are tests/test_loader_memory.py's subject.
+    """
+    notes.mkdir()
     loader = DataLoader(
-        dataset, batch_size=50, shuffle=True, num_workers=2, collate_fn=uint8_collate
+        dataset,
+        batch_size=50,
+        shuffle=True,
+        num_workers=2,
+        collate_fn=uint8_collate,
+        worker_init_fn=functools.partial(_note_memory_before_reading, notes),
     )
     me = psutil.Process()
-    first: dict[int, int] = {}
     last: dict[int, int] = {}
     seen = 0
     for images_batch, labels in loader:
@@ -370,17 +408,16 @@ def _worker_private_growth(dataset) -> tuple[int, int]:
         seen += len(labels)
         for child in me.children():
             try:
-                rss = _anon_rss_bytes(child.pid)
+                last[child.pid] = _anon_rss_bytes(child.pid)
             except (FileNotFoundError, ProcessLookupError):
                 continue
-            first.setdefault(child.pid, rss)
-            last[child.pid] = rss
-    assert len(first) == 2
+    first = {int(p.name): int(p.read_text()) for p in notes.iterdir() if p.name.isdigit()}
+    assert len(first) == 2 and set(first) <= set(last), (first, last)
     return max(last[pid] - first[pid] for pid in first), seen
 
 
 @pytest.mark.integration
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.skipif(not _has_malloc_trim(), reason="reads /proc, needs glibc's malloc_trim")
 def test_dataloader_workers_do_not_grow_by_the_dataset_size(tmp_path):
     count, side = 1200, 96  # 1200 images of 96x96x3: 33 MB of pixels
 
@@ -397,11 +434,11 @@ def test_dataloader_workers_do_not_grow_by_the_dataset_size(tmp_path):
 
     build_cache(images, tmp_path / "cache", progress=False)
     ds = CachedDataset(tmp_path / "cache")
-    growth, seen = _worker_private_growth(ds)
+    growth, seen = _worker_private_growth(ds, tmp_path / "plain")
     assert seen == count
     assert growth < 0.1 * ds.nbytes, f"a worker's private memory grew by {growth} bytes"
     # The same measurement sees the growth of per-worker copies (each worker reads ~half).
-    copying_growth, _ = _worker_private_growth(_MemoizingDataset(ds))
+    copying_growth, _ = _worker_private_growth(_MemoizingDataset(ds), tmp_path / "copying")
     assert copying_growth > 0.25 * ds.nbytes, copying_growth
 
 
