@@ -23,7 +23,7 @@ import statistics
 import sys
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -45,7 +45,7 @@ from ._patch import Patcher
 from ._sampler import SystemSampler
 from ._timeline import StepTimeline, parts_from_marks
 from .loader_doctor import LoaderDiagnosis, available_cpus, diagnose_loader, loader_findings
-from .loader_sweep import clone_loader, shutdown_workers
+from .loader_sweep import measure_loader_point, shutdown_workers
 from .profiler import StepProfiler
 from .syncs import SyncWatcher, alias_op
 
@@ -615,14 +615,8 @@ class CaptureSession:
             return
         self._progress(Phase.LOADER_ALONE.value, 0, self.options.steps)
         try:
-            self.loader_alone = measure_loader_alone(
-                loader,
-                self.options.steps,
-                self._clock_ns,
-                progress=lambda done: self._progress(
-                    Phase.LOADER_ALONE.value, done, self.options.steps
-                ),
-            )
+            self.loader_alone = measure_loader_alone(loader, self.options.steps)
+            self._progress(Phase.LOADER_ALONE.value, self.options.steps, self.options.steps)
         except Exception as exc:  # noqa: BLE001 - a failing clone must not lose the report
             self.notes.append(f"loader-alone phase failed: {type(exc).__name__}: {exc}")
 
@@ -763,47 +757,20 @@ def _clear_session() -> None:
     _session = None
 
 
-def measure_loader_alone(
-    loader: DataLoader,
-    batches: int,
-    clock_ns: Callable[[], int] = time.perf_counter_ns,
-    progress: Callable[[int], None] | None = None,
-) -> LoaderAlone:
-    """Iterate a clone of ``loader`` without the model and time the steady-state delivery.
+def measure_loader_alone(loader: DataLoader, batches: int) -> LoaderAlone:
+    """Iterate a clone of ``loader`` (same workers) without the model, over whole rounds.
 
-    The first batch (worker start-up) is timed apart; throughput is measured over the next
-    ``batches`` batches, rolling over epochs when the dataset is shorter.
+    Worker start-up is timed apart (``first_batch_ms``), and the batches prefetched when the
+    workers start are not counted: they arrive at once (see ``measure_loader_point``).
     """
-    clone = clone_loader(loader, persistent_workers=False)
-    it: Iterator | None = None
-    try:
-        t0 = clock_ns()
-        it = iter(clone)
-        next(it)
-        t_first = clock_ns()
-        done = 0
-        while done < batches:
-            try:
-                next(it)
-            except StopIteration:
-                shutdown_workers(it)
-                it = iter(clone)
-                continue
-            done += 1
-            if progress is not None:
-                progress(done)
-        t_end = clock_ns()
-    finally:
-        if it is not None:
-            shutdown_workers(it)
-        del it
-    seconds = (t_end - t_first) / 1e9
+    point = measure_loader_point(loader, loader.num_workers, batches)
+    rate = point.batches_per_s
     return LoaderAlone(
-        batches=done,
-        seconds=round(seconds, 4),
-        batches_per_s=round(done / seconds, 3) if seconds > 0 else float("inf"),
+        batches=point.batches,
+        seconds=round(point.batches / rate, 4) if rate > 0 else 0.0,
+        batches_per_s=round(rate, 3),
         needed_batches_per_s=None,
-        first_batch_ms=round((t_first - t0) / 1e6, 3),
+        first_batch_ms=round(point.first_batch_ms, 3) if point.first_batch_ms else None,
     )
 
 
