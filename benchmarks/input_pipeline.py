@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 import torch
 from torch.utils.data import DataLoader, Dataset
 
@@ -172,6 +173,27 @@ def images_per_s(loader: DataLoader, normalize: Normalize | None = None, limit: 
     return count / (time.perf_counter() - started)
 
 
+def cpu_ms_per_batch(loader: DataLoader, normalize: Normalize | None = None) -> tuple[float, float]:
+    """CPU time per batch of the main process and of the workers over one pass (psutil)."""
+    me = psutil.Process()
+    iterator = iter(loader)
+    next(iterator)  # workers started
+    workers = me.children()
+    main_before = sum(me.cpu_times()[:2])
+    workers_before = sum(sum(w.cpu_times()[:2]) for w in workers)
+    # All but the first and last batch: after the last one the workers exit and their CPU
+    # counters go with them.
+    batches = len(loader) - 2
+    for _ in range(batches):
+        images, _labels = next(iterator)
+        if normalize is not None:
+            normalize(images)
+    workers_cpu = sum(sum(w.cpu_times()[:2]) for w in workers) - workers_before
+    main_cpu = sum(me.cpu_times()[:2]) - main_before
+    del iterator
+    return 1e3 * main_cpu / batches, 1e3 * workers_cpu / batches
+
+
 def memcpy_images_per_s(dataset: CachedDataset, batch_size: int, repeats: int = 3) -> float:
     """One plain copy of the cache's image bytes, batch by batch, into a reused buffer."""
     dataset[0]  # map the shards
@@ -239,28 +261,19 @@ def main() -> None:
 
     def cached_rate(ds: Dataset, norm: Normalize | None, workers: int | None = None) -> float:
         workers = args.workers if workers is None else workers
-        if ds is per_sample:  # before: new shared-memory batches also faulted page by page
-            with unpopulated_batches():
-                return images_per_s(
-                    DataLoader(
-                        ds,
-                        batch_size=args.batch_size,
-                        shuffle=True,
-                        num_workers=workers,
-                        collate_fn=uint8_collate,
-                    ),
-                    norm,
-                )
-        return images_per_s(
-            DataLoader(
-                ds,
-                batch_size=args.batch_size,
-                shuffle=True,
-                num_workers=workers,
-                collate_fn=uint8_collate,
-            ),
-            norm,
-        )
+        # before: new shared-memory batches were faulted in page by page
+        populate = unpopulated_batches() if ds is per_sample else contextlib.nullcontext()
+        with populate:
+            return images_per_s(
+                DataLoader(
+                    ds,
+                    batch_size=args.batch_size,
+                    shuffle=True,
+                    num_workers=workers,
+                    collate_fn=uint8_collate,
+                ),
+                norm,
+            )
 
     def file_system_sharing() -> float:
         strategy = torch.multiprocessing.get_sharing_strategy()
@@ -326,6 +339,30 @@ def main() -> None:
         f"in the main process {ms_per_batch['uint8_inline']:.1f} ms; Normalize adds "
         f"{ms_per_batch['inline'] - ms_per_batch['uint8_inline']:.1f} ms in the main process"
     )
+    loaders = {
+        "uint8, 0 workers": (0, None),
+        f"uint8, {args.workers} workers": (args.workers, None),
+        f"(b), {args.workers} workers": (args.workers, normalize),
+    }
+    for label, (workers, norm) in loaders.items():
+        cpu = [
+            cpu_ms_per_batch(
+                DataLoader(
+                    dataset,
+                    batch_size=args.batch_size,
+                    shuffle=True,
+                    num_workers=workers,
+                    collate_fn=uint8_collate,
+                ),
+                norm,
+            )
+            for _ in range(args.rounds)
+        ]
+        main_ms, workers_ms = np.median(np.asarray(cpu), axis=0)
+        print(
+            f"  CPU per batch, {label:18s} main process {main_ms:5.1f} ms, "
+            f"workers {workers_ms:5.1f} ms (median of {args.rounds} passes)"
+        )
 
 
 if __name__ == "__main__":
