@@ -12,6 +12,14 @@ process:
   (b) cache:   CachedDataset + uint8_collate + Normalize (in the main process), 2 workers
   (c) memcpy:  one plain copy of the same uint8 bytes in the main process: this machine's limit
 
+Under (b), variants show what each part costs: "before" is the pipeline as it was before
+batched reads (the DataLoader calls ds[i] per sample, as for a Dataset without __getitems__)
+one-pass Normalize (cast the whole batch, then one multiply-add pass over it) and worker
+batches in shared memory faulted in page by page as they are written; "uint8"
+lines stop at the uint8 batch a GPU would receive; "num_workers=0" lines read in the main
+process; the `file_system` line sends batches between processes by shared-memory file name
+instead of torch's default file descriptors.
+
 Timing starts at the first batch (worker start-up is excluded) and covers one shuffled pass.
 Needs `pip install 'torchdoctor[bench]'` (Pillow, fsspec, scikit-image).
 """
@@ -19,16 +27,18 @@ Needs `pip install 'torchdoctor[bench]'` (Pillow, fsspec, scikit-image).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from torchdoctor.remedies import CachedDataset, Normalize, build_cache, uint8_collate
+from torchdoctor.remedies import CachedDataset, Normalize, _collate, build_cache, uint8_collate
 
 PHOTOS = (
     "astronaut",
@@ -111,6 +121,42 @@ class DecodeDataset(Dataset):
         return (image - self.mean) / self.std, self.labels[index]
 
 
+class PerSampleReads(Dataset):
+    """The cache read the way it was before ``__getitems__``: the DataLoader calls ds[i]."""
+
+    def __init__(self, dataset: CachedDataset) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int):
+        return self.dataset[index]
+
+
+class OnePassNormalize(Normalize):
+    """Normalize as it was before blocked casting: cast the whole batch, then scale it."""
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        out = images.to(dtype=self.dtype, copy=True)
+        n, c, h, w = out.shape
+        rows = out.permute(0, 2, 3, 1).view(n * h, w * c)
+        row_scale, row_shift = self._row_operands(self.scale, self.shift, w)
+        torch.addcmul(row_shift, rows, row_scale, out=rows)
+        return out
+
+
+@contextlib.contextmanager
+def unpopulated_batches():
+    """Shared-memory batches faulted in page by page, as before ``_collate._populate``."""
+    saved = _collate._madvise
+    _collate._madvise = False
+    try:
+        yield
+    finally:
+        _collate._madvise = saved
+
+
 def images_per_s(loader: DataLoader, normalize: Normalize | None = None, limit: int | None = None):
     """Images per second over one pass, timed from the first batch (worker start-up excluded)."""
     count = 0
@@ -125,6 +171,27 @@ def images_per_s(loader: DataLoader, normalize: Normalize | None = None, limit: 
         if limit is not None and count >= limit:
             break
     return count / (time.perf_counter() - started)
+
+
+def cpu_ms_per_batch(loader: DataLoader, normalize: Normalize | None = None) -> tuple[float, float]:
+    """CPU time per batch of the main process and of the workers over one pass (psutil)."""
+    me = psutil.Process()
+    iterator = iter(loader)
+    next(iterator)  # workers started
+    workers = me.children()
+    main_before = sum(me.cpu_times()[:2])
+    workers_before = sum(sum(w.cpu_times()[:2]) for w in workers)
+    # All but the first and last batch: after the last one the workers exit and their CPU
+    # counters go with them.
+    batches = len(loader) - 2
+    for _ in range(batches):
+        images, _labels = next(iterator)
+        if normalize is not None:
+            normalize(images)
+    workers_cpu = sum(sum(w.cpu_times()[:2]) for w in workers) - workers_before
+    main_cpu = sum(me.cpu_times()[:2]) - main_before
+    del iterator
+    return 1e3 * main_cpu / batches, 1e3 * workers_cpu / batches
 
 
 def memcpy_images_per_s(dataset: CachedDataset, batch_size: int, repeats: int = 3) -> float:
@@ -189,19 +256,46 @@ def main() -> None:
     normalize = Normalize(MEAN, STD)
     torch.manual_seed(0)
     load_before = os.getloadavg()[0]
+    before_normalize = OnePassNormalize(MEAN, STD)
+    per_sample = PerSampleReads(dataset)
+
+    def cached_rate(ds: Dataset, norm: Normalize | None, workers: int | None = None) -> float:
+        workers = args.workers if workers is None else workers
+        # before: new shared-memory batches were faulted in page by page
+        populate = unpopulated_batches() if ds is per_sample else contextlib.nullcontext()
+        with populate:
+            return images_per_s(
+                DataLoader(
+                    ds,
+                    batch_size=args.batch_size,
+                    shuffle=True,
+                    num_workers=workers,
+                    collate_fn=uint8_collate,
+                ),
+                norm,
+            )
+
+    def file_system_sharing() -> float:
+        strategy = torch.multiprocessing.get_sharing_strategy()
+        torch.multiprocessing.set_sharing_strategy("file_system")
+        try:
+            return cached_rate(dataset, None)
+        finally:
+            torch.multiprocessing.set_sharing_strategy(strategy)
+
     pipelines = {
         "decode": lambda: images_per_s(
             loader(DecodeDataset(photos, args.size)), limit=args.decode_limit
         ),
-        "cached": lambda: images_per_s(loader(dataset, collate_fn=uint8_collate), normalize),
-        "inline": lambda: images_per_s(
-            DataLoader(dataset, batch_size=args.batch_size, shuffle=True, collate_fn=uint8_collate),
-            normalize,
-        ),
-        "uint8": lambda: images_per_s(loader(dataset, collate_fn=uint8_collate)),
-        "uint8_inline": lambda: images_per_s(
-            DataLoader(dataset, batch_size=args.batch_size, shuffle=True, collate_fn=uint8_collate)
-        ),
+        "cached": lambda: cached_rate(dataset, normalize),
+        "cached_before": lambda: cached_rate(per_sample, before_normalize),
+        "inline": lambda: cached_rate(dataset, normalize, 0),
+        "inline_before": lambda: cached_rate(per_sample, before_normalize, 0),
+        "uint8": lambda: cached_rate(dataset, None),
+        "uint8_before": lambda: cached_rate(per_sample, None),
+        "uint8_inline": lambda: cached_rate(dataset, None, 0),
+        "uint8_inline_before": lambda: cached_rate(per_sample, None, 0),
+        "uint8_file_system": file_system_sharing,
         "memcpy": lambda: memcpy_images_per_s(dataset, args.batch_size),
     }
     # Rounds interleave the pipelines, so a burst of load from other jobs hits all of them;
@@ -225,13 +319,50 @@ def main() -> None:
     )
     print(line("(a) decode + resize + normalise per sample", "decode"))
     print(line("(b) CachedDataset + uint8_collate + Normalize", "cached"))
-    print(line("    the same with num_workers=0", "inline"))
-    print(line("    the same, uint8 left for the GPU", "uint8"))
-    print(line("    uint8 left for the GPU, num_workers=0", "uint8_inline"))
+    print(line("    before (per-sample reads, one-pass Normalize)", "cached_before"))
+    print(line("    num_workers=0", "inline"))
+    print(line("    num_workers=0, before", "inline_before"))
+    print(line("    uint8 left for the GPU", "uint8"))
+    print(line("    uint8 left for the GPU, before", "uint8_before"))
+    print(line("    uint8, num_workers=0", "uint8_inline"))
+    print(line("    uint8, num_workers=0, before", "uint8_inline_before"))
+    print(line("    uint8, sharing strategy file_system", "uint8_file_system"))
     print(line("(c) plain memory copy of the same bytes", "memcpy"))
     cached, decode, memcpy = median["cached"], median["decode"], median["memcpy"]
     print(f"  b/a = {cached / decode:5.1f}x   (goal >= 10x)")
     print(f"  b/c = {cached / memcpy:5.0%}    (goal >= 50%)")
+    before = median["cached_before"]
+    print(f"  before: b/a = {before / decode:5.1f}x, b/c = {before / memcpy:.0%}")
+    ms_per_batch = {name: 1e3 * args.batch_size / median[name] for name in median}
+    print(
+        f"  per batch: uint8 with {args.workers} workers {ms_per_batch['uint8']:.1f} ms, "
+        f"in the main process {ms_per_batch['uint8_inline']:.1f} ms; Normalize adds "
+        f"{ms_per_batch['inline'] - ms_per_batch['uint8_inline']:.1f} ms in the main process"
+    )
+    loaders = {
+        "uint8, 0 workers": (0, None),
+        f"uint8, {args.workers} workers": (args.workers, None),
+        f"(b), {args.workers} workers": (args.workers, normalize),
+    }
+    for label, (workers, norm) in loaders.items():
+        cpu = [
+            cpu_ms_per_batch(
+                DataLoader(
+                    dataset,
+                    batch_size=args.batch_size,
+                    shuffle=True,
+                    num_workers=workers,
+                    collate_fn=uint8_collate,
+                ),
+                norm,
+            )
+            for _ in range(args.rounds)
+        ]
+        main_ms, workers_ms = np.median(np.asarray(cpu), axis=0)
+        print(
+            f"  CPU per batch, {label:18s} main process {main_ms:5.1f} ms, "
+            f"workers {workers_ms:5.1f} ms (median of {args.rounds} passes)"
+        )
 
 
 if __name__ == "__main__":

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import collections.abc
+import ctypes
+import mmap
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -12,6 +15,9 @@ from torch import nn
 
 #: channel counts that mark a 3-d uint8 array as an HWC image
 _IMAGE_CHANNELS = (1, 3, 4)
+#: elements Normalize casts and scales at a time on the CPU: one 224x224x3 image, 600 KB as
+#: float32, which stays in L2 between the cast and the multiply-add (see Normalize.forward)
+_CHUNK_ELEMENTS = 224 * 224 * 3
 
 
 def uint8_collate(batch: Sequence[Any], *, channels_last: bool = True) -> Any:
@@ -39,6 +45,8 @@ def uint8_collate(batch: Sequence[Any], *, channels_last: bool = True) -> Any:
     Returns:
         The batch, with the structure of one sample.
     """
+    if isinstance(batch, GatheredBatch):
+        return batch.collate(channels_last)
     first = batch[0]
     if isinstance(first, torch.Tensor):
         return torch.stack(
@@ -66,6 +74,59 @@ def uint8_collate(batch: Sequence[Any], *, channels_last: bool = True) -> Any:
             uint8_collate(list(f), channels_last=channels_last) for f in zip(*batch, strict=True)
         ]
     return list(batch)
+
+
+class GatheredBatch(list):
+    """A batch a Dataset read in one go (``__getitems__``), as a list of samples.
+
+    It is the plain list of samples ``[ds[i] for i in indices]`` would give, so ``default_collate``
+    and any other collate treat it like one; the samples are views into ``columns``, one array
+    per field holding the whole batch (in shared memory when read in a DataLoader worker).
+    :func:`uint8_collate` recognises it and hands those arrays over as tensors, with no work per
+    sample.
+    """
+
+    def __init__(self, columns: dict[str, torch.Tensor], kind: str) -> None:
+        arrays = [column.numpy() for column in columns.values()]
+        count = len(arrays[0]) if arrays else 0
+        if kind == "single":
+            samples: list[Any] = [arrays[0][k] for k in range(count)]
+        elif kind == "dict":
+            names = list(columns)
+            samples = [{n: a[k] for n, a in zip(names, arrays, strict=True)} for k in range(count)]
+        else:
+            samples = [tuple(a[k] for a in arrays) for k in range(count)]
+        super().__init__(samples)
+        self.columns = columns
+        self.kind = kind
+
+    def collate(self, channels_last: bool) -> Any:
+        """What ``uint8_collate`` returns for these samples, built from the whole-batch columns."""
+        tensors = [_column_batch(c, channels_last) for c in self.columns.values()]
+        if self.kind == "single":
+            return tensors[0]
+        if self.kind == "dict":
+            return dict(zip(self.columns, tensors, strict=True))
+        return tensors
+
+
+def _column_batch(column: torch.Tensor, channels_last: bool) -> torch.Tensor:
+    """One field of a gathered batch, as ``uint8_collate`` makes it from the samples."""
+    if column.dim() == 1:  # scalars: collated like Python numbers (int64, float64, bool)
+        if column.dtype == torch.bool:
+            return column
+        wide = torch.float64 if column.dtype.is_floating_point else torch.int64
+        return column if column.dtype == wide else column.to(wide)
+    is_image = (
+        column.dim() == 4 and column.dtype == torch.uint8 and column.shape[3] in _IMAGE_CHANNELS
+    )
+    if not is_image:
+        return column
+    if channels_last:
+        return column.permute(0, 3, 1, 2)  # HWC memory: a view, no copy
+    out = _shared_empty((column.shape[0], column.shape[3], *column.shape[1:3]), column.dtype)
+    out.copy_(column.permute(0, 3, 1, 2))
+    return out
 
 
 def _stack_arrays(arrays: Sequence[np.ndarray], channels_last: bool) -> torch.Tensor:
@@ -100,7 +161,35 @@ def _shared_empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     if new_shared is None:  # pragma: no cover - private API; fall back to a copy into shm
         return torch.empty(shape, dtype=dtype).share_memory_()
     storage = new_shared(numel * itemsize)
+    _populate(storage.data_ptr(), numel * itemsize)
     return torch.empty(0, dtype=dtype).set_(storage, 0, shape)
+
+
+#: madvise(MADV_POPULATE_WRITE), Linux 5.14+: fault in a whole range in one call
+_MADV_POPULATE_WRITE = 23
+_madvise: Any = None
+
+
+def _populate(address: int, nbytes: int) -> None:
+    """Fault in a fresh shared-memory range at once instead of page by page as it is written.
+
+    A new segment's pages fault one at a time on first write; one madvise call maps them all:
+    4.8 vs 5.9 ms to allocate and fill a 4.8 MB batch (32x224x224x3) on this VM. Best effort:
+    on other systems (or old kernels) the pages fault as before.
+    """
+    global _madvise
+    if nbytes < 1 << 20 or not sys.platform.startswith("linux"):
+        return
+    if _madvise is None:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+            _madvise = libc.madvise
+        except (OSError, AttributeError):  # pragma: no cover - no libc madvise
+            _madvise = False
+    if _madvise:
+        start = address - address % mmap.PAGESIZE
+        _madvise(start, address + nbytes - start, _MADV_POPULATE_WRITE)  # failure: no harm
 
 
 class Normalize(nn.Module):
@@ -165,21 +254,37 @@ class Normalize(nn.Module):
             )
         # The batch stays where it is (the point is to cast on the device it was sent to); only
         # the two small operands follow it if the module was left elsewhere.
-        out = images.to(dtype=self.dtype, copy=True)
         scale, shift = self.scale, self.shift
-        if scale.device != out.device:
-            scale, shift = scale.to(out.device), shift.to(out.device)
-        if out.requires_grad and torch.is_grad_enabled():
-            return out * scale + shift
-        # In place on the fresh copy, one fused multiply-add pass.
-        if not out.is_contiguous() and out.is_contiguous(memory_format=torch.channels_last):
+        if scale.device != images.device:
+            scale, shift = scale.to(images.device), shift.to(images.device)
+        if images.requires_grad and torch.is_grad_enabled():
+            return images.to(dtype=self.dtype, copy=True) * scale + shift
+        nhwc = not images.is_contiguous() and images.is_contiguous(
+            memory_format=torch.channels_last
+        )
+        if nhwc:
             # NHWC memory: broadcasting a (1, C, 1, 1) operand would make C (3) the inner loop;
             # per-row operands of length W*C keep the loop long and vectorised (2-4x on CPU).
-            n, _, h, w = out.shape
+            n, _, h, w = images.shape
+            source = images.permute(0, 2, 3, 1).reshape(n * h, w * c)
+            out = torch.empty_like(images, dtype=self.dtype)
             rows = out.permute(0, 2, 3, 1).view(n * h, w * c)
             row_scale, row_shift = self._row_operands(scale, shift, w)
-            torch.addcmul(row_shift, rows, row_scale, out=rows)
+            if images.device.type != "cpu":
+                rows.copy_(source)
+                torch.addcmul(row_shift, rows, row_scale, out=rows)
+                return out
+            # On the CPU, cast and scale one cache-sized block of rows at a time, so the float
+            # block is still in cache for the multiply-add instead of making a second pass
+            # through memory: 5.2-5.4 vs 6.7-7.5 ms per 32x224x224x3 batch, 1 thread, this VM.
+            step = max(1, _CHUNK_ELEMENTS // (w * c))
+            for start in range(0, n * h, step):
+                block = rows[start : start + step]
+                block.copy_(source[start : start + step])
+                torch.addcmul(row_shift, block, row_scale, out=block)
             return out
+        # In place on the fresh copy, one fused multiply-add pass.
+        out = images.to(dtype=self.dtype, copy=True)
         return torch.addcmul(shift, out, scale, out=out)
 
     def _row_operands(

@@ -5,12 +5,15 @@ from __future__ import annotations
 import hashlib
 import mmap
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 from torch.utils.data import Dataset
 
+from ._collate import GatheredBatch, _shared_empty
 from ._format import FIELD_DTYPES, FORMAT_NAME, FORMAT_VERSION, INDEX_DTYPE, MANIFEST
 from ._sources import ImageOptions, decode_image
 from ._storage import CacheError, Store, default_local_cache_dir, file_lock, sha256_file, url_key
@@ -141,6 +144,54 @@ class CachedDataset(Dataset):
             sample = tuple(values)
         return self.transform(sample) if self.transform is not None else sample
 
+    def __getitems__(self, indices: Sequence[int]) -> list[Any]:
+        """Read the samples at ``indices`` at once; the DataLoader calls it for each batch.
+
+        Returns the same samples as ``[ds[i] for i in indices]``, in that order, as a list
+        (a :class:`GatheredBatch`): any ``collate_fn`` works on it unchanged. When every field
+        has a fixed shape and there is no ``transform`` or decoding, the batch is copied into
+        one array per field (in shared memory inside a DataLoader worker) and the samples are
+        views into those arrays, so :func:`uint8_collate` returns them with no further copy.
+        Otherwise (variable-size fields, an encoded cache, a transform) it reads sample by
+        sample, as without this method.
+        """
+        if not self._gathers:
+            return [self[i] for i in indices]
+        if self._pid != os.getpid():
+            self._open()
+        count = len(self)
+        positions = np.asarray(indices, dtype=np.int64).reshape(-1)
+        positions = np.where(positions < 0, positions + count, positions)
+        if positions.size and (positions.min() < 0 or positions.max() >= count):
+            bad = next(i for i in indices if not -count <= int(i) < count)
+            raise IndexError(f"index {bad} out of range for {count} samples")
+        rows_info = self._index[positions]
+        shard_ids = rows_info[:, 0].tolist()
+        rows = rows_info[:, 1].tolist()
+        columns = {}
+        for spec in self.fields:
+            name = spec["name"]
+            dtype = FIELD_DTYPES[spec["dtype"]]
+            column = _shared_empty((len(rows), *spec["shape"]), _torch_dtype(dtype))
+            out = column.numpy()
+            if len(self._shards) == 1:
+                np.take(self._shards[0][name], rows_info[:, 1], axis=0, out=out)
+            else:
+                for k, (shard, row) in enumerate(zip(shard_ids, rows, strict=True)):
+                    out[k] = self._shards[shard][name][row]
+            columns[name] = column
+        return GatheredBatch(columns, self._sample_kind)
+
+    @property
+    def _gathers(self) -> bool:
+        """Whether ``__getitems__`` can copy whole batches (fixed shapes, nothing per sample)."""
+        return (
+            self.transform is None
+            and self._decode is None
+            and bool(self.fields)
+            and all(spec["shape"] is not None for spec in self.fields)
+        )
+
     def _open(self) -> None:
         """Map (or read) every shard file; done lazily in each process that reads."""
         shards = []
@@ -167,6 +218,11 @@ class CachedDataset(Dataset):
     def verify(self) -> list[str]:
         """Check every file's sha256 against the manifest; returns the problems found (or [])."""
         return verify_files(self.local_dir, self.manifest)
+
+
+def _torch_dtype(dtype: np.dtype) -> torch.dtype:
+    """The torch dtype of numpy ``dtype`` (every cache field dtype has one from torch 2.3 on)."""
+    return torch.from_numpy(np.empty(0, dtype=dtype)).dtype
 
 
 def _sample_kind(names: list[str]) -> str:
