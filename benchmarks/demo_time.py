@@ -26,7 +26,7 @@ def main() -> None:
     print(f"second diagnosis            {s['after_diagnosis']:6.1f} s")
     print(f"whole demo                  {s['total']:6.1f} s   (goal: under 120 s)")
     print(
-        f"speedup (median step before / after): {speedup(result.before, result.after):.1f}x "
+        f"speedup (mean step before / after): {speedup(result.before, result.after):.1f}x "
         f"({result.before.step_ms.median:.1f} ms -> {result.after.step_ms.median:.1f} ms; goal: 2x)"
     )
 

@@ -144,6 +144,8 @@ class CaptureSession:
         self._batches_by_dataset: dict[int, int] = {}
         self._main_dataset: int | None = None
         self._batch_ids: set[int] = set()
+        #: Batches kept for the model-alone replay, per dataset (see _keep_for_replay).
+        self._replay_by_dataset: dict[int, list[Any]] = {}
         self._replay: list[Any] = []
         self._replay_bytes = 0
         self._replay_pos = 0
@@ -282,6 +284,7 @@ class CaptureSession:
             if loader is not None and getattr(loader, "_iterator", None) is not None:
                 shutdown_workers(loader._iterator)
         self._replay.clear()
+        self._replay_by_dataset.clear()
         self._batch_ids.clear()
         gc.collect()
 
@@ -385,6 +388,7 @@ class CaptureSession:
         self._batch_ids = _tensor_ids(batch)
         if self.phase is Phase.MEASURE:
             self._batches_by_dataset[dataset_key] = self._batches_by_dataset.get(dataset_key, 0) + 1
+        if self.phase is not Phase.MEASURE or dataset_key not in self._replay_by_dataset:
             self._keep_for_replay(dataset_key, batch)
         return batch
 
@@ -534,6 +538,7 @@ class CaptureSession:
             self._finish()
             return
         main = self.main_dataset_key()
+        self._replay = self._replay_by_dataset.get(main, []) if main is not None else []
         if main is None or not self._replay:
             if main is None:
                 self.notes.append(
@@ -726,12 +731,20 @@ class CaptureSession:
                 torch.cuda.synchronize(self.device)
 
     def _keep_for_replay(self, dataset_key: int, batch: Any) -> None:
-        if len(self._replay) >= self.options.steps:
+        """Keep a batch for the model-alone phase.
+
+        Batches are kept from the untimed steps before measuring (warmup, sync finder, trace):
+        a kept batch's memory cannot be reused for the next one, and paying for fresh memory
+        inside a measured step would slow it. Only a dataset first seen while measuring has its
+        batches kept then (one is enough to replay).
+        """
+        kept = self._replay_by_dataset.setdefault(dataset_key, [])
+        if len(kept) >= self.options.steps or (self.phase is Phase.MEASURE and kept):
             return
         size = _batch_bytes(batch)
-        if self._replay_bytes + size > REPLAY_MAX_BYTES and self._replay:
+        if self._replay_bytes + size > REPLAY_MAX_BYTES and kept:
             return
-        self._replay.append(batch)
+        kept.append(batch)
         self._replay_bytes += size
 
     def _hook_root_modules_only(self) -> None:

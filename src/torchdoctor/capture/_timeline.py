@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..record import STEP_PARTS
 
 OTHER = "other"
 
 
-@dataclass
-class _Mark:
+class _Mark(NamedTuple):
+    """A transition. A tuple of atoms, so the garbage collector stops tracking it: thousands of
+    marks cost the collector nothing (as dataclasses they slowed every step of a long run)."""
+
     label: str  # the part that the time *before* this mark belongs to
     host_ns: int
     event: object | None
