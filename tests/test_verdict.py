@@ -94,3 +94,14 @@ def test_nothing_measured():
     rec = RunRecord()
     summarise(rec)
     assert rec.verdict.kind == UNKNOWN
+
+
+def test_next_follows_a_sweep_that_found_no_gain():
+    rec = _record(40, 5, 1)
+    rec.extra["worker_sweep"] = {
+        "points": [{"num_workers": 0, "batches_per_s": 10.0}],
+        "best_workers": 0,
+    }
+    summarise(rec)
+    assert "workers do not pay here" in rec.verdict.next
+    assert "num_workers=N" not in rec.verdict.next

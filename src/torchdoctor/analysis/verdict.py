@@ -119,8 +119,15 @@ def _next_input(record: RunRecord) -> str:
     loader: LoaderSettings | None = record.loader
     tips = []
     measured = next((f for f in record.findings if f.kind == "loader.num_workers"), None)
+    sweep = record.extra.get("worker_sweep")
     if measured is not None:
         tips.append(f"{measured.fix} (measured: {measured.title})")
+    elif sweep and sweep.get("points"):
+        tips.append(
+            "more DataLoader workers do not pay here (the num_workers sweep measured no "
+            "worthwhile gain: the loader and the model share the CPU cores), so make each "
+            "sample cheaper"
+        )
     elif loader is not None and loader.num_workers == 0:
         tips.append("load in parallel: DataLoader(num_workers=N) (it is 0)")
     costly = next((f for f in record.findings if f.kind == "loader.costly_transform"), None)
