@@ -281,3 +281,20 @@ def test_analysis_modules_do_not_import_torch():
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_no_persistent_workers_advice_when_the_worker_count_stays_zero():
+    from torchdoctor.analysis.worker_sweep import SweepPoint, WorkerSweep, sweep_advice
+    from torchdoctor.record import LoaderSettings
+
+    sweep = WorkerSweep(
+        points=[SweepPoint(0, 10.0), SweepPoint(1, 10.5), SweepPoint(2, 10.4)],
+        best_workers=1,
+        stopped="plateau",
+        candidates=[0, 1, 2, 4],
+        measures="step",
+    )
+    settings = LoaderSettings("D", 480, 32, 0, False, False, None, False, "BatchSampler", "c")
+    kinds = [f.kind for f in sweep_advice(sweep, settings, accelerator=False, batches_per_epoch=15)]
+    assert "loader.num_workers" not in kinds  # 1.05x is inside the noise
+    assert "loader.persistent_workers" not in kinds  # and without workers there is none to keep

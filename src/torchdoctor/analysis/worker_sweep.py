@@ -304,7 +304,13 @@ def sweep_advice(
     speedup = sweep.speedup_over(current)
     curve = [[p.num_workers, round(p.batches_per_s, 3)] for p in sweep.points]
     what = "training steps" if sweep.measures == "step" else "batches from the loader alone"
-    if chosen != current and (speedup is None or speedup >= MIN_WORTHWHILE_SPEEDUP):
+    advise_workers = chosen != current and (speedup is None or speedup >= MIN_WORTHWHILE_SPEEDUP)
+    if not advise_workers:
+        # A gain inside the noise is no reason to change: the rest of the advice is for the
+        # worker count the loader keeps.
+        chosen = current
+        best = sweep.point(current) or best
+    if advise_workers:
         gain = f"{speedup:.2f}x the {what} per second" if speedup else "the best measured rate"
         extra = _worker_kwargs_for(chosen, settings)
         findings.append(
