@@ -99,7 +99,7 @@ def run_target(
     error: BaseException | None = None
     ended = "finished"
     try:
-        sys.argv = [str(code_path) if target.script else str(code_path), *target.argv]
+        sys.argv = [str(code_path), *target.argv]
         sys.path.insert(0, str(code_path.parent) if target.script else os.getcwd())
         session.install()
         try:

@@ -172,7 +172,6 @@ class CaptureSession:
             "forward_calls": 0,
             "backward_calls": 0,
         }
-        self.stopped_on_purpose = False
         self.internal_error: Exception | None = None
         self.started_ns = clock_ns()
 
@@ -610,7 +609,6 @@ class CaptureSession:
             self._run_loader_doctor()
         self.phase = Phase.DONE
         if self.options.stop:
-            self.stopped_on_purpose = True
             raise StopRun()
 
     def _run_loader_alone(self) -> None:
@@ -787,32 +785,29 @@ def measure_loader_alone(loader: DataLoader, batches: int) -> LoaderAlone:
     )
 
 
-def _tensor_ids(batch: Any, limit: int = 64) -> set[int]:
-    """Ids of the tensors in a batch (tensors, sequences, mappings, attribute holders)."""
-    ids: set[int] = set()
+def _batch_tensors(batch: Any, limit: int | None = None) -> list[torch.Tensor]:
+    """The tensors in a batch (tensors, sequences, mappings, attribute holders), at most
+    ``limit`` of them."""
+    found: list[torch.Tensor] = []
     stack = [batch]
-    while stack and len(ids) < limit:
+    while stack and (limit is None or len(found) < limit):
         obj = stack.pop()
         if isinstance(obj, torch.Tensor):
-            ids.add(id(obj))
+            found.append(obj)
         elif isinstance(obj, (list, tuple)):
-            stack.extend(obj[:limit])
+            stack.extend(obj if limit is None else obj[:limit])
         elif isinstance(obj, dict):
-            stack.extend(list(obj.values())[:limit])
+            values = list(obj.values())
+            stack.extend(values if limit is None else values[:limit])
         elif hasattr(obj, "__dict__") and not isinstance(obj, type):
             stack.extend(v for v in vars(obj).values() if isinstance(v, torch.Tensor))
-    return ids
+    return found
+
+
+def _tensor_ids(batch: Any, limit: int = 64) -> set[int]:
+    """Ids of (at most ``limit`` of) the tensors in a batch; cheap enough for every step."""
+    return {id(t) for t in _batch_tensors(batch, limit)}
 
 
 def _batch_bytes(batch: Any) -> int:
-    total = 0
-    stack = [batch]
-    while stack:
-        obj = stack.pop()
-        if isinstance(obj, torch.Tensor):
-            total += obj.element_size() * obj.nelement()
-        elif isinstance(obj, (list, tuple)):
-            stack.extend(obj)
-        elif isinstance(obj, dict):
-            stack.extend(obj.values())
-    return total
+    return sum(t.element_size() * t.nelement() for t in _batch_tensors(batch))
