@@ -11,6 +11,8 @@ import pytest
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
+# Scenario modules (slow_transform, ...) are imported by unit tests and benchmarks alike.
+sys.path.insert(1, str(HERE / "scenarios"))
 
 from hygiene import snapshot, wait_for_children, warm_up_torch  # noqa: E402
 

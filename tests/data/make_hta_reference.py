@@ -1,10 +1,10 @@
-"""Record HolisticTraceAnalysis's temporal and idle-time breakdowns of the shared traces.
+"""Record HolisticTraceAnalysis's temporal and idle-time breakdowns of the real traces in tests/data/hta.
 
 HTA (and pandas) are NOT torchdoctor dependencies; this script runs only in a scratch venv:
 
     python3 -m venv /tmp/hta-venv
     /tmp/hta-venv/bin/pip install -c constraints.txt HolisticTraceAnalysis   # 0.5.0 was used
-    /tmp/hta-venv/bin/python tests/data/make_hta_reference.py ../shared/traces/hta \
+    /tmp/hta-venv/bin/python tests/data/make_hta_reference.py tests/data/hta \
         tests/data/hta_reference.json
 
 The output is checked in; tests/test_trace_hta_agreement.py compares torchdoctor's numbers
@@ -31,7 +31,7 @@ def main(trace_root: str, out_path: str) -> None:
     root = Path(trace_root)
     out: dict[str, object] = {
         "hta_version": version("HolisticTraceAnalysis"),
-        "command": "python tests/data/make_hta_reference.py ../shared/traces/hta "
+        "command": "python tests/data/make_hta_reference.py tests/data/hta "
         "tests/data/hta_reference.json",
         "include_last_profiler_step": False,
         "consecutive_kernel_delay": 30,

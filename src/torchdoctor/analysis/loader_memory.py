@@ -33,7 +33,7 @@ MIN_ADVICE_SHARE = 0.05
 MIN_ADVICE_BYTES = 1_000_000
 
 #: Worker USS must grow by at least this much per worker over the run to be copy-on-read.
-#: In tests/test_loader_memory.py (4M values, 2 workers, one epoch) the numpy-backed dataset's
+#: In tests/unit/loader/test_loader_memory.py (4M values, 2 workers, one epoch) the numpy-backed dataset's
 #: workers grew by 0.2 MB each, the same values as lists of Python floats by 46-49 MB.
 COPY_ON_READ_MIN_GROWTH_MB = 24.0
 

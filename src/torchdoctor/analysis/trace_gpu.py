@@ -1,6 +1,6 @@
 """GPU temporal and idle-time breakdowns of a trace, with HolisticTraceAnalysis's definitions.
 
-The numbers agree with HTA 0.5.0 on the same file (tests/test_trace_hta_agreement.py holds
+The numbers agree with HTA 0.5.0 on the same file (tests/unit/analysis/test_trace_hta_agreement.py holds
 them to 0.5 percentage points against tests/data/hta_reference.json). The definitions, restated:
 
 - **GPU events** are the events with a CUDA/HIP stream (kernels, memcpy, memset, stream syncs).

@@ -5,12 +5,8 @@ injected settings is as much faster as predicted."""
 from __future__ import annotations
 
 import statistics
-import sys
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent / "scenarios"))
 from slow_transform import build_loader, train  # noqa: E402
 
 from torchdoctor.analysis.worker_sweep import fix_code, fix_settings, predicted_step_ms  # noqa: E402

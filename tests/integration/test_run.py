@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from paths import SCENARIOS
 from torchdoctor._errors import (
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
@@ -25,7 +26,7 @@ from torchdoctor.runner import RunOptions, Target, run_target
 
 pytestmark = pytest.mark.integration
 
-SCEN = Path(__file__).parent / "scenarios"
+SCEN = SCENARIOS
 LOOP = str(SCEN / "train_loop.py")
 
 

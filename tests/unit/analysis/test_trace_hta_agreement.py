@@ -7,18 +7,18 @@ command); neither HTA nor pandas is needed here. Each trace is parsed once per m
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
+from paths import DATA, HTA_TRACES
 from torchdoctor.analysis import trace_gpu
 from torchdoctor.analysis.trace_analysis import analyse_traces
 from torchdoctor.cli import main
 from torchdoctor.record import RunRecord
 from torchdoctor.trace import RankTrace, load_trace
 
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces" / "hta"
-REFERENCE = json.loads((Path(__file__).parent / "data" / "hta_reference.json").read_text())
+TRACES = HTA_TRACES
+REFERENCE = json.loads((DATA / "hta_reference.json").read_text())
 #: The agreement the issue asks for, in percentage points.
 TOLERANCE_PP = 0.5
 

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from paths import SCENARIOS
 from torchdoctor.analysis.worker_sweep import fix_settings
 from torchdoctor.record import RunRecord
 from torchdoctor.runner import RunOptions, Target, run_target, verify_fix
 
 pytestmark = pytest.mark.integration
 
-LOOP = str(Path(__file__).parent / "scenarios" / "train_loop.py")
+LOOP = str(SCENARIOS / "train_loop.py")
 
 
 def test_fix_names_the_costly_transform_and_verifies_the_speedup():

@@ -6,9 +6,9 @@ import json
 
 import pytest
 import torch
+from test_loader_costs import Compose, Scale, SlowBlur
 from torch.utils.data import DataLoader, Dataset
 
-from test_loader_costs import Compose, Scale, SlowBlur
 from torchdoctor.capture.loader_doctor import diagnose_loader, loader_settings
 from torchdoctor.record import RunRecord
 

@@ -5,15 +5,13 @@ from __future__ import annotations
 import random
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
-from torch.utils.data import DataLoader, Dataset, IterableDataset, Subset
 
 # A user's own Compose, the same shape as torchvision's and albumentations'.
-sys.path.insert(0, str(Path(__file__).parent / "scenarios"))
 from slow_transform import Compose  # noqa: E402
+from torch.utils.data import DataLoader, Dataset, IterableDataset, Subset
 
 from torchdoctor.analysis.transforms import (
     COLLATE,
@@ -246,7 +244,6 @@ def test_batch_size_of_a_custom_batch_sampler_and_no_breakdown_without_a_profile
 
 
 def test_profile_fallback_restores_a_previous_profile_function():
-    import sys
 
     calls = []
 

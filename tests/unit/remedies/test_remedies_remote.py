@@ -12,6 +12,7 @@ pytest.importorskip("s3fs")
 moto_server = pytest.importorskip("moto.server")
 
 from test_remedies_cache import make_folder  # noqa: E402
+
 from torchdoctor.cli import main as cli_main  # noqa: E402
 from torchdoctor.remedies import CachedDataset, CacheError, build_cache  # noqa: E402
 

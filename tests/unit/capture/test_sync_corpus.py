@@ -10,9 +10,10 @@ import pytest
 import torch
 import torch.nn as nn
 
+from paths import DATA
 from torchdoctor.capture.syncs import SyncWatcher
 
-CORPUS = Path(__file__).parent / "data" / "sync_corpus"
+CORPUS = DATA / "sync_corpus"
 SNIPPETS = sorted(CORPUS.glob("*.py"))
 MARKER = re.compile(r"#\s*expect:\s*([a-z-]+)")
 

@@ -20,6 +20,7 @@ from PIL import Image
 from torch.utils.data import DataLoader
 
 import torchdoctor
+from paths import TESTS
 from torchdoctor.cli import main as cli_main
 from torchdoctor.remedies import (
     CachedDataset,
@@ -30,7 +31,7 @@ from torchdoctor.remedies import (
 )
 from torchdoctor.remedies._sources import ImageOptions, preprocess_pil
 
-HERE = Path(__file__).parent
+HERE = TESTS
 
 
 def make_folder(root: Path, per_class: int = 6, size=(40, 30)) -> Path:
