@@ -1,24 +1,20 @@
-"""The run record: plain dataclasses that hold every measured number, saved as JSON.
+"""The run record's dataclasses: every measured number of one diagnosis.
 
-A record is produced once (by ``torchdoctor run``, ``watch()`` or ``analyze``) and rendered
-many times (``torchdoctor report PATH``). Nothing here imports torch. The JSON layout is
-documented in ``docs/record.md``; bump :data:`SCHEMA_VERSION` on any incompatible change.
+Saving and loading go through :mod:`._serial`; the vocabularies (kinds, statuses) through
+:mod:`._kinds`. Nothing here imports torch.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
-import tempfile
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 1
+from ._kinds import FINDING_KINDS, SEVERITIES, FindingKind, Severity, Status, VerdictKind
+from ._serial import SCHEMA_VERSION, load_record, record_from_dict, write_json_atomic
 
 #: The parts of a step, in the order they are shown. They sum to ``step_ms``.
 STEP_PARTS = ("data_wait", "to_device", "forward", "backward", "optimizer", "other")
@@ -87,7 +83,7 @@ class StepSeries:
 class Verdict:
     """What bounds the run, in the user's words."""
 
-    kind: str  # INPUT-BOUND | COMPUTE-BOUND | HOST-BOUND | COMMUNICATION-BOUND | UNKNOWN
+    kind: VerdictKind
     why: str
     next: str
     #: Share of the median step spent in each group: input, compute, host.
@@ -98,7 +94,7 @@ class Verdict:
 class Finding:
     """One problem found in the run, with where it is and how to fix it."""
 
-    kind: str
+    kind: FindingKind
     title: str
     fix: str
     file: str | None = None
@@ -107,8 +103,14 @@ class Finding:
     calls_per_step: float | None = None
     #: Estimated or measured cost per step, when known.
     cost_ms: float | None = None
-    severity: str = "warning"  # info | warning | critical
+    severity: Severity = "warning"
     detail: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.kind not in FINDING_KINDS:
+            raise ValueError(f"unknown finding kind {self.kind!r}: add it to record/_kinds.py")
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"unknown severity {self.severity!r} (one of {SEVERITIES})")
 
 
 @dataclass
@@ -186,8 +188,7 @@ class RunRecord:
     tool_version: str = ""
     created_at: str = ""
     command: list[str] = field(default_factory=list)
-    #: complete | partial | interrupted | script-error | no-training
-    status: str = "complete"
+    status: Status = "complete"
     notes: list[str] = field(default_factory=list)
     env: Environment | None = None
     loader: LoaderSettings | None = None
@@ -226,20 +227,12 @@ class RunRecord:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunRecord:
-        """Rebuild a record from :meth:`to_dict` output.
+        """Rebuild a record from :meth:`to_dict` output (of this or an older schema).
 
         Raises:
             RecordError: when ``data`` is not a torchdoctor record of a known schema.
         """
-        if not isinstance(data, dict) or "schema_version" not in data:
-            raise RecordError("not a torchdoctor run record (no schema_version)")
-        version = data["schema_version"]
-        if version != SCHEMA_VERSION:
-            raise RecordError(
-                f"record schema_version {version} is not supported by this torchdoctor "
-                f"(it reads version {SCHEMA_VERSION}); re-run the diagnosis with this version"
-            )
-        return _build(cls, data)
+        return record_from_dict(cls, data)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> RunRecord:
@@ -248,70 +241,4 @@ class RunRecord:
         Raises:
             RecordError: when the file is missing, not JSON, or not a record.
         """
-        p = Path(path)
-        try:
-            text = p.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise RecordError(f"{p}: no such file") from None
-        except OSError as exc:
-            raise RecordError(f"{p}: cannot read ({exc.strerror})") from None
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise RecordError(f"{p}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-        try:
-            return cls.from_dict(data)
-        except RecordError as exc:
-            raise RecordError(f"{p}: {exc}") from None
-
-
-class RecordError(ValueError):
-    """A saved record could not be read."""
-
-
-def write_json_atomic(path: str | os.PathLike[str], data: Any) -> Path:
-    """Write ``data`` as JSON to ``path`` through a temp file and a rename."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=1, default=_json_default)
-            fh.write("\n")
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return p
-
-
-def _json_default(obj: Any) -> Any:
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return dataclasses.asdict(obj)
-    if isinstance(obj, Path):
-        return str(obj)
-    if hasattr(obj, "item"):  # numpy scalars
-        return obj.item()
-    raise TypeError(f"cannot serialise {type(obj).__name__}")
-
-
-def _build(tp: Any, value: Any) -> Any:
-    """Rebuild a value of type ``tp`` from its JSON form (dataclasses, lists, dicts, Optionals)."""
-    if value is None:
-        return None
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        return _build(args[0], value) if len(args) == 1 else value
-    if origin is list:
-        (item,) = typing.get_args(tp) or (Any,)
-        return [_build(item, v) for v in value]
-    if origin is dict:
-        _, item = typing.get_args(tp) or (Any, Any)
-        return {k: _build(item, v) for k, v in value.items()}
-    if dataclasses.is_dataclass(tp):
-        hints = typing.get_type_hints(tp)
-        names = {f.name for f in dataclasses.fields(tp) if f.init}
-        kwargs = {k: _build(hints[k], v) for k, v in value.items() if k in names}
-        return tp(**kwargs)
-    return value
+        return load_record(cls, path)

@@ -1,0 +1,62 @@
+"""The run record: plain dataclasses that hold every measured number, saved as JSON.
+
+A record is produced once (by ``torchdoctor run``, ``watch()`` or ``analyze``) and rendered
+many times (``torchdoctor report PATH``). Nothing here imports torch. The JSON layout is
+documented in ``docs/record.md``; this package is its only door.
+"""
+
+from __future__ import annotations
+
+from ._kinds import (
+    FINDING_KINDS,
+    LOADER_FINDING_KINDS,
+    SEVERITIES,
+    STATUSES,
+    SYNC_FINDING_KINDS,
+    TRACE_FINDING_KINDS,
+    VERDICT_KINDS,
+    FindingKind,
+    Severity,
+    Status,
+    VerdictKind,
+)
+from ._run import (
+    STEP_PARTS,
+    Environment,
+    Finding,
+    LoaderAlone,
+    LoaderSettings,
+    RunRecord,
+    Stat,
+    StepSeries,
+    SystemUsage,
+    Verdict,
+)
+from ._serial import SCHEMA_VERSION, RecordError, write_json_atomic
+
+__all__ = [
+    "FINDING_KINDS",
+    "LOADER_FINDING_KINDS",
+    "SCHEMA_VERSION",
+    "SEVERITIES",
+    "STATUSES",
+    "STEP_PARTS",
+    "SYNC_FINDING_KINDS",
+    "TRACE_FINDING_KINDS",
+    "VERDICT_KINDS",
+    "Environment",
+    "Finding",
+    "FindingKind",
+    "LoaderAlone",
+    "LoaderSettings",
+    "RecordError",
+    "RunRecord",
+    "Severity",
+    "Stat",
+    "Status",
+    "StepSeries",
+    "SystemUsage",
+    "Verdict",
+    "VerdictKind",
+    "write_json_atomic",
+]

@@ -1,0 +1,67 @@
+"""The record's vocabularies, each written once: verdict kinds, statuses, severities, finding kinds.
+
+Every place that makes or reads one of these values imports it from here, ``Finding`` rejects a
+kind that is not listed, and ``tests/unit/record/test_record_doc.py`` checks ``docs/record.md``
+against these tuples, so a new kind is added here first, then documented.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+VerdictKind = Literal[
+    "INPUT-BOUND", "COMPUTE-BOUND", "HOST-BOUND", "COMMUNICATION-BOUND", "UNKNOWN"
+]
+#: How the diagnosed script ended, as far as the record knows.
+Status = Literal["complete", "partial", "interrupted", "script-error", "no-training"]
+Severity = Literal["info", "warning", "critical"]
+
+#: Host syncs and copies seen in the step (docs/syncs.md).
+SyncFindingKind = Literal[
+    "item",
+    "scalar-conversion",
+    "tensor-branch",
+    "tensor-assert",
+    "tolist",
+    "to-host",
+    "print-tensor",
+    "nonzero",
+    "masked-select",
+    "boolean-mask-index",
+    "unique",
+    "data-dependent-shape",
+    "cuda-synchronize",
+    "python-index",
+    "tensor-from-python-data",
+    "host-tensor-to-device",
+    "constant-rebuilt",
+]
+#: The loader doctor's findings (docs/loader.md).
+LoaderFindingKind = Literal[
+    "loader.num_workers",
+    "loader.persistent_workers",
+    "loader.pin_memory",
+    "loader.prefetch_factor",
+    "loader.costly_transform",
+    "loader.dtype",
+    "loader.copy_on_read",
+]
+#: Findings read from a profiler trace (docs/analyze.md).
+TraceFindingKind = Literal[
+    "host-sync",
+    "no-stacks",
+    "pageable-memcpy",
+    "launch-bound",
+    "dataloader",
+    "comm-overlap",
+    "straggler",
+]
+FindingKind = Literal[SyncFindingKind, LoaderFindingKind, TraceFindingKind]
+
+VERDICT_KINDS: tuple[str, ...] = get_args(VerdictKind)
+STATUSES: tuple[str, ...] = get_args(Status)
+SEVERITIES: tuple[str, ...] = get_args(Severity)
+SYNC_FINDING_KINDS: tuple[str, ...] = get_args(SyncFindingKind)
+LOADER_FINDING_KINDS: tuple[str, ...] = get_args(LoaderFindingKind)
+TRACE_FINDING_KINDS: tuple[str, ...] = get_args(TraceFindingKind)
+FINDING_KINDS: tuple[str, ...] = SYNC_FINDING_KINDS + LOADER_FINDING_KINDS + TRACE_FINDING_KINDS
