@@ -17,7 +17,23 @@ from pathlib import Path
 from typing import Any
 
 #: Bump on any incompatible change, and teach :func:`record_from_dict` to migrate the old one.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+
+#: Schema 1 kept loader, trace and fix results in ``extra``, a dict read by string keys; schema 2
+#: gives each a typed field. Where each v1 ``extra`` key goes: (field, key inside it or None).
+_V1_EXTRA: dict[str, tuple[str, str | None]] = {
+    "trace": ("trace", None),
+    "trace_files": ("trace", "recorded_files"),
+    "worker_sweep": ("loader_report", "worker_sweep"),
+    "transforms": ("loader_report", "transforms"),
+    "loader_memory": ("loader_report", "memory"),
+    "copy_on_read": ("loader_report", "copy_on_read"),
+    "worker_memory": ("loader_report", "worker_memory"),
+    "loader_doctor_s": ("loader_report", "seconds"),
+    "fix": ("fix", None),
+    "loader_overrides": ("loader_overrides", None),
+    "sync_sampled_steps": ("sync_sampled_steps", None),
+}
 
 
 class RecordError(ValueError):
@@ -77,12 +93,44 @@ def record_from_dict(cls: type, data: Any) -> Any:
     if not isinstance(data, dict) or "schema_version" not in data:
         raise RecordError("not a torchdoctor run record (no schema_version)")
     version = data["schema_version"]
+    if version == 1:
+        data, version = migrate_v1(data, _field_names(cls)), SCHEMA_VERSION
     if version != SCHEMA_VERSION:
         raise RecordError(
             f"record schema_version {version} is not supported by this torchdoctor "
             f"(it reads version {SCHEMA_VERSION}); re-run the diagnosis with this version"
         )
     return build(cls, data)
+
+
+def migrate_v1(data: dict[str, Any], fields: set[str]) -> dict[str, Any]:
+    """A schema-1 record dict in the schema-2 layout (the v1 ``extra`` keys moved to typed fields).
+
+    A key whose new field ``fields`` lacks stays in ``extra``; ``fix.after`` (a whole record) is
+    migrated the same way.
+    """
+    out = {k: v for k, v in data.items() if k != "extra"}
+    extra = dict(data.get("extra") or {})
+    for key, (name, inner) in _V1_EXTRA.items():
+        if key not in extra or name not in fields:
+            continue
+        value = extra.pop(key)
+        if inner is None:
+            out[name] = {**(out.get(name) or {}), **value} if isinstance(value, dict) else value
+        else:
+            out[name] = {**(out.get(name) or {}), inner: value}
+    fix = out.get("fix")
+    if isinstance(fix, dict) and isinstance(fix.get("after"), dict):
+        fix["after"] = migrate_v1(fix["after"], fields)
+        fix["after"]["schema_version"] = SCHEMA_VERSION
+    if extra or "extra" in fields:
+        out["extra"] = extra
+    out["schema_version"] = SCHEMA_VERSION
+    return out
+
+
+def _field_names(cls: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
 
 
 def load_record(cls: type, path: str | os.PathLike[str]) -> Any:
