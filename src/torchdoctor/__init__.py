@@ -28,8 +28,8 @@ _EXPORTS = {
     "SyncWatcher": "torchdoctor.capture.syncs",
     "analyze_trace": "torchdoctor.analysis.trace_analysis",
     "StepProfiler": "torchdoctor.capture.profiler",
-    "diagnose_loader": "torchdoctor.capture.loader_doctor",
-    "clone_loader": "torchdoctor.capture.loader_sweep",
+    "diagnose_loader": "torchdoctor.loader",
+    "clone_loader": "torchdoctor.loader",
 }
 
 __all__ = ["__version__", *_EXPORTS]

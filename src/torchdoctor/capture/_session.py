@@ -34,18 +34,24 @@ import torch.optim.optimizer as _optim_mod
 import torch.utils.data.dataloader as _dl_mod
 from torch.utils.data import DataLoader
 
-from ..analysis.loader_memory import loader_memory
 from ..analysis.verdict import INPUT_BOUND, summarise
-from ..analysis.worker_sweep import SweepPolicy, WorkerSweep, sweep_candidates
-from ..record import Finding, LoaderAlone, LoaderSettings, RunRecord, StepSeries
+from ..loader import (
+    LoaderDiagnosis,
+    SweepPolicy,
+    available_cpus,
+    diagnose_loader,
+    loader_settings,
+    measure_loader_alone,
+    shutdown_workers,
+    sweep_candidates,
+    valid_loader_kwargs,
+)
+from ..record import Finding, LoaderAlone, LoaderSettings, RunRecord, StepSeries, WorkerSweep
 from ._frames import user_site
 from ._inloop_sweep import InLoopSweep
-from ._loaders import loader_settings
 from ._patch import Patcher
 from ._sampler import SystemSampler
 from ._timeline import StepTimeline, parts_from_marks
-from .loader_doctor import LoaderDiagnosis, available_cpus, diagnose_loader, loader_findings
-from .loader_sweep import measure_loader_point, shutdown_workers
 from .profiler import StepProfiler
 from .syncs import SyncWatcher, alias_op
 
@@ -410,11 +416,7 @@ class CaptureSession:
         overrides = dict(self.options.loader_overrides)
         if not overrides:
             return overrides
-        if overrides.get("num_workers", kwargs.get("num_workers", 0)) == 0:
-            # These options are invalid without workers.
-            overrides.pop("persistent_workers", None)
-            overrides.pop("prefetch_factor", None)
-        return overrides
+        return valid_loader_kwargs({**kwargs, **overrides})
 
     # --- phases -----------------------------------------------------------------------------
 
@@ -634,22 +636,12 @@ class CaptureSession:
             needed = batches_per_step * 1000.0 / statistics.mean(model_alone)
         self._progress("loader-doctor", 0, 1)
         try:
-            diagnosis = diagnose_loader(
+            self.loader_diagnosis = diagnose_loader(
                 loader,
                 accelerator=self._on_accelerator(),
                 target_batches_per_s=needed,
-                sweep=self.worker_sweep is None,
+                worker_sweep=self.worker_sweep,  # the whole-step sweep, when one ran
             )
-            if self.worker_sweep is not None:
-                diagnosis.sweep = self.worker_sweep
-                if diagnosis.memory is not None:  # at the worker count the sweep chose
-                    diagnosis.memory = loader_memory(
-                        diagnosis.memory.leaves,
-                        self.worker_sweep.best_workers,
-                        loader.prefetch_factor,
-                    )
-                diagnosis.findings = loader_findings(diagnosis, accelerator=self._on_accelerator())
-            self.loader_diagnosis = diagnosis
         except Exception as exc:  # noqa: BLE001 - the doctor's failure must not lose the run
             self.notes.append(f"loader doctor failed: {type(exc).__name__}: {exc}")
         self._progress("loader-doctor", 1, 1)
@@ -766,23 +758,6 @@ class CaptureSession:
 def _clear_session() -> None:
     global _session
     _session = None
-
-
-def measure_loader_alone(loader: DataLoader, batches: int) -> LoaderAlone:
-    """Iterate a clone of ``loader`` (same workers) without the model, over whole rounds.
-
-    Worker start-up is timed apart (``first_batch_ms``), and the batches prefetched when the
-    workers start are not counted: they arrive at once (see ``measure_loader_point``).
-    """
-    point = measure_loader_point(loader, loader.num_workers, batches)
-    rate = point.batches_per_s
-    return LoaderAlone(
-        batches=point.batches,
-        seconds=round(point.batches / rate, 4) if rate > 0 else 0.0,
-        batches_per_s=round(rate, 3),
-        needed_batches_per_s=None,
-        first_batch_ms=round(point.first_batch_ms, 3) if point.first_batch_ms else None,
-    )
 
 
 def _batch_tensors(batch: Any, limit: int | None = None) -> list[torch.Tensor]:

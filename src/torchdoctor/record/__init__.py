@@ -21,6 +21,7 @@ from ._kinds import (
     VerdictKind,
 )
 from ._loader import (
+    DEFAULT_PICK_TOLERANCE,
     BatchLeaf,
     CopyOnRead,
     LoaderMemory,
@@ -46,6 +47,7 @@ from ._run import (  # FixTrial too: _run must be imported before _fix (see _run
 from ._serial import SCHEMA_VERSION, RecordError, write_json_atomic
 
 __all__ = [
+    "DEFAULT_PICK_TOLERANCE",
     "FINDING_KINDS",
     "LOADER_FINDING_KINDS",
     "SCHEMA_VERSION",

@@ -9,17 +9,19 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from torchdoctor.analysis.loader_memory import (
+from torchdoctor.loader import (
     COPY_ON_READ_MIN_GROWTH_MB,
-    BatchLeaf,
+    WorkerMemorySampler,
     copy_on_read_finding,
     describe_batch,
     detect_copy_on_read,
     dtype_advice,
     loader_memory,
+    sample_batch,
+    sample_children,
+    sample_worker_memory,
 )
-from torchdoctor.capture.loader_sweep import sample_batch
-from torchdoctor.capture.worker_memory import WorkerMemorySampler, sample_worker_memory
+from torchdoctor.record import BatchLeaf
 
 
 def seed_000_batch() -> list[BatchLeaf]:
@@ -166,3 +168,23 @@ def test_sampler_thread_stops_and_sees_no_workers_without_children():
     with WorkerMemorySampler(interval_s=0.01) as sampler:
         time.sleep(0.05)
     assert sampler.series.workers == []
+
+
+def test_one_child_sampler_reads_each_live_worker():
+    import psutil
+
+    from torchdoctor.loader import shutdown_workers
+
+    me = psutil.Process()
+    assert sample_children(me).count == 0
+    loader = DataLoader(NumpyRows(), batch_size=16, num_workers=2)
+    it = iter(loader)
+    try:
+        next(it)
+        cheap = sample_children(me)
+        full = sample_children(me, uss=True)
+    finally:
+        shutdown_workers(it)
+    assert cheap.count == 2 and cheap.uss_mb == []  # USS only when asked: it reads smaps
+    assert full.count == 2 and len(full.uss_mb) == 2
+    assert all(0 < uss <= rss for uss, rss in zip(full.uss_mb, full.rss_mb))
