@@ -61,3 +61,22 @@ def test_a_migrated_record_saves_as_schema_2_and_loads_back_equal(tmp_path):
     assert data["loader_report"]["memory"]["bytes_per_batch"] == 49280
     assert data["fix"]["after"]["loader_overrides"]["num_workers"] == 4
     assert RunRecord.load(path) == record
+
+
+def test_v1_loader_and_fix_sections_render_as_before():
+    """The loader doctor's section and the fix panel of ``torchdoctor report run_v1.json`` at 100
+    columns, as schema 1 rendered them (run_v1.loader.txt, saved before the typed record)."""
+    import io
+
+    from rich.console import Console
+
+    from torchdoctor.report.terminal import render
+
+    out = io.StringIO()
+    render(RunRecord.load(RUN_V1), Console(file=out, width=100))
+    lines = [line.rstrip() for line in out.getvalue().splitlines()]
+    expected = (DATA / "records" / "run_v1.loader.txt").read_text().splitlines()
+    sweep, panel = expected[:15], expected[15:]
+    for block in (sweep, panel):
+        start = lines.index(block[0])
+        assert lines[start : start + len(block)] == block
