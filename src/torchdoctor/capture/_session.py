@@ -34,6 +34,7 @@ import torch.optim.optimizer as _optim_mod
 import torch.utils.data.dataloader as _dl_mod
 from torch.utils.data import DataLoader
 
+from .._batches import batch_nbytes, tensor_ids
 from ..analysis.loader_memory import loader_memory
 from ..analysis.verdict import INPUT_BOUND, summarise
 from ..analysis.worker_sweep import SweepPolicy, WorkerSweep, sweep_candidates
@@ -369,13 +370,13 @@ class CaptureSession:
             finally:
                 self._pop("data_wait")
             self._step_batches += 1
-            self._batch_ids = _tensor_ids(batch)
+            self._batch_ids = tensor_ids(batch)
             return batch
         if self.phase is Phase.MODEL_ALONE and dataset_key == self._main_dataset and self._replay:
             batch = self._replay[self._replay_pos % len(self._replay)]
             self._replay_pos += 1
             self._step_batches += 1
-            self._batch_ids = _tensor_ids(batch)
+            self._batch_ids = tensor_ids(batch)
             return batch
         self._push("data_wait")
         try:
@@ -384,7 +385,7 @@ class CaptureSession:
             self._pop("data_wait")
         self.seen["batches"] += 1
         self._step_batches += 1
-        self._batch_ids = _tensor_ids(batch)
+        self._batch_ids = tensor_ids(batch)
         if self.phase is Phase.MEASURE:
             self._batches_by_dataset[dataset_key] = self._batches_by_dataset.get(dataset_key, 0) + 1
         if self.phase is not Phase.MEASURE or dataset_key not in self._replay_by_dataset:
@@ -739,7 +740,7 @@ class CaptureSession:
         kept = self._replay_by_dataset.setdefault(dataset_key, [])
         if len(kept) >= self.options.steps or (self.phase is Phase.MEASURE and kept):
             return
-        size = _batch_bytes(batch)
+        size = batch_nbytes(batch)
         if self._replay_bytes + size > REPLAY_MAX_BYTES and kept:
             return
         kept.append(batch)
@@ -783,31 +784,3 @@ def measure_loader_alone(loader: DataLoader, batches: int) -> LoaderAlone:
         needed_batches_per_s=None,
         first_batch_ms=round(point.first_batch_ms, 3) if point.first_batch_ms else None,
     )
-
-
-def _batch_tensors(batch: Any, limit: int | None = None) -> list[torch.Tensor]:
-    """The tensors in a batch (tensors, sequences, mappings, attribute holders), at most
-    ``limit`` of them."""
-    found: list[torch.Tensor] = []
-    stack = [batch]
-    while stack and (limit is None or len(found) < limit):
-        obj = stack.pop()
-        if isinstance(obj, torch.Tensor):
-            found.append(obj)
-        elif isinstance(obj, (list, tuple)):
-            stack.extend(obj if limit is None else obj[:limit])
-        elif isinstance(obj, dict):
-            values = list(obj.values())
-            stack.extend(values if limit is None else values[:limit])
-        elif hasattr(obj, "__dict__") and not isinstance(obj, type):
-            stack.extend(v for v in vars(obj).values() if isinstance(v, torch.Tensor))
-    return found
-
-
-def _tensor_ids(batch: Any, limit: int = 64) -> set[int]:
-    """Ids of (at most ``limit`` of) the tensors in a batch; cheap enough for every step."""
-    return {id(t) for t in _batch_tensors(batch, limit)}
-
-
-def _batch_bytes(batch: Any) -> int:
-    return sum(t.element_size() * t.nelement() for t in _batch_tensors(batch))

@@ -35,6 +35,7 @@ from torch.overrides import (
 )
 from torch.utils.weak import WeakIdKeyDictionary
 
+from torchdoctor._batches import tensors_in
 from torchdoctor.analysis.syncs import sync_findings
 from torchdoctor.capture._frames import Site, user_site
 from torchdoctor.record import Finding
@@ -436,7 +437,7 @@ class SyncWatcher:
         device."""
         if not self._host and (self.is_batch_tensor is None or self.on_accelerator):
             return func(*args, **kwargs)
-        inputs = _tensors_in((args, kwargs))
+        inputs = tensors_in((args, kwargs), attributes=False, depth=3)
         host = [(t, o) for t in inputs if (o := self._host_origin(t)) is not None]
         if not host:
             return func(*args, **kwargs)
@@ -444,7 +445,7 @@ class SyncWatcher:
         meets_device = any(self._device_side(t) for t in inputs if id(t) not in host_ids)
         if not meets_device:
             out = func(*args, **kwargs)
-            self._track_host(_tensors_in(out), host[0][1])
+            self._track_host(tensors_in(out, attributes=False, depth=3), host[0][1])
             return out
         start_ns = time.perf_counter_ns()
         out = func(*args, **kwargs)
@@ -458,7 +459,9 @@ class SyncWatcher:
         return out
 
     def _sync(self, kind: str, func: Any, args: tuple, kwargs: dict) -> Any:
-        subjects = [t for t in _tensors_in(args[:2]) if self._device_side(t)]
+        subjects = [
+            t for t in tensors_in(args[:2], attributes=False, depth=3) if self._device_side(t)
+        ]
         if not subjects:
             return self._plain(func, args, kwargs)
         site = user_site()
@@ -692,24 +695,6 @@ def _to_device_type(args: tuple, kwargs: dict) -> str | None:
     return None
 
 
-def _tensors_in(value: Any, depth: int = 3) -> list[torch.Tensor]:
-    """Tensors in ``value`` and its lists, tuples and dicts (a few levels deep)."""
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if depth == 0:
-        return []
-    if isinstance(value, (list, tuple)):
-        items = value
-    elif isinstance(value, dict):
-        items = list(value.values())
-    else:
-        return []
-    found: list[torch.Tensor] = []
-    for item in items:
-        found.extend(_tensors_in(item, depth - 1))
-    return found
-
-
 def _is_ndarray(value: Any) -> bool:
     return type(value).__name__ == "ndarray"
 
@@ -793,7 +778,7 @@ def find_syncs(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[Findin
     Returns:
         Findings, most costly first; empty when ``fn`` keeps its work on the device.
     """
-    tensors = _tensors_in((args, kwargs))
+    tensors = tensors_in((args, kwargs), attributes=False, depth=3)
     if isinstance(fn, torch.nn.Module):
         tensors += list(fn.parameters()) + list(fn.buffers())
     on_accelerator = any(t.device.type not in ("cpu", "meta") for t in tensors)
