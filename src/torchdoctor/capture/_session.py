@@ -48,7 +48,7 @@ from ._timeline import StepTimeline, parts_from_marks
 from .loader_doctor import LoaderDiagnosis, available_cpus, diagnose_loader, loader_findings
 from .loader_sweep import measure_loader_point, shutdown_workers
 from .profiler import StepProfiler
-from .syncs import SyncWatcher, alias_op
+from .syncs import SyncWatcher
 
 #: Batches kept in memory for the model-alone replay, at most this many bytes (and ``steps``).
 REPLAY_MAX_BYTES = 512 * 2**20
@@ -185,6 +185,7 @@ class CaptureSession:
             raise RuntimeError("a torchdoctor capture is already active in this process")
         _session = self
         self._patcher.on_restore(_clear_session)
+        self._patcher.own_process()
         try:
             self._install()
         except BaseException:
@@ -245,8 +246,6 @@ class CaptureSession:
         p.set(_dl_mod._BaseDataLoaderIter, "__next__", iterator_next)
         p.set(torch.Tensor, "to", tensor_to)
         p.set(torch.Tensor, "cuda", tensor_cuda)
-        p.on_restore(alias_op(tensor_to, orig_to))
-        p.on_restore(alias_op(tensor_cuda, orig_cuda))
         p.set(torch.autograd, "backward", autograd_backward)
         # Global module hooks put every module call on torch's slow path (measured: 22% on an
         # 81-module MLP, benchmarks/capture_overhead.py). They find the outermost modules during
@@ -520,6 +519,7 @@ class CaptureSession:
         watcher = SyncWatcher(
             on_accelerator=self._on_accelerator(),
             is_batch_tensor=lambda t: id(t) in self._batch_ids,
+            patcher=self._patcher.child(),
         )
         watcher.start()
         self._sync_watcher = watcher

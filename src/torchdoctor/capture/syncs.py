@@ -38,6 +38,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 from torchdoctor._batches import tensors_in
 from torchdoctor.analysis.syncs import sync_findings
 from torchdoctor.capture._frames import Site, user_site
+from torchdoctor.capture._patch import Patcher
 from torchdoctor.record import Finding
 
 
@@ -166,6 +167,7 @@ class SyncWatcher:
         self,
         on_accelerator: bool | None = None,
         is_batch_tensor: Callable[[torch.Tensor], bool] | None = None,
+        patcher: Patcher | None = None,
     ) -> None:
         if on_accelerator is None:
             on_accelerator = torch.cuda.is_available()
@@ -177,7 +179,8 @@ class SyncWatcher:
         self._ignore_depth = 0
         self._thread: int | None = None
         self._mode: _SyncMode | None = None
-        self._restore: list[Callable[[], None]] = []
+        self._given_patcher = patcher
+        self._patcher: Patcher | None = None
         self._host: WeakIdKeyDictionary = WeakIdKeyDictionary()
         self._moved: WeakIdKeyDictionary = WeakIdKeyDictionary()
 
@@ -190,6 +193,7 @@ class SyncWatcher:
         self._thread = threading.get_ident()
         if any(e.step == self._step for e in self.events):
             self._step += 1  # a restart after an unmarked step: that step is over
+        self._patcher = self._given_patcher or Patcher.for_process()
         try:
             self._patch_tensor_new()
             self._patch_cuda_synchronize()
@@ -215,8 +219,8 @@ class SyncWatcher:
                     stacklevel=2,
                 )
             _remove_function_mode(mode)
-        while self._restore:
-            self._restore.pop()()
+        if self._patcher is not None:
+            self._patcher.restore()
 
     def __enter__(self) -> SyncWatcher:
         return self.start()
@@ -260,8 +264,6 @@ class SyncWatcher:
 
     def _patch_tensor_new(self) -> None:
         """See ``torch.Tensor([...])``: the legacy constructor reaches no torch function mode."""
-        had_own = "__new__" in vars(torch.Tensor)
-        previous = vars(torch.Tensor).get("__new__")
         inner = torch.Tensor.__new__
         watcher = self
 
@@ -271,15 +273,7 @@ class SyncWatcher:
                 watcher._on_legacy_constructor(tensor, args)
             return tensor
 
-        torch.Tensor.__new__ = tensor_new  # type: ignore[method-assign,assignment]
-
-        def restore() -> None:
-            if had_own:
-                torch.Tensor.__new__ = previous  # type: ignore[method-assign]
-            else:
-                del torch.Tensor.__new__
-
-        self._restore.append(restore)
+        self._patcher.set(torch.Tensor, "__new__", tensor_new)
 
     def _patch_cuda_synchronize(self) -> None:
         original = torch.cuda.synchronize
@@ -301,12 +295,7 @@ class SyncWatcher:
                         duration_ns=watcher._measured(start_ns),
                     )
 
-        torch.cuda.synchronize = synchronize
-
-        def restore() -> None:
-            torch.cuda.synchronize = original
-
-        self._restore.append(restore)
+        self._patcher.set(torch.cuda, "synchronize", synchronize)
 
     def _patch_from_numpy(self) -> None:
         """See ``torch.from_numpy``: like the legacy constructor, no torch function mode does."""
@@ -319,12 +308,7 @@ class SyncWatcher:
                 watcher._on_host_data(tensor, array, "torch.from_numpy")
             return tensor
 
-        torch.from_numpy = from_numpy
-
-        def restore() -> None:
-            torch.from_numpy = original
-
-        self._restore.append(restore)
+        self._patcher.set(torch, "from_numpy", from_numpy)
 
     # -- recording ---------------------------------------------------------------------------
 
@@ -595,18 +579,6 @@ class SyncWatcher:
         return out
 
 
-#: Python wrappers that torchdoctor's capture installs on ``torch.Tensor`` methods (``to``,
-#: ``cuda``), mapped to the methods they wrap. A function mode is handed the wrapper as ``func``
-#: for such a call; the rules below are keyed on the original.
-_ALIASES: dict[Any, Any] = {}
-
-
-def alias_op(wrapper: Any, original: Any) -> Callable[[], None]:
-    """Treat calls of ``wrapper`` as calls of ``original``; returns the undo."""
-    _ALIASES[wrapper] = original
-    return lambda: _ALIASES.pop(wrapper, None)
-
-
 class _SyncMode(TorchFunctionMode):
     """Routes each torch call to the watcher's rule for it."""
 
@@ -618,8 +590,10 @@ class _SyncMode(TorchFunctionMode):
         self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None
     ) -> Any:
         kwargs = kwargs or {}
-        func = _ALIASES.get(func, func)
         w = self.watcher
+        if w._patcher is not None:
+            # A Tensor method the capture wrapped (``to``, ``cuda``) arrives as the wrapper.
+            func = w._patcher.original(func)
         if not w._active:
             return func(*args, **kwargs)
         if w._ignore_depth:
