@@ -30,7 +30,7 @@ from ._errors import (
 from .analysis.verdict import summarise
 from .analysis.worker_sweep import fix_code, fix_settings
 from .capture._inloop_sweep import counted_steps, warm_steps
-from .capture._session import CaptureOptions, CaptureSession, Phase, ProgressFn, StopRun
+from .capture._session import CaptureOptions, CaptureSession, ProgressFn, StopRun
 from .record import Environment, RunRecord
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -121,7 +121,7 @@ def run_target(
         sys.argv[:] = saved_argv
         sys.path[:] = saved_path
     record = build_record(session, target.describe(), ended, error)
-    return RunOutcome(record, _exit_status(record, ended), error or session.internal_error)
+    return RunOutcome(record, _exit_status(record, ended), error or session.data.internal_error)
 
 
 def build_record(
@@ -134,29 +134,29 @@ def build_record(
         created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         command=command,
         env=detect_environment(session),
-        loader=session.main_loader_settings(),
+        loader=session.loaders.main_settings(),
         warmup_steps=opts.warmup,
         requested_steps=opts.steps,
         steps=session.measured_series(),
         model_alone=session.model_alone_step_ms(),
-        loader_alone=session.loader_alone,
-        system=session.system,
-        seen=dict(session.seen),
-        notes=list(session.notes),
+        loader_alone=session.data.loader_alone,
+        system=session.data.system,
+        seen=dict(session.data.seen),
+        notes=list(session.data.notes),
     )
     if opts.loader_overrides:
         record.extra["loader_overrides"] = dict(opts.loader_overrides)
-    record.findings.extend(session.sync_findings)
-    if session.sync_sample_ms:
+    record.findings.extend(session.data.sync_findings)
+    if session.data.sync_sample_ms:
         record.overhead_ms["sync_sampled_step_ms"] = round(
-            statistics.median(session.sync_sample_ms), 3
+            statistics.median(session.data.sync_sample_ms), 3
         )
-        record.extra["sync_sampled_steps"] = len(session.sync_sample_ms)
-    if session.loader_diagnosis is not None:
-        record.extra.update(session.loader_diagnosis.to_extra())
-        record.findings.extend(session.loader_diagnosis.findings)
-    if session.trace_paths:
-        _attach_trace(record, session.trace_paths)
+        record.extra["sync_sampled_steps"] = len(session.data.sync_sample_ms)
+    if session.data.loader_diagnosis is not None:
+        record.extra.update(session.data.loader_diagnosis.to_extra())
+        record.findings.extend(session.data.loader_diagnosis.findings)
+    if session.data.trace_paths:
+        _attach_trace(record, session.data.trace_paths)
     record.status, more_notes = _status(session, record, ended, error)
     record.notes.extend(more_notes)
     summarise(record)
@@ -178,14 +178,14 @@ def _status(
 ) -> tuple[str, list[str]]:
     opts = session.options
     measured = record.measured_steps
-    seen = session.seen
-    if session.internal_error is not None:
-        exc = session.internal_error
+    seen = session.data.seen
+    if session.data.internal_error is not None:
+        exc = session.data.internal_error
         return "internal-error", [
             f"torchdoctor itself failed ({type(exc).__name__}: {exc}) and stopped the script; "
             "torch was restored. Please report this with the traceback above."
         ]
-    if ended == "stopped" or session.phase is Phase.DONE:
+    if ended == "stopped" or session.phase_name == "done":
         return "complete", []
     if ended == "interrupted":
         return "interrupted", [f"interrupted (Ctrl-C) after {measured} measured steps"]
@@ -210,12 +210,12 @@ def _status(
                 f"the script {ended} after {seen['optimizer_steps']} optimizer steps, fewer than "
                 f"the {opts.warmup} warmup steps: lower --warmup or give it more data/epochs"
             )
-    elif session.phase in (Phase.WARMUP, Phase.MEASURE) and ended != "error":
+    elif session.phase_name in ("warmup", "measure") and ended != "error":
         notes.append(
             f"the script {ended} after {measured} of {opts.steps} measured steps "
             "(its data or epochs ran out); the figures cover those steps only"
         )
-    elif session.phase is Phase.MODEL_ALONE and ended != "error":
+    elif session.phase_name == "model-alone" and ended != "error":
         notes.append(
             f"the script {ended} during the model-alone phase after "
             f"{len(record.model_alone)} of {opts.steps} steps"
@@ -275,13 +275,13 @@ def _resolve(target: Target) -> Path:
 
 def detect_environment(session: CaptureSession | None = None) -> Environment:
     """Versions, device, clock and cores of this process."""
-    device = session.device if session is not None and session.device is not None else None
+    device = session.clock.device if session is not None and session.clock.device is not None else None
     device_type = device.type if device is not None else "cpu"
     if device_type == "cuda" and torch.cuda.is_available():
         device_name = torch.cuda.get_device_name(device)
     else:
         device_name = _cpu_name()
-    use_events = bool(session and session.uses_device_events)
+    use_events = bool(session and session.clock.uses_events)
     return Environment(
         torch_version=torch.__version__,
         python_version=platform.python_version(),

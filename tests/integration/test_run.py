@@ -153,12 +153,12 @@ def test_script_that_never_trains():
 
 
 def test_torchdoctor_failure_stops_cleanly(monkeypatch):
-    from torchdoctor.capture._session import CaptureSession
+    from torchdoctor.capture.phases import MeasurePhase
 
-    def broken(self):
+    def broken(self, session):
         raise RuntimeError("bug in torchdoctor")
 
-    monkeypatch.setattr(CaptureSession, "_after_measure", broken)
+    monkeypatch.setattr(MeasurePhase, "finish", broken)
     out = run(LOOP, "--workers", "2")
     assert out.exit_status == EXIT_INTERNAL
     assert out.record.status == "internal-error"
