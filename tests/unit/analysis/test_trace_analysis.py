@@ -229,3 +229,12 @@ def test_render_trace_section_for_the_lead_renderer(tmp_path):
         render_trace_section(record, console)
     text = console.export_text()
     assert "no GPU activity" in text and "rank 1" in text and "gemm_kernel" in text
+
+
+def test_an_analysis_of_two_ranks_round_trips_through_the_record(tmp_path):
+    record = analyse_traces([_load(training_trace(rank=r), tmp_path, f"r{r}.json") for r in (0, 1)])
+    assert record.trace.analysed and len(record.trace.ranks) == 2
+    assert record.trace.ranks[0].temporal is not None and record.trace.ranks[0].idle is not None
+    assert record.trace.verdict == record.verdict and record.trace.verdict is not record.verdict
+    again = RunRecord.load(record.save(tmp_path / "r.json"))
+    assert again == record
