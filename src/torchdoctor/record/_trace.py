@@ -52,7 +52,7 @@ class SyncSite:
     file: str | None = None
     line: int | None = None
     function: str | None = None
-    #: outermost and innermost PyTorch op around the call, e.g. aten::item > aten::_local_scalar_dense
+    #: outer and inner PyTorch op around the call, e.g. aten::item > aten::_local_scalar_dense
     ops: str | None = None
 
 

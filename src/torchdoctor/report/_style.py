@@ -2,9 +2,9 @@
 
 The run report, the trace report and the loader section used to carry their own tables, and
 the two verdict tables had drifted (HOST-BOUND was magenta in one, red in the other). Every
-renderer now looks values up here, and ``tests/unit/report/test_style.py`` checks that each
-verdict kind and severity of :mod:`torchdoctor.record` has an entry, so a new kind gets its
-look here before it can be drawn.
+renderer now looks values up here, and ``tests/unit/report/test_report_style.py`` checks that
+each verdict kind and severity of :mod:`torchdoctor.record` has an entry, so a new kind gets
+its look here before it can be drawn.
 """
 
 from __future__ import annotations
