@@ -31,7 +31,7 @@ from .analysis.verdict import summarise
 from .analysis.worker_sweep import fix_code, fix_settings
 from .capture._inloop_sweep import counted_steps, warm_steps
 from .capture._session import CaptureOptions, CaptureSession, ProgressFn, StopRun
-from .record import Environment, RunRecord
+from .record import Environment, RunRecord, TraceReport
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -166,7 +166,7 @@ def build_record(
 def _attach_trace(record: RunRecord, paths: list[str]) -> None:
     from .analysis.trace_analysis import attach_trace
 
-    record.extra["trace_files"] = list(paths)
+    record.trace = TraceReport(recorded_files=[str(p) for p in paths])
     try:
         attach_trace(record, paths)
     except TorchdoctorError as exc:

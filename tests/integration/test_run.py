@@ -446,10 +446,10 @@ def test_trace_option_writes_a_labelled_trace_that_analyze_reads(tmp_path):
     out = run(LOOP, "--getitem-ms", "10", steps=3, warmup=1, trace_dir=str(tmp_path / "tr"))
     rec = out.record
     assert rec.status == "complete" and rec.measured_steps == 3
-    files = rec.extra["trace_files"]
+    files = rec.trace.recorded_files
     assert len(files) == 1 and files[0].endswith(".pt.trace.json")
     text = Path(files[0]).read_text()
     assert '"torchdoctor/data_wait"' in text and '"torchdoctor/forward"' in text
-    assert rec.extra["trace"]["verdict"]["kind"] == "INPUT-BOUND"
+    assert rec.trace.verdict.kind == "INPUT-BOUND"
     again = analyze_trace([files[0]])
     assert again.verdict.kind == "INPUT-BOUND"

@@ -13,6 +13,8 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from ._style import GOOD, SEVERITIES
+
 _BAR_WIDTH = 24
 
 
@@ -35,7 +37,7 @@ def loader_section(extra: Mapping[str, Any], current_workers: int | None = None)
             Text(
                 f"copy-on-read: worker memory (USS) grew {cow['growth_mb']:.0f} MB per worker "
                 f"through the run ({cow['start_mb']:.0f} -> {cow['end_mb']:.0f} MB)",
-                style="yellow",
+                style=SEVERITIES["warning"].style,
             )
         )
     return Group(*parts) if parts else None
@@ -65,7 +67,7 @@ def _sweep_table(sweep: Mapping[str, Any], current: int | None) -> Table:
         n = p["num_workers"]
         marks = []
         if n == sweep.get("best_workers"):
-            marks.append("[bold green]pick[/]")
+            marks.append(f"[{GOOD}]pick[/]")
         if n == current:
             marks.append("now")
         table.add_row(
