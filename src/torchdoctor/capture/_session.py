@@ -302,7 +302,7 @@ class CaptureSession:
             self.timeline.reset()
             if phase.takes_steps:
                 return
-            phase.finish(self)
+            self._end(phase)
         self.phase = Done()
         if self.options.stop:
             raise StopRun()
@@ -313,11 +313,16 @@ class CaptureSession:
         phase = self.phase
         if isinstance(phase, Done) or not phase.on_step(self, step):
             return
-        phase.finish(self)
-        phase.close(self)
+        self._end(phase)
         self._enter(self.table.index(phase) + 1)
 
+    def _end(self, phase: Phase) -> None:
+        phase.finish(self)
+        self._started.remove(phase)
+        phase.close(self)
+
     def _close_phases(self) -> None:
+        """On every ending: close the phases started and not ended (the script stopped early)."""
         while self._started:
             self._started.pop().close(self)
 
