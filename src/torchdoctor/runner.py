@@ -151,7 +151,7 @@ def build_record(
         record.overhead_ms["sync_sampled_step_ms"] = round(
             statistics.median(session.data.sync_sample_ms), 3
         )
-        record.extra["sync_sampled_steps"] = len(session.data.sync_sample_ms)
+        record.sync_sampled_steps = len(session.data.sync_sample_ms)
     if session.data.loader_diagnosis is not None:
         record.extra.update(session.data.loader_diagnosis.to_extra())
         record.findings.extend(session.data.loader_diagnosis.findings)

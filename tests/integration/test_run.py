@@ -433,7 +433,7 @@ def test_seed_004_loss_lines_are_found_and_a_clean_loop_has_none(tmp_path):
     ) in found
     assert ("tensor-assert", "assert target.max() < NUM_CLASSES") in found
     assert ("python-index", "picked = log_probs[range(len(target)), target]") in found
-    assert rec.extra["sync_sampled_steps"] == 2
+    assert rec.sync_sampled_steps == 2
     assert rec.measured_steps == 2  # the watched steps are not among the timed ones
 
     clean = run(LOOP, steps=2, warmup=1, counterfactuals=False).record

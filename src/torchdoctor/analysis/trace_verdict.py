@@ -17,7 +17,18 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..record import Finding, KernelStat, RankReport, RankSkew, Verdict
+from ..record import (
+    COMMUNICATION_BOUND,
+    COMPUTE_BOUND,
+    HOST_BOUND,
+    INPUT_BOUND,
+    UNKNOWN,
+    Finding,
+    KernelStat,
+    RankReport,
+    RankSkew,
+    Verdict,
+)
 from .trace_comm import STRAGGLER_SKEW
 from .trace_gpu import CONSECUTIVE_KERNEL_DELAY_US
 from .trace_host import (
@@ -81,7 +92,7 @@ def verdict(ranks: list[RankReport], skew: RankSkew | None) -> Verdict:
     usable = [r for r in ranks if r.step_wall_ms > 0]
     if not usable:
         return Verdict(
-            "UNKNOWN",
+            UNKNOWN,
             "the trace holds no timed events to divide",
             "record a trace of a few training steps: torchdoctor run --trace DIR SCRIPT",
         )
@@ -96,7 +107,7 @@ def verdict(ranks: list[RankReport], skew: RankSkew | None) -> Verdict:
 
     if shares["input"] >= INPUT_BOUND_SHARE:
         return Verdict(
-            "INPUT-BOUND",
+            INPUT_BOUND,
             f"the DataLoader took {_pct(shares['input'])} of {where}; the model waited for data",
             "run `torchdoctor run SCRIPT` for the DataLoader worker sweep and per-transform "
             "costs; raise num_workers, set pin_memory=True and persistent_workers=True, or "
@@ -109,7 +120,7 @@ def verdict(ranks: list[RankReport], skew: RankSkew | None) -> Verdict:
             f"; only {sum(overlap) / len(overlap):.0f}% of it overlapped compute" if overlap else ""
         )
         return Verdict(
-            "COMMUNICATION-BOUND",
+            COMMUNICATION_BOUND,
             f"communication kernels with no computation under them took "
             f"{_pct(shares['communication'])} of {where}{ov}",
             "sync gradients less often (gradient accumulation with DDP's no_sync()), use a "
@@ -130,7 +141,7 @@ def verdict(ranks: list[RankReport], skew: RankSkew | None) -> Verdict:
             nxt = "the model's compute bounds the run: use a GPU, torch.compile, or a smaller model"
         if top:
             nxt += f"; the top kernel {top.name[:60]!r} takes {top.share_pct:.0f}% of GPU time"
-        return Verdict("COMPUTE-BOUND", why, nxt, shares)
+        return Verdict(COMPUTE_BOUND, why, nxt, shares)
 
     if has_gpu and idle_pct is not None:
         waits = [r.idle.share_pct["host_wait"] for r in usable if r.idle]
@@ -147,7 +158,7 @@ def verdict(ranks: list[RankReport], skew: RankSkew | None) -> Verdict:
         "any profiled op (Python)"
     )
     nxt = _host_next(usable, parts)
-    return Verdict("HOST-BOUND", why, nxt, shares)
+    return Verdict(HOST_BOUND, why, nxt, shares)
 
 
 def _mean_parts(ranks: list[RankReport]) -> dict[str, float]:

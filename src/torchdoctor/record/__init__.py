@@ -8,12 +8,17 @@ documented in ``docs/record.md``; this package is its only door.
 from __future__ import annotations
 
 from ._kinds import (
+    COMMUNICATION_BOUND,
+    COMPUTE_BOUND,
     FINDING_KINDS,
+    HOST_BOUND,
+    INPUT_BOUND,
     LOADER_FINDING_KINDS,
     SEVERITIES,
     STATUSES,
     SYNC_FINDING_KINDS,
     TRACE_FINDING_KINDS,
+    UNKNOWN,
     VERDICT_KINDS,
     FindingKind,
     Severity,
@@ -50,6 +55,11 @@ from ._trace import (
 from ._verdict import Verdict
 
 __all__ = [
+    "COMMUNICATION_BOUND",
+    "COMPUTE_BOUND",
+    "HOST_BOUND",
+    "INPUT_BOUND",
+    "UNKNOWN",
     "FINDING_KINDS",
     "LOADER_FINDING_KINDS",
     "SCHEMA_VERSION",

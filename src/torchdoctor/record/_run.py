@@ -199,6 +199,8 @@ class RunRecord:
     seen: dict[str, Any] = field(default_factory=dict)
     #: Measurement overheads that were excluded from the step timings, in ms.
     overhead_ms: dict[str, float] = field(default_factory=dict)
+    #: Steps watched by the sync finder after warmup (not timed).
+    sync_sampled_steps: int = 0
     #: The profiler trace's analysis (``analyze``, ``run --trace``) and the files recorded.
     trace: TraceReport | None = None
     #: Results of further analyses and trials (worker sweep, fix run, trace, ...).
