@@ -25,7 +25,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from ..trace._tables import RankTrace
+from ..trace import RankTrace
 from . import _intervals
 
 #: Gaps between GPU events on one stream shorter than this count as kernel-launch overhead

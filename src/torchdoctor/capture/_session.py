@@ -24,7 +24,6 @@ import sys
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -37,6 +36,7 @@ from torch.utils.data import DataLoader
 from ..analysis.loader_memory import loader_memory
 from ..analysis.verdict import INPUT_BOUND, summarise
 from ..analysis.worker_sweep import SweepPolicy, WorkerSweep, sweep_candidates
+from ..options import RunOptions
 from ..record import Finding, LoaderAlone, LoaderSettings, RunRecord, StepSeries
 from ._frames import user_site
 from ._inloop_sweep import InLoopSweep
@@ -77,26 +77,6 @@ class Phase(str, Enum):
     DONE = "done"
 
 
-@dataclass
-class CaptureOptions:
-    """What to measure. ``steps`` measured steps follow ``warmup`` unmeasured ones."""
-
-    steps: int = 20
-    warmup: int = 5
-    counterfactuals: bool = True
-    #: Raise :class:`StopRun` once done; ``False`` lets the script carry on unobserved.
-    stop: bool = True
-    #: DataLoader keyword arguments forced on every loader the script builds (``--fix``).
-    loader_overrides: dict[str, Any] = field(default_factory=dict)
-    #: The loader doctor (worker sweep, transform costs, memory): "auto" runs it when the
-    #: measured steps look input-bound, "always" (``torchdoctor loader``) or "off".
-    loader_doctor: str = "auto"
-    #: Steps after warmup watched by the host-sync finder; they are not timed.
-    sync_steps: int = 2
-    #: Where to write a torch.profiler trace of a few untimed steps (``--trace DIR``).
-    trace_dir: str | None = None
-
-
 ProgressFn = Callable[[str, int, int], None]
 
 _session: CaptureSession | None = None
@@ -112,7 +92,7 @@ class CaptureSession:
 
     def __init__(
         self,
-        options: CaptureOptions,
+        options: RunOptions,
         progress: ProgressFn | None = None,
         clock_ns: Callable[[], int] = time.perf_counter_ns,
     ) -> None:

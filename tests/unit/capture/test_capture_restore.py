@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from torchdoctor.capture import CaptureSession, active_session
 from torchdoctor.capture._patch import Patcher
-from torchdoctor.capture._session import CaptureOptions, CaptureSession, active_session
+from torchdoctor.options import RunOptions
 
 
 def test_patcher_restores_inherited_and_own_attributes():
@@ -38,7 +39,7 @@ def test_patcher_keeps_undoing_after_a_failure():
 
 
 def test_failed_install_is_fully_undone(monkeypatch):
-    session = CaptureSession(CaptureOptions())
+    session = CaptureSession(RunOptions())
 
     def boom():
         raise RuntimeError("hook registration failed")
@@ -54,18 +55,18 @@ def test_failed_install_is_fully_undone(monkeypatch):
 
 
 def test_one_session_at_a_time():
-    first = CaptureSession(CaptureOptions())
+    first = CaptureSession(RunOptions())
     first.install()
     try:
         with pytest.raises(RuntimeError, match="already active"):
-            CaptureSession(CaptureOptions()).install()
+            CaptureSession(RunOptions()).install()
     finally:
         first.uninstall()
     assert active_session() is None
 
 
 def test_uninstall_after_user_error_mid_step():
-    session = CaptureSession(CaptureOptions(steps=2, warmup=0))
+    session = CaptureSession(RunOptions(steps=2, warmup=0))
     session.install()
     model = torch.nn.Linear(4, 2)
     try:
