@@ -162,6 +162,16 @@ class RunOptions:
         # no reader of the options can change them for the others.
         object.__setattr__(self, "loader_overrides", MappingProxyType(dict(self.loader_overrides)))
 
+    def __getstate__(self) -> dict[str, Any]:
+        # A mappingproxy does not pickle, and options may cross to another process (a spawned
+        # worker, a supervising parent): they travel as plain values.
+        return {**self.__dict__, "loader_overrides": dict(self.loader_overrides)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for name, value in state.items():
+            object.__setattr__(self, name, value)
+        self.__post_init__()
+
 
 def flags(cls: type[RunOptions] = RunOptions) -> list[tuple[dataclasses.Field, Flag]]:
     """The fields of ``cls`` that are command line flags, in ``--help`` order."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import pickle
 
 import pytest
 
@@ -101,6 +102,14 @@ def test_options_are_read_only_and_replace_derives_a_copy():
     rerun = dataclasses.replace(options, steps=4, fix=False)
     assert (rerun.steps, options.steps) == (4, 20)
     assert rerun.loader_overrides == {"num_workers": 2}
+
+
+def test_options_cross_a_process_boundary():
+    options = RunOptions(steps=3, loader_overrides={"num_workers": 2}, trace_dir="t")
+    again = pickle.loads(pickle.dumps(options))
+    assert again == options and again.loader_overrides == {"num_workers": 2}
+    with pytest.raises(TypeError):
+        again.loader_overrides["num_workers"] = 3  # type: ignore[index]
 
 
 @pytest.mark.parametrize(
