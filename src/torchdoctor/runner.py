@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import importlib.util
 import os
@@ -29,8 +30,8 @@ from ._errors import (
 )
 from .analysis.verdict import summarise
 from .analysis.worker_sweep import fix_code, fix_settings
-from .capture._inloop_sweep import counted_steps, warm_steps
-from .capture._session import CaptureOptions, CaptureSession, ProgressFn, StopRun
+from .capture import CaptureSession, ProgressFn, StopRun, counted_steps, warm_steps
+from .options import RunOptions
 from .record import Environment, RunRecord, TraceReport
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -47,33 +48,6 @@ class Target:
     def describe(self) -> list[str]:
         head = [self.script] if self.script else ["-m", self.module or ""]
         return [*head, *self.argv]
-
-
-@dataclass
-class RunOptions:
-    """Options of ``torchdoctor run``."""
-
-    steps: int = 20
-    warmup: int = 5
-    counterfactuals: bool = True
-    #: Steps after warmup watched by the host-sync finder (not timed); 0 turns it off.
-    sync_steps: int = 2
-    loader_overrides: dict[str, Any] = field(default_factory=dict)
-    #: "auto" (when the run looks input-bound), "always" or "off"; see CaptureOptions.
-    loader_doctor: str = "auto"
-    #: Write and analyse a torch.profiler trace of a few untimed steps here.
-    trace_dir: str | None = None
-
-    def capture(self) -> CaptureOptions:
-        return CaptureOptions(
-            steps=self.steps,
-            warmup=self.warmup,
-            counterfactuals=self.counterfactuals,
-            loader_overrides=dict(self.loader_overrides),
-            loader_doctor=self.loader_doctor,
-            sync_steps=self.sync_steps,
-            trace_dir=self.trace_dir,
-        )
 
 
 @dataclass
@@ -94,7 +68,7 @@ def run_target(
         TorchdoctorError: the script or module does not exist.
     """
     code_path = _resolve(target)
-    session = CaptureSession(options.capture(), progress=progress)
+    session = CaptureSession(options, progress=progress)
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     error: BaseException | None = None
     ended = "finished"
@@ -349,7 +323,7 @@ class watch:  # noqa: N801 - used like a function: ``with torchdoctor.watch(step
         progress: ProgressFn | None = None,
     ) -> None:
         self._session = CaptureSession(
-            CaptureOptions(steps=steps, warmup=warmup, counterfactuals=counterfactuals),
+            RunOptions(steps=steps, warmup=warmup, counterfactuals=counterfactuals),
             progress=progress,
         )
         self.record: RunRecord | None = None
@@ -377,18 +351,15 @@ class watch:  # noqa: N801 - used like a function: ``with torchdoctor.watch(step
         return ended == "stopped"
 
 
-def run_cli(
-    target: Target,
-    options: RunOptions,
-    json_path: str | None,
-    quiet: bool,
-    fix: bool = False,
-) -> int:
-    """``torchdoctor run`` (and ``loader``): run, report, optionally verify the fix, save JSON."""
+def run_cli(target: Target, options: RunOptions) -> int:
+    """``torchdoctor run`` (and ``loader``): run, report, optionally verify the fix, save JSON.
+
+    ``options.quiet``, ``options.fix`` and ``options.json_path`` say what happens around the run.
+    """
     from .report.progress import ProgressDisplay
     from .report.terminal import render, render_fix
 
-    with ProgressDisplay(enabled=not quiet) as display:
+    with ProgressDisplay(enabled=not options.quiet) as display:
         outcome = run_target(target, options, progress=display.update)
     if outcome.error is not None:
         sys.stderr.write("".join(user_traceback(outcome.error)))
@@ -396,12 +367,12 @@ def run_cli(
     record = outcome.record
     render(record)
     status = outcome.exit_status
-    if fix and status == EXIT_OK:
-        trial = verify_fix(target, options, record, quiet=quiet)
+    if options.fix and status == EXIT_OK:
+        trial = verify_fix(target, options, record, quiet=options.quiet)
         render_fix(record, trial)
-    if json_path:
-        record.save(json_path)
-        print(f"run record written to {json_path}")
+    if options.json_path:
+        record.save(options.json_path)
+        print(f"run record written to {options.json_path}")
     return status
 
 
@@ -439,7 +410,8 @@ def verify_fix(
     if overrides:
         workers = overrides.get("num_workers", record.loader.num_workers if record.loader else 0)
         prefetch = overrides.get("prefetch_factor") or 2
-        rerun = RunOptions(
+        rerun = dataclasses.replace(
+            options,
             # Whole rounds of batches (with workers they arrive several at once, then a wait).
             steps=counted_steps(workers or 0, max(options.steps, 4 * (workers or 0))),
             # The first num_workers x prefetch_factor batches are ready at once: not steady state.
@@ -449,6 +421,8 @@ def verify_fix(
             loader_doctor="off",
             sync_steps=0,
             trace_dir=None,
+            json_path=None,
+            fix=False,
         )
         with ProgressDisplay(enabled=not quiet) as display:
             after = run_target(target, rerun, progress=display.update).record

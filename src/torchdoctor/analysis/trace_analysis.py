@@ -15,7 +15,7 @@ from typing import Any
 
 from .. import __version__
 from ..record import Finding, ParseStats, RankReport, RunRecord, Stat, TraceReport, TraceStep
-from ..trace._tables import RankTrace
+from ..trace import RankTrace
 from . import trace_comm, trace_gpu, trace_host, trace_steps, trace_verdict
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 
 from ..record import CommOverlap, RankSkew
-from ..trace._tables import RankTrace
+from ..trace import RankTrace
 from . import _intervals
 from .trace_gpu import GpuView, kernel_types
 

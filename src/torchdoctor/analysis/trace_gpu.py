@@ -26,7 +26,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from ..record import IdleBreakdown, TemporalBreakdown
-from ..trace._tables import RankTrace
+from ..trace import RankTrace
 from . import _intervals
 
 #: Gaps between GPU events on one stream shorter than this count as kernel-launch overhead

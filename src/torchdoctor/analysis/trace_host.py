@@ -6,7 +6,7 @@ import re
 import statistics
 
 from ..record import KernelStat, LaunchStats, PageableCopies, SyncReport, SyncSite
-from ..trace._tables import CAT_CPU_OP, CAT_KERNEL, CAT_MEMCPY, CAT_PYTHON, CAT_RUNTIME, RankTrace
+from ..trace import CAT_CPU_OP, CAT_KERNEL, CAT_MEMCPY, CAT_PYTHON, CAT_RUNTIME, RankTrace
 
 #: Runtime calls that block the host until the device catches up (CUDA and HIP spellings).
 #: cudaMemcpy without Async is synchronous for pageable memory and for device-to-host copies.

@@ -24,7 +24,6 @@ import sys
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -35,6 +34,7 @@ from torch.utils.data import DataLoader
 
 from .._batches import tensor_ids
 from ..analysis.verdict import INPUT_BOUND, summarise
+from ..options import RunOptions
 from ..record import RunRecord, StepSeries
 from ._data import CaptureData, StepMarks
 from ._device import DeviceClock
@@ -53,24 +53,6 @@ class StopRun(BaseException):
     """
 
 
-@dataclass
-class CaptureOptions:
-    """What to measure. ``steps`` measured steps follow ``warmup`` unmeasured ones."""
-
-    steps: int = 20
-    warmup: int = 5
-    counterfactuals: bool = True
-    #: Raise :class:`StopRun` once done; ``False`` lets the script carry on unobserved.
-    stop: bool = True
-    #: DataLoader keyword arguments forced on every loader the script builds (``--fix``).
-    loader_overrides: dict[str, Any] = field(default_factory=dict)
-    #: The loader doctor (worker sweep, transform costs, memory): "auto" runs it when the
-    #: measured steps look input-bound, "always" (``torchdoctor loader``) or "off".
-    loader_doctor: str = "auto"
-    #: Steps after warmup watched by the host-sync finder; they are not timed.
-    sync_steps: int = 2
-    #: Where to write a torch.profiler trace of a few untimed steps (``--trace DIR``).
-    trace_dir: str | None = None
 
 
 ProgressFn = Callable[[str, int, int], None]
@@ -88,7 +70,7 @@ class CaptureSession:
 
     def __init__(
         self,
-        options: CaptureOptions,
+        options: RunOptions,
         progress: ProgressFn | None = None,
         clock_ns: Callable[[], int] = time.perf_counter_ns,
         phases: Sequence[type[Phase]] = PHASES,

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from torchdoctor.capture import CaptureSession, active_session
 from torchdoctor.capture._patch import Patcher
-from torchdoctor.capture._session import CaptureOptions, CaptureSession, active_session
+from torchdoctor.options import RunOptions
 
 
 def test_patcher_restores_inherited_and_own_attributes():
@@ -65,7 +66,7 @@ def test_a_sync_watcher_inside_a_session_patches_through_the_session():
     from torchdoctor.capture.syncs import SyncWatcher
 
     before = vars(torch.Tensor).get("__new__")
-    session = CaptureSession(CaptureOptions(), progress=None)
+    session = CaptureSession(RunOptions(), progress=None)
     session.install()
     try:
         watcher = SyncWatcher(on_accelerator=False)
@@ -78,7 +79,7 @@ def test_a_sync_watcher_inside_a_session_patches_through_the_session():
 
 
 def test_failed_install_is_fully_undone(monkeypatch):
-    session = CaptureSession(CaptureOptions())
+    session = CaptureSession(RunOptions())
 
     def boom():
         raise RuntimeError("hook registration failed")
@@ -94,18 +95,18 @@ def test_failed_install_is_fully_undone(monkeypatch):
 
 
 def test_one_session_at_a_time():
-    first = CaptureSession(CaptureOptions())
+    first = CaptureSession(RunOptions())
     first.install()
     try:
         with pytest.raises(RuntimeError, match="already active"):
-            CaptureSession(CaptureOptions()).install()
+            CaptureSession(RunOptions()).install()
     finally:
         first.uninstall()
     assert active_session() is None
 
 
 def test_uninstall_after_user_error_mid_step():
-    session = CaptureSession(CaptureOptions(steps=2, warmup=0))
+    session = CaptureSession(RunOptions(steps=2, warmup=0))
     session.install()
     model = torch.nn.Linear(4, 2)
     try:

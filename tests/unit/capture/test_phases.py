@@ -10,8 +10,9 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from torchdoctor.capture._session import CaptureOptions, CaptureSession, StopRun
+from torchdoctor.capture._session import CaptureSession, StopRun
 from torchdoctor.capture.phases import PHASES, MeasurePhase, Phase, WarmupPhase
+from torchdoctor.options import RunOptions
 
 EVENTS: list[str] = []
 
@@ -68,7 +69,7 @@ def test_a_toy_phase_runs_in_its_place_in_the_table():
     table.insert(table.index(MeasurePhase), NeverWanted)
     seen_phases: list[str] = []
     session = CaptureSession(
-        CaptureOptions(steps=2, warmup=2, sync_steps=0, counterfactuals=False),
+        RunOptions(steps=2, warmup=2, sync_steps=0, counterfactuals=False),
         progress=lambda phase, done, total: seen_phases.append(phase),
         phases=table,
     )
@@ -89,7 +90,7 @@ def test_a_toy_phase_runs_in_its_place_in_the_table():
 def test_phases_left_half_way_are_closed_on_uninstall():
     EVENTS.clear()
     session = CaptureSession(
-        CaptureOptions(steps=2, warmup=1, sync_steps=0),
+        RunOptions(steps=2, warmup=1, sync_steps=0),
         phases=[WarmupPhase, CountingPhase, MeasurePhase],
     )
     session.install()
