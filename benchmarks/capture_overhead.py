@@ -15,7 +15,8 @@ import time
 import torch
 from torch import nn
 
-from torchdoctor.capture._session import CaptureOptions, CaptureSession
+from torchdoctor.capture import CaptureSession
+from torchdoctor.options import RunOptions
 
 ROUNDS = 11
 STEPS_PER_ROUND = 40
@@ -79,7 +80,7 @@ def measure(name: str, make, rates: list[float] | None = None) -> float:
         # The sync finder's watched steps are not timed in a real run either (they have their
         # own benchmark, sync_watcher_overhead.py), so they are off here.
         session = CaptureSession(
-            CaptureOptions(steps=10**9, warmup=WARMUP_STEPS, stop=False, sync_steps=0)
+            RunOptions(steps=10**9, warmup=WARMUP_STEPS, stop=False, sync_steps=0)
         )
         session.install()
         try:

@@ -118,7 +118,7 @@ def measure(reader: str, path: Path) -> dict[str, float]:
         from torchdoctor.analysis.trace_analysis import analyze_trace
 
         record = analyze_trace(str(path))
-        events = record.extra["trace"]["ranks"][0]["events"]
+        events = record.trace.ranks[0].events
     seconds = time.perf_counter() - started
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {"seconds": seconds, "events": events, "peak_rss_mb": peak_mb}

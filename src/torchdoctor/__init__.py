@@ -1,17 +1,59 @@
 """torchdoctor: find what bounds a PyTorch training run by measurement, and prove the fix.
 
-The public API is re-exported here and imported lazily, so ``import torchdoctor`` does not
-import torch until a name that needs it is used.
+The public API is re-exported here. Type checkers read the imports under ``TYPE_CHECKING``
+(the package ships ``py.typed``); at run time each name is imported on first use, so
+``import torchdoctor`` does not import torch until a name that needs it is used. Each name is
+taken from its package's door (``torchdoctor.loader``, never ``torchdoctor.loader._x``).
+``tests/unit/test_layout.py`` checks that ``__all__``, the ``TYPE_CHECKING`` imports and the
+lazy table below name the same objects.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-#: public name -> module that defines it
+if TYPE_CHECKING:
+    from .analysis import analyze_trace
+    from .capture import StepProfiler, SyncWatcher, find_syncs, watch_syncs
+    from .loader import clone_loader, diagnose_loader
+    from .record import RunRecord
+    from .remedies import (
+        CachedDataset,
+        CacheError,
+        DevicePrefetcher,
+        ImageOptions,
+        Normalize,
+        build_cache,
+        cache_image_folder,
+        uint8_collate,
+    )
+    from .runner import watch
+
+__all__ = [
+    "CacheError",
+    "CachedDataset",
+    "DevicePrefetcher",
+    "ImageOptions",
+    "Normalize",
+    "RunRecord",
+    "StepProfiler",
+    "SyncWatcher",
+    "__version__",
+    "analyze_trace",
+    "build_cache",
+    "cache_image_folder",
+    "clone_loader",
+    "diagnose_loader",
+    "find_syncs",
+    "uint8_collate",
+    "watch",
+    "watch_syncs",
+]
+
+#: public name -> module it is imported from on first use (the same as under TYPE_CHECKING)
 _EXPORTS = {
     "watch": "torchdoctor.runner",
     "RunRecord": "torchdoctor.record",
@@ -23,16 +65,14 @@ _EXPORTS = {
     "build_cache": "torchdoctor.remedies",
     "cache_image_folder": "torchdoctor.remedies",
     "uint8_collate": "torchdoctor.remedies",
-    "find_syncs": "torchdoctor.capture.syncs",
-    "watch_syncs": "torchdoctor.capture.syncs",
-    "SyncWatcher": "torchdoctor.capture.syncs",
-    "analyze_trace": "torchdoctor.analysis.trace_analysis",
-    "StepProfiler": "torchdoctor.capture.profiler",
+    "find_syncs": "torchdoctor.capture",
+    "watch_syncs": "torchdoctor.capture",
+    "SyncWatcher": "torchdoctor.capture",
+    "analyze_trace": "torchdoctor.analysis",
+    "StepProfiler": "torchdoctor.capture",
     "diagnose_loader": "torchdoctor.loader",
     "clone_loader": "torchdoctor.loader",
 }
-
-__all__ = ["__version__", *_EXPORTS]
 
 
 def __getattr__(name: str) -> Any:

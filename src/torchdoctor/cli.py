@@ -13,12 +13,15 @@ from collections.abc import Callable, Sequence
 
 from . import __version__
 from ._errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, TorchdoctorError
+from .options import add_flags, from_args, non_negative_int, positive_int
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``torchdoctor`` console script."""
     parser = build_parser()
-    args = parser.parse_args(_split_script_args(list(sys.argv[1:] if argv is None else argv)))
+    args = parser.parse_args(
+        _split_script_args(list(sys.argv[1:] if argv is None else argv), parser)
+    )
     handler: Callable[[argparse.Namespace], int] | None = getattr(args, "handler", None)
     if handler is None:
         parser.print_help()
@@ -47,15 +50,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _split_script_args(argv: list[str]) -> list[str]:
+def _split_script_args(argv: list[str], parser: argparse.ArgumentParser) -> list[str]:
     """Keep everything after the script (or ``-m MODULE``) away from torchdoctor's own options.
 
     ``torchdoctor run --steps 5 -- train.py --lr 0.1`` and ``torchdoctor run train.py --lr 0.1``
     both give the script ``--lr 0.1``. The tail is packed after ``--`` so argparse leaves it alone.
+    Which options take a value (so that ``--steps 5`` does not make ``5`` the script) is read
+    from ``parser`` itself: a flag added to the parser is known here with nothing else to edit.
     """
-    if not argv or argv[0] not in _SCRIPT_COMMANDS:
+    script_commands = _script_commands(parser)
+    if not argv or argv[0] not in script_commands:
         return argv
-    takes_value = _SCRIPT_COMMANDS[argv[0]]
+    takes_value = script_commands[argv[0]]
     i = 1
     while i < len(argv):
         arg = argv[i]
@@ -71,6 +77,30 @@ def _split_script_args(argv: list[str]) -> list[str]:
             continue
         return argv[:i] + ["--"] + argv[i:]
     return argv
+
+
+def _script_commands(parser: argparse.ArgumentParser) -> dict[str, set[str]]:
+    """Subcommands that take a script after their options -> their option strings that take a value.
+
+    A subcommand takes a script when it has a positional that swallows the rest of the line
+    (``nargs=REMAINDER``, see :func:`_target_args`); an option takes a value unless its action
+    takes none (``nargs=0``: switches, ``--help``).
+    """
+    commands: dict[str, set[str]] = {}
+    for action in parser._actions:
+        if not isinstance(action, argparse._SubParsersAction):
+            continue
+        for name, sub in action.choices.items():
+            actions = sub._actions
+            if not any(a.nargs == argparse.REMAINDER and not a.option_strings for a in actions):
+                continue
+            commands[name] = {
+                option
+                for a in actions
+                if a.option_strings and a.nargs != 0
+                for option in a.option_strings
+            }
+    return commands
 
 
 def _print_error(message: str, hint: str | None = None) -> None:
@@ -119,51 +149,15 @@ def _add_loader(sub: argparse._SubParsersAction) -> None:
 
 def _run_options(p: argparse.ArgumentParser, loader_doctor: str) -> None:
     """The options and target of `run` and `loader` (which differ in ``loader_doctor``)."""
-    p.add_argument("--steps", type=_positive_int, default=20, help="measured steps (default 20)")
-    p.add_argument(
-        "--warmup", type=_non_negative_int, default=5, help="steps before measuring (default 5)"
-    )
-    p.add_argument("--json", metavar="PATH", help="write the run record as JSON to PATH")
-    p.add_argument(
-        "--no-counterfactuals",
-        action="store_true",
-        help="skip the model-alone and loader-alone phases",
-    )
-    p.add_argument(
-        "--sync-steps",
-        type=_non_negative_int,
-        default=2,
-        help="steps after warmup watched for host syncs and copies, not timed (default 2; 0: off)",
-    )
-    p.add_argument(
-        "--trace",
-        metavar="DIR",
-        help="also record a torch.profiler trace of 4 untimed steps in DIR (TensorBoard, "
-        "Perfetto) and analyse it",
-    )
-    p.add_argument("--quiet", action="store_true", help="no progress, only the report")
-    p.add_argument(
-        "--fix",
-        action="store_true",
-        help="re-run with the advised DataLoader settings injected and measure the speedup",
-    )
+    add_flags(p)
     _target_args(p)
     p.set_defaults(handler=_cmd_run, loader_doctor=loader_doctor)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from .runner import RunOptions, run_cli
+    from .runner import run_cli
 
-    target = _parse_target(args.target)
-    options = RunOptions(
-        steps=args.steps,
-        warmup=args.warmup,
-        counterfactuals=not args.no_counterfactuals,
-        loader_doctor=args.loader_doctor,
-        sync_steps=args.sync_steps,
-        trace_dir=args.trace,
-    )
-    return run_cli(target, options, json_path=args.json, quiet=args.quiet, fix=args.fix)
+    return run_cli(_parse_target(args.target), from_args(args))
 
 
 def _parse_target(rest: list[str]):
@@ -253,7 +247,7 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
         help="diagnose a built-in slow training script, fix it, and measure the speedup",
     )
     p.add_argument("--json", metavar="DIR", help="write DIR/before.json and DIR/after.json")
-    p.add_argument("--steps", type=_positive_int, default=20, help="measured steps per run")
+    p.add_argument("--steps", type=positive_int, default=20, help="measured steps per run")
     p.add_argument("--workdir", metavar="DIR", help="where to generate the demo images")
     p.set_defaults(handler=_cmd_demo)
 
@@ -289,7 +283,7 @@ def _add_cache(sub: argparse._SubParsersAction) -> None:
     )
     build.add_argument("source", metavar="SOURCE", help="image folder or module:callable")
     build.add_argument("dest", metavar="DEST", help="cache directory (path or URL)")
-    build.add_argument("--size", type=_positive_int, help="resize images to SIZE pixels")
+    build.add_argument("--size", type=positive_int, help="resize images to SIZE pixels")
     build.add_argument(
         "--resize",
         choices=("crop", "squash", "shorter"),
@@ -305,11 +299,11 @@ def _add_cache(sub: argparse._SubParsersAction) -> None:
     )
     build.add_argument(
         "--workers",
-        type=_non_negative_int,
+        type=non_negative_int,
         help="build processes (default: one per CPU from 2000 samples on, else none)",
     )
     build.add_argument(
-        "--shard-mb", type=_positive_int, default=128, help="megabytes per shard file (128)"
+        "--shard-mb", type=positive_int, default=128, help="megabytes per shard file (128)"
     )
     build.add_argument(
         "--overwrite", action="store_true", help="replace a different cache found at DEST"
@@ -352,7 +346,7 @@ def _cmd_cache_build(args: argparse.Namespace) -> int:
 def _cmd_cache_info(args: argparse.Namespace) -> int:
     import json
 
-    from .remedies._dataset import open_manifest
+    from .remedies import open_manifest
 
     manifest = open_manifest(args.dest)
     if args.json:
@@ -391,32 +385,6 @@ def _cmd_cache_verify(args: argparse.Namespace) -> int:
     print(f"ok         {args.dest}: {len(dataset)} samples, every checksum matches")
     return 0
 
-
-# --- helpers -------------------------------------------------------------------------------
-
-
-def _positive_int(text: str) -> int:
-    value = _non_negative_int(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError("must not be negative")
-    return value
-
-
-#: Subcommands that take a script after their options, and which of their options take a value.
-_SCRIPT_COMMANDS: dict[str, set[str]] = {
-    "run": {"--steps", "--warmup", "--json", "--sync-steps", "--trace"},
-    "loader": {"--steps", "--warmup", "--json", "--sync-steps", "--trace"},
-}
 
 SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_run,

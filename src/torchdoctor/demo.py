@@ -19,10 +19,11 @@ from rich.table import Table
 
 from ._errors import EXIT_OK
 from ._optional import require
+from .options import RunOptions
 from .record import RunRecord
 from .report.progress import ProgressDisplay
 from .report.terminal import render
-from .runner import RunOptions, Target, run_target, user_traceback
+from .runner import Target, run_target, user_traceback
 
 DEMO_SCRIPT = Path(__file__).parent / "scenarios" / "demo_train.py"
 #: 10 classes x 48 images: 15 batches of 32 per epoch, enough for warmup and 20 measured steps.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import importlib.util
 import os
@@ -28,9 +29,10 @@ from ._errors import (
     TorchdoctorError,
 )
 from .analysis.verdict import summarise
-from .capture._session import CaptureOptions, CaptureSession, Phase, ProgressFn, StopRun
+from .capture import CaptureSession, ProgressFn, StopRun
 from .loader import fix_trial
-from .record import Environment, FixTrial, RunRecord
+from .options import RunOptions
+from .record import Environment, FixTrial, RunRecord, TraceReport
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -46,33 +48,6 @@ class Target:
     def describe(self) -> list[str]:
         head = [self.script] if self.script else ["-m", self.module or ""]
         return [*head, *self.argv]
-
-
-@dataclass
-class RunOptions:
-    """Options of ``torchdoctor run``."""
-
-    steps: int = 20
-    warmup: int = 5
-    counterfactuals: bool = True
-    #: Steps after warmup watched by the host-sync finder (not timed); 0 turns it off.
-    sync_steps: int = 2
-    loader_overrides: dict[str, Any] = field(default_factory=dict)
-    #: "auto" (when the run looks input-bound), "always" or "off"; see CaptureOptions.
-    loader_doctor: str = "auto"
-    #: Write and analyse a torch.profiler trace of a few untimed steps here.
-    trace_dir: str | None = None
-
-    def capture(self) -> CaptureOptions:
-        return CaptureOptions(
-            steps=self.steps,
-            warmup=self.warmup,
-            counterfactuals=self.counterfactuals,
-            loader_overrides=dict(self.loader_overrides),
-            loader_doctor=self.loader_doctor,
-            sync_steps=self.sync_steps,
-            trace_dir=self.trace_dir,
-        )
 
 
 @dataclass
@@ -93,7 +68,7 @@ def run_target(
         TorchdoctorError: the script or module does not exist.
     """
     code_path = _resolve(target)
-    session = CaptureSession(options.capture(), progress=progress)
+    session = CaptureSession(options, progress=progress)
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     error: BaseException | None = None
     ended = "finished"
@@ -120,7 +95,7 @@ def run_target(
         sys.argv[:] = saved_argv
         sys.path[:] = saved_path
     record = build_record(session, target.describe(), ended, error)
-    return RunOutcome(record, _exit_status(record, ended), error or session.internal_error)
+    return RunOutcome(record, _exit_status(record, ended), error or session.data.internal_error)
 
 
 def build_record(
@@ -133,28 +108,28 @@ def build_record(
         created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         command=command,
         env=detect_environment(session),
-        loader=session.main_loader_settings(),
+        loader=session.loaders.main_settings(),
         warmup_steps=opts.warmup,
         requested_steps=opts.steps,
         steps=session.measured_series(),
         model_alone=session.model_alone_step_ms(),
-        loader_alone=session.loader_alone,
-        system=session.system,
-        seen=dict(session.seen),
-        notes=list(session.notes),
+        loader_alone=session.data.loader_alone,
+        system=session.data.system,
+        seen=dict(session.data.seen),
+        notes=list(session.data.notes),
     )
     record.loader_overrides = dict(opts.loader_overrides)
-    record.findings.extend(session.sync_findings)
-    if session.sync_sample_ms:
+    record.findings.extend(session.data.sync_findings)
+    if session.data.sync_sample_ms:
         record.overhead_ms["sync_sampled_step_ms"] = round(
-            statistics.median(session.sync_sample_ms), 3
+            statistics.median(session.data.sync_sample_ms), 3
         )
-        record.extra["sync_sampled_steps"] = len(session.sync_sample_ms)
-    if session.loader_diagnosis is not None:
-        record.loader_report = session.loader_diagnosis.report
-        record.findings.extend(session.loader_diagnosis.findings)
-    if session.trace_paths:
-        _attach_trace(record, session.trace_paths)
+        record.sync_sampled_steps = len(session.data.sync_sample_ms)
+    if session.data.loader_diagnosis is not None:
+        record.loader_report = session.data.loader_diagnosis.report
+        record.findings.extend(session.data.loader_diagnosis.findings)
+    if session.data.trace_paths:
+        _attach_trace(record, session.data.trace_paths)
     record.status, more_notes = _status(session, record, ended, error)
     record.notes.extend(more_notes)
     summarise(record)
@@ -164,7 +139,7 @@ def build_record(
 def _attach_trace(record: RunRecord, paths: list[str]) -> None:
     from .analysis.trace_analysis import attach_trace
 
-    record.extra["trace_files"] = list(paths)
+    record.trace = TraceReport(recorded_files=[str(p) for p in paths])
     try:
         attach_trace(record, paths)
     except TorchdoctorError as exc:
@@ -176,14 +151,14 @@ def _status(
 ) -> tuple[str, list[str]]:
     opts = session.options
     measured = record.measured_steps
-    seen = session.seen
-    if session.internal_error is not None:
-        exc = session.internal_error
+    seen = session.data.seen
+    if session.data.internal_error is not None:
+        exc = session.data.internal_error
         return "internal-error", [
             f"torchdoctor itself failed ({type(exc).__name__}: {exc}) and stopped the script; "
             "torch was restored. Please report this with the traceback above."
         ]
-    if ended == "stopped" or session.phase is Phase.DONE:
+    if ended == "stopped" or session.phase_name == "done":
         return "complete", []
     if ended == "interrupted":
         return "interrupted", [f"interrupted (Ctrl-C) after {measured} measured steps"]
@@ -208,12 +183,12 @@ def _status(
                 f"the script {ended} after {seen['optimizer_steps']} optimizer steps, fewer than "
                 f"the {opts.warmup} warmup steps: lower --warmup or give it more data/epochs"
             )
-    elif session.phase in (Phase.WARMUP, Phase.MEASURE) and ended != "error":
+    elif session.phase_name in ("warmup", "measure") and ended != "error":
         notes.append(
             f"the script {ended} after {measured} of {opts.steps} measured steps "
             "(its data or epochs ran out); the figures cover those steps only"
         )
-    elif session.phase is Phase.MODEL_ALONE and ended != "error":
+    elif session.phase_name == "model-alone" and ended != "error":
         notes.append(
             f"the script {ended} during the model-alone phase after "
             f"{len(record.model_alone)} of {opts.steps} steps"
@@ -273,13 +248,13 @@ def _resolve(target: Target) -> Path:
 
 def detect_environment(session: CaptureSession | None = None) -> Environment:
     """Versions, device, clock and cores of this process."""
-    device = session.device if session is not None and session.device is not None else None
+    device = session.clock.device if session is not None and session.clock.device is not None else None
     device_type = device.type if device is not None else "cpu"
     if device_type == "cuda" and torch.cuda.is_available():
         device_name = torch.cuda.get_device_name(device)
     else:
         device_name = _cpu_name()
-    use_events = bool(session and session.uses_device_events)
+    use_events = bool(session and session.clock.uses_events)
     return Environment(
         torch_version=torch.__version__,
         python_version=platform.python_version(),
@@ -347,7 +322,7 @@ class watch:  # noqa: N801 - used like a function: ``with torchdoctor.watch(step
         progress: ProgressFn | None = None,
     ) -> None:
         self._session = CaptureSession(
-            CaptureOptions(steps=steps, warmup=warmup, counterfactuals=counterfactuals),
+            RunOptions(steps=steps, warmup=warmup, counterfactuals=counterfactuals),
             progress=progress,
         )
         self.record: RunRecord | None = None
@@ -375,18 +350,15 @@ class watch:  # noqa: N801 - used like a function: ``with torchdoctor.watch(step
         return ended == "stopped"
 
 
-def run_cli(
-    target: Target,
-    options: RunOptions,
-    json_path: str | None,
-    quiet: bool,
-    fix: bool = False,
-) -> int:
-    """``torchdoctor run`` (and ``loader``): run, report, optionally verify the fix, save JSON."""
+def run_cli(target: Target, options: RunOptions) -> int:
+    """``torchdoctor run`` (and ``loader``): run, report, optionally verify the fix, save JSON.
+
+    ``options.quiet``, ``options.fix`` and ``options.json_path`` say what happens around the run.
+    """
     from .report.progress import ProgressDisplay
     from .report.terminal import render, render_fix
 
-    with ProgressDisplay(enabled=not quiet) as display:
+    with ProgressDisplay(enabled=not options.quiet) as display:
         outcome = run_target(target, options, progress=display.update)
     if outcome.error is not None:
         sys.stderr.write("".join(user_traceback(outcome.error)))
@@ -394,12 +366,12 @@ def run_cli(
     record = outcome.record
     render(record)
     status = outcome.exit_status
-    if fix and status == EXIT_OK:
-        trial = verify_fix(target, options, record, quiet=quiet)
+    if options.fix and status == EXIT_OK:
+        trial = verify_fix(target, options, record, quiet=options.quiet)
         render_fix(record, trial)
-    if json_path:
-        record.save(json_path)
-        print(f"run record written to {json_path}")
+    if options.json_path:
+        record.save(options.json_path)
+        print(f"run record written to {options.json_path}")
     return status
 
 
@@ -414,7 +386,8 @@ def verify_fix(
     from .report.progress import ProgressDisplay
 
     def rerun(overrides: dict[str, Any], steps: int, warmup: int) -> RunRecord:
-        rerun_options = RunOptions(
+        rerun_options = dataclasses.replace(
+            options,
             steps=steps,
             warmup=warmup,
             counterfactuals=False,
@@ -422,6 +395,8 @@ def verify_fix(
             loader_doctor="off",
             sync_steps=0,
             trace_dir=None,
+            json_path=None,
+            fix=False,
         )
         with ProgressDisplay(enabled=not quiet) as display:
             return run_target(target, rerun_options, progress=display.update).record

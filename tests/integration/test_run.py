@@ -153,12 +153,12 @@ def test_script_that_never_trains():
 
 
 def test_torchdoctor_failure_stops_cleanly(monkeypatch):
-    from torchdoctor.capture._session import CaptureSession
+    from torchdoctor.capture.phases import MeasurePhase
 
-    def broken(self):
+    def broken(self, session):
         raise RuntimeError("bug in torchdoctor")
 
-    monkeypatch.setattr(CaptureSession, "_after_measure", broken)
+    monkeypatch.setattr(MeasurePhase, "finish", broken)
     out = run(LOOP, "--workers", "2")
     assert out.exit_status == EXIT_INTERNAL
     assert out.record.status == "internal-error"
@@ -433,7 +433,7 @@ def test_seed_004_loss_lines_are_found_and_a_clean_loop_has_none(tmp_path):
     ) in found
     assert ("tensor-assert", "assert target.max() < NUM_CLASSES") in found
     assert ("python-index", "picked = log_probs[range(len(target)), target]") in found
-    assert rec.extra["sync_sampled_steps"] == 2
+    assert rec.sync_sampled_steps == 2
     assert rec.measured_steps == 2  # the watched steps are not among the timed ones
 
     clean = run(LOOP, steps=2, warmup=1, counterfactuals=False).record
@@ -446,10 +446,10 @@ def test_trace_option_writes_a_labelled_trace_that_analyze_reads(tmp_path):
     out = run(LOOP, "--getitem-ms", "10", steps=3, warmup=1, trace_dir=str(tmp_path / "tr"))
     rec = out.record
     assert rec.status == "complete" and rec.measured_steps == 3
-    files = rec.extra["trace_files"]
+    files = rec.trace.recorded_files
     assert len(files) == 1 and files[0].endswith(".pt.trace.json")
     text = Path(files[0]).read_text()
     assert '"torchdoctor/data_wait"' in text and '"torchdoctor/forward"' in text
-    assert rec.extra["trace"]["verdict"]["kind"] == "INPUT-BOUND"
+    assert rec.trace.verdict.kind == "INPUT-BOUND"
     again = analyze_trace([files[0]])
     assert again.verdict.kind == "INPUT-BOUND"

@@ -1,8 +1,9 @@
 """The facade: parsed traces in, one :class:`~torchdoctor.record.RunRecord` out.
 
 Each analysis is its own module (trace_gpu, trace_steps, trace_host, trace_comm,
-trace_verdict); this one runs them per rank and gathers the results in
-``record.extra["trace"]`` so the record renders and serialises like a ``run`` record.
+trace_verdict); this one runs them per rank and gathers the results in a
+:class:`~torchdoctor.record.TraceReport` (``record.trace``), so the record renders and
+serialises like a ``run`` record.
 """
 
 from __future__ import annotations
@@ -13,63 +14,46 @@ import statistics
 from typing import Any
 
 from .. import __version__
-from ..record import Finding, RunRecord, Stat
-from ..trace._tables import RankTrace
+from ..record import Finding, ParseStats, RankReport, RunRecord, Stat, TraceReport, TraceStep
+from ..trace import RankTrace
 from . import trace_comm, trace_gpu, trace_host, trace_steps, trace_verdict
 
 
-def _plain(obj: Any) -> Any:
-    """Dataclasses to dicts (JSON-ready)."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {k: _plain(v) for k, v in dataclasses.asdict(obj).items()}
-    if isinstance(obj, dict):
-        return {str(k): _plain(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_plain(v) for v in obj]
-    return obj
-
-
-def analyse_rank(
-    t: RankTrace, n_step_names: int, include_last_step: bool = False
-) -> dict[str, Any]:
-    """Every per-rank analysis of one trace, as a JSON-ready dict."""
+def analyse_rank(t: RankTrace, n_step_names: int, include_last_step: bool = False) -> RankReport:
+    """Every per-rank analysis of one trace."""
     view = trace_gpu.gpu_view(t, n_step_names, include_last_step)
     temporal = trace_gpu.temporal_breakdown(t, view)
-    idle = trace_gpu.idle_breakdown(t, view)
     steps = trace_steps.step_breakdown(t, include_last_step)
     analysed = steps.steps[: steps.analysed_steps]
     window = (analysed[0].start_us, analysed[-1].end_us) if analysed else None
     devices = t.metadata.get("deviceProperties") or []
-    return {
-        "label": t.label,
-        "rank": t.rank,
-        "world_size": t.world_size,
-        "path": t.path,
-        "events": len(t),
-        "device": (devices[0].get("name") if devices and isinstance(devices[0], dict) else None),
-        "has_gpu": bool(view.ts) or temporal is not None,
-        "steps": [
-            {"name": w.name, "wall_ms": w.wall_us / 1000.0, "parts_ms": parts}
+    return RankReport(
+        label=t.label,
+        rank=t.rank,
+        world_size=t.world_size,
+        path=t.path,
+        events=len(t),
+        device=(devices[0].get("name") if devices and isinstance(devices[0], dict) else None),
+        has_gpu=bool(view.ts) or temporal is not None,
+        steps=[
+            TraceStep(name=w.name, wall_ms=w.wall_us / 1000.0, parts_ms=parts)
             for w, parts in zip(steps.steps, steps.per_step_ms, strict=True)
         ],
-        "analysed_steps": steps.analysed_steps,
-        "step_parts_ms": steps.total_ms,
-        "step_wall_ms": steps.wall_ms,
-        "step_shares": {p: steps.share(p) for p in trace_steps.STEP_PARTS},
-        "temporal": _plain(temporal),
-        "idle": _plain(idle),
-        "syncs": _plain(trace_host.sync_report(t, window)),
-        "pageable_memcpy": _plain(trace_host.pageable_copies(t)),
-        "launch": _plain(trace_host.launch_stats(t)),
-        "top_kernels": trace_host.top_kernels(t),
-        "dataloader_share": steps.share("dataloader"),
-        "comm": _plain(trace_comm.comm_overlap(t, view)),
-        "notes": steps.notes,
-        "parse": {
-            "mb": t.uncompressed_bytes / 1e6,
-            "seconds": t.parse_seconds,
-        },
-    }
+        analysed_steps=steps.analysed_steps,
+        step_parts_ms=steps.total_ms,
+        step_wall_ms=steps.wall_ms,
+        step_shares={p: steps.share(p) for p in trace_steps.STEP_PARTS},
+        temporal=temporal,
+        idle=trace_gpu.idle_breakdown(t, view),
+        syncs=trace_host.sync_report(t, window),
+        pageable_memcpy=trace_host.pageable_copies(t),
+        launch=trace_host.launch_stats(t),
+        top_kernels=trace_host.top_kernels(t),
+        dataloader_share=steps.share("dataloader"),
+        comm=trace_comm.comm_overlap(t, view),
+        notes=steps.notes,
+        parse=ParseStats(mb=t.uncompressed_bytes / 1e6, seconds=t.parse_seconds),
+    )
 
 
 def analyse_traces(
@@ -83,11 +67,11 @@ def analyse_traces(
         include_last_step: keep the last ProfilerStep (HTA leaves it out by default).
 
     Returns:
-        A :class:`RunRecord` whose ``extra["trace"]`` holds the breakdowns per rank.
+        A :class:`RunRecord` whose ``trace`` holds the breakdowns per rank.
     """
     n_step_names = len(trace_gpu.step_names(traces))
     notes: list[str] = []
-    ranks: list[dict[str, Any]] = []
+    ranks: list[RankReport] = []
     seen_ranks: set[int] = set()
     for t in traces:
         if t.rank is None:
@@ -100,15 +84,15 @@ def analyse_traces(
         else:
             seen_ranks.add(t.rank)
         result = analyse_rank(t, n_step_names, include_last_step)
-        notes.extend(result["notes"])
+        notes.extend(result.notes)
         ranks.append(result)
     skew = trace_comm.rank_skew(
-        {r["label"]: [s["wall_ms"] for s in r["steps"][: r["analysed_steps"]]] for r in ranks}
+        {r.label: [s.wall_ms for s in r.steps[: r.analysed_steps]] for r in ranks}
     )
     verdict = trace_verdict.verdict(ranks, skew)
     findings: list[Finding] = trace_verdict.findings(ranks, skew)
     first = ranks[0] if ranks else None
-    step_ms = [s["wall_ms"] for s in first["steps"][: first["analysed_steps"]]] if first else []
+    step_ms = [s.wall_ms for s in first.steps[: first.analysed_steps]] if first else []
     record = RunRecord(
         tool_version=__version__,
         created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -120,24 +104,24 @@ def analyse_traces(
         step_ms=Stat.of(step_ms),
     )
     record.steps.step_ms = step_ms
-    record.extra["trace"] = {
-        "files": [t.path for t in traces],
-        "ranks": ranks,
-        "skew": _plain(skew),
-        "include_last_step": include_last_step,
-        "thresholds": trace_verdict.thresholds(),
-        "verdict": _plain(verdict),
-        "parse": {
-            "mb": sum(t.uncompressed_bytes for t in traces) / 1e6,
-            "seconds": sum(t.parse_seconds for t in traces),
-        },
-    }
+    record.trace = TraceReport(
+        files=[t.path for t in traces],
+        ranks=ranks,
+        skew=skew,
+        include_last_step=include_last_step,
+        thresholds=trace_verdict.thresholds(),
+        verdict=dataclasses.replace(verdict, shares=dict(verdict.shares)),
+        parse=ParseStats(
+            mb=sum(t.uncompressed_bytes for t in traces) / 1e6,
+            seconds=sum(t.parse_seconds for t in traces),
+        ),
+    )
     if first and len(ranks) > 1:
         record.notes.append(
-            f"step times shown for {first['label']}; per-rank figures are in the trace section"
+            f"step times shown for {first.label}; per-rank figures are in the trace section"
         )
     if step_ms:
-        record.seen["profiler_steps"] = len(first["steps"])
+        record.seen["profiler_steps"] = len(first.steps)
     record.seen["ranks"] = len(ranks)
     record.seen["median_step_ms"] = statistics.median(step_ms) if step_ms else None
     return record
@@ -154,7 +138,7 @@ def analyze_trace(
         command: the command line to store in the record.
 
     Returns:
-        The analysed :class:`RunRecord` (verdict, findings, ``extra["trace"]``).
+        The analysed :class:`RunRecord` (verdict, findings, ``trace``).
 
     Raises:
         TraceFormatError: for a missing, truncated or corrupt trace.
@@ -169,7 +153,8 @@ def attach_trace(record: RunRecord, paths: list[str] | list[Any]) -> RunRecord:
     """Analyse the traces a run recorded and add the results to the run's own record.
 
     The run keeps its verdict (it measured more than a trace shows); the trace's verdict goes
-    to ``extra["trace"]["verdict"]``, its findings are appended and its notes kept.
+    to ``record.trace.verdict``, its findings are appended and its notes kept. The files the
+    run recorded (``record.trace.recorded_files``) are kept.
 
     Args:
         record: the record of ``torchdoctor run``.
@@ -179,7 +164,10 @@ def attach_trace(record: RunRecord, paths: list[str] | list[Any]) -> RunRecord:
         ``record``, changed in place.
     """
     traced = analyze_trace([str(p) for p in paths])
-    record.extra["trace"] = traced.extra["trace"]
+    recorded = record.trace.recorded_files if record.trace is not None else []
+    record.trace = traced.trace
+    if record.trace is not None:
+        record.trace.recorded_files = recorded
     record.findings.extend(traced.findings)
     record.notes.extend(f"trace: {n}" for n in traced.notes)
     return record

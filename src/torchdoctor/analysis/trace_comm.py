@@ -3,27 +3,14 @@
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
 
-from ..trace._tables import RankTrace
+from ..record import CommOverlap, RankSkew
+from ..trace import RankTrace
 from . import _intervals
 from .trace_gpu import GpuView, kernel_types
 
 #: A rank whose median step is this much slower than the fastest rank's is a straggler.
 STRAGGLER_SKEW = 0.10
-
-
-@dataclass
-class CommOverlap:
-    """Communication kernels of one rank and how much of them ran under computation."""
-
-    comm_ms: float
-    compute_ms: float
-    overlapped_ms: float
-    #: share of communication time that overlapped computation (HTA's comm_comp_overlap)
-    overlap_pct: float
-    #: communication time with no computation under it, as a share of the kernel span
-    exposed_pct: float
 
 
 def comm_overlap(t: RankTrace, view: GpuView) -> CommOverlap | None:
@@ -49,18 +36,6 @@ def comm_overlap(t: RankTrace, view: GpuView) -> CommOverlap | None:
         overlap_pct=100.0 * both / comm_us if comm_us else 0.0,
         exposed_pct=100.0 * (comm_us - both) / span if span > 0 else 0.0,
     )
-
-
-@dataclass
-class RankSkew:
-    """Median step time per rank and the spread between the slowest and fastest rank."""
-
-    median_step_ms: dict[str, float]
-    slowest: str
-    fastest: str
-    #: (slowest - fastest) / fastest
-    skew: float
-    straggler: bool
 
 
 def rank_skew(step_ms_by_rank: dict[str, list[float]]) -> RankSkew | None:

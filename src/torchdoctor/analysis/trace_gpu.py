@@ -25,7 +25,8 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from ..trace._tables import RankTrace
+from ..record import IdleBreakdown, TemporalBreakdown
+from ..trace import RankTrace
 from . import _intervals
 
 #: Gaps between GPU events on one stream shorter than this count as kernel-launch overhead
@@ -147,22 +148,6 @@ def gpu_view(t: RankTrace, n_step_names: int, include_last_step: bool = False) -
     return view
 
 
-@dataclass
-class TemporalBreakdown:
-    """Where the GPU's time went over the kernel span of one rank."""
-
-    rank: str
-    kernel_span_us: float
-    idle_us: float
-    compute_us: float
-    non_compute_us: float
-    idle_pct: float
-    compute_pct: float
-    non_compute_pct: float
-    #: busy time by kernel type (union within each type)
-    by_type_us: dict[str, float] = field(default_factory=dict)
-
-
 def temporal_breakdown(t: RankTrace, view: GpuView) -> TemporalBreakdown | None:
     """The temporal breakdown of one rank; ``None`` when it has no GPU events."""
     if not view.ts:
@@ -198,18 +183,6 @@ def temporal_breakdown(t: RankTrace, view: GpuView) -> TemporalBreakdown | None:
 IDLE_CATEGORIES = ("host_wait", "kernel_wait", "other")
 
 
-@dataclass
-class IdleBreakdown:
-    """GPU idle time of one rank split by cause, per stream and in total."""
-
-    rank: str
-    #: stream -> category -> idle microseconds
-    streams_us: dict[int, dict[str, float]]
-    total_us: dict[str, float]
-    #: share of each category in the rank's idle time, percent
-    share_pct: dict[str, float]
-
-
 #: The idle split looks at these categories only (stream syncs are waits, not work).
 IDLE_SPLIT_CATEGORIES = ("kernel", "Kernel", "gpu_memset", "Memset", "gpu_memcpy", "Memcpy")
 
@@ -225,7 +198,7 @@ def idle_breakdown(
             per_stream.setdefault(s, []).append(k)
     if not per_stream:
         return None
-    streams_us: dict[int, dict[str, float]] = {}
+    streams_us: dict[str, dict[str, float]] = {}
     for s, ks in per_stream.items():
         ks.sort(key=lambda k: view.ts[k])
         sums = dict.fromkeys(IDLE_CATEGORIES, 0.0)
@@ -241,7 +214,7 @@ def idle_breakdown(
                 else:
                     sums["other"] += gap
             prev_end = view.end[k]
-        streams_us[s] = sums
+        streams_us[str(s)] = sums
     total = {c: sum(v[c] for v in streams_us.values()) for c in IDLE_CATEGORIES}
     whole = sum(total.values())
     share = {c: (100.0 * total[c] / whole if whole > 0 else 0.0) for c in IDLE_CATEGORIES}

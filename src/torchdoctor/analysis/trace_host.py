@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 import statistics
-from dataclasses import dataclass, field
 
-from ..trace._tables import CAT_CPU_OP, CAT_KERNEL, CAT_MEMCPY, CAT_PYTHON, CAT_RUNTIME, RankTrace
+from ..record import KernelStat, LaunchStats, PageableCopies, SyncReport, SyncSite
+from ..trace import CAT_CPU_OP, CAT_KERNEL, CAT_MEMCPY, CAT_PYTHON, CAT_RUNTIME, RankTrace
 
 #: Runtime calls that block the host until the device catches up (CUDA and HIP spellings).
 #: cudaMemcpy without Async is synchronous for pageable memory and for device-to-host copies.
@@ -39,28 +39,6 @@ _LAUNCH_NAMES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "hipLaunchKernel", "
 _FRAME_RE = re.compile(r"^(?P<file>.+?\.py)\((?P<line>\d+)\): (?P<func>.*)$")
 #: Frames from these paths are library code, not the user's.
 _LIBRARY_MARKERS = ("site-packages", "dist-packages", "/torch/", "torch/", "<frozen", "/lib/python")
-
-
-@dataclass
-class SyncSite:
-    """Host syncs grouped by where they came from."""
-
-    call: str
-    count: int
-    blocked_ms: float
-    file: str | None = None
-    line: int | None = None
-    function: str | None = None
-    #: outermost and innermost PyTorch op around the call, e.g. aten::item > aten::_local_scalar_dense
-    ops: str | None = None
-
-
-@dataclass
-class SyncReport:
-    count: int
-    blocked_ms: float
-    sites: list[SyncSite] = field(default_factory=list)
-    has_stacks: bool = False
 
 
 def _user_frame(name: str) -> tuple[str, int, str] | None:
@@ -138,14 +116,6 @@ def sync_report(t: RankTrace, window: tuple[float, float] | None = None) -> Sync
     )
 
 
-@dataclass
-class PageableCopies:
-    count: int
-    total_ms: float
-    megabytes: float
-    directions: dict[str, int] = field(default_factory=dict)
-
-
 def pageable_copies(t: RankTrace) -> PageableCopies:
     """GPU copies from or to pageable (unpinned) host memory, which cannot overlap compute."""
     memcpy = t.cat_id(CAT_MEMCPY)
@@ -163,19 +133,6 @@ def pageable_copies(t: RankTrace) -> PageableCopies:
         direction = name.split(" ")[1] if " " in name else name
         directions[direction] = directions.get(direction, 0) + 1
     return PageableCopies(count, total_us / 1000.0, nbytes / 1e6, directions)
-
-
-@dataclass
-class LaunchStats:
-    kernels: int
-    short_kernels: int
-    short_share: float
-    median_kernel_us: float
-    kernel_ms: float
-    launch_ms: float
-    launches: int
-    launch_over_gpu: float
-    launch_bound: bool
 
 
 def launch_stats(t: RankTrace) -> LaunchStats:
@@ -204,7 +161,7 @@ def launch_stats(t: RankTrace) -> LaunchStats:
     )
 
 
-def top_kernels(t: RankTrace, limit: int = TOP_KERNELS) -> list[dict[str, object]]:
+def top_kernels(t: RankTrace, limit: int = TOP_KERNELS) -> list[KernelStat]:
     """The kernels with the most total GPU time: name, count, total and mean time, share."""
     kernel = t.cat_id(CAT_KERNEL)
     totals: dict[int, list[float]] = {}
@@ -216,12 +173,12 @@ def top_kernels(t: RankTrace, limit: int = TOP_KERNELS) -> list[dict[str, object
     all_us = sum(v[1] for v in totals.values())
     ordered = sorted(totals.items(), key=lambda kv: -kv[1][1])[:limit]
     return [
-        {
-            "name": t.names[nid],
-            "count": int(count),
-            "total_ms": total / 1000.0,
-            "mean_us": total / count,
-            "share_pct": 100.0 * total / all_us if all_us else 0.0,
-        }
+        KernelStat(
+            name=t.names[nid],
+            count=int(count),
+            total_ms=total / 1000.0,
+            mean_us=total / count,
+            share_pct=100.0 * total / all_us if all_us else 0.0,
+        )
         for nid, (count, total) in ordered
     ]

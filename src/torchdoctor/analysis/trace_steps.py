@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ..trace._tables import (
+from ..trace import (
     CAT_CPU_OP,
     CAT_DRIVER,
     CAT_KERNEL,

@@ -15,10 +15,21 @@ otherwise the larger of compute and host decides. Several ranks are averaged.
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
 
-from ..record import Finding, Verdict
-from .trace_comm import STRAGGLER_SKEW, RankSkew
+from ..record import (
+    COMMUNICATION_BOUND,
+    COMPUTE_BOUND,
+    HOST_BOUND,
+    INPUT_BOUND,
+    UNKNOWN,
+    Finding,
+    KernelStat,
+    RankReport,
+    RankSkew,
+    Verdict,
+)
+from .trace_comm import STRAGGLER_SKEW
 from .trace_gpu import CONSECUTIVE_KERNEL_DELAY_US
 from .trace_host import (
     LAUNCH_CPU_OVER_GPU_RATIO,
@@ -55,10 +66,10 @@ def thresholds() -> dict[str, float]:
     }
 
 
-def group_shares(rank: dict[str, Any]) -> dict[str, float]:
+def group_shares(rank: RankReport) -> dict[str, float]:
     """Input / compute / communication / host shares (0..1) of one rank's step time."""
-    s = rank["step_shares"]
-    if rank["has_gpu"]:
+    s = rank.step_shares
+    if rank.has_gpu:
         compute = s["gpu_kernels"] + s["memcpy"] + s["memset"]
         host = s["runtime"] + s["cpu_ops"] + s["other"]
     else:
@@ -76,27 +87,27 @@ def _pct(x: float) -> str:
     return f"{100 * x:.0f}%" if x >= 0.01 or x == 0 else f"{100 * x:.1f}%"
 
 
-def verdict(ranks: list[dict[str, Any]], skew: RankSkew | None) -> Verdict:
+def verdict(ranks: list[RankReport], skew: RankSkew | None) -> Verdict:
     """What bounds the traced run, with Why and Next."""
-    usable = [r for r in ranks if r["step_wall_ms"] > 0]
+    usable = [r for r in ranks if r.step_wall_ms > 0]
     if not usable:
         return Verdict(
-            "UNKNOWN",
+            UNKNOWN,
             "the trace holds no timed events to divide",
             "record a trace of a few training steps: torchdoctor run --trace DIR SCRIPT",
         )
     groups = ("input", "compute", "communication", "host")
     per_rank = [group_shares(r) for r in usable]
     shares = {g: sum(p[g] for p in per_rank) / len(per_rank) for g in groups}
-    has_gpu = any(r["has_gpu"] for r in usable)
-    idle = [r["temporal"]["idle_pct"] for r in usable if r["temporal"]]
+    has_gpu = any(r.has_gpu for r in usable)
+    idle = [r.temporal.idle_pct for r in usable if r.temporal]
     idle_pct = sum(idle) / len(idle) if idle else None
     where = "each step" if len(usable) == 1 else f"each step (mean of {len(usable)} ranks)"
     top = _top_kernel(usable)
 
     if shares["input"] >= INPUT_BOUND_SHARE:
         return Verdict(
-            "INPUT-BOUND",
+            INPUT_BOUND,
             f"the DataLoader took {_pct(shares['input'])} of {where}; the model waited for data",
             "run `torchdoctor run SCRIPT` for the DataLoader worker sweep and per-transform "
             "costs; raise num_workers, set pin_memory=True and persistent_workers=True, or "
@@ -104,12 +115,12 @@ def verdict(ranks: list[dict[str, Any]], skew: RankSkew | None) -> Verdict:
             shares,
         )
     if shares["communication"] >= COMMUNICATION_BOUND_SHARE:
-        overlap = [r["comm"]["overlap_pct"] for r in usable if r["comm"]]
+        overlap = [r.comm.overlap_pct for r in usable if r.comm]
         ov = (
             f"; only {sum(overlap) / len(overlap):.0f}% of it overlapped compute" if overlap else ""
         )
         return Verdict(
-            "COMMUNICATION-BOUND",
+            COMMUNICATION_BOUND,
             f"communication kernels with no computation under them took "
             f"{_pct(shares['communication'])} of {where}{ov}",
             "sync gradients less often (gradient accumulation with DDP's no_sync()), use a "
@@ -129,13 +140,11 @@ def verdict(ranks: list[dict[str, Any]], skew: RankSkew | None) -> Verdict:
             why = f"PyTorch CPU ops (the math) took {_pct(shares['compute'])} of {where}"
             nxt = "the model's compute bounds the run: use a GPU, torch.compile, or a smaller model"
         if top:
-            nxt += (
-                f"; the top kernel {top['name'][:60]!r} takes {top['share_pct']:.0f}% of GPU time"
-            )
-        return Verdict("COMPUTE-BOUND", why, nxt, shares)
+            nxt += f"; the top kernel {top.name[:60]!r} takes {top.share_pct:.0f}% of GPU time"
+        return Verdict(COMPUTE_BOUND, why, nxt, shares)
 
     if has_gpu and idle_pct is not None:
-        waits = [r["idle"]["share_pct"]["host_wait"] for r in usable if r["idle"]]
+        waits = [r.idle.share_pct["host_wait"] for r in usable if r.idle]
         host_wait = (
             f", {sum(waits) / len(waits):.0f}% of that waiting for the host" if waits else ""
         )
@@ -149,32 +158,32 @@ def verdict(ranks: list[dict[str, Any]], skew: RankSkew | None) -> Verdict:
         "any profiled op (Python)"
     )
     nxt = _host_next(usable, parts)
-    return Verdict("HOST-BOUND", why, nxt, shares)
+    return Verdict(HOST_BOUND, why, nxt, shares)
 
 
-def _mean_parts(ranks: list[dict[str, Any]]) -> dict[str, float]:
-    keys = ranks[0]["step_shares"].keys()
-    return {k: sum(r["step_shares"][k] for r in ranks) / len(ranks) for k in keys}
+def _mean_parts(ranks: list[RankReport]) -> dict[str, float]:
+    keys = ranks[0].step_shares.keys()
+    return {k: sum(r.step_shares[k] for r in ranks) / len(ranks) for k in keys}
 
 
-def _top_kernel(ranks: list[dict[str, Any]]) -> dict[str, Any] | None:
-    tops = [r["top_kernels"][0] for r in ranks if r["top_kernels"]]
-    return max(tops, key=lambda k: k["total_ms"]) if tops else None
+def _top_kernel(ranks: list[RankReport]) -> KernelStat | None:
+    tops = [r.top_kernels[0] for r in ranks if r.top_kernels]
+    return max(tops, key=lambda k: k.total_ms) if tops else None
 
 
-def _host_next(ranks: list[dict[str, Any]], parts: dict[str, float]) -> str:
+def _host_next(ranks: list[RankReport], parts: dict[str, float]) -> str:
     steps = []
-    syncs = sum(r["syncs"]["count"] for r in ranks)
-    blocked = sum(r["syncs"]["blocked_ms"] for r in ranks)
-    wall = sum(r["step_wall_ms"] for r in ranks)
+    syncs = sum(r.syncs.count for r in ranks)
+    blocked = sum(r.syncs.blocked_ms for r in ranks)
+    wall = sum(r.step_wall_ms for r in ranks)
     if syncs and blocked >= SYNC_WARNING_SHARE * wall:
         steps.append(f"remove the {syncs} host syncs listed below (.item(), .cpu(), print)")
-    if any(r["launch"]["launch_bound"] for r in ranks):
+    if any(r.launch.launch_bound for r in ranks):
         steps.append(
             "cut kernel launches: CUDA graphs or torch.compile(mode='reduce-overhead'), "
             "fused optimizers (foreach/fused=True)"
         )
-    if any(r["pageable_memcpy"]["count"] for r in ranks):
+    if any(r.pageable_memcpy.count for r in ranks):
         steps.append("pin host memory (DataLoader pin_memory=True) and copy with non_blocking=True")
     if parts["runtime"] >= max(parts["cpu_ops"], parts["other"]):
         steps.append(
@@ -192,35 +201,35 @@ def _host_next(ranks: list[dict[str, Any]], parts: dict[str, float]) -> str:
     return "; ".join(steps)
 
 
-def findings(ranks: list[dict[str, Any]], skew: RankSkew | None) -> list[Finding]:
+def findings(ranks: list[RankReport], skew: RankSkew | None) -> list[Finding]:
     """Syncs, pageable copies, launch overhead, DataLoader share, comm overlap, stragglers."""
     out: list[Finding] = []
     for r in ranks:
-        steps = max(1, r["analysed_steps"])
-        step_ms = r["step_wall_ms"] / steps if r["step_wall_ms"] else 0.0
-        who = f" on {r['label']}" if len(ranks) > 1 else ""
-        for site in r["syncs"]["sites"]:
-            where = f" in {site['function']}()" if site["function"] else ""
-            via = f" via {site['ops']}" if site["ops"] else ""
-            cost = site["blocked_ms"] / steps
+        steps = max(1, r.analysed_steps)
+        step_ms = r.step_wall_ms / steps if r.step_wall_ms else 0.0
+        who = f" on {r.label}" if len(ranks) > 1 else ""
+        for site in r.syncs.sites:
+            where = f" in {site.function}()" if site.function else ""
+            via = f" via {site.ops}" if site.ops else ""
+            cost = site.blocked_ms / steps
             out.append(
                 Finding(
                     kind="host-sync",
-                    title=f"{site['call']}{via}{where}: {site['count']} calls{who}, host "
-                    f"blocked {site['blocked_ms']:.2f} ms",
+                    title=f"{site.call}{via}{where}: {site.count} calls{who}, host "
+                    f"blocked {site.blocked_ms:.2f} ms",
                     fix="keep values on the device: drop .item()/.cpu()/print of tensors and "
                     "Python branches on tensor values inside the step; log every N steps",
-                    file=site["file"],
-                    line=site["line"],
-                    calls_per_step=site["count"] / steps,
+                    file=site.file,
+                    line=site.line,
+                    calls_per_step=site.count / steps,
                     cost_ms=cost,
                     severity="warning"
                     if step_ms and cost >= SYNC_WARNING_SHARE * step_ms
                     else "info",
-                    detail={"call": site["call"], "ops": site["ops"], "rank": r["label"]},
+                    detail={"call": site.call, "ops": site.ops, "rank": r.label},
                 )
             )
-        if r["syncs"]["count"] and not r["syncs"]["has_stacks"]:
+        if r.syncs.count and not r.syncs.has_stacks:
             out.append(
                 Finding(
                     kind="no-stacks",
@@ -229,35 +238,35 @@ def findings(ranks: list[dict[str, Any]], skew: RankSkew | None) -> list[Finding
                     severity="info",
                 )
             )
-        pm = r["pageable_memcpy"]
-        if pm["count"]:
+        pm = r.pageable_memcpy
+        if pm.count:
             out.append(
                 Finding(
                     kind="pageable-memcpy",
-                    title=f"{pm['count']} copies from/to pageable host memory{who} "
-                    f"({pm['megabytes']:.1f} MB, {pm['total_ms']:.2f} ms on the GPU)",
+                    title=f"{pm.count} copies from/to pageable host memory{who} "
+                    f"({pm.megabytes:.1f} MB, {pm.total_ms:.2f} ms on the GPU)",
                     fix="DataLoader(pin_memory=True) and tensor.to(device, non_blocking=True); "
                     "pageable copies block the host and cannot overlap compute",
-                    calls_per_step=pm["count"] / steps,
-                    cost_ms=pm["total_ms"] / steps,
-                    detail=pm,
+                    calls_per_step=pm.count / steps,
+                    cost_ms=pm.total_ms / steps,
+                    detail=dataclasses.asdict(pm),
                 )
             )
-        ls = r["launch"]
-        if ls["launch_bound"]:
+        ls = r.launch
+        if ls.launch_bound:
             out.append(
                 Finding(
                     kind="launch-bound",
-                    title=f"launch-bound{who}: {100 * ls['short_share']:.0f}% of "
-                    f"{ls['kernels']} kernels run under {SHORT_KERNEL_US:.0f} us and launching "
-                    f"took {ls['launch_over_gpu']:.1f}x their GPU time",
+                    title=f"launch-bound{who}: {100 * ls.short_share:.0f}% of "
+                    f"{ls.kernels} kernels run under {SHORT_KERNEL_US:.0f} us and launching "
+                    f"took {ls.launch_over_gpu:.1f}x their GPU time",
                     fix="fewer, bigger kernels: torch.compile (mode='reduce-overhead' uses CUDA "
                     "graphs), fused optimizers, a larger batch",
-                    cost_ms=(ls["launch_ms"] - ls["kernel_ms"]) / steps,
-                    detail=ls,
+                    cost_ms=(ls.launch_ms - ls.kernel_ms) / steps,
+                    detail=dataclasses.asdict(ls),
                 )
             )
-        share = r["dataloader_share"]
+        share = r.dataloader_share
         if share >= DATALOADER_NOTABLE_SHARE:
             out.append(
                 Finding(
@@ -269,18 +278,18 @@ def findings(ranks: list[dict[str, Any]], skew: RankSkew | None) -> list[Finding
                     severity="warning" if share >= INPUT_BOUND_SHARE else "info",
                 )
             )
-        comm = r["comm"]
-        if comm and comm["overlap_pct"] < COMM_OVERLAP_LOW_PCT:
+        comm = r.comm
+        if comm and comm.overlap_pct < COMM_OVERLAP_LOW_PCT:
             out.append(
                 Finding(
                     kind="comm-overlap",
-                    title=f"only {comm['overlap_pct']:.0f}% of communication overlaps "
-                    f"computation{who} ({comm['comm_ms']:.1f} ms of NCCL kernels, "
-                    f"{comm['exposed_pct']:.0f}% of the GPU span exposed)",
+                    title=f"only {comm.overlap_pct:.0f}% of communication overlaps "
+                    f"computation{who} ({comm.comm_ms:.1f} ms of NCCL kernels, "
+                    f"{comm.exposed_pct:.0f}% of the GPU span exposed)",
                     fix="let all-reduce run during backward (DDP buckets: bucket_cap_mb), "
                     "accumulate gradients with no_sync() to communicate less often",
-                    cost_ms=(comm["comm_ms"] - comm["overlapped_ms"]) / steps,
-                    detail=comm,
+                    cost_ms=(comm.comm_ms - comm.overlapped_ms) / steps,
+                    detail=dataclasses.asdict(comm),
                 )
             )
     if skew and skew.straggler:
@@ -292,7 +301,7 @@ def findings(ranks: list[dict[str, Any]], skew: RankSkew | None) -> list[Finding
                 fix="every rank waits for the slowest at each all-reduce: check its data "
                 "shard, its GPU (thermal, clocks) and CPU affinity; use DistributedSampler",
                 cost_ms=skew.median_step_ms[skew.slowest] - skew.median_step_ms[skew.fastest],
-                detail={"median_step_ms": skew.median_step_ms},
+                detail={"median_step_ms": dict(skew.median_step_ms)},
             )
         )
     order = {"critical": 0, "warning": 1, "info": 2}

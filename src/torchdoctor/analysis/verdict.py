@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from ..record import STEP_PARTS, LoaderSettings, RunRecord, Stat, Verdict
-
-INPUT_BOUND = "INPUT-BOUND"
-COMPUTE_BOUND = "COMPUTE-BOUND"
-HOST_BOUND = "HOST-BOUND"
-UNKNOWN = "UNKNOWN"
+from ..record import (
+    COMPUTE_BOUND,
+    HOST_BOUND,
+    INPUT_BOUND,
+    STEP_PARTS,
+    UNKNOWN,
+    LoaderSettings,
+    RunRecord,
+    Stat,
+    Verdict,
+)
 
 #: Share of step time spent waiting for batches (and copying them) that makes a run input-bound.
 #: A quarter of the step is where fixing the input pays at least 1.33x.

@@ -63,7 +63,8 @@ _TORCH_MACHINERY = tuple(
 _DATALOADER_PREFIX = os.path.join(_TORCH_DIR or "", "utils", "data")
 #: The watcher's own files: the frames between an operation and its caller.
 _WATCHER_FILES = frozenset(
-    os.path.join(_TORCHDOCTOR_DIR, "capture", name) for name in ("syncs.py", "_frames.py")
+    os.path.join(_TORCHDOCTOR_DIR, "capture", name)
+    for name in ("syncs.py", "_sync_watcher.py", "_sync_rules.py", "_sync_ops.py", "_frames.py")
 )
 
 _kind_cache: dict[str, str] = {}

@@ -1,4 +1,12 @@
-"""Reversible patches: every attribute set or hook registered here is undone by ``restore()``."""
+"""Reversible patches: every attribute set or hook registered here is undone by ``restore()``.
+
+One owner for every change torchdoctor makes to torch. The capture session's :class:`Patcher`
+is the process's owner while it is installed; the sync watcher (and anything else that patches
+while a session runs) takes a :meth:`Patcher.child` of it, so the session's restore also undoes
+what a child left behind, and every patcher can map a wrapper it (or a relative) installed back
+to the original it wraps (:meth:`Patcher.original`) - a torch function mode is handed the
+wrapper, not the method, for a call of a patched ``Tensor`` method.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +14,9 @@ from collections.abc import Callable
 from typing import Any
 
 _MISSING = object()
+
+#: The patcher that owns this process's patches while a capture session is installed.
+_owner: Patcher | None = None
 
 
 class Patcher:
@@ -15,16 +26,39 @@ class Patcher:
     capture (an error during ``install``) is still fully undone.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, originals: dict[Any, Any] | None = None) -> None:
         self._undo: list[Callable[[], None]] = []
+        #: wrapper -> what it replaced, shared by a patcher and its children.
+        self._originals: dict[Any, Any] = {} if originals is None else originals
+
+    @classmethod
+    def for_process(cls) -> Patcher:
+        """A child of the installed session's patcher, or a new patcher when none is installed."""
+        return _owner.child() if _owner is not None else cls()
+
+    def own_process(self) -> None:
+        """Make this the process's owner (:meth:`for_process`) until it is restored."""
+        global _owner
+        if _owner is not None and _owner is not self:
+            raise RuntimeError("another torchdoctor capture owns this process's patches")
+        _owner = self
+        self.on_restore(_release_owner)
+
+    def child(self) -> Patcher:
+        """A patcher whose patches this one also undoes, sharing the map of originals."""
+        child = Patcher(self._originals)
+        self.on_restore(child.restore)
+        return child
 
     def set(self, owner: Any, name: str, value: Any) -> Any:
         """Replace ``owner.name`` with ``value``; returns the original (possibly inherited) value."""
         own = vars(owner).get(name, _MISSING) if hasattr(owner, "__dict__") else _MISSING
         original = getattr(owner, name)
         setattr(owner, name, value)
+        self._remember(value, original)
 
         def undo() -> None:
+            self._originals.pop(_key(value), None)
             if own is _MISSING:
                 # The attribute was inherited (e.g. Tensor.to from TensorBase): remove ours.
                 if name in vars(owner):
@@ -34,6 +68,10 @@ class Patcher:
 
         self._undo.append(undo)
         return original
+
+    def original(self, fn: Any) -> Any:
+        """What ``fn`` wraps, if it is a wrapper this patcher (or a relative) installed; else ``fn``."""
+        return self._originals.get(_key(fn), fn)
 
     def hook(self, handle: Any) -> None:
         """Remember a ``RemovableHandle`` (module/optimizer hook) to remove on restore."""
@@ -57,3 +95,17 @@ class Patcher:
             except BaseException as exc:  # noqa: BLE001 - keep undoing the rest
                 errors.append(exc)
         return errors
+
+    def _remember(self, wrapper: Any, original: Any) -> None:
+        # The original of a wrapper of a wrapper is the first one's original.
+        self._originals[_key(wrapper)] = self._originals.get(_key(original), original)
+
+
+def _key(fn: Any) -> Any:
+    """Functions are keyed by identity (some callables are unhashable or compare by value)."""
+    return id(fn)
+
+
+def _release_owner() -> None:
+    global _owner
+    _owner = None

@@ -13,7 +13,9 @@ VerdictKind = Literal[
     "INPUT-BOUND", "COMPUTE-BOUND", "HOST-BOUND", "COMMUNICATION-BOUND", "UNKNOWN"
 ]
 #: How the diagnosed script ended, as far as the record knows.
-Status = Literal["complete", "partial", "interrupted", "script-error", "no-training"]
+Status = Literal[
+    "complete", "partial", "interrupted", "script-error", "no-training", "internal-error"
+]
 Severity = Literal["info", "warning", "critical"]
 
 #: Host syncs and copies seen in the step (docs/syncs.md).
@@ -57,6 +59,12 @@ TraceFindingKind = Literal[
     "straggler",
 ]
 FindingKind = Literal[SyncFindingKind, LoaderFindingKind, TraceFindingKind]
+
+INPUT_BOUND: VerdictKind = "INPUT-BOUND"
+COMPUTE_BOUND: VerdictKind = "COMPUTE-BOUND"
+HOST_BOUND: VerdictKind = "HOST-BOUND"
+COMMUNICATION_BOUND: VerdictKind = "COMMUNICATION-BOUND"
+UNKNOWN: VerdictKind = "UNKNOWN"
 
 VERDICT_KINDS: tuple[str, ...] = get_args(VerdictKind)
 STATUSES: tuple[str, ...] = get_args(Status)

@@ -13,9 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._kinds import FINDING_KINDS, SEVERITIES, FindingKind, Severity, Status, VerdictKind
+from ._kinds import FINDING_KINDS, SEVERITIES, FindingKind, Severity, Status
 from ._loader import LoaderReport
 from ._serial import SCHEMA_VERSION, load_record, record_from_dict, write_json_atomic
+from ._trace import TraceReport
+from ._verdict import Verdict
 
 #: The parts of a step, in the order they are shown. They sum to ``step_ms``.
 STEP_PARTS = ("data_wait", "to_device", "forward", "backward", "optimizer", "other")
@@ -78,17 +80,6 @@ class StepSeries:
     def part(self, name: str) -> list[float]:
         """The series of one step part, by its name in :data:`STEP_PARTS`."""
         return getattr(self, f"{name}_ms")
-
-
-@dataclass
-class Verdict:
-    """What bounds the run, in the user's words."""
-
-    kind: VerdictKind
-    why: str
-    next: str
-    #: Share of the median step spent in each group: input, compute, host.
-    shares: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -209,6 +200,10 @@ class RunRecord:
     seen: dict[str, Any] = field(default_factory=dict)
     #: Measurement overheads that were excluded from the step timings, in ms.
     overhead_ms: dict[str, float] = field(default_factory=dict)
+    #: Steps watched by the sync finder after warmup (not timed).
+    sync_sampled_steps: int = 0
+    #: The profiler trace's analysis (``analyze``, ``run --trace``) and the files recorded.
+    trace: TraceReport | None = None
     #: The loader doctor's measurements (worker sweep, transform costs, memory), when it ran.
     loader_report: LoaderReport | None = None
     #: The ``--fix`` trial: the advised settings injected into a re-run, and its result.

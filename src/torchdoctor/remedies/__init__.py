@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ._build import build_cache, cache_image_folder
 from ._collate import Normalize, uint8_collate
-from ._dataset import CachedDataset
+from ._dataset import CachedDataset, open_manifest
 from ._prefetch import DevicePrefetcher
 from ._sources import ImageOptions
 from ._storage import CacheError
@@ -17,5 +17,6 @@ __all__ = [
     "Normalize",
     "build_cache",
     "cache_image_folder",
+    "open_manifest",
     "uint8_collate",
 ]

@@ -5,14 +5,9 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
-import math
-import multiprocessing
 import os
-import signal
 import sys
-import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +21,9 @@ from ._format import (
     INDEX,
     INDEX_DTYPE,
     MANIFEST,
-    field_file,
-    marker_file,
 )
-from ._sources import ImageOptions, Source, open_source, remember_source, reopen
+from ._shards import ShardJob, finished_shards, plan_shards, run_jobs
+from ._sources import ImageOptions, Source, open_source
 from ._storage import CacheError, Store, file_lock
 
 #: default bytes of one field file of one shard; big enough that per-file costs vanish, small
@@ -38,18 +32,6 @@ DEFAULT_SHARD_MB = 128
 #: samples at which a build starts worker processes; below it, spawning them (about 0.3 s each
 #: here) costs more than decoding (about 1.5 ms per 256x256 JPEG)
 PARALLEL_MIN_SAMPLES = 2000
-
-
-@dataclass(frozen=True)
-class _ShardJob:
-    dest: str
-    storage_options: dict[str, Any]
-    source: dict[str, Any]
-    options: ImageOptions
-    shard: int
-    start: int
-    stop: int
-    build_key: str
 
 
 def build_cache(
@@ -115,12 +97,12 @@ def build_cache(
                     "pass --overwrite (overwrite=True) to replace it, or choose another DEST",
                 )
             _remove_cache(store, existing)
-        plan = _plan_shards(src, shard_mb)
-        done = _finished_shards(store, plan, build_key)
+        plan = plan_shards(src, shard_mb)
+        done = finished_shards(store, plan, build_key)
         if done:
             _say(progress, f"resuming: {len(done)} of {len(plan)} shards already built")
         todo = [
-            _ShardJob(
+            ShardJob(
                 store.url,
                 store.storage_options,
                 src.job_spec(start, stop),
@@ -137,7 +119,7 @@ def build_cache(
             workers = 0 if len(src) < PARALLEL_MIN_SAMPLES else (os.cpu_count() or 1)
         workers = min(workers, len(todo))
         markers = dict(done)
-        markers.update(_run_jobs(src, todo, workers, progress, total=len(src), already=done))
+        markers.update(run_jobs(src, todo, workers, progress, total=len(src), already=done))
         manifest = _finish(store, src, described, options, plan, markers, build_key)
     _say(progress, f"built {store.url}: {manifest['count']} samples, {_size_text(manifest)}")
     return manifest
@@ -171,191 +153,6 @@ def _remove_cache(store: Store, manifest: dict[str, Any]) -> None:
     store.remove([MANIFEST, INDEX])
     files = [f["file"] for s in manifest.get("shards", []) for f in s.get("files", {}).values()]
     store.remove(files + store.list(BUILD_DIR))
-
-
-def _plan_shards(src: Source, shard_mb: float) -> list[tuple[int, int]]:
-    """Sample ranges of the shards; depends only on the source, so a resumed build agrees."""
-    count = len(src)
-    first = src.fields(0)
-    sample_bytes = max(1, max(a.nbytes for a in first.values()))
-    per_shard = max(1, int(shard_mb * 2**20) // sample_bytes)
-    # At least 16 shards when the source allows it, so workers share the work and the progress
-    # bar moves; but no shard below 64 samples, where per-file costs would show.
-    per_shard = min(per_shard, max(64, math.ceil(count / 16)))
-    return [(start, min(start + per_shard, count)) for start in range(0, count, per_shard)]
-
-
-def _finished_shards(
-    store: Store, plan: list[tuple[int, int]], build_key: str
-) -> dict[int, dict[str, Any]]:
-    done: dict[int, dict[str, Any]] = {}
-    present = set(store.list(BUILD_DIR))
-    for shard, (start, stop) in enumerate(plan):
-        name = marker_file(shard)
-        if name not in present:
-            continue
-        try:
-            marker = store.read_json(name)
-        except (ValueError, OSError):
-            continue
-        if (marker.get("build_key"), marker.get("start"), marker.get("stop")) != (
-            build_key,
-            start,
-            stop,
-        ):
-            continue
-        if all(store.size(f["file"]) == f["bytes"] for f in marker["fields"].values()):
-            done[shard] = marker
-    return done
-
-
-def _run_jobs(
-    src: Source,
-    todo: list[_ShardJob],
-    workers: int,
-    progress: bool,
-    total: int,
-    already: dict[int, dict[str, Any]],
-) -> dict[int, dict[str, Any]]:
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
-
-    markers: dict[int, dict[str, Any]] = {}
-    done_samples = sum(m["stop"] - m["start"] for m in already.values())
-    columns = (
-        "[progress.description]{task.description}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeRemainingColumn(),
-    )
-    console = Console(stderr=True)
-    if workers <= 0:
-        with Progress(*columns, console=console, disable=not progress) as bar:
-            task = bar.add_task("building cache", total=total, completed=done_samples)
-            for job in todo:
-                marker = _build_shard(job, source=src, on_sample=lambda: bar.advance(task))
-                markers[job.shard] = marker
-        return markers
-    # fork on Linux: no re-import of the caller's __main__, so a script without a main guard
-    # works, the workers inherit the opened source (even a dataset from a local function), and
-    # the pool forks when created, before the progress bar starts its thread.
-    method = "fork" if sys.platform.startswith("linux") else "spawn"
-    if method == "fork":
-        remember_source(src)
-    pool = multiprocessing.get_context(method).Pool(workers, initializer=_ignore_sigint)
-    try:
-        with Progress(*columns, console=console, disable=not progress) as bar:
-            task = bar.add_task("building cache", total=total, completed=done_samples)
-            for marker in pool.imap_unordered(_build_shard, todo):
-                markers[marker["shard"]] = marker
-                bar.advance(task, marker["stop"] - marker["start"])
-    except BaseException:
-        # Ctrl-C or a failed shard: stop the other shards now rather than finishing them; their
-        # temp files are swept when the build completes, finished shards are kept for resuming.
-        pool.terminate()
-        pool.join()
-        raise
-    pool.close()
-    pool.join()
-    return markers
-
-
-def _ignore_sigint() -> None:
-    """Build workers leave Ctrl-C to the parent, which stops them."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-def _build_shard(
-    job: _ShardJob, source: Source | None = None, on_sample: Callable[[], None] | None = None
-) -> dict[str, Any]:
-    """Write one shard's field files, then its marker; runs in a worker process or inline."""
-    store = Store(job.dest, job.storage_options)
-    offset = 0
-    if source is None:
-        source, offset = reopen(job.source, job.options)
-    staging = store.staging_dir()
-    writers: dict[str, _FieldWriter] = {}
-    try:
-        for index in range(job.start, job.stop):
-            fields = source.fields(index - offset)
-            if not writers:
-                writers = {
-                    name: _FieldWriter(staging, field_file(job.shard, name), arr)
-                    for name, arr in fields.items()
-                }
-            if fields.keys() != writers.keys():
-                raise CacheError(
-                    f"sample {index} has fields {sorted(fields)}, sample {job.start} has "
-                    f"{sorted(writers)}",
-                    "every sample must have the same fields",
-                )
-            for name, array in fields.items():
-                writers[name].add(index, array)
-            if on_sample is not None:
-                on_sample()
-        for writer in writers.values():
-            writer.close()
-            store.commit_file(writer.tmp, writer.name)
-    finally:
-        for writer in writers.values():
-            writer.discard()
-    marker = {
-        "build_key": job.build_key,
-        "shard": job.shard,
-        "start": job.start,
-        "stop": job.stop,
-        "fields": {name: w.summary() for name, w in writers.items()},
-    }
-    store.write_json(marker_file(job.shard), marker)
-    return marker
-
-
-class _FieldWriter:
-    """Appends one field's samples to a temp file, hashing as it goes."""
-
-    def __init__(self, staging: Path, name: str, first: np.ndarray) -> None:
-        self.name = name
-        self.dtype = first.dtype
-        self.ndim = first.ndim
-        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=staging)
-        self.tmp = Path(tmp)
-        self.fh = os.fdopen(fd, "wb")
-        self.digest = hashlib.sha256()
-        self.nbytes = 0
-        self.shapes: list[list[int]] = []
-
-    def add(self, index: int, array: np.ndarray) -> None:
-        if array.dtype != self.dtype or array.ndim != self.ndim:
-            raise CacheError(
-                f"field {self.name.split('.')[1]!r} of sample {index} is {array.dtype} with "
-                f"{array.ndim} dimensions; earlier samples are {self.dtype} with {self.ndim}",
-                "make the dataset return the same dtype and rank for every sample",
-            )
-        data = memoryview(array).cast("B") if array.ndim else array.tobytes()
-        self.fh.write(data)
-        self.digest.update(data)
-        self.nbytes += array.nbytes
-        self.shapes.append(list(array.shape))
-
-    def close(self) -> None:
-        self.fh.flush()
-        os.fsync(self.fh.fileno())
-        self.fh.close()
-
-    def discard(self) -> None:
-        if not self.fh.closed:
-            self.fh.close()
-        self.tmp.unlink(missing_ok=True)
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            "file": self.name,
-            "dtype": self.dtype.str,
-            "ndim": self.ndim,
-            "bytes": self.nbytes,
-            "sha256": self.digest.hexdigest(),
-            "shapes": self.shapes,
-        }
 
 
 def _finish(

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import collections.abc
 import contextlib
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
+
+from .._batches import map_tensors
 
 
 class DevicePrefetcher:
@@ -84,7 +85,7 @@ class _PlainCopier:
 
     def iterate(self, batches: Iterator[Any]) -> Iterator[Any]:
         for batch in batches:
-            yield _apply(batch, lambda tensor: tensor.to(self.device))
+            yield map_tensors(batch, lambda tensor: tensor.to(self.device))
 
 
 class _StreamCopier:
@@ -107,7 +108,7 @@ class _StreamCopier:
 
     def _start_copy(self, batch: Any) -> Any:
         with _on_stream(self.stream, self.device):
-            return _apply(batch, self._copy_tensor)
+            return map_tensors(batch, self._copy_tensor)
 
     def _copy_tensor(self, tensor: torch.Tensor) -> torch.Tensor:
         if tensor.device.type == "cpu" and not tensor.is_pinned():
@@ -123,20 +124,7 @@ class _StreamCopier:
                 tensor.record_stream(compute)
             return tensor
 
-        return _apply(batch, record)
-
-
-def _apply(batch: Any, fn: Any) -> Any:
-    """Apply ``fn`` to every tensor in a nested batch, keeping its structure."""
-    if isinstance(batch, torch.Tensor):
-        return fn(batch)
-    if isinstance(batch, collections.abc.Mapping):
-        return {k: _apply(v, fn) for k, v in batch.items()}
-    if isinstance(batch, tuple) and hasattr(batch, "_fields"):
-        return type(batch)(*(_apply(v, fn) for v in batch))
-    if isinstance(batch, (tuple, list)):
-        return type(batch)(_apply(v, fn) for v in batch)
-    return batch
+        return map_tensors(batch, record)
 
 
 def _resolve_device(device: torch.device | str | None) -> torch.device:

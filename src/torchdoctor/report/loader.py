@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..record import LoaderMemory, LoaderReport, TransformCost, WorkerSweep
+from ._style import GOOD, SEVERITIES
 
 _BAR_WIDTH = 24
 
@@ -34,7 +35,7 @@ def loader_section(report: LoaderReport | None, current_workers: int | None = No
             Text(
                 f"copy-on-read: worker memory (USS) grew {cow.growth_mb:.0f} MB per worker "
                 f"through the run ({cow.start_mb:.0f} -> {cow.end_mb:.0f} MB)",
-                style="yellow",
+                style=SEVERITIES["warning"].style,
             )
         )
     return Group(*parts) if parts else None
@@ -62,7 +63,7 @@ def _sweep_table(sweep: WorkerSweep, current: int | None) -> Table:
         n = p.num_workers
         marks = []
         if n == sweep.best_workers:
-            marks.append("[bold green]pick[/]")
+            marks.append(f"[{GOOD}]pick[/]")
         if n == current:
             marks.append("now")
         table.add_row(

@@ -8,14 +8,9 @@ from rich.table import Table
 from rich.text import Text
 
 from ..record import STEP_PARTS, FixTrial, RunRecord
+from ._style import BAD, GOOD, severity_look, verdict_look
 from .loader import loader_section
 
-_VERDICT_STYLE = {
-    "INPUT-BOUND": "bold yellow",
-    "COMPUTE-BOUND": "bold green",
-    "HOST-BOUND": "bold magenta",
-    "COMMUNICATION-BOUND": "bold blue",
-}
 _PART_LABEL = {
     "data_wait": "data wait",
     "to_device": "to device",
@@ -24,7 +19,6 @@ _PART_LABEL = {
     "optimizer": "optimizer",
     "other": "other (Python, logging, syncs)",
 }
-_SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "dim"}
 
 
 def render(record: RunRecord, console: Console | None = None, title: str | None = None) -> None:
@@ -41,14 +35,11 @@ def render(record: RunRecord, console: Console | None = None, title: str | None 
     )
     if section is not None:
         console.print(section)
-    if "trace" in record.extra:
+    if record.trace is not None and record.trace.analysed:
         from .trace_terminal import render_trace_section
 
-        console.print(
-            Text(
-                f"profiler trace: {', '.join(record.extra.get('trace_files', []))}", style="italic"
-            )
-        )
+        files = ", ".join(record.trace.recorded_files)
+        console.print(Text(f"profiler trace: {files}", style="italic"))
         render_trace_section(record, console)
     if record.findings:
         console.print(_findings_table(record))
@@ -83,11 +74,11 @@ def render_fix(record: RunRecord, trial: FixTrial, console: Console | None = Non
             "Verified",
             Text(
                 f"{trial.verified_speedup:.2f}x  (mean step {before:.1f} ms -> {after:.1f} ms)",
-                style="bold green",
+                style=GOOD,
             ),
         )
     else:
-        grid.add_row("Verified", Text("the re-run measured no step", style="red"))
+        grid.add_row("Verified", Text("the re-run measured no step", style=BAD))
     if trial.predicted_speedup:
         grid.add_row("Predicted", f"{trial.predicted_speedup:.2f}x by the worker sweep")
     where = f" at {trial.where}" if trial.where else ""
@@ -132,7 +123,8 @@ def _verdict_panel(record: RunRecord) -> Panel:
     grid = Table.grid(padding=(0, 1))
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column()
-    grid.add_row("Verdict", Text(v.kind, style=_VERDICT_STYLE.get(v.kind, "bold")))
+    look = verdict_look(v.kind)
+    grid.add_row("Verdict", Text(look.label, style=look.style))
     grid.add_row("Why", v.why)
     grid.add_row("Next", v.next)
     if v.shares:
@@ -209,7 +201,8 @@ def _findings_table(record: RunRecord) -> Group:
     items: list = [Text("findings, most costly first", style="italic")]
     for i, f in enumerate(record.findings, 1):
         head = Text(f"{i}. ")
-        head.append(f"[{f.severity}] ", style=_SEVERITY_STYLE.get(f.severity, ""))
+        severity = severity_look(f.severity)
+        head.append(f"[{severity.label}] ", style=severity.style)
         head.append(f.title, style="bold")
         items.append(head)
         if f.file:

@@ -1,4 +1,4 @@
-"""Terminal rendering of a trace analysis (``record.extra["trace"]``) with rich.
+"""Terminal rendering of a trace analysis (``record.trace``) with rich.
 
 :func:`render_trace_section` draws only the trace-specific tables, for a general record
 renderer to call; :func:`render_trace_report` draws a whole ``torchdoctor analyze`` report
@@ -7,13 +7,12 @@ renderer to call; :func:`render_trace_report` draws a whole ``torchdoctor analyz
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..record import RunRecord
+from ..record import RankReport, RunRecord, TraceReport
+from ._style import severity_look, verdict_look
 
 _PART_LABELS = {
     "gpu_kernels": "GPU kernels",
@@ -25,15 +24,8 @@ _PART_LABELS = {
     "cpu_ops": "CPU ops",
     "other": "other (Python, idle)",
 }
-_VERDICT_STYLE = {
-    "INPUT-BOUND": "bold yellow",
-    "COMPUTE-BOUND": "bold green",
-    "HOST-BOUND": "bold red",
-    "COMMUNICATION-BOUND": "bold magenta",
-}
 #: Step wall times listed under the step table, per rank.
 MAX_STEPS_LISTED = 12
-_SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "dim"}
 
 
 def _ms(x: float) -> str:
@@ -42,56 +34,54 @@ def _ms(x: float) -> str:
 
 def render_trace_section(record: RunRecord, console: Console) -> None:
     """Draw the trace tables of ``record`` (no-op when the record holds no trace analysis)."""
-    trace: dict[str, Any] | None = record.extra.get("trace")
-    if not trace:
+    trace = record.trace
+    if trace is None or not trace.analysed:
         return
-    ranks = trace["ranks"]
+    ranks = trace.ranks
     _step_table(ranks, console)
     _gpu_table(ranks, trace, console)
     _top_kernels(ranks, console)
     _comm_and_skew(ranks, trace, console)
 
 
-def _step_table(ranks: list[dict[str, Any]], console: Console) -> None:
+def _step_table(ranks: list[RankReport], console: Console) -> None:
     console.print(
         Text("Step time, claimed in priority order (parts sum to the step)", style="bold")
     )
     table = Table(show_edge=False)
     table.add_column("part")
     for r in ranks:
-        steps = r["analysed_steps"]
-        table.add_column(f"{r['label']}\nms/step ({steps} steps)", justify="right")
+        steps = r.analysed_steps
+        table.add_column(f"{r.label}\nms/step ({steps} steps)", justify="right")
         table.add_column("share", justify="right")
     for part, label in _PART_LABELS.items():
         row = [label]
         for r in ranks:
-            steps = max(1, r["analysed_steps"])
-            row += [_ms(r["step_parts_ms"][part] / steps), f"{100 * r['step_shares'][part]:.1f}%"]
+            steps = max(1, r.analysed_steps)
+            row += [_ms(r.step_parts_ms[part] / steps), f"{100 * r.step_shares[part]:.1f}%"]
         table.add_row(*row)
     total = ["wall time"]
     for r in ranks:
-        total += [_ms(r["step_wall_ms"] / max(1, r["analysed_steps"])), "100%"]
+        total += [_ms(r.step_wall_ms / max(1, r.analysed_steps)), "100%"]
     table.add_row(*total, style="bold")
     console.print(table)
     for r in ranks:
-        shown = r["steps"][:MAX_STEPS_LISTED]
-        listed = ", ".join(
-            f"{s['name'].replace('ProfilerStep', '')} {_ms(s['wall_ms'])}" for s in shown
-        )
-        more = f", ... ({len(r['steps'])} in all)" if len(r["steps"]) > len(shown) else ""
-        left_out = len(r["steps"]) - r["analysed_steps"]
+        shown = r.steps[:MAX_STEPS_LISTED]
+        listed = ", ".join(f"{s.name.replace('ProfilerStep', '')} {_ms(s.wall_ms)}" for s in shown)
+        more = f", ... ({len(r.steps)} in all)" if len(r.steps) > len(shown) else ""
+        left_out = len(r.steps) - r.analysed_steps
         tail = f"; the last {left_out} not in the totals" if left_out else ""
-        console.print(Text(f"steps of {r['label']} (ms): {listed}{more}{tail}", style="dim"))
+        console.print(Text(f"steps of {r.label} (ms): {listed}{more}{tail}", style="dim"))
     console.print()
 
 
-def _gpu_table(ranks: list[dict[str, Any]], trace: dict[str, Any], console: Console) -> None:
-    with_gpu = [r for r in ranks if r["temporal"]]
+def _gpu_table(ranks: list[RankReport], trace: TraceReport, console: Console) -> None:
+    with_gpu = [r for r in ranks if r.temporal]
     if not with_gpu:
         console.print("GPU: the trace holds no GPU activity (a CPU-only profile).")
         console.print()
         return
-    last = "kept" if trace.get("include_last_step") else "left out"
+    last = "kept" if trace.include_last_step else "left out"
     console.print(
         Text(
             f"GPU time over the kernel span (HTA's definitions; last ProfilerStep {last}); "
@@ -103,91 +93,87 @@ def _gpu_table(ranks: list[dict[str, Any]], trace: dict[str, Any], console: Cons
     for col in ("rank", "span ms", "idle", "compute", "non-compute", "host", "kernel", "other"):
         table.add_column(col, justify="right" if col != "rank" else "left")
     for r in with_gpu:
-        tp, idle = r["temporal"], r["idle"]
+        tp, idle = r.temporal, r.idle
+        assert tp is not None
         split = (
-            [f"{idle['share_pct'][c]:.1f}%" for c in ("host_wait", "kernel_wait", "other")]
+            [f"{idle.share_pct[c]:.1f}%" for c in ("host_wait", "kernel_wait", "other")]
             if idle
             else ["-"] * 3
         )
         table.add_row(
-            r["label"],
-            _ms(tp["kernel_span_us"] / 1000.0),
-            f"{tp['idle_pct']:.2f}%",
-            f"{tp['compute_pct']:.2f}%",
-            f"{tp['non_compute_pct']:.2f}%",
+            r.label,
+            _ms(tp.kernel_span_us / 1000.0),
+            f"{tp.idle_pct:.2f}%",
+            f"{tp.compute_pct:.2f}%",
+            f"{tp.non_compute_pct:.2f}%",
             *split,
         )
     console.print(table)
     console.print()
 
 
-def _top_kernels(ranks: list[dict[str, Any]], console: Console) -> None:
-    r = max(
-        ranks, key=lambda x: sum(k["total_ms"] for k in x["top_kernels"]) if x["top_kernels"] else 0
-    )
-    if not r["top_kernels"]:
+def _top_kernels(ranks: list[RankReport], console: Console) -> None:
+    r = max(ranks, key=lambda x: sum(k.total_ms for k in x.top_kernels) if x.top_kernels else 0)
+    if not r.top_kernels:
         return
-    console.print(Text(f"Top kernels ({r['label']}, whole trace)", style="bold"))
+    console.print(Text(f"Top kernels ({r.label}, whole trace)", style="bold"))
     table = Table(show_edge=False)
     table.add_column("kernel", overflow="ellipsis", max_width=36, no_wrap=True)
     for col in ("calls", "total ms", "mean us", "share"):
         table.add_column(col, justify="right", no_wrap=True, min_width=7)
-    for k in r["top_kernels"][:5]:
+    for k in r.top_kernels[:5]:
         table.add_row(
-            k["name"],
-            str(k["count"]),
-            _ms(k["total_ms"]),
-            f"{k['mean_us']:,.0f}" if k["mean_us"] >= 100 else f"{k['mean_us']:.1f}",
-            f"{k['share_pct']:.1f}%",
+            k.name,
+            str(k.count),
+            _ms(k.total_ms),
+            f"{k.mean_us:,.0f}" if k.mean_us >= 100 else f"{k.mean_us:.1f}",
+            f"{k.share_pct:.1f}%",
         )
     console.print(table)
     console.print()
 
 
-def _comm_and_skew(ranks: list[dict[str, Any]], trace: dict[str, Any], console: Console) -> None:
+def _comm_and_skew(ranks: list[RankReport], trace: TraceReport, console: Console) -> None:
     for r in ranks:
-        comm = r["comm"]
+        comm = r.comm
         if comm:
             console.print(
-                f"Communication ({r['label']}): {_ms(comm['comm_ms'])} ms of NCCL kernels, "
-                f"{comm['overlap_pct']:.1f}% overlapped with computation, "
-                f"{comm['exposed_pct']:.1f}% of the GPU span exposed"
+                f"Communication ({r.label}): {_ms(comm.comm_ms)} ms of NCCL kernels, "
+                f"{comm.overlap_pct:.1f}% overlapped with computation, "
+                f"{comm.exposed_pct:.1f}% of the GPU span exposed"
             )
-    skew = trace.get("skew")
+    skew = trace.skew
     if skew:
-        medians = ", ".join(f"{k} {v:.1f} ms" for k, v in skew["median_step_ms"].items())
+        medians = ", ".join(f"{k} {v:.1f} ms" for k, v in skew.median_step_ms.items())
         console.print(
-            f"Per-rank median step: {medians}; skew {100 * skew['skew']:.1f}%"
-            + (" (straggler)" if skew["straggler"] else "")
+            f"Per-rank median step: {medians}; skew {100 * skew.skew:.1f}%"
+            + (" (straggler)" if skew.straggler else "")
         )
-    if any(r["comm"] for r in ranks) or skew:
+    if any(r.comm for r in ranks) or skew:
         console.print()
 
 
 def render_trace_report(record: RunRecord, console: Console | None = None) -> None:
     """Draw the whole ``torchdoctor analyze`` report for ``record``."""
     console = console or Console()
-    trace = record.extra.get("trace") or {}
-    ranks = trace.get("ranks", [])
-    parse = trace.get("parse", {})
+    trace = record.trace or TraceReport()
+    ranks = trace.ranks
+    parse = trace.parse
     head = (
-        f"torchdoctor analyze: {len(trace.get('files', []))} trace file(s), "
-        f"{', '.join(r['label'] for r in ranks)}"
+        f"torchdoctor analyze: {len(trace.files)} trace file(s), "
+        f"{', '.join(r.label for r in ranks)}"
     )
     if record.step_ms:
         head += f"; median step {record.step_ms.median:.1f} ms over {record.step_ms.count} steps"
     console.print(Text(head, style="bold"))
-    if parse.get("seconds"):
+    if parse and parse.seconds:
         console.print(
-            Text(
-                f"parsed {parse['mb']:.1f} MB of JSON in {parse['seconds']:.2f} s",
-                style="dim",
-            )
+            Text(f"parsed {parse.mb:.1f} MB of JSON in {parse.seconds:.2f} s", style="dim")
         )
     console.print()
     v = record.verdict
     if v:
-        console.print(Text.assemble("VERDICT: ", (v.kind, _VERDICT_STYLE.get(v.kind, "bold"))))
+        console.print(Text.assemble("VERDICT: ", verdict_look(v.kind)))
         console.print(f"  Why:  {v.why}")
         console.print(f"  Next: {v.next}")
         console.print()
@@ -196,11 +182,9 @@ def render_trace_report(record: RunRecord, console: Console | None = None) -> No
         console.print(Text("Findings", style="bold"))
         for f in record.findings:
             where = f" [{f.file}:{f.line}]" if f.file else ""
+            severity = severity_look(f.severity)
             console.print(
-                Text.assemble(
-                    (f"  {f.severity:<7} ", _SEVERITY_STYLE.get(f.severity, "")),
-                    f"{f.title}{where}",
-                )
+                Text.assemble((f"  {severity.label:<7} ", severity.style), f"{f.title}{where}")
             )
             console.print(Text(f"          fix: {f.fix}", style="dim"))
         console.print()

@@ -51,13 +51,12 @@ def test_no_profiler_step_analyses_the_whole_trace_with_a_note(tmp_path):
     b.host("aten::mm", 0, 100)
     b.host("aten::mm", 200, 100)
     record = analyse_traces([_load(b, tmp_path, "cpu_only.json")])
-    trace = record.extra["trace"]
-    (rank,) = trace["ranks"]
-    assert rank["steps"][0]["name"] == "whole trace"
-    assert rank["step_wall_ms"] == pytest.approx(0.3)
+    (rank,) = record.trace.ranks
+    assert rank.steps[0].name == "whole trace"
+    assert rank.step_wall_ms == pytest.approx(0.3)
     assert any("no ProfilerStep" in n for n in record.notes)
     assert any("no distributedInfo.rank" in n for n in record.notes)
-    assert rank["label"] == "cpu_only"
+    assert rank.label == "cpu_only"
     assert record.verdict.kind == "COMPUTE-BOUND"  # CPU ops do the math on a CPU-only trace
 
 
@@ -66,11 +65,11 @@ def test_gpu_busy_trace_is_compute_bound_and_idle_host_trace_is_host_bound(tmp_p
     idle = analyse_traces([_load(training_trace(gpu_busy=False), tmp_path, "idle.json")])
     assert busy.verdict.kind == "COMPUTE-BOUND"
     assert idle.verdict.kind == "HOST-BOUND"
-    t_idle = idle.extra["trace"]["ranks"][0]
-    assert t_idle["temporal"]["idle_pct"] > 50
+    t_idle = idle.trace.ranks[0]
+    assert t_idle.temporal.idle_pct > 50
     # Steps 1-2 are kept: 9 gaps of 45 us per step between kernels launched early ("other"),
     # and one 545 us gap before step 2's first kernel, launched after step 1's last ended.
-    assert t_idle["idle"]["streams_us"]["7"] == {
+    assert t_idle.idle.streams_us["7"] == {
         "host_wait": 545.0,
         "kernel_wait": 0.0,
         "other": 810.0,
@@ -93,7 +92,7 @@ def test_idle_split_host_wait_kernel_wait_other(tmp_path):
     t = _load(b, tmp_path)
     view = trace_gpu.gpu_view(t, n_step_names=0)
     idle = trace_gpu.idle_breakdown(t, view)
-    assert idle.streams_us[7] == {"host_wait": 40.0, "kernel_wait": 10.0, "other": 100.0}
+    assert idle.streams_us["7"] == {"host_wait": 40.0, "kernel_wait": 10.0, "other": 100.0}
     temporal = trace_gpu.temporal_breakdown(t, view)
     assert temporal.kernel_span_us == 190 and temporal.idle_us == 150
     assert temporal.compute_pct == pytest.approx(40 / 190 * 100)
@@ -177,11 +176,11 @@ def test_two_ranks_give_skew_and_comm_overlap(tmp_path):
             ]
         files.append(b.write(tmp_path / f"rank{rank}.json"))
     record = analyze_trace([str(tmp_path)])
-    trace = record.extra["trace"]
-    assert [r["label"] for r in trace["ranks"]] == ["rank 0", "rank 1"]
-    assert trace["skew"]["straggler"] and trace["skew"]["slowest"] == "rank 1"
-    comm = trace["ranks"][0]["comm"]
-    assert 0 < comm["overlap_pct"] < 100
+    trace = record.trace
+    assert [r.label for r in trace.ranks] == ["rank 0", "rank 1"]
+    assert trace.skew.straggler and trace.skew.slowest == "rank 1"
+    comm = trace.ranks[0].comm
+    assert 0 < comm.overlap_pct < 100
     assert any(f.kind == "straggler" for f in record.findings)
 
 
@@ -193,7 +192,8 @@ def test_cli_analyze_writes_a_record_that_reloads(tmp_path, capsys):
     assert "VERDICT: HOST-BOUND" in text and "Why:" in text and "Next:" in text
     record = RunRecord.load(out)
     assert record.verdict.kind == "HOST-BOUND"
-    assert json.loads(out.read_text())["extra"]["trace"]["ranks"][0]["temporal"]["idle_pct"] > 50
+    assert record.trace.ranks[0].temporal.idle_pct > 50
+    assert json.loads(out.read_text())["trace"]["ranks"][0]["temporal"]["idle_pct"] > 50
 
 
 @pytest.mark.parametrize("content", [b'{"traceEvents": [{"ph": "X", "ts": 1', b"\x1f\x8bnot gzip"])
@@ -229,3 +229,12 @@ def test_render_trace_section_for_the_lead_renderer(tmp_path):
         render_trace_section(record, console)
     text = console.export_text()
     assert "no GPU activity" in text and "rank 1" in text and "gemm_kernel" in text
+
+
+def test_an_analysis_of_two_ranks_round_trips_through_the_record(tmp_path):
+    record = analyse_traces([_load(training_trace(rank=r), tmp_path, f"r{r}.json") for r in (0, 1)])
+    assert record.trace.analysed and len(record.trace.ranks) == 2
+    assert record.trace.ranks[0].temporal is not None and record.trace.ranks[0].idle is not None
+    assert record.trace.verdict == record.verdict and record.trace.verdict is not record.verdict
+    again = RunRecord.load(record.save(tmp_path / "r.json"))
+    assert again == record

@@ -58,7 +58,7 @@ def test_idle_time_breakdown_agrees_with_hta(traces, rel):
     view = trace_gpu.gpu_view(t, len(trace_gpu.step_names([t])))
     ours = trace_gpu.idle_breakdown(t, view)
     for stream, ref in ref_streams.items():
-        mine = ours.streams_us[int(stream)]
+        mine = ours.streams_us[stream]
         ref_total, my_total = sum(ref.values()), sum(mine.values())
         assert my_total == pytest.approx(ref_total, abs=1.0)
         for category, value in ref.items():
@@ -79,15 +79,15 @@ def test_verdicts_on_real_traces(traces, rel, kind):
     record = analyse_traces([traces(rel)])
     assert record.verdict.kind == kind
     assert record.verdict.why and record.verdict.next
-    rank = record.extra["trace"]["ranks"][0]
-    assert sum(rank["step_parts_ms"].values()) == pytest.approx(rank["step_wall_ms"], rel=1e-9)
+    rank = record.trace.ranks[0]
+    assert sum(rank.step_parts_ms.values()) == pytest.approx(rank.step_wall_ms, rel=1e-9)
 
 
 def test_amd_trace_with_hip_names_and_no_rank(traces):
     record = analyse_traces([traces("amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz")])
     assert any("no distributedInfo.rank" in n for n in record.notes)
-    syncs = record.extra["trace"]["ranks"][0]["syncs"]
-    assert syncs["sites"][0]["call"] == "hipMemcpyWithStream"
+    syncs = record.trace.ranks[0].syncs
+    assert syncs.sites[0].call == "hipMemcpyWithStream"
     assert record.verdict.kind == "HOST-BOUND"
 
 

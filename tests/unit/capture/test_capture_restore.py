@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from torchdoctor.capture import CaptureSession, active_session
 from torchdoctor.capture._patch import Patcher
-from torchdoctor.capture._session import CaptureOptions, CaptureSession, active_session
+from torchdoctor.options import RunOptions
 
 
 def test_patcher_restores_inherited_and_own_attributes():
@@ -37,8 +38,48 @@ def test_patcher_keeps_undoing_after_a_failure():
     assert calls == ["last", "first"] and len(errors) == 1
 
 
+def test_a_child_patcher_knows_its_parents_wrappers_and_is_undone_with_it():
+    class Box:
+        def f(self):
+            return "f"
+
+        def g(self):
+            return "g"
+
+    original = Box.f
+    parent = Patcher()
+
+    def wrapper(self):
+        return "wrapped"
+
+    parent.set(Box, "f", wrapper)
+    child = parent.child()
+    assert child.original(wrapper) is original  # what a torch function mode is handed
+    assert child.original(original) is original
+    child.set(Box, "g", lambda self: "patched")
+    assert parent.restore() == []
+    assert Box().g() == "g" and Box.f is original
+    assert child.original(wrapper) is wrapper  # forgotten once undone
+
+
+def test_a_sync_watcher_inside_a_session_patches_through_the_session():
+    from torchdoctor.capture.syncs import SyncWatcher
+
+    before = vars(torch.Tensor).get("__new__")
+    session = CaptureSession(RunOptions(), progress=None)
+    session.install()
+    try:
+        watcher = SyncWatcher(on_accelerator=False)
+        watcher.start()
+        assert vars(torch.Tensor).get("__new__") is not before
+    finally:
+        session.uninstall()  # the watcher was never stopped: the session's restore undoes it
+    assert vars(torch.Tensor).get("__new__") is before
+    watcher.stop()  # and a late stop is harmless
+
+
 def test_failed_install_is_fully_undone(monkeypatch):
-    session = CaptureSession(CaptureOptions())
+    session = CaptureSession(RunOptions())
 
     def boom():
         raise RuntimeError("hook registration failed")
@@ -54,18 +95,18 @@ def test_failed_install_is_fully_undone(monkeypatch):
 
 
 def test_one_session_at_a_time():
-    first = CaptureSession(CaptureOptions())
+    first = CaptureSession(RunOptions())
     first.install()
     try:
         with pytest.raises(RuntimeError, match="already active"):
-            CaptureSession(CaptureOptions()).install()
+            CaptureSession(RunOptions()).install()
     finally:
         first.uninstall()
     assert active_session() is None
 
 
 def test_uninstall_after_user_error_mid_step():
-    session = CaptureSession(CaptureOptions(steps=2, warmup=0))
+    session = CaptureSession(RunOptions(steps=2, warmup=0))
     session.install()
     model = torch.nn.Linear(4, 2)
     try:

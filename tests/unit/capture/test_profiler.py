@@ -74,17 +74,17 @@ def test_cpu_trace_is_tensorboard_shaped_and_analyze_reads_it_back(tmp_path):
     assert LABEL_PREFIX + "forward" in names
 
     record = analyze_trace(str(path.parent))
-    rank = record.extra["trace"]["ranks"][0]
-    assert len(rank["steps"]) == 3 and not rank["has_gpu"]
+    rank = record.trace.ranks[0]
+    assert len(rank.steps) == 3 and not rank.has_gpu
     # The sleeping dataset dominates each step: the trace says so in run's words.
     assert record.verdict.kind == "INPUT-BOUND"
-    assert rank["dataloader_share"] > 0.3
+    assert rank.dataloader_share > 0.3
 
     # What `run --trace` does with the files: the run's record gains the trace section.
     run_record = RunRecord(verdict=Verdict("HOST-BOUND", "why", "next"))
     attach_trace(run_record, prof.trace_paths)
     assert run_record.verdict.kind == "HOST-BOUND"
-    assert run_record.extra["trace"]["verdict"]["kind"] == "INPUT-BOUND"
+    assert run_record.trace.verdict.kind == "INPUT-BOUND"
     assert any(f.kind == "dataloader" for f in run_record.findings)
 
 

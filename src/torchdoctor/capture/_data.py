@@ -1,0 +1,55 @@
+"""What a capture measured, in a plain holder apart from the hooks that measure it.
+
+The phases write here; the runner builds the record from here. Nothing in it refers back to the
+session, so it can be handed on (to a record builder today; to a supervising process or another
+rank later) without dragging the live hooks along.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from ..record import Finding, LoaderAlone, SystemUsage
+
+
+class StepMarks(NamedTuple):
+    """One training step as the timeline cut it, and the batches it drew."""
+
+    marks: list[Any]
+    batches: int
+
+
+def _seen() -> dict[str, int]:
+    return {
+        "dataloaders": 0,
+        "dataloader_iterators": 0,
+        "batches": 0,
+        "optimizers": 0,
+        "optimizer_steps": 0,
+        "forward_calls": 0,
+        "backward_calls": 0,
+    }
+
+
+@dataclass
+class CaptureData:
+    """Every result of the live capture, filled phase by phase."""
+
+    measured: list[StepMarks] = field(default_factory=list)
+    model_alone: list[StepMarks] = field(default_factory=list)
+    #: Wall time of each step watched by the sync finder (not timed otherwise), in ms.
+    sync_sample_ms: list[float] = field(default_factory=list)
+    sync_findings: list[Finding] = field(default_factory=list)
+    trace_paths: list[str] = field(default_factory=list)
+    #: The whole-step worker sweep's result (``record.WorkerSweep``), when it ran.
+    worker_sweep: Any = None
+    loader_alone: LoaderAlone | None = None
+    #: The loader doctor's result (``loader.LoaderDiagnosis``), when it ran.
+    loader_diagnosis: Any = None
+    system: SystemUsage | None = None
+    notes: list[str] = field(default_factory=list)
+    #: What the capture saw: counts of loaders, optimizers, steps, module calls.
+    seen: dict[str, int] = field(default_factory=_seen)
+    #: torchdoctor's own failure, when it stopped the script because of one.
+    internal_error: Exception | None = None

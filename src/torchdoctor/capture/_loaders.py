@@ -1,0 +1,123 @@
+"""The script's DataLoaders as the capture sees them: their settings, which one feeds the steps,
+and the batches kept to replay. (Cloning a loader is the loader package's work.)"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from torch.utils.data import DataLoader
+
+from .._batches import batch_nbytes
+from ..loader import loader_settings, shutdown_workers
+from ..record import LoaderSettings
+
+#: Batches kept in memory for the model-alone replay, at most this many bytes (and ``steps``).
+REPLAY_MAX_BYTES = 512 * 2**20
+
+
+class LoaderTracker:
+    """The DataLoaders the script builds and iterates, and which one feeds its training steps.
+
+    Loaders are keyed by their dataset: a script that rebuilds its loader every epoch (same
+    dataset) keeps one entry, its newest loader.
+    """
+
+    def __init__(self, seen: dict[str, int]) -> None:
+        self._seen = seen
+        self._loaders: dict[int, weakref.ref] = {}  # id(dataset) -> newest loader over it
+        self._settings: dict[int, LoaderSettings] = {}
+        self._created_at: dict[int, str] = {}  # id(DataLoader) -> "file:line"
+        self._iterators: weakref.WeakSet = weakref.WeakSet()
+        self._batches_by_dataset: dict[int, int] = {}
+
+    def created(self, loader: DataLoader, site: str) -> None:
+        self._created_at[id(loader)] = site
+
+    def iterated(self, loader: DataLoader, it: Any) -> None:
+        key = id(loader.dataset)
+        if key not in self._loaders or self._loaders[key]() is not loader:
+            self._seen["dataloaders"] += 1
+        self._loaders[key] = weakref.ref(loader)
+        settings = loader_settings(loader)
+        settings.created_at = self._created_at.get(id(loader))
+        self._settings[key] = settings
+        if it not in self._iterators:
+            self._iterators.add(it)
+            self._seen["dataloader_iterators"] += 1
+
+    def count_measured_batch(self, dataset_key: int) -> None:
+        self._batches_by_dataset[dataset_key] = self._batches_by_dataset.get(dataset_key, 0) + 1
+
+    def main_dataset_key(self) -> int | None:
+        """The dataset that supplied most batches during the measured steps."""
+        if not self._batches_by_dataset:
+            return None
+        return max(self._batches_by_dataset, key=self._batches_by_dataset.__getitem__)
+
+    def main_settings(self) -> LoaderSettings | None:
+        key = self.main_dataset_key()
+        if key is None and self._settings:
+            key = next(iter(self._settings))
+        return self._settings.get(key) if key is not None else None
+
+    def main_loader(self) -> DataLoader | None:
+        key = self.main_dataset_key()
+        ref = self._loaders.get(key) if key is not None else None
+        return ref() if ref is not None else None
+
+    def shutdown_workers(self) -> None:
+        """Stop the worker processes of every DataLoader iterator the script created."""
+        for it in list(self._iterators):
+            shutdown_workers(it)
+        for ref in list(self._loaders.values()):
+            loader = ref()
+            if loader is not None and getattr(loader, "_iterator", None) is not None:
+                shutdown_workers(loader._iterator)
+
+
+class ReplayStore:
+    """Batches kept for the model-alone phase, which replays them instead of loading new ones.
+
+    Batches are kept from the untimed steps before measuring (warmup, sync finder, trace): a kept
+    batch's memory cannot be reused for the next one, and paying for fresh memory inside a
+    measured step would slow it. Only a dataset first seen while measuring has its batches kept
+    then (one is enough to replay).
+    """
+
+    def __init__(self, max_batches: int, max_bytes: int = REPLAY_MAX_BYTES) -> None:
+        self._max_batches = max_batches
+        self._max_bytes = max_bytes
+        self._by_dataset: dict[int, list[Any]] = {}
+        self._bytes = 0
+        self._replay: list[Any] = []
+        self._pos = 0
+
+    def keep(self, dataset_key: int, batch: Any, measuring: bool) -> None:
+        if measuring and dataset_key in self._by_dataset:
+            return
+        kept = self._by_dataset.setdefault(dataset_key, [])
+        if len(kept) >= self._max_batches or (measuring and kept):
+            return
+        size = batch_nbytes(batch)
+        if self._bytes + size > self._max_bytes and kept:
+            return
+        kept.append(batch)
+        self._bytes += size
+
+    def start(self, dataset_key: int) -> bool:
+        """Replay the batches kept for ``dataset_key``; False when there are none."""
+        self._replay = self._by_dataset.get(dataset_key, [])
+        self._pos = 0
+        return bool(self._replay)
+
+    def next(self) -> Any | None:
+        if not self._replay:
+            return None
+        batch = self._replay[self._pos % len(self._replay)]
+        self._pos += 1
+        return batch
+
+    def clear(self) -> None:
+        self._replay = []
+        self._by_dataset.clear()

@@ -1,0 +1,282 @@
+"""Record host-device syncs and per-step host-to-device copies, down to the user's line.
+
+:class:`SyncWatcher` pushes a ``TorchFunctionMode`` and, while it is active, three small patches:
+``torch.Tensor.__new__`` (the legacy ``torch.Tensor([...])`` constructor) and ``torch.from_numpy``,
+which no mode sees, and ``torch.cuda.synchronize``. :meth:`SyncWatcher.stop` undoes all of them.
+The events it records are turned into findings by :func:`torchdoctor.analysis.syncs.sync_findings`.
+
+On a CPU run nothing really blocks, so the watcher emulates an accelerator run (the *CPU rule*,
+see ``docs/syncs.md``): a tensor is *host-side* when it was made inside the watched window on the
+host (from Python data, or by a factory without ``device=``), or derived only from such tensors;
+every other tensor (parameters, buffers, the batch once moved, anything computed from them) is
+*device-side*. A sync is reported when it reads a device-side tensor; a host-side tensor is
+reported as a would-be host-to-device copy when it is moved with ``.to(...)`` or meets a
+device-side tensor in an operation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.overrides import _push_mode
+from torch.utils.weak import WeakIdKeyDictionary
+
+from ..analysis.syncs import sync_findings
+from ..record import Finding
+from ._frames import Site, user_site
+from ._patch import Patcher
+from ._sync_ops import Origin, SyncMode, fingerprint, remove_function_mode
+from ._sync_rules import SyncRules
+
+
+@dataclass
+class SyncEvent:
+    """One operation in the step that syncs with the device or copies host data to it."""
+
+    kind: str
+    #: The torch operation, e.g. ``Tensor.item`` or ``torch.tensor``.
+    op: str
+    file: str | None
+    line: int | None
+    source: str | None
+    #: Index of the training step (0 from :meth:`SyncWatcher.start`, +1 per ``mark_step``).
+    step: int
+    #: Wall time of the blocking call on an accelerator run; ``None`` where not measured.
+    duration_ns: int | None = None
+    #: For tensors built from Python data: a hash of dtype, shape and values.
+    fingerprint: str | None = None
+    #: ``file:line`` of the library frame that made the call, when a library made it.
+    via: str | None = None
+    #: For host tensors: ``file:line`` where the tensor went to (or met) the device.
+    used_at: str | None = None
+
+
+class SyncWatcher(SyncRules):
+    """Records syncs and host-to-device copies made by the code that runs while it is active.
+
+    ``start()`` and ``stop()`` may be called from different call stacks (e.g. from two hook
+    calls) as long as it is the same thread; ``stop()`` is idempotent and always removes what
+    ``start()`` installed, even if the code in between raised or pushed modes of its own.
+
+    Args:
+        on_accelerator: whether the run uses an accelerator. ``None`` picks ``True`` when CUDA
+            is available. ``False`` applies the CPU rule (module docstring).
+        is_batch_tensor: optional callback telling which tensors are batches as the DataLoader
+            yielded them; they count as host-side until ``.to(...)``/``.cuda()`` is called on
+            them, and moving them is never a finding (it is the run's "to device" part).
+    """
+
+    def __init__(
+        self,
+        on_accelerator: bool | None = None,
+        is_batch_tensor: Callable[[torch.Tensor], bool] | None = None,
+        patcher: Patcher | None = None,
+    ) -> None:
+        if on_accelerator is None:
+            on_accelerator = torch.cuda.is_available()
+        self.on_accelerator = on_accelerator
+        self.is_batch_tensor = is_batch_tensor
+        self.events: list[SyncEvent] = []
+        self._step = 0
+        self._active = False
+        self._ignore_depth = 0
+        self._thread: int | None = None
+        self._mode: SyncMode | None = None
+        self._given_patcher = patcher
+        self._patcher: Patcher | None = None
+        self._host: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        self._moved: WeakIdKeyDictionary = WeakIdKeyDictionary()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> SyncWatcher:
+        """Install the mode and patches and begin step 0. A second call does nothing."""
+        if self._mode is not None:
+            return self
+        self._thread = threading.get_ident()
+        if any(e.step == self._step for e in self.events):
+            self._step += 1  # a restart after an unmarked step: that step is over
+        self._patcher = self._given_patcher or Patcher.for_process()
+        try:
+            self._patch_tensor_new()
+            self._patch_cuda_synchronize()
+            self._patch_from_numpy()
+            self._mode = SyncMode(self)
+            _push_mode(self._mode)
+        except BaseException:
+            self.stop()
+            raise
+        self._active = True
+        return self
+
+    def stop(self) -> None:
+        """Remove the mode and undo every patch. Safe to call twice or without ``start()``."""
+        self._active = False
+        mode, self._mode = self._mode, None
+        if mode is not None:
+            if threading.get_ident() != self._thread:
+                warnings.warn(
+                    "SyncWatcher.stop() called on another thread than start(): its (now "
+                    "inactive) mode stays on the starting thread's mode stack",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+            remove_function_mode(mode)
+        if self._patcher is not None:
+            self._patcher.restore()
+
+    def __enter__(self) -> SyncWatcher:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def mark_step(self) -> None:
+        """End the current step: events from now on get the next step index.
+
+        Call it at each step boundary while watching (the runner: each optimizer step);
+        ``steps`` counts the calls, plus a trailing step that recorded events.
+        """
+        self._step += 1
+
+    @property
+    def step(self) -> int:
+        """Index of the step being recorded."""
+        return self._step
+
+    @property
+    def steps(self) -> int:
+        """Steps recorded: completed ``mark_step()`` calls, plus a trailing step with events."""
+        partial = any(e.step == self._step for e in self.events)
+        return max(1, self._step + (1 if partial else 0))
+
+    @contextlib.contextmanager
+    def ignore(self) -> Iterator[None]:
+        """Exclude the block's operations (e.g. the runner's own work) from the record."""
+        self._ignore_depth += 1
+        try:
+            yield
+        finally:
+            self._ignore_depth -= 1
+
+    def findings(self, steps: int | None = None) -> list[Finding]:
+        """The events so far as findings (see :func:`~torchdoctor.analysis.syncs.sync_findings`)."""
+        return sync_findings(self.events, steps or self.steps, self.on_accelerator)
+
+    # -- patches -----------------------------------------------------------------------------
+
+    def _patch_tensor_new(self) -> None:
+        """See ``torch.Tensor([...])``: the legacy constructor reaches no torch function mode."""
+        inner = torch.Tensor.__new__
+        watcher = self
+
+        def tensor_new(cls: type, *args: Any, **kwargs: Any) -> Any:
+            tensor = inner(cls, *args, **kwargs)
+            if cls is torch.Tensor and watcher._recording_here():
+                watcher._on_legacy_constructor(tensor, args)
+            return tensor
+
+        self._patcher.set(torch.Tensor, "__new__", tensor_new)
+
+    def _patch_cuda_synchronize(self) -> None:
+        original = torch.cuda.synchronize
+        watcher = self
+
+        def synchronize(*args: Any, **kwargs: Any) -> Any:
+            if not watcher._recording_here():
+                return original(*args, **kwargs)
+            site = user_site()
+            start_ns = time.perf_counter_ns()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                if site is not None:
+                    watcher._emit(
+                        "cuda-synchronize",
+                        "torch.cuda.synchronize",
+                        site,
+                        duration_ns=watcher._measured(start_ns),
+                    )
+
+        self._patcher.set(torch.cuda, "synchronize", synchronize)
+
+    def _patch_from_numpy(self) -> None:
+        """See ``torch.from_numpy``: like the legacy constructor, no torch function mode does."""
+        original = torch.from_numpy
+        watcher = self
+
+        def from_numpy(array: Any) -> torch.Tensor:
+            tensor = original(array)
+            if watcher._recording_here():
+                watcher._on_host_data(tensor, array, "torch.from_numpy")
+            return tensor
+
+        self._patcher.set(torch, "from_numpy", from_numpy)
+
+    # -- recording ---------------------------------------------------------------------------
+
+    def _recording_here(self) -> bool:
+        return self._active and not self._ignore_depth and threading.get_ident() == self._thread
+
+    def _measured(self, start_ns: int) -> int | None:
+        """Elapsed time since ``start_ns``, kept only where the wait is real (accelerator runs)."""
+        return time.perf_counter_ns() - start_ns if self.on_accelerator else None
+
+    def _emit(
+        self,
+        kind: str,
+        op: str,
+        site: Site,
+        *,
+        step: int | None = None,
+        duration_ns: int | None = None,
+        fingerprint: str | None = None,
+        used_at: str | None = None,
+    ) -> None:
+        self.events.append(
+            SyncEvent(
+                kind=kind,
+                op=op,
+                file=site.file,
+                line=site.line,
+                source=site.source,
+                step=self._step if step is None else step,
+                duration_ns=duration_ns,
+                fingerprint=fingerprint,
+                via=site.via,
+                used_at=used_at,
+            )
+        )
+
+    def _on_legacy_constructor(self, tensor: torch.Tensor, args: tuple[Any, ...]) -> None:
+        """Track ``torch.Tensor(...)`` made in the step: from a list it is Python data."""
+        data = args[0] if len(args) == 1 else None
+        if isinstance(data, torch.Tensor):
+            return
+        from_data = data is not None and not isinstance(data, (int, torch.Size))
+        self._on_host_data(tensor, data if from_data else None, "torch.Tensor")
+
+    def _on_host_data(self, tensor: torch.Tensor, data: Any, op: str) -> None:
+        """Track a host tensor made in the step outside any mode's view; ``data`` if from data."""
+        self._ignore_depth += 1  # the fingerprint's own tensor calls are not the user's
+        try:
+            site = user_site()
+            if site is None:
+                return
+            origin = Origin(
+                "tensor-from-python-data" if data is not None else "host-tensor-to-device",
+                op,
+                site,
+                self._step,
+                fingerprint(tensor, data) if data is not None else None,
+            )
+            self._host[tensor] = origin
+        finally:
+            self._ignore_depth -= 1

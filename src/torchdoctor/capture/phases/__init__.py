@@ -1,0 +1,42 @@
+"""The capture's phases, in the order they run. A new phase is one module here and one entry in
+:data:`PHASES` (see ``docs/architecture.md``)."""
+
+from __future__ import annotations
+
+from .base import NOT_SERVED, Done, Phase
+from .loader_alone import LoaderAlonePhase, measure_loader_alone
+from .loader_doctor import LoaderDoctorPhase
+from .measure import MeasurePhase
+from .model_alone import ModelAlonePhase
+from .sync_sample import SyncSamplePhase
+from .trace import TracePhase
+from .warmup import WarmupPhase
+from .worker_sweep import WorkerSweepPhase
+
+#: The table the session runs, in order.
+PHASES: tuple[type[Phase], ...] = (
+    WarmupPhase,
+    SyncSamplePhase,
+    TracePhase,
+    MeasurePhase,
+    ModelAlonePhase,
+    WorkerSweepPhase,
+    LoaderAlonePhase,
+    LoaderDoctorPhase,
+)
+
+__all__ = [
+    "NOT_SERVED",
+    "PHASES",
+    "Done",
+    "LoaderAlonePhase",
+    "LoaderDoctorPhase",
+    "MeasurePhase",
+    "ModelAlonePhase",
+    "Phase",
+    "SyncSamplePhase",
+    "TracePhase",
+    "WarmupPhase",
+    "WorkerSweepPhase",
+    "measure_loader_alone",
+]

@@ -1,0 +1,46 @@
+"""Data made free: the same loop, fed batches already in memory instead of the DataLoader's.
+
+The script's own step runs unchanged; only the loader's iterator returns kept batches (see
+``ReplayStore``). The difference to the measured steps is what input costs the step.
+"""
+
+from __future__ import annotations
+
+from .base import NOT_SERVED, Phase
+
+
+class ModelAlonePhase(Phase):
+    name = "model-alone"
+
+    def wanted(self, session) -> bool:
+        if not session.options.counterfactuals:
+            return False
+        main = session.loaders.main_dataset_key()
+        if main is None:
+            session.data.notes.append(
+                "model-alone phase skipped: the loop does not draw batches from a DataLoader "
+                "(time outside forward/backward/optimizer is input or host work)"
+            )
+            return False
+        if not session.replay.start(main):
+            session.data.notes.append(
+                "model-alone phase skipped: batches too large to keep in memory"
+            )
+            return False
+        return True
+
+    def total(self, session) -> int:
+        return session.options.steps
+
+    def start(self, session) -> None:
+        session.main_dataset = session.loaders.main_dataset_key()
+
+    def next_batch(self, session, dataset_key):
+        if dataset_key != session.main_dataset:
+            return NOT_SERVED
+        batch = session.replay.next()
+        return NOT_SERVED if batch is None else batch
+
+    def on_step(self, session, step) -> bool:
+        session.data.model_alone.append(step)
+        return super().on_step(session, step)

@@ -1,0 +1,49 @@
+"""``--trace DIR``: a torch.profiler trace of a few untimed steps, torchdoctor's parts labelled."""
+
+from __future__ import annotations
+
+from ..profiler import StepProfiler
+from .base import Phase
+
+#: One warm-up step (the profiler's start-up lands there), then the recorded ones.
+TRACE_WARMUP_STEPS = 1
+TRACE_ACTIVE_STEPS = 3
+
+
+class TracePhase(Phase):
+    name = "trace"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._profiler: StepProfiler | None = None
+
+    def wanted(self, session) -> bool:
+        return bool(session.options.trace_dir)
+
+    def total(self, session) -> int:
+        return TRACE_WARMUP_STEPS + TRACE_ACTIVE_STEPS
+
+    def start(self, session) -> None:
+        session.progress(self.name, 0, self.total(session))
+        profiler = StepProfiler(
+            session.options.trace_dir, wait=0, warmup=TRACE_WARMUP_STEPS, active=TRACE_ACTIVE_STEPS
+        )
+        profiler.start()
+        self._profiler = session.profiler = profiler
+
+    def on_step(self, session, step) -> bool:
+        if self._profiler is not None:
+            self._profiler.step()
+        return super().on_step(session, step)
+
+    def finish(self, session) -> None:
+        self.close(session)
+
+    def close(self, session) -> None:
+        profiler, self._profiler = self._profiler, None
+        session.close_labels()
+        session.profiler = None
+        if profiler is None:
+            return
+        profiler.stop()
+        session.data.trace_paths = [str(p) for p in profiler.trace_paths]

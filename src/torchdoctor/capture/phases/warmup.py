@@ -1,0 +1,14 @@
+"""Warmup: steps that are not measured, while caches, allocators and autotuners settle."""
+
+from __future__ import annotations
+
+from .base import Phase
+
+
+class WarmupPhase(Phase):
+    """The first ``--warmup`` steps (at least one: it also finds the device and optimizer)."""
+
+    name = "warmup"
+
+    def total(self, session) -> int:
+        return session.options.warmup

@@ -1,0 +1,77 @@
+"""The whole-step worker sweep: the script trains on batches from clones with k workers.
+
+Runs only for a CPU model whose measured steps look input-bound: there the workers compete with
+the model for cores, so the loader alone overstates what more workers buy (docs/loader.md).
+"""
+
+from __future__ import annotations
+
+from ...loader import SweepPolicy, available_cpus, sweep_candidates
+from .._inloop_sweep import InLoopSweep
+from .base import NOT_SERVED, Phase
+
+#: Counted steps per setting of the whole-step worker sweep (after its warm steps).
+SWEEP_MAX_STEPS_PER_SETTING = 8
+
+
+class WorkerSweepPhase(Phase):
+    name = "worker-sweep"
+    owns_loaders = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._sweep: InLoopSweep | None = None
+        self._candidates = 0
+
+    def wanted(self, session) -> bool:
+        return (
+            bool(session.data.model_alone)
+            and not session.clock.on_accelerator
+            and session.wants_loader_doctor()
+        )
+
+    def total(self, session) -> int:
+        return self._candidates
+
+    def start(self, session) -> None:
+        loader = session.loaders.main_loader()
+        session.shutdown_workers()  # the script's own workers would compete with the clones
+        policy = SweepPolicy(sweep_candidates(available_cpus(), loader.num_workers))
+        self._candidates = len(policy.candidates)
+        self._sweep = InLoopSweep(
+            loader,
+            policy,
+            steps_per_setting=min(session.options.steps, SWEEP_MAX_STEPS_PER_SETTING),
+            clock_ns=session.clock_ns,
+            on_point=lambda workers, rate: session.progress(
+                self.name, len(policy.points), len(policy.candidates)
+            ),
+        )
+        session.progress(self.name, 0, self._candidates)
+        self._sweep.start()
+
+    def next_batch(self, session, dataset_key):
+        if self._sweep is None or dataset_key != session.main_dataset:
+            return NOT_SERVED
+        session.push("data_wait")
+        try:
+            return self._sweep.next_batch(session.original_next)
+        finally:
+            session.pop("data_wait")
+
+    def on_step(self, session, step) -> bool:
+        if self._sweep is None:
+            return True
+        step_ms = session.step_ms(step)
+        if not self._sweep.on_step_end(step_ms, step.batches):
+            return False
+        session.data.worker_sweep = self._sweep.result()
+        return True
+
+    def finish(self, session) -> None:
+        self.close(session)
+
+    def close(self, session) -> None:
+        sweep, self._sweep = self._sweep, None
+        if sweep is not None:
+            sweep.close()

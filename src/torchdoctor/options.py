@@ -1,0 +1,207 @@
+"""What ``torchdoctor run`` (and ``loader``, ``watch()``) is asked to do: one object, one place.
+
+A run option used to pass through seven hands (the parser, a list of flags that take a value,
+the handler, the runner's options, their conversion, the capture's options, the ``--fix``
+re-run), and a flag missing from the hand-kept list had its value taken for the script path.
+Now each option is one field of :class:`RunOptions`; a user-facing field carries its command
+line flag in its ``metadata``, :func:`add_flags` builds the parser from the fields and
+:func:`from_args` builds the object back, so adding a field adds its flag. The capture session
+reads the same (frozen) object, and the ``--fix`` re-run derives its own with
+:func:`dataclasses.replace`.
+
+This module does not import torch: the command line builds its parser from it before any
+handler runs, and ``torchdoctor --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Literal
+
+__all__ = [
+    "Flag",
+    "LoaderDoctorMode",
+    "RunOptions",
+    "add_flags",
+    "flags",
+    "from_args",
+    "non_negative_int",
+    "positive_int",
+]
+
+#: When the loader doctor (worker sweep, transform costs, memory) runs: ``"auto"`` when the
+#: measured steps look input-bound (``run``), ``"always"`` (``loader``), or ``"off"``.
+LoaderDoctorMode = Literal["auto", "always", "off"]
+
+
+def positive_int(text: str) -> int:
+    """An argparse ``type``: a whole number of at least 1."""
+    value = non_negative_int(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """An argparse ``type``: a whole number of at least 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("must not be negative")
+    return value
+
+
+@dataclass(frozen=True)
+class Flag:
+    """The command line flag of one :class:`RunOptions` field (kept in the field's metadata).
+
+    Attributes:
+        name: the option string, e.g. ``"--steps"``.
+        help: the help text; ``%(default)s`` shows the field's default.
+        type: converts the flag's text to the field's value (flags that take a value).
+        metavar: the value's name in the usage line (argparse derives one when ``None``).
+        action: an argparse action; ``"store_true"`` / ``"store_false"`` make a switch that
+            takes no value (``store_false`` for a field that defaults to ``True``).
+    """
+
+    name: str
+    help: str
+    type: Callable[[str], Any] | None = None
+    metavar: str | None = None
+    action: str = "store"
+
+
+def _flag(default: Any, flag: Flag) -> Any:
+    """A dataclass field with ``default`` whose command line flag is ``flag``."""
+    return field(default=default, metadata={"flag": flag})
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Options of ``torchdoctor run``: what to measure and what to do with the record.
+
+    Frozen, so the capture session, the runner and the ``--fix`` re-run all read the same values;
+    derive a changed copy with :func:`dataclasses.replace`. Fields with a ``flag`` in their
+    metadata are command line flags (in this order in ``--help``); the others are set by the
+    subcommand (``loader_doctor``) or by code (``loader_overrides``, ``stop``).
+
+    Attributes:
+        steps: measured steps (one step is one ``optimizer.step()``).
+        warmup: steps run before measuring.
+        json_path: write the run record as JSON here.
+        counterfactuals: run the model-alone and loader-alone phases.
+        sync_steps: steps after warmup watched by the host-sync finder (not timed); 0 turns it
+            off.
+        trace_dir: write and analyse a torch.profiler trace of a few untimed steps here.
+        quiet: no progress display, only the report.
+        fix: re-run with the advised DataLoader settings injected and measure the speedup.
+        loader_doctor: when the loader doctor runs (see :data:`LoaderDoctorMode`).
+        loader_overrides: DataLoader keyword arguments forced on every loader the script builds
+            (the ``--fix`` re-run); held as a read-only mapping.
+        stop: raise ``StopRun`` into the script once done; ``False`` lets the script carry on
+            unobserved (the capture-overhead benchmark).
+    """
+
+    steps: int = _flag(
+        20, Flag("--steps", "measured steps (default %(default)s)", type=positive_int)
+    )
+    warmup: int = _flag(
+        5, Flag("--warmup", "steps before measuring (default %(default)s)", type=non_negative_int)
+    )
+    json_path: str | None = _flag(
+        None, Flag("--json", "write the run record as JSON to PATH", type=str, metavar="PATH")
+    )
+    counterfactuals: bool = _flag(
+        True,
+        Flag(
+            "--no-counterfactuals",
+            "skip the model-alone and loader-alone phases",
+            action="store_false",
+        ),
+    )
+    sync_steps: int = _flag(
+        2,
+        Flag(
+            "--sync-steps",
+            "steps after warmup watched for host syncs and copies, not timed "
+            "(default %(default)s; 0: off)",
+            type=non_negative_int,
+        ),
+    )
+    trace_dir: str | None = _flag(
+        None,
+        Flag(
+            "--trace",
+            "also record a torch.profiler trace of 4 untimed steps in DIR (TensorBoard, "
+            "Perfetto) and analyse it",
+            type=str,
+            metavar="DIR",
+        ),
+    )
+    quiet: bool = _flag(False, Flag("--quiet", "no progress, only the report", action="store_true"))
+    fix: bool = _flag(
+        False,
+        Flag(
+            "--fix",
+            "re-run with the advised DataLoader settings injected and measure the speedup",
+            action="store_true",
+        ),
+    )
+    loader_doctor: LoaderDoctorMode = "auto"
+    loader_overrides: Mapping[str, Any] = field(default_factory=dict)
+    stop: bool = True
+
+    def __post_init__(self) -> None:
+        # A private read-only copy: the caller's dict can change without changing the run, and
+        # no reader of the options can change them for the others.
+        object.__setattr__(self, "loader_overrides", MappingProxyType(dict(self.loader_overrides)))
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A mappingproxy does not pickle, and options may cross to another process (a spawned
+        # worker, a supervising parent): they travel as plain values.
+        return {**self.__dict__, "loader_overrides": dict(self.loader_overrides)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for name, value in state.items():
+            object.__setattr__(self, name, value)
+        self.__post_init__()
+
+
+def flags(cls: type[RunOptions] = RunOptions) -> list[tuple[dataclasses.Field, Flag]]:
+    """The fields of ``cls`` that are command line flags, in ``--help`` order."""
+    return [(f, f.metadata["flag"]) for f in dataclasses.fields(cls) if "flag" in f.metadata]
+
+
+def add_flags(parser: argparse.ArgumentParser, cls: type[RunOptions] = RunOptions) -> None:
+    """Add one flag per flagged field of ``cls`` (:class:`RunOptions` or a subclass) to ``parser``.
+
+    Each flag stores into the attribute named like its field, with the field's default, so
+    :func:`from_args` can read them back without a second list of names.
+    """
+    for f, flag in flags(cls):
+        kwargs: dict[str, Any] = {"dest": f.name, "default": f.default, "help": flag.help}
+        if flag.action == "store":
+            kwargs.update(type=flag.type, metavar=flag.metavar)
+        kwargs["action"] = flag.action
+        parser.add_argument(flag.name, **kwargs)
+
+
+def from_args(
+    args: argparse.Namespace, cls: type[RunOptions] = RunOptions, **overrides: Any
+) -> RunOptions:
+    """The options (a ``cls``) of a parsed command line.
+
+    Every field found on ``args`` is taken, flags and the values a subcommand sets with
+    ``set_defaults`` (``loader_doctor``) alike; ``overrides`` win over both.
+    """
+    values = {
+        f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if hasattr(args, f.name)
+    }
+    values.update(overrides)
+    return cls(**values)

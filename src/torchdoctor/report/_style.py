@@ -1,0 +1,49 @@
+"""How the terminal reports show the record's vocabulary: one label and colour per value.
+
+The run report, the trace report and the loader section used to carry their own tables, and
+the two verdict tables had drifted (HOST-BOUND was magenta in one, red in the other). Every
+renderer now looks values up here, and ``tests/unit/report/test_report_style.py`` checks that
+each verdict kind and severity of :mod:`torchdoctor.record` has an entry, so a new kind gets
+its look here before it can be drawn.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ..record import Severity, VerdictKind
+
+
+class Look(NamedTuple):
+    """The text a value is shown as, and its rich style."""
+
+    label: str
+    style: str
+
+
+VERDICTS: dict[VerdictKind, Look] = {
+    "INPUT-BOUND": Look("INPUT-BOUND", "bold yellow"),
+    "COMPUTE-BOUND": Look("COMPUTE-BOUND", "bold green"),
+    "HOST-BOUND": Look("HOST-BOUND", "bold magenta"),
+    "COMMUNICATION-BOUND": Look("COMMUNICATION-BOUND", "bold blue"),
+    "UNKNOWN": Look("UNKNOWN", "bold"),
+}
+SEVERITIES: dict[Severity, Look] = {
+    "critical": Look("critical", "bold red"),
+    "warning": Look("warning", "yellow"),
+    "info": Look("info", "dim"),
+}
+#: A measured gain or a choice made for the user (a verified speedup, the sweep's pick).
+GOOD = "bold green"
+#: A measurement that failed.
+BAD = "red"
+
+
+def verdict_look(kind: VerdictKind) -> Look:
+    """The look of a verdict kind; a kind this version does not know is shown as it is, bold."""
+    return VERDICTS.get(kind, Look(kind, "bold"))
+
+
+def severity_look(severity: Severity) -> Look:
+    """The look of a severity; one this version does not know is shown plain."""
+    return SEVERITIES.get(severity, Look(severity, ""))
