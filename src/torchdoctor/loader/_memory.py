@@ -20,9 +20,10 @@ Pure: nothing here imports torch. :func:`describe_batch` is duck-typed over anyt
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
+from .._batches import path_text, walk
 from ..record import BatchLeaf, CopyOnRead, Finding, LoaderMemory
 from ._rules import DEFAULT_PREFETCH_FACTOR
 
@@ -47,29 +48,13 @@ _INT_BITS = {"int8": 8, "uint8": 8, "int16": 16, "uint16": 16, "int32": 32, "int
 
 
 def describe_batch(batch: Any, path: str = "batch") -> list[BatchLeaf]:
-    """Every array in ``batch`` (tensors, numpy arrays, in tuples, lists, dicts, dataclasses).
+    """Every array in ``batch`` (tensors, numpy arrays, in tuples, lists, dicts, dataclasses and
+    attribute holders), found by the package's one batch walker, named by its path.
 
     Value statistics (min, max, mean) are computed for arrays of numbers; strings and other
     leaves are skipped.
     """
-    if _is_array(batch):
-        return [_leaf(batch, path)]
-    if isinstance(batch, Mapping):
-        out: list[BatchLeaf] = []
-        for key, value in batch.items():
-            out.extend(describe_batch(value, f"{path}[{key!r}]"))
-        return out
-    if isinstance(batch, (list, tuple)):
-        out = []
-        for i, value in enumerate(batch):
-            out.extend(describe_batch(value, f"{path}[{i}]"))
-        return out
-    if hasattr(batch, "__dataclass_fields__"):
-        out = []
-        for name in batch.__dataclass_fields__:
-            out.extend(describe_batch(getattr(batch, name), f"{path}.{name}"))
-        return out
-    return []
+    return [_leaf(array, path_text(path, where)) for where, array in walk(batch, _is_array)]
 
 
 def loader_memory(

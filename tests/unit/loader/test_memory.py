@@ -99,6 +99,25 @@ def test_describe_a_real_batch():
     assert [(leaf.dtype, leaf.nbytes) for leaf in numpy_leaves] == [("float64", 48)]
 
 
+def test_describe_a_batch_held_in_a_dataclass_and_an_attribute_holder():
+    from dataclasses import dataclass
+
+    @dataclass
+    class Pair:
+        image: torch.Tensor
+        label: int
+
+    class Holder:
+        def __init__(self) -> None:
+            self.pixels = torch.zeros(2, 4, dtype=torch.uint8)
+
+    leaves = describe_batch([Pair(torch.ones(2, 3), 1), Holder()])
+    assert [(leaf.path, leaf.nbytes) for leaf in leaves] == [
+        ("batch[0].image", 24),
+        ("batch[1].pixels", 8),
+    ]
+
+
 def test_copy_on_read_series():
     growing = [100.0 + 3.0 * i for i in range(30)]  # +87 MB, steady
     result = detect_copy_on_read(growing)
