@@ -8,6 +8,7 @@ EXIT_SCRIPT_ERROR = 1  # the user's script raised before the measurement finishe
 EXIT_USAGE = 2  # bad arguments or input: a missing script, an unreadable file
 EXIT_NO_TRAINING = 3  # the script ran but no training step was seen
 EXIT_INTERNAL = 4  # torchdoctor itself failed; the report says what it saw
+EXIT_TIMED_OUT = 5  # the run reached --max-seconds; the record keeps what was measured
 EXIT_INTERRUPTED = 130  # Ctrl-C
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "flags",
     "from_args",
     "non_negative_int",
+    "positive_float",
     "positive_int",
 ]
 
@@ -43,6 +44,17 @@ def positive_int(text: str) -> int:
     value = non_negative_int(text)
     if value == 0:
         raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """An argparse ``type``: a number of seconds above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError("must be a number of seconds above 0")
     return value
 
 
@@ -101,6 +113,7 @@ class RunOptions:
         trace_dir: write and analyse a torch.profiler trace of a few untimed steps here.
         quiet: no progress display, only the report.
         fix: re-run with the advised DataLoader settings injected and measure the speedup.
+        max_seconds: the wall-time bound of a supervised run (``torchdoctor run``).
         loader_doctor: when the loader doctor runs (see :data:`LoaderDoctorMode`).
         loader_overrides: DataLoader keyword arguments forced on every loader the script builds
             (the ``--fix`` re-run); held as a read-only mapping.
@@ -151,6 +164,16 @@ class RunOptions:
             "--fix",
             "re-run with the advised DataLoader settings injected and measure the speedup",
             action="store_true",
+        ),
+    )
+    max_seconds: float = _flag(
+        900.0,
+        Flag(
+            "--max-seconds",
+            "wall-time bound of the run, after which the script is stopped and the record keeps "
+            "what was measured (default %(default)s; the --fix re-run gets its own)",
+            type=positive_float,
+            metavar="S",
         ),
     )
     loader_doctor: LoaderDoctorMode = "auto"

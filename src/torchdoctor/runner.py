@@ -29,7 +29,7 @@ from ._errors import (
     TorchdoctorError,
 )
 from .analysis.verdict import summarise
-from .capture import CaptureSession, ProgressFn, StopRun
+from .capture import CaptureSession, Listener, ProgressFn, StopRun
 from .loader import fix_trial
 from .options import RunOptions
 from .record import Environment, FixTrial, RunRecord, TraceReport
@@ -60,15 +60,20 @@ class RunOutcome:
 
 
 def run_target(
-    target: Target, options: RunOptions, progress: ProgressFn | None = None
+    target: Target,
+    options: RunOptions,
+    progress: ProgressFn | None = None,
+    listener: Listener | None = None,
 ) -> RunOutcome:
     """Run ``target`` in this process under capture, stop it when measured, and restore torch.
+
+    ``listener`` hears each phase start and step end (a supervised run streams them out).
 
     Raises:
         TorchdoctorError: the script or module does not exist.
     """
     code_path = _resolve(target)
-    session = CaptureSession(options, progress=progress)
+    session = CaptureSession(options, progress=progress, listener=listener)
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     error: BaseException | None = None
     ended = "finished"
@@ -99,9 +104,17 @@ def run_target(
 
 
 def build_record(
-    session: CaptureSession, command: list[str], ended: str, error: BaseException | None = None
+    session: CaptureSession,
+    command: list[str],
+    ended: str,
+    error: BaseException | None = None,
+    snapshot: bool = False,
 ) -> RunRecord:
-    """The run record from a finished capture session."""
+    """The run record from a finished capture session.
+
+    With ``snapshot``, the record so far of a session still running: no trace analysis, and the
+    status stays ``partial`` until the supervisor learns how the run ended.
+    """
     opts = session.options
     record = RunRecord(
         tool_version=__version__,
@@ -128,6 +141,10 @@ def build_record(
     if session.data.loader_diagnosis is not None:
         record.loader_report = session.data.loader_diagnosis.report
         record.findings.extend(session.data.loader_diagnosis.findings)
+    if snapshot:
+        record.status = "partial"
+        summarise(record)
+        return record
     if session.data.trace_paths:
         _attach_trace(record, session.data.trace_paths)
     record.status, more_notes = _status(session, record, ended, error)
@@ -351,28 +368,49 @@ class watch:  # noqa: N801 - used like a function: ``with torchdoctor.watch(step
 
 
 def run_cli(target: Target, options: RunOptions) -> int:
-    """``torchdoctor run`` (and ``loader``): run, report, optionally verify the fix, save JSON.
+    """``torchdoctor run`` (and ``loader``): run supervised, save the record, report, verify the fix.
 
-    ``options.quiet``, ``options.fix`` and ``options.json_path`` say what happens around the run.
+    The script runs in a child process (:mod:`._supervisor`), so the record survives whatever
+    ends it; the record is written before anything is printed, so a closed pipe or a narrow
+    terminal encoding can cost the text, never the record.
     """
+    from ._supervisor import run_supervised
     from .report.progress import ProgressDisplay
-    from .report.terminal import render, render_fix
+    from .report.terminal import render
 
     with ProgressDisplay(enabled=not options.quiet) as display:
-        outcome = run_target(target, options, progress=display.update)
-    if outcome.error is not None:
-        sys.stderr.write("".join(user_traceback(outcome.error)))
-        sys.stderr.write("\n")
+        outcome = run_supervised(target, options, progress=display.update)
     record = outcome.record
-    render(record)
     status = outcome.exit_status
     if options.fix and status == EXIT_OK:
-        trial = verify_fix(target, options, record, quiet=options.quiet)
-        render_fix(record, trial)
+        verify_fix(target, options, record, quiet=options.quiet)
     if options.json_path:
         record.save(options.json_path)
-        print(f"run record written to {options.json_path}")
+    with _printing():
+        render(record)  # with the fix trial's panel, when there is one
+        if options.json_path:
+            print(f"run record written to {options.json_path}")
     return status
+
+
+class _printing:
+    """Printing the report never loses the run: a closed pipe (``| head``) ends the text quietly,
+    and characters the terminal's encoding lacks are replaced rather than raised."""
+
+    def __enter__(self) -> None:
+        for stream in (sys.stdout, sys.stderr):
+            reconfigure = getattr(stream, "reconfigure", None)
+            if reconfigure is not None:
+                reconfigure(errors="replace")
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is not None and issubclass(exc_type, BrokenPipeError):
+            # Point stdout at nothing, so the interpreter's own flush at exit cannot fail again.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+            return True
+        return False
 
 
 def verify_fix(
@@ -383,6 +421,7 @@ def verify_fix(
     See :func:`torchdoctor.loader.fix_trial`: this gives it the re-run (the same script, with
     the overrides injected, no loader doctor, no sync sampling, no trace).
     """
+    from ._supervisor import run_supervised
     from .report.progress import ProgressDisplay
 
     def rerun(overrides: dict[str, Any], steps: int, warmup: int) -> RunRecord:
@@ -399,7 +438,7 @@ def verify_fix(
             fix=False,
         )
         with ProgressDisplay(enabled=not quiet) as display:
-            return run_target(target, rerun_options, progress=display.update).record
+            return run_supervised(target, rerun_options, progress=display.update).record
 
     record.fix = fix_trial(record, rerun, steps=options.steps, warmup=options.warmup)
     return record.fix

@@ -3,13 +3,18 @@
 The loader doctor's measurements (clones, sweeps, transform costs, worker memory) live in
 :mod:`torchdoctor.loader`."""
 
-from ._session import CaptureSession, ProgressFn, StopRun, active_session
+from ._data import StepMarks
+from ._session import CaptureSession, Listener, ProgressFn, StopRun, active_session
+from ._timeline import parts_from_marks
 from .phases import Phase
 from .profiler import StepProfiler
 from .syncs import SyncEvent, SyncWatcher, find_syncs, watch_syncs
 
 __all__ = [
     "CaptureSession",
+    "Listener",
+    "StepMarks",
+    "parts_from_marks",
     "Phase",
     "ProgressFn",
     "StepProfiler",

@@ -57,6 +57,9 @@ class StopRun(BaseException):
 
 
 ProgressFn = Callable[[str, int, int], None]
+#: Told ``("phase", session, phase, None)`` when a phase starts and ``("step", session, phase,
+#: step)`` when a step ends: how a supervised run streams its measurements out as they are made.
+Listener = Callable[[str, "CaptureSession", Phase, "StepMarks | None"], None]
 
 _session: CaptureSession | None = None
 
@@ -75,8 +78,10 @@ class CaptureSession:
         progress: ProgressFn | None = None,
         clock_ns: Callable[[], int] = time.perf_counter_ns,
         phases: Sequence[type[Phase]] = PHASES,
+        listener: Listener | None = None,
     ) -> None:
         self.options = options
+        self._listener = listener
         self._progress = progress or (lambda phase, done, total: None)
         self.clock_ns = clock_ns
         self.patcher = Patcher()
@@ -282,6 +287,8 @@ class CaptureSession:
             self.phase = phase
             self._started.append(phase)
             phase.start(self)
+            if self._listener is not None:
+                self._listener("phase", self, phase, None)
             self.timeline.reset()
             if phase.takes_steps:
                 return
@@ -294,7 +301,12 @@ class CaptureSession:
         step = StepMarks(self.timeline.cut(), self._step_batches)
         self._step_batches = 0
         phase = self.phase
-        if isinstance(phase, Done) or not phase.on_step(self, step):
+        if isinstance(phase, Done):
+            return
+        done = phase.on_step(self, step)
+        if self._listener is not None:
+            self._listener("step", self, phase, step)
+        if not done:
             return
         self._end(phase)
         self._enter(self.table.index(phase) + 1)

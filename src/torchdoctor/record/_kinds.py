@@ -14,7 +14,14 @@ VerdictKind = Literal[
 ]
 #: How the diagnosed script ended, as far as the record knows.
 Status = Literal[
-    "complete", "partial", "interrupted", "script-error", "no-training", "internal-error"
+    "complete",
+    "partial",
+    "interrupted",
+    "script-error",
+    "no-training",
+    "internal-error",
+    "killed",
+    "timed-out",
 ]
 Severity = Literal["info", "warning", "critical"]
 

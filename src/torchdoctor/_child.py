@@ -1,0 +1,85 @@
+"""The script's side of a supervised run: ``python -m torchdoctor._child SPEC FD``.
+
+Runs the user's script under capture in this (fresh) process, exactly as ``run_target`` does
+in-process, and streams what it measures on the pipe ``FD`` (see :mod:`._stream`) to the
+``torchdoctor run`` process that started it. Whatever ends this process, the supervisor keeps
+what arrived.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from ._stream import StreamWriter
+
+#: Seconds between two reports of what the capture saw (for a script that never steps).
+SEEN_INTERVAL_S = 1.0
+#: Phases whose steps are streamed one by one (the others only count in snapshots).
+STREAMED_PHASES = ("measure", "model-alone")
+
+
+def main(argv: list[str]) -> int:
+    spec_path, fd = argv[0], int(argv[1])
+    spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
+    writer = StreamWriter(fd)
+    try:
+        return _run(spec, writer)
+    finally:
+        writer.close()
+
+
+def _run(spec: dict[str, Any], writer: StreamWriter) -> int:
+    # Imported here: torch is loaded only once the pipe is open, so an import failure is streamed.
+    from ._errors import EXIT_INTERNAL, TorchdoctorError
+    from .capture import parts_from_marks
+    from .options import RunOptions
+    from .runner import Target, build_record, run_target, user_traceback
+
+    target = Target(**spec["target"])
+    options = RunOptions(**spec["options"])
+    command = target.describe()
+    live: dict[str, Any] = {}
+    stop = threading.Event()
+
+    def progress(phase: str, done: int, total: int) -> None:
+        writer.send("progress", phase=phase, done=done, total=total)
+
+    def listen(event: str, session: Any, phase: Any, step: Any) -> None:
+        live["session"] = session
+        if event == "phase":
+            record = build_record(session, command, "running", snapshot=True)
+            writer.send("snapshot", phase=phase.name, record=record.to_dict())
+        elif phase.name in STREAMED_PHASES:
+            parts = parts_from_marks(step.marks)
+            writer.send("step", phase=phase.name, parts=parts, batches=step.batches)
+
+    def report_seen() -> None:
+        while not stop.wait(SEEN_INTERVAL_S):
+            session = live.get("session")
+            if session is not None:
+                writer.send("seen", seen=dict(session.data.seen))
+
+    heartbeat = threading.Thread(target=report_seen, name="torchdoctor-seen", daemon=True)
+    heartbeat.start()
+    try:
+        outcome = run_target(target, options, progress=progress, listener=listen)
+    except TorchdoctorError as exc:
+        writer.send("error", message=exc.message, hint=exc.hint, exit_status=exc.exit_status)
+        return exc.exit_status
+    except BaseException as exc:  # noqa: BLE001 - torchdoctor's own failure, told to the parent
+        writer.send("error", message=f"{type(exc).__name__}: {exc}", hint=None, internal=True)
+        raise SystemExit(EXIT_INTERNAL) from exc
+    finally:
+        stop.set()
+    if outcome.error is not None:
+        sys.stderr.write("".join(user_traceback(outcome.error)) + "\n")
+    writer.send("final", record=outcome.record.to_dict(), exit_status=outcome.exit_status)
+    return outcome.exit_status
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

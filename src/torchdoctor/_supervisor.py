@@ -1,0 +1,215 @@
+"""``torchdoctor run`` supervises: the script runs in a child process, its measurements stream here.
+
+Why a second process: whatever ends the script's process (an error, ``sys.exit``, ``os._exit``,
+SIGTERM, SIGKILL, the OOM killer, a segfault in native code), this one is still alive to write
+the record of what was measured up to then and to say how the script ended. It also bounds every
+run (``--max-seconds``), and each ``--fix`` re-run starts from a fresh process.
+
+This module does not import torch: the supervisor only reads records.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ._errors import EXIT_INTERNAL, EXIT_SCRIPT_ERROR, EXIT_TIMED_OUT, TorchdoctorError
+from ._stream import StreamReader, StreamState
+from .analysis.verdict import summarise
+from .options import RunOptions
+from .record import RecordError, RunRecord
+
+#: After the bound, or a SIGTERM to torchdoctor, the script gets this long to end before SIGKILL.
+TERMINATE_GRACE_S = 5.0
+#: How often the wait for the script looks at the clock.
+POLL_S = 0.2
+
+
+@dataclasses.dataclass
+class Supervised:
+    """A supervised run's record, exit status, and how the script's process ended."""
+
+    record: RunRecord
+    exit_status: int
+    #: The child's return code (negative: the signal that killed it).
+    returncode: int | None
+    timed_out: bool = False
+
+
+def run_supervised(
+    target: Any, options: RunOptions, progress: Callable[[str, int, int], None] | None = None
+) -> Supervised:
+    """Run ``target`` (a ``runner.Target``) in a child process under capture, within the bound.
+
+    Raises:
+        TorchdoctorError: the child could not run the script (not found, ...): its message.
+    """
+    spec = {
+        "target": dataclasses.asdict(target),
+        "options": {
+            **{f.name: getattr(options, f.name) for f in dataclasses.fields(options)},
+            "loader_overrides": dict(options.loader_overrides),
+            "json_path": None,
+            "fix": False,
+            "quiet": True,
+        },
+    }
+    with tempfile.TemporaryDirectory(prefix="torchdoctor-") as tmp:
+        spec_path = Path(tmp) / "spec.json"
+        spec_path.write_text(json.dumps(spec), encoding="utf-8")
+        read_fd, write_fd = os.pipe()
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "torchdoctor._child", str(spec_path), str(write_fd)],
+                pass_fds=(write_fd,),
+            )
+        except OSError:
+            os.close(read_fd)
+            raise
+        finally:
+            os.close(write_fd)
+        reader = StreamReader(read_fd, progress)
+        timed_out, signalled = _wait(proc, options.max_seconds)
+        reader.join(timeout_s=10.0)
+    return _outcome(reader.state, proc.returncode, target, options, timed_out, signalled)
+
+
+def _wait(proc: subprocess.Popen, max_seconds: float | None) -> tuple[bool, int | None]:
+    """Wait for the child within the bound; forward SIGTERM; returns (timed out, our signal)."""
+    received: list[int] = []
+
+    def forward(signum: int, frame: Any) -> None:
+        received.append(signum)
+        _terminate(proc)
+
+    previous = _install(signal.SIGTERM, forward)
+    # Ctrl-C reaches the script's process from the terminal itself; here it must not end the
+    # supervisor before the script has said how it ended.
+    previous_int = _install(signal.SIGINT, signal.SIG_IGN)
+    deadline = None if not max_seconds else time.monotonic() + max_seconds
+    timed_out = False
+    try:
+        while proc.poll() is None:
+            if deadline is not None and time.monotonic() >= deadline and not timed_out:
+                timed_out = True
+                _terminate(proc)
+            try:
+                proc.wait(timeout=POLL_S)
+            except subprocess.TimeoutExpired:
+                pass
+    finally:
+        _install(signal.SIGTERM, previous)
+        _install(signal.SIGINT, previous_int)
+    return timed_out, (received[0] if received else None)
+
+
+def _terminate(proc: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL if the script is still there after the grace period."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=TERMINATE_GRACE_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def _install(signum: int, handler: Any) -> Any:
+    try:
+        return signal.signal(signum, handler)
+    except ValueError:  # not the main thread: leave signals alone
+        return None
+
+
+def _outcome(
+    state: StreamState,
+    returncode: int | None,
+    target: Any,
+    options: RunOptions,
+    timed_out: bool,
+    signalled: int | None,
+) -> Supervised:
+    if state.final is not None:
+        record = _record(state.final["record"])
+        return Supervised(record, int(state.final["exit_status"]), returncode, timed_out)
+    error = state.error
+    if error is not None and not error.get("internal"):
+        raise TorchdoctorError(error["message"], error.get("hint"))
+    record = record_from_stream(state, target.describe(), options)
+    ending = _ending(returncode, timed_out, signalled, options)
+    record.notes.append(ending)
+    if error is not None:
+        record.status = "internal-error"
+        record.notes.append(f"torchdoctor itself failed: {error['message']}. Please report this.")
+        return Supervised(record, EXIT_INTERNAL, returncode, timed_out)
+    record.status = "timed-out" if timed_out else "killed"
+    status = EXIT_TIMED_OUT if timed_out else EXIT_SCRIPT_ERROR
+    return Supervised(record, status, returncode, timed_out)
+
+
+def record_from_stream(state: StreamState, command: list[str], options: RunOptions) -> RunRecord:
+    """The record of what was streamed: the last snapshot, and the steps that ended after it."""
+    if state.snapshot is not None:
+        record = _record(state.snapshot)
+    else:
+        record = RunRecord(command=command, warmup_steps=options.warmup)
+        record.requested_steps = options.steps
+    for phase, parts, batches in state.steps:
+        step_ms = round(sum(parts.values()), 4)
+        if phase == "measure":
+            record.steps.step_ms.append(step_ms)
+            for name, ms in parts.items():
+                record.steps.part(name).append(round(ms, 4))
+            record.steps.batches.append(batches)
+        elif phase == "model-alone":
+            record.model_alone.append(step_ms)
+    if state.seen is not None:
+        record.seen = dict(state.seen)
+    summarise(record)
+    return record
+
+
+def _ending(
+    returncode: int | None, timed_out: bool, signalled: int | None, options: RunOptions
+) -> str:
+    """How the script's process ended, in the report's words."""
+    if timed_out:
+        return (
+            f"stopped at the --max-seconds bound ({options.max_seconds:g} s) before the "
+            "measurement finished; the figures cover what was measured until then (raise "
+            "--max-seconds, or check that the loop reaches optimizer.step())"
+        )
+    if signalled is not None:
+        return f"torchdoctor received {_signal_name(signalled)} and stopped the script"
+    if returncode is not None and returncode < 0:
+        return (
+            f"the script's process was killed by {_signal_name(-returncode)} (the OOM killer "
+            "sends SIGKILL); the figures cover what was measured until then"
+        )
+    return (
+        f"the script's process ended with status {returncode} without torchdoctor's last word "
+        "(os._exit, or a crash in native code); the figures cover what was measured until then"
+    )
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return f"{signal.Signals(signum).name} (signal {signum})"
+    except ValueError:
+        return f"signal {signum}"
+
+
+def _record(data: dict[str, Any]) -> RunRecord:
+    try:
+        return RunRecord.from_dict(data)
+    except RecordError as exc:  # our own stream: a mismatch is our bug
+        raise RuntimeError(f"torchdoctor's stream held a bad record: {exc}") from exc
