@@ -9,8 +9,10 @@ what arrived.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,9 @@ from ._stream import StreamWriter
 
 #: Seconds between two reports of what the capture saw (for a script that never steps).
 SEEN_INTERVAL_S = 1.0
+#: Seconds a script may keep running after torchdoctor stopped it (it swallowed the stop with
+#: ``except BaseException``) before this process sends the record and ends itself.
+SWALLOWED_STOP_GRACE_S = 3.0
 #: Phases whose steps are streamed one by one (the others only count in snapshots).
 STREAMED_PHASES = ("measure", "model-alone")
 
@@ -58,10 +63,29 @@ def _run(spec: dict[str, Any], writer: StreamWriter) -> int:
             writer.send("step", phase=phase.name, parts=parts, batches=step.batches)
 
     def report_seen() -> None:
+        done_at = None
         while not stop.wait(SEEN_INTERVAL_S):
             session = live.get("session")
-            if session is not None:
-                writer.send("seen", seen=dict(session.data.seen))
+            if session is None:
+                continue
+            writer.send("seen", seen=dict(session.data.seen))
+            if session.phase_name != "done":
+                continue
+            done_at = done_at or time.monotonic()
+            if time.monotonic() - done_at >= SWALLOWED_STOP_GRACE_S:
+                _end_swallowed(session)
+
+    def _end_swallowed(session: Any) -> None:
+        """The script caught the stop and carries on: send the record, then end this process."""
+        record = build_record(session, command, "stopped")
+        record.notes.append(
+            "the script caught torchdoctor's stop (an `except BaseException` or bare `except:` "
+            "around the step) and kept running; torchdoctor ended its process "
+            f"{SWALLOWED_STOP_GRACE_S:g} s later"
+        )
+        writer.send("final", record=record.to_dict(), exit_status=0)
+        writer.close()
+        os._exit(0)
 
     heartbeat = threading.Thread(target=report_seen, name="torchdoctor-seen", daemon=True)
     heartbeat.start()

@@ -22,7 +22,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ._errors import EXIT_INTERNAL, EXIT_SCRIPT_ERROR, EXIT_TIMED_OUT, TorchdoctorError
+from ._errors import (
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_SCRIPT_ERROR,
+    EXIT_TIMED_OUT,
+    TorchdoctorError,
+)
 from ._stream import StreamReader, StreamState
 from .analysis.verdict import summarise
 from .options import RunOptions
@@ -151,8 +157,12 @@ def _outcome(
         record.status = "internal-error"
         record.notes.append(f"torchdoctor itself failed: {error['message']}. Please report this.")
         return Supervised(record, EXIT_INTERNAL, returncode, timed_out)
-    record.status = "timed-out" if timed_out else "killed"
-    status = EXIT_TIMED_OUT if timed_out else EXIT_SCRIPT_ERROR
+    if timed_out:
+        record.status, status = "timed-out", EXIT_TIMED_OUT
+    elif signalled is not None:
+        record.status, status = "interrupted", EXIT_INTERRUPTED
+    else:
+        record.status, status = "killed", EXIT_SCRIPT_ERROR
     return Supervised(record, status, returncode, timed_out)
 
 

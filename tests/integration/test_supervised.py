@@ -1,0 +1,136 @@
+"""Whatever ends the script's process, ``torchdoctor run`` keeps the record and says how it ended.
+
+Each case runs the real command (``python -m torchdoctor run``) on a script from
+``tests/scenarios/faults/``, then checks the exit status, the record's status and notes, that the
+record exists where ``--json`` promised, and that the script's process is gone. New failures found
+in the field become new rows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+import psutil
+import pytest
+
+from paths import SCENARIOS
+
+FAULTS = SCENARIOS / "faults"
+pytestmark = pytest.mark.integration
+
+
+@dataclass
+class Case:
+    name: str
+    script: str
+    flags: list[str]
+    exit_status: int
+    status: str
+    note: str
+    measured_at_least: int = 0
+    env: dict[str, str] = field(default_factory=dict)
+
+
+CASES = [
+    Case("os._exit", "os_exit.py", [], 1, "killed", "ended with status 0 without", 3),
+    Case("SIGKILL", "sigkill_self.py", [], 1, "killed", "killed by SIGKILL", 3),
+    Case(
+        "never steps",
+        "never_steps.py",
+        ["--max-seconds", "6"],
+        5,
+        "timed-out",
+        "--max-seconds bound (6 s)",
+    ),
+    Case(
+        "swallows the stop",
+        "swallows_stop.py",
+        ["--no-counterfactuals"],
+        0,
+        "complete",
+        "caught torchdoctor's stop",
+        5,
+    ),
+    Case(
+        "ascii terminal",
+        "os_exit.py",
+        [],
+        1,
+        "killed",
+        "ended with status 0",
+        3,
+        env={"PYTHONIOENCODING": "ascii"},
+    ),
+]
+
+
+def _run(tmp_path, case: Case, **popen):
+    record = tmp_path / "out" / "run.json"
+    pidfile = tmp_path / "script.pid"
+    env = {**os.environ, "TORCHDOCTOR_TEST_PIDFILE": str(pidfile), **case.env}
+    cmd = [sys.executable, "-m", "torchdoctor", "run", "--steps", "20", "--warmup", "1"]
+    cmd += [*case.flags, "--json", str(record), "--", str(FAULTS / case.script)]
+    return cmd, env, record, pidfile
+
+
+def _script_gone(pidfile) -> bool:
+    pid = int(pidfile.read_text())
+    deadline = time.monotonic() + 10
+    while psutil.pid_exists(pid) and time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.1)
+    return not psutil.pid_exists(pid)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_the_record_survives(tmp_path, case):
+    cmd, env, record, pidfile = _run(tmp_path, case)
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == case.exit_status, done.stdout + done.stderr
+    data = json.loads(record.read_text())
+    assert data["status"] == case.status
+    assert any(case.note in n for n in data["notes"]), data["notes"]
+    assert len(data["steps"]["step_ms"]) >= case.measured_at_least
+    assert "Traceback" not in done.stderr
+    assert _script_gone(pidfile)
+
+
+def test_sigterm_to_torchdoctor_keeps_the_record(tmp_path):
+    case = Case("sigterm", "slow_steps.py", [], 130, "interrupted", "received SIGTERM")
+    cmd, env, record, pidfile = _run(tmp_path, case)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not pidfile.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(3.0)  # into the measured steps (0.2 s each)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == case.exit_status, (out + err).decode(errors="replace")
+    data = json.loads(record.read_text())
+    assert data["status"] == "interrupted"
+    assert any(case.note in n for n in data["notes"]), data["notes"]
+    assert _script_gone(pidfile)
+
+
+def test_a_closed_pipe_loses_the_text_not_the_record(tmp_path):
+    case = Case("head", "os_exit.py", [], 1, "killed", "")
+    cmd, env, record, pidfile = _run(tmp_path, case)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.readline()  # like `| head -1`: read a line, then close the pipe
+    proc.stdout.close()
+    err = proc.stderr.read().decode(errors="replace")
+    proc.wait(timeout=120)
+    assert proc.returncode == 1, err
+    assert "BrokenPipe" not in err and "Traceback" not in err
+    assert json.loads(record.read_text())["status"] == "killed"
+    assert _script_gone(pidfile)

@@ -1,0 +1,14 @@
+"""Calls backward forever and never optimizer.step(): only the wall-time bound ends it."""
+
+import os
+
+import torch
+from torch import nn
+
+pidfile = os.environ.get("TORCHDOCTOR_TEST_PIDFILE")
+if pidfile:
+    with open(pidfile, "w") as fh:
+        fh.write(str(os.getpid()))
+model = nn.Linear(4, 1)
+while True:
+    model(torch.randn(8, 4)).sum().backward()
