@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 
 from . import __version__
 from ._errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, TorchdoctorError
+from ._paths import check_output_dir, check_output_file
 from .options import add_flags, from_args, non_negative_int, positive_int
 
 
@@ -157,7 +158,22 @@ def _run_options(p: argparse.ArgumentParser, loader_doctor: str) -> None:
 def _cmd_run(args: argparse.Namespace) -> int:
     from .runner import run_cli
 
-    return run_cli(_parse_target(args.target), from_args(args))
+    target = _parse_target(args.target)
+    return run_cli(target, from_args(args, **_checked_outputs(args)))
+
+
+def _checked_outputs(args: argparse.Namespace) -> dict[str, str]:
+    """``--json`` and ``--trace`` checked before the script runs, made absolute.
+
+    A bad path then costs a message instead of the whole run, and a script that ``os.chdir``s
+    cannot move the record or the trace (relative paths mean where torchdoctor was started).
+    """
+    checked = {}
+    if args.json_path is not None:
+        checked["json_path"] = check_output_file(args.json_path, "--json")
+    if args.trace_dir is not None:
+        checked["trace_dir"] = check_output_dir(args.trace_dir, "--trace")
+    return checked
 
 
 def _parse_target(rest: list[str]):
@@ -227,6 +243,8 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     from .analysis.trace_analysis import analyze_trace
     from .report.trace_terminal import render_trace_report
 
+    if args.json is not None:
+        check_output_file(args.json, "--json", example="analysis.json")
     record = analyze_trace(
         args.traces,
         include_last_step=args.include_last_step,
@@ -255,6 +273,9 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
+    for path, flag in ((args.json, "--json"), (args.workdir, "--workdir")):
+        if path is not None:
+            check_output_dir(path, flag)
     return run_demo(json_dir=args.json, steps=args.steps, workdir=args.workdir)
 
 
