@@ -211,7 +211,17 @@ def _cmd_report(args: argparse.Namespace) -> int:
         raise TorchdoctorError(
             str(exc), "pass a file written by `torchdoctor run --json`"
         ) from None
-    render(record)
+    try:
+        render(record)
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
+        # The loader checks every typed field; ``extra`` holds free-form results it cannot
+        # check, so an edited file can still hold a value the renderer cannot show.
+        raise TorchdoctorError(
+            f"{args.path}: the record holds a value that cannot be shown "
+            f"({type(exc).__name__}: {exc}); was the file edited?",
+            "re-run the diagnosis with --json (a file torchdoctor wrote that fails here, "
+            "unedited, is a torchdoctor bug: send it to the maintainers)",
+        ) from None
     return 0
 
 

@@ -213,6 +213,19 @@ CASES: list[Case] = [
         "no schema_version",
         files={"t.json": GOOD_TRACE},
     ),
+    Case(
+        # extra holds free-form results the loader cannot type-check: the renderer's failure
+        # on an edited value is still a message, not a traceback.
+        "report-edited-free-form-extra",
+        ("report", "r.json"),
+        EXIT_USAGE,
+        "r.json: the record holds a value that cannot be shown",
+        files={
+            "r.json": json.dumps(
+                {"schema_version": 2, "extra": {"transforms": [{"name": 3, "share": 0.5}]}}
+            )
+        },
+    ),
     Case("report-missing", ("report", "nope.json"), EXIT_USAGE, "nope.json: no such file"),
     Case(
         "report-directory",
