@@ -18,9 +18,13 @@ from pathlib import Path
 
 from torch.utils.data import DataLoader
 
-from torchdoctor.analysis.worker_sweep import SweepPolicy, sweep_candidates
-from torchdoctor.capture.loader_doctor import available_cpus
-from torchdoctor.capture.loader_sweep import measure_loader, sweep_loader
+from torchdoctor.loader import (
+    SweepPolicy,
+    available_cpus,
+    measure_loader,
+    sweep_candidates,
+    sweep_loader,
+)
 
 # The datasets with injected costs are the ones the tests use.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))

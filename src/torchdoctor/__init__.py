@@ -3,7 +3,7 @@
 The public API is re-exported here. Type checkers read the imports under ``TYPE_CHECKING``
 (the package ships ``py.typed``); at run time each name is imported on first use, so
 ``import torchdoctor`` does not import torch until a name that needs it is used. Each name is
-taken from its package's door (``torchdoctor.capture``, never ``torchdoctor.capture._x``).
+taken from its package's door (``torchdoctor.loader``, never ``torchdoctor.loader._x``).
 ``tests/unit/test_layout.py`` checks that ``__all__``, the ``TYPE_CHECKING`` imports and the
 lazy table below name the same objects.
 """
@@ -17,14 +17,8 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from .analysis import analyze_trace
-    from .capture import (
-        StepProfiler,
-        SyncWatcher,
-        clone_loader,
-        diagnose_loader,
-        find_syncs,
-        watch_syncs,
-    )
+    from .capture import StepProfiler, SyncWatcher, find_syncs, watch_syncs
+    from .loader import clone_loader, diagnose_loader
     from .record import RunRecord
     from .remedies import (
         CachedDataset,
@@ -76,8 +70,8 @@ _EXPORTS = {
     "SyncWatcher": "torchdoctor.capture",
     "analyze_trace": "torchdoctor.analysis",
     "StepProfiler": "torchdoctor.capture",
-    "diagnose_loader": "torchdoctor.capture",
-    "clone_loader": "torchdoctor.capture",
+    "diagnose_loader": "torchdoctor.loader",
+    "clone_loader": "torchdoctor.loader",
 }
 
 

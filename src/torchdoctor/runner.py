@@ -29,10 +29,10 @@ from ._errors import (
     TorchdoctorError,
 )
 from .analysis.verdict import summarise
-from .analysis.worker_sweep import fix_code, fix_settings
-from .capture import CaptureSession, ProgressFn, StopRun, counted_steps, warm_steps
+from .capture import CaptureSession, ProgressFn, StopRun
+from .loader import fix_trial
 from .options import RunOptions
-from .record import Environment, RunRecord, TraceReport
+from .record import Environment, FixTrial, RunRecord, TraceReport
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -118,8 +118,7 @@ def build_record(
         seen=dict(session.data.seen),
         notes=list(session.data.notes),
     )
-    if opts.loader_overrides:
-        record.extra["loader_overrides"] = dict(opts.loader_overrides)
+    record.loader_overrides = dict(opts.loader_overrides)
     record.findings.extend(session.data.sync_findings)
     if session.data.sync_sample_ms:
         record.overhead_ms["sync_sampled_step_ms"] = round(
@@ -127,7 +126,7 @@ def build_record(
         )
         record.sync_sampled_steps = len(session.data.sync_sample_ms)
     if session.data.loader_diagnosis is not None:
-        record.extra.update(session.data.loader_diagnosis.to_extra())
+        record.loader_report = session.data.loader_diagnosis.report
         record.findings.extend(session.data.loader_diagnosis.findings)
     if session.data.trace_paths:
         _attach_trace(record, session.data.trace_paths)
@@ -376,46 +375,21 @@ def run_cli(target: Target, options: RunOptions) -> int:
     return status
 
 
-def predicted_speedup(record: RunRecord) -> float | None:
-    """What the worker sweep predicts for the whole step, capped by the measured ceiling."""
-    finding = next((f for f in record.findings if f.kind == "loader.num_workers"), None)
-    if finding is None or not finding.detail.get("predicted_speedup"):
-        return None
-    predicted = float(finding.detail["predicted_speedup"])
-    if finding.detail.get("measures") != "step" and record.ceiling_speedup:
-        predicted = min(predicted, record.ceiling_speedup)  # a faster loader cannot beat the model
-    return round(predicted, 3)
-
-
 def verify_fix(
     target: Target, options: RunOptions, record: RunRecord, quiet: bool = False
-) -> dict[str, Any]:
-    """Re-run the script with the advised DataLoader settings injected; store the trial in the record.
+) -> FixTrial:
+    """Re-run the script with the advised DataLoader settings injected; the trial is ``record.fix``.
 
-    The trial is ``record.extra["fix"]``: ``overrides``, ``predicted_speedup``,
-    ``verified_speedup`` (mean step before ÷ after: a throughput ratio), ``code`` (the change that makes it
-    permanent), ``where`` (the DataLoader's line) and ``after`` (the re-run's whole record).
+    See :func:`torchdoctor.loader.fix_trial`: this gives it the re-run (the same script, with
+    the overrides injected, no loader doctor, no sync sampling, no trace).
     """
     from .report.progress import ProgressDisplay
 
-    overrides = fix_settings(record.findings)
-    trial: dict[str, Any] = {
-        "overrides": overrides,
-        "predicted_speedup": predicted_speedup(record),
-        "verified_speedup": None,
-        "where": record.loader.created_at if record.loader else None,
-        "code": fix_code(overrides) or None,
-        "after": None,
-    }
-    if overrides:
-        workers = overrides.get("num_workers", record.loader.num_workers if record.loader else 0)
-        prefetch = overrides.get("prefetch_factor") or 2
-        rerun = dataclasses.replace(
+    def rerun(overrides: dict[str, Any], steps: int, warmup: int) -> RunRecord:
+        rerun_options = dataclasses.replace(
             options,
-            # Whole rounds of batches (with workers they arrive several at once, then a wait).
-            steps=counted_steps(workers or 0, max(options.steps, 4 * (workers or 0))),
-            # The first num_workers x prefetch_factor batches are ready at once: not steady state.
-            warmup=max(options.warmup, warm_steps(workers or 0, prefetch)),
+            steps=steps,
+            warmup=warmup,
             counterfactuals=False,
             loader_overrides=overrides,
             loader_doctor="off",
@@ -425,10 +399,7 @@ def verify_fix(
             fix=False,
         )
         with ProgressDisplay(enabled=not quiet) as display:
-            after = run_target(target, rerun, progress=display.update).record
-        trial["after"] = after.to_dict()
-        if after.step_ms and record.step_ms and after.step_ms.mean > 0:
-            trial["verified_speedup"] = round(record.step_ms.mean / after.step_ms.mean, 3)
-            trial["after_step_ms"] = after.step_ms.mean
-    record.extra["fix"] = trial
-    return trial
+            return run_target(target, rerun_options, progress=display.update).record
+
+    record.fix = fix_trial(record, rerun, steps=options.steps, warmup=options.warmup)
+    return record.fix

@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from paths import SCENARIOS
-from torchdoctor.analysis.worker_sweep import fix_settings
-from torchdoctor.record import RunRecord
+from torchdoctor.loader import fix_settings
+from torchdoctor.record import FixTrial, RunRecord
 from torchdoctor.runner import RunOptions, Target, run_target, verify_fix
 
 pytestmark = pytest.mark.integration
@@ -23,23 +23,27 @@ def test_fix_names_the_costly_transform_and_verifies_the_speedup():
     record = run_target(target, options).record
     assert record.verdict.kind == "INPUT-BOUND"
     # The Compose's second transform holds the cost.
-    transforms = record.extra["transforms"]
-    costliest = max(transforms, key=lambda t: t["share"])
-    assert costliest["name"].startswith("SlowResize"), transforms
-    sweep = record.extra["worker_sweep"]
-    assert sweep["measures"] == "step" and sweep["best_workers"] > 0
+    report = record.loader_report
+    costliest = max(report.transforms, key=lambda t: t.share)
+    assert costliest.name.startswith("SlowResize"), report.transforms
+    sweep = report.worker_sweep
+    assert sweep.measures == "step" and sweep.best_workers > 0
+    # The doctor's memory figures are for the worker count the whole-step sweep picked.
+    assert report.memory.num_workers == sweep.best_workers
     overrides = fix_settings(record.findings)
-    assert overrides["num_workers"] == sweep["best_workers"]
+    assert overrides["num_workers"] == sweep.best_workers
 
     trial = verify_fix(target, options, record, quiet=True)
-    assert trial["overrides"] == overrides
-    assert trial["verified_speedup"] > 1.4  # 48 ms of sleep per batch spread over >= 2 workers
-    assert trial["predicted_speedup"] > 1.4
+    assert isinstance(trial, FixTrial) and record.fix is trial
+    assert trial.overrides == overrides
+    assert trial.verified_speedup > 1.4  # 48 ms of sleep per batch spread over >= 2 workers
+    assert trial.predicted_speedup > 1.4
     # The whole-step sweep's prediction and the re-run agree (throughput ratios, same run).
-    assert trial["verified_speedup"] == pytest.approx(trial["predicted_speedup"], rel=0.4)
-    assert trial["after"]["loader"]["num_workers"] == overrides["num_workers"]
-    assert trial["where"].endswith("train_loop.py:" + trial["where"].rsplit(":", 1)[1])
-    assert "DataLoader(..., num_workers=" in trial["code"]
+    assert trial.verified_speedup == pytest.approx(trial.predicted_speedup, rel=0.4)
+    assert trial.after.loader.num_workers == overrides["num_workers"]
+    assert trial.after.loader_overrides == overrides
+    assert trial.where.endswith("train_loop.py:" + trial.where.rsplit(":", 1)[1])
+    assert "DataLoader(..., num_workers=" in trial.code
 
 
 def test_injected_overrides_win_over_positional_arguments(tmp_path):
@@ -71,6 +75,32 @@ def test_injected_overrides_win_over_positional_arguments(tmp_path):
     assert out.record.loader.created_at.endswith("positional.py:4")
 
 
+def test_injecting_zero_workers_into_a_persistent_loader_resets_its_worker_arguments(tmp_path):
+    script = tmp_path / "persistent.py"
+    script.write_text(
+        "import torch\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n"
+        "ds = TensorDataset(torch.randn(64, 4))\n"
+        "loader = DataLoader(ds, 8, num_workers=1, persistent_workers=True, prefetch_factor=3)\n"
+        "model = torch.nn.Linear(4, 1)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for epoch in range(50):\n"
+        "    for (x,) in loader:\n"
+        "        model(x).sum().backward()\n"
+        "        opt.step()\n"
+        "        opt.zero_grad()\n"
+    )
+    out = run_target(
+        Target(script=str(script)),
+        RunOptions(steps=3, warmup=1, counterfactuals=False, loader_overrides={"num_workers": 0}),
+    )
+    assert out.exit_status == 0, out.record.notes
+    loader = out.record.loader
+    assert loader.num_workers == 0 and not loader.persistent_workers
+    assert loader.prefetch_factor is None
+    assert out.record.loader_overrides == {"num_workers": 0}
+
+
 def test_loader_command_always_runs_the_doctor(tmp_path):
     path = tmp_path / "loader.json"
     res = subprocess.run(
@@ -96,7 +126,8 @@ def test_loader_command_always_runs_the_doctor(tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     record = RunRecord.load(path)
     assert record.verdict.kind == "COMPUTE-BOUND"
-    assert record.extra["worker_sweep"]["points"], "the sweep ran although the run is compute-bound"
+    sweep = record.loader_report.worker_sweep
+    assert sweep.points, "the sweep ran although the run is compute-bound"
     assert "num_workers sweep" in res.stdout
 
 

@@ -9,9 +9,14 @@ import statistics
 import pytest
 from slow_transform import build_loader, train  # noqa: E402
 
-from torchdoctor.analysis.worker_sweep import fix_code, fix_settings, predicted_step_ms  # noqa: E402
-from torchdoctor.capture.loader_doctor import diagnose_loader  # noqa: E402
-from torchdoctor.capture.loader_sweep import clone_loader, sample_batch  # noqa: E402
+from torchdoctor.loader import (  # noqa: E402
+    clone_loader,
+    diagnose_loader,
+    fix_code,
+    fix_settings,
+    predicted_step_ms,
+    sample_batch,
+)
 
 # The first optimizer step imports torch._dynamo and friends, which set attributes on torch;
 # take that step at import so the hygiene fixture sees only what the test itself does.
@@ -30,7 +35,8 @@ def test_fix_is_verified_against_the_prediction():
         budget_s_per_setting=2.0,
         cpu_count=2,
     )
-    costliest = max(diagnosis.transforms, key=lambda t: t.share)
+    report = diagnosis.report
+    costliest = max(report.transforms, key=lambda t: t.share)
     assert costliest.name == "RandomBlur"
     injected = fix_settings(diagnosis.findings)
     workers = injected["num_workers"]
@@ -46,8 +52,10 @@ def test_fix_is_verified_against_the_prediction():
     warmup = 2 * workers
     after = train(clone_loader(loader, **injected), warmup + 8 * workers)
     after_ms = statistics.mean(after[warmup:])
-    assert diagnosis.sweep is not None
-    predicted_ms = predicted_step_ms(model_alone_ms, diagnosis.sweep.best.batches_per_s, workers)
+    assert report.worker_sweep is not None
+    predicted_ms = predicted_step_ms(
+        model_alone_ms, report.worker_sweep.best.batches_per_s, workers
+    )
     verified_speedup = before_ms / after_ms
     predicted_speedup = before_ms / predicted_ms
     print(f"predicted {predicted_speedup:.2f}x, verified {verified_speedup:.2f}x")

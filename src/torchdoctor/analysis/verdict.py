@@ -124,10 +124,10 @@ def _next_input(record: RunRecord) -> str:
     loader: LoaderSettings | None = record.loader
     tips = []
     measured = next((f for f in record.findings if f.kind == "loader.num_workers"), None)
-    sweep = record.extra.get("worker_sweep")
+    sweep = record.loader_report.worker_sweep if record.loader_report else None
     if measured is not None:
         tips.append(f"{measured.fix} (measured: {measured.title})")
-    elif sweep and sweep.get("points"):
+    elif sweep is not None and sweep.points:
         tips.append(
             "more DataLoader workers do not pay here (the num_workers sweep measured no "
             "worthwhile gain: the loader and the model share the CPU cores), so make each "

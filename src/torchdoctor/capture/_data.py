@@ -42,7 +42,7 @@ class CaptureData:
     sync_sample_ms: list[float] = field(default_factory=list)
     sync_findings: list[Finding] = field(default_factory=list)
     trace_paths: list[str] = field(default_factory=list)
-    #: The whole-step worker sweep's result (``loader.WorkerSweep``), when it ran.
+    #: The whole-step worker sweep's result (``record.WorkerSweep``), when it ran.
     worker_sweep: Any = None
     loader_alone: LoaderAlone | None = None
     #: The loader doctor's result (``loader.LoaderDiagnosis``), when it ran.

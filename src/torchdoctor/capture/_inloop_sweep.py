@@ -12,26 +12,15 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..analysis.worker_sweep import SweepPolicy, WorkerSweep
-from .loader_sweep import _no_worker_count_warning, clone_loader, shutdown_workers
-
-#: Steps after switching settings that are not counted, at least: the new workers start.
-SWEEP_WARM_STEPS = 2
-
-
-def warm_steps(num_workers: int, prefetch_factor: int | None) -> int:
-    """Uncounted steps at a setting: start-up, then the ``num_workers x prefetch_factor``
-    batches the workers prefetch, which arrive at once and would inflate the rate."""
-    return max(SWEEP_WARM_STEPS, num_workers * (prefetch_factor or 2))
-
-
-def counted_steps(num_workers: int, wanted: int) -> int:
-    """Counted steps at a setting: whole rounds of ``num_workers`` batches, at least two rounds
-    (with workers, batches arrive in rounds: several at once, then a wait)."""
-    if num_workers <= 1:
-        return wanted
-    rounds = max(2, -(-wanted // num_workers))
-    return rounds * num_workers
+from ..loader import (
+    SweepPolicy,
+    clone_loader,
+    counted_batches,
+    no_worker_count_warning,
+    shutdown_workers,
+    warm_batches,
+)
+from ..record import WorkerSweep
 
 
 class InLoopSweep:
@@ -54,7 +43,7 @@ class InLoopSweep:
         self._clone: Any = None
         self.workers: int | None = None
         self._steps = 0
-        self._warm = SWEEP_WARM_STEPS
+        self._warm = warm_batches(0)
         self._count = steps_per_setting
         self._counted_ms = 0.0
         self._counted_batches = 0
@@ -68,13 +57,15 @@ class InLoopSweep:
             return False
         self.workers = workers
         self._clone = clone_loader(self.loader, num_workers=workers, persistent_workers=False)
-        with _no_worker_count_warning():  # the sweep tries more workers than cores on purpose
+        with no_worker_count_warning():  # the sweep tries more workers than cores on purpose
             self._iterator = iter(self._clone)
         self._steps = 0
         self._counted_ms = 0.0
         self._counted_batches = 0
-        self._warm = warm_steps(workers, getattr(self._clone, "prefetch_factor", None))
-        self._count = counted_steps(workers, self.steps_per_setting)
+        # Uncounted: the steps whose batches the new workers prefetched (they arrive at once);
+        # counted: whole rounds of batches (with workers they arrive several at once, then a wait).
+        self._warm = warm_batches(workers, getattr(self._clone, "prefetch_factor", None))
+        self._count = counted_batches(workers, self.steps_per_setting)
         return True
 
     def next_batch(self, orig_next: Callable[[Any], Any]) -> Any:
@@ -84,7 +75,7 @@ class InLoopSweep:
             return orig_next(self._iterator)
         except StopIteration:
             shutdown_workers(self._iterator)
-            with _no_worker_count_warning():
+            with no_worker_count_warning():
                 self._iterator = iter(self._clone)
             return orig_next(self._iterator)
 

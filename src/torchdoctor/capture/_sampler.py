@@ -8,6 +8,7 @@ import time
 
 import psutil
 
+from ..loader import sample_children
 from ..record import SystemUsage
 
 #: 5 samples per second: enough to see worker RSS climb in a 20-step run, cheap on 2 cores.
@@ -64,15 +65,9 @@ class SystemSampler:
         self._timeline.append(round(time.monotonic() - self._t0, 3))
         self._cpu.append(self._cpu_busy_since_last())
         self._main_rss.append(self._proc.memory_info().rss / 2**20)
-        workers_rss = 0.0
-        children = self._proc.children(recursive=True)
-        for child in children:
-            try:
-                workers_rss += child.memory_info().rss / 2**20
-            except psutil.Error:
-                continue
-        self._workers_rss.append(workers_rss)
-        self._workers_max = max(self._workers_max, len(children))
+        workers = sample_children(self._proc)
+        self._workers_rss.append(sum(workers.rss_mb))
+        self._workers_max = max(self._workers_max, workers.count)
         if self._nvml is not None:
             util, mem_mb = _nvml_read(self._nvml)
             self._gpu_util.append(util)

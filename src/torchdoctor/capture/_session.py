@@ -34,6 +34,7 @@ from torch.utils.data import DataLoader
 
 from .._batches import tensor_ids
 from ..analysis.verdict import INPUT_BOUND, summarise
+from ..loader import valid_loader_kwargs
 from ..options import RunOptions
 from ..record import RunRecord, StepSeries
 from ._data import CaptureData, StepMarks
@@ -388,12 +389,7 @@ class CaptureSession:
         return batch
 
     def _overrides_for(self, kwargs: dict[str, Any]) -> dict[str, Any]:
-        overrides = dict(self.options.loader_overrides)
-        if overrides.get("num_workers", kwargs.get("num_workers", 0)) == 0:
-            # These options are invalid without workers.
-            overrides.pop("persistent_workers", None)
-            overrides.pop("prefetch_factor", None)
-        return overrides
+        return valid_loader_kwargs({**kwargs, **self.options.loader_overrides})
 
     def _check_done(self) -> None:
         if isinstance(self.phase, Done) and self.options.stop:

@@ -25,10 +25,22 @@ from ._kinds import (
     Status,
     VerdictKind,
 )
-from ._run import (
+from ._loader import (
+    DEFAULT_PICK_TOLERANCE,
+    BatchLeaf,
+    CopyOnRead,
+    LoaderMemory,
+    LoaderReport,
+    SweepPoint,
+    TransformCost,
+    WorkerMemorySeries,
+    WorkerSweep,
+)
+from ._run import (  # FixTrial too: _run must be imported before _fix (see _run's end)
     STEP_PARTS,
     Environment,
     Finding,
+    FixTrial,
     LoaderAlone,
     LoaderSettings,
     RunRecord,
@@ -55,6 +67,7 @@ from ._trace import (
 from ._verdict import Verdict
 
 __all__ = [
+    "DEFAULT_PICK_TOLERANCE",
     "COMMUNICATION_BOUND",
     "COMPUTE_BOUND",
     "HOST_BOUND",
@@ -69,6 +82,12 @@ __all__ = [
     "SYNC_FINDING_KINDS",
     "TRACE_FINDING_KINDS",
     "VERDICT_KINDS",
+    "BatchLeaf",
+    "CopyOnRead",
+    "Environment",
+    "Finding",
+    "FindingKind",
+    "FixTrial",
     "CommOverlap",
     "Environment",
     "Finding",
@@ -77,6 +96,8 @@ __all__ = [
     "KernelStat",
     "LaunchStats",
     "LoaderAlone",
+    "LoaderMemory",
+    "LoaderReport",
     "LoaderSettings",
     "PageableCopies",
     "ParseStats",
@@ -88,6 +109,9 @@ __all__ = [
     "Stat",
     "Status",
     "StepSeries",
+    "SweepPoint",
+    "SystemUsage",
+    "TransformCost",
     "SyncReport",
     "SyncSite",
     "SystemUsage",
@@ -96,5 +120,7 @@ __all__ = [
     "TraceStep",
     "Verdict",
     "VerdictKind",
+    "WorkerMemorySeries",
+    "WorkerSweep",
     "write_json_atomic",
 ]

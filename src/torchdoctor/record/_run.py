@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ._kinds import FINDING_KINDS, SEVERITIES, FindingKind, Severity, Status
+from ._loader import LoaderReport
 from ._serial import SCHEMA_VERSION, load_record, record_from_dict, write_json_atomic
 from ._trace import TraceReport
 from ._verdict import Verdict
@@ -203,6 +204,12 @@ class RunRecord:
     sync_sampled_steps: int = 0
     #: The profiler trace's analysis (``analyze``, ``run --trace``) and the files recorded.
     trace: TraceReport | None = None
+    #: The loader doctor's measurements (worker sweep, transform costs, memory), when it ran.
+    loader_report: LoaderReport | None = None
+    #: The ``--fix`` trial: the advised settings injected into a re-run, and its result.
+    fix: FixTrial | None = None
+    #: DataLoader settings injected into every loader of this run (a ``--fix`` re-run).
+    loader_overrides: dict[str, Any] = field(default_factory=dict)
     #: Results of further analyses and trials (worker sweep, fix run, trace, ...).
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -237,3 +244,8 @@ class RunRecord:
             RecordError: when the file is missing, not JSON, or not a record.
         """
         return load_record(cls, path)
+
+
+# FixTrial.after is a RunRecord, so _fix imports this module: import it once RunRecord exists.
+# The record's door takes FixTrial from here, so _run is always imported before _fix.
+from ._fix import FixTrial  # noqa: E402

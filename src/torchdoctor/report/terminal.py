@@ -7,7 +7,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from ..record import STEP_PARTS, RunRecord
+from ..record import STEP_PARTS, FixTrial, RunRecord
 from ._style import BAD, GOOD, severity_look, verdict_look
 from .loader import loader_section
 
@@ -31,7 +31,7 @@ def render(record: RunRecord, console: Console | None = None, title: str | None 
         console.print(_breakdown_table(record))
         console.print(_counterfactual_table(record))
     section = loader_section(
-        record.extra, current_workers=record.loader.num_workers if record.loader else None
+        record.loader_report, current_workers=record.loader.num_workers if record.loader else None
     )
     if section is not None:
         console.print(section)
@@ -47,18 +47,18 @@ def render(record: RunRecord, console: Console | None = None, title: str | None 
     if record.notes:
         for note in record.notes:
             console.print(Text(f"note: {note}", style="dim"))
-    if record.extra.get("fix"):
-        render_fix(record, record.extra["fix"], console)
+    if record.fix is not None:
+        render_fix(record, record.fix, console)
     console.print()
 
 
-def render_fix(record: RunRecord, trial: dict, console: Console | None = None) -> None:
+def render_fix(record: RunRecord, trial: FixTrial, console: Console | None = None) -> None:
     """The ``--fix`` trial: what was injected, predicted and verified speedup, the code change."""
     console = console or Console()
     grid = Table.grid(padding=(0, 1))
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column()
-    if not trial.get("overrides"):
+    if not trial.overrides:
         grid.add_row(
             "Fix",
             "nothing to inject: no DataLoader setting was found to help; the findings above "
@@ -66,23 +66,23 @@ def render_fix(record: RunRecord, trial: dict, console: Console | None = None) -
         )
         console.print(Panel(grid, title="fix", title_align="left", border_style="green"))
         return
-    grid.add_row("Injected", trial["code"] + "  (no code edited)")
+    grid.add_row("Injected", f"{trial.code}  (no code edited)")
     before = record.step_ms.mean if record.step_ms else None
-    after = trial.get("after_step_ms")
-    if trial.get("verified_speedup") is not None and before and after:
+    after = trial.after_step_ms
+    if trial.verified_speedup is not None and before and after:
         grid.add_row(
             "Verified",
             Text(
-                f"{trial['verified_speedup']:.2f}x  (mean step {before:.1f} ms -> {after:.1f} ms)",
+                f"{trial.verified_speedup:.2f}x  (mean step {before:.1f} ms -> {after:.1f} ms)",
                 style=GOOD,
             ),
         )
     else:
         grid.add_row("Verified", Text("the re-run measured no step", style=BAD))
-    if trial.get("predicted_speedup"):
-        grid.add_row("Predicted", f"{trial['predicted_speedup']:.2f}x by the worker sweep")
-    where = f" at {trial['where']}" if trial.get("where") else ""
-    grid.add_row("Make it permanent", f"change the DataLoader{where} to {trial['code']}")
+    if trial.predicted_speedup:
+        grid.add_row("Predicted", f"{trial.predicted_speedup:.2f}x by the worker sweep")
+    where = f" at {trial.where}" if trial.where else ""
+    grid.add_row("Make it permanent", f"change the DataLoader{where} to {trial.code}")
     console.print(
         Panel(grid, title="fix, verified by re-running", title_align="left", border_style="green")
     )

@@ -13,7 +13,15 @@ from torchdoctor.analysis.verdict import (
     UNKNOWN,
     summarise,
 )
-from torchdoctor.record import LoaderAlone, LoaderSettings, RunRecord, StepSeries
+from torchdoctor.record import (
+    LoaderAlone,
+    LoaderReport,
+    LoaderSettings,
+    RunRecord,
+    StepSeries,
+    SweepPoint,
+    WorkerSweep,
+)
 
 
 def _loader(workers=0):
@@ -98,10 +106,11 @@ def test_nothing_measured():
 
 def test_next_follows_a_sweep_that_found_no_gain():
     rec = _record(40, 5, 1)
-    rec.extra["worker_sweep"] = {
-        "points": [{"num_workers": 0, "batches_per_s": 10.0}],
-        "best_workers": 0,
-    }
+    rec.loader_report = LoaderReport(
+        worker_sweep=WorkerSweep(
+            points=[SweepPoint(0, 10.0)], best_workers=0, stopped="exhausted", candidates=[0]
+        )
+    )
     summarise(rec)
     assert "workers do not pay here" in rec.verdict.next
     assert "num_workers=N" not in rec.verdict.next

@@ -373,7 +373,7 @@ def _note_memory_before_reading(notes: Path, worker_id: int) -> None:
 
     A forked worker inherits its parent's free malloc chunks as resident pages, counted in its
     RssAnon already. After earlier tests the pytest process holds tens of MB of them (31 MB
-    after test_loader_memory's row lists are freed), enough for every copy a worker makes here:
+    after test_memory's row lists are freed), enough for every copy a worker makes here:
     its RssAnon would stay flat while it grows. Once they are released, each byte the worker
     keeps is a newly resident page. Noting the baseline here, before the first sample is read,
     makes the growth independent of how far the workers got before the main process looks.
@@ -390,7 +390,7 @@ def _worker_private_growth(dataset, notes: Path) -> tuple[int, int]:
     Growth runs from the worker's start (see :func:`_note_memory_before_reading`) to its
     memory after the main process received the last batch, when every worker has read its
     share. RssAnon counts memory the worker writes into new pages; pages it shares with the
-    parent and dirties (copy-on-read) are tests/test_loader_memory.py's subject.
+    parent and dirties (copy-on-read) are tests/unit/loader/test_memory.py's subject.
     """
     notes.mkdir()
     loader = DataLoader(

@@ -6,8 +6,7 @@ so they do not compete with the clone (or with the doctor that follows) for core
 
 from __future__ import annotations
 
-from ...record import LoaderAlone
-from ..loader_sweep import measure_loader_point
+from ...loader import measure_loader_alone
 from .base import Phase
 
 
@@ -30,20 +29,3 @@ class LoaderAlonePhase(Phase):
             session.progress(self.name, steps, steps)
         except Exception as exc:  # noqa: BLE001 - a failing clone must not lose the report
             session.data.notes.append(f"loader-alone phase failed: {type(exc).__name__}: {exc}")
-
-
-def measure_loader_alone(loader, batches: int) -> LoaderAlone:
-    """Iterate a clone of ``loader`` (same workers) without the model, over whole rounds.
-
-    Worker start-up is timed apart (``first_batch_ms``), and the batches prefetched when the
-    workers start are not counted: they arrive at once (see ``measure_loader_point``).
-    """
-    point = measure_loader_point(loader, loader.num_workers, batches)
-    rate = point.batches_per_s
-    return LoaderAlone(
-        batches=point.batches,
-        seconds=round(point.batches / rate, 4) if rate > 0 else 0.0,
-        batches_per_s=round(rate, 3),
-        needed_batches_per_s=None,
-        first_batch_ms=round(point.first_batch_ms, 3) if point.first_batch_ms else None,
-    )

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import statistics
 
-from ...analysis.loader_memory import loader_memory
-from ..loader_doctor import diagnose_loader, loader_findings
+from ...loader import diagnose_loader
 from .base import Phase
 
 
@@ -33,17 +32,10 @@ class LoaderDoctorPhase(Phase):
             needed = batches_per_step * 1000.0 / statistics.mean(model_alone)
         session.progress(self.name, 0, 1)
         try:
-            diagnosis = diagnose_loader(
-                loader, accelerator=accelerator, target_batches_per_s=needed, sweep=sweep is None
+            # One call: a whole-step sweep measured in the loop is used as the doctor's own.
+            session.data.loader_diagnosis = diagnose_loader(
+                loader, accelerator=accelerator, target_batches_per_s=needed, worker_sweep=sweep
             )
-            if sweep is not None:
-                diagnosis.sweep = sweep
-                if diagnosis.memory is not None:  # at the worker count the sweep chose
-                    diagnosis.memory = loader_memory(
-                        diagnosis.memory.leaves, sweep.best_workers, loader.prefetch_factor
-                    )
-                diagnosis.findings = loader_findings(diagnosis, accelerator=accelerator)
-            session.data.loader_diagnosis = diagnosis
         except Exception as exc:  # noqa: BLE001 - the doctor's failure must not lose the run
             session.data.notes.append(f"loader doctor failed: {type(exc).__name__}: {exc}")
         session.progress(self.name, 1, 1)

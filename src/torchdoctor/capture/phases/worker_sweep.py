@@ -6,9 +6,8 @@ the model for cores, so the loader alone overstates what more workers buy (docs/
 
 from __future__ import annotations
 
-from ...analysis.worker_sweep import SweepPolicy, sweep_candidates
+from ...loader import SweepPolicy, available_cpus, sweep_candidates
 from .._inloop_sweep import InLoopSweep
-from ..loader_doctor import available_cpus
 from .base import NOT_SERVED, Phase
 
 #: Counted steps per setting of the whole-step worker sweep (after its warm steps).

@@ -1,21 +1,11 @@
-"""Cloning, measuring and sweeping real DataLoaders (real worker processes)."""
+"""Cloning a user's DataLoader and reading its settings, without touching it."""
 
 from __future__ import annotations
 
-import pytest
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, SequentialSampler
 
-from loader_datasets import Disk
-from torchdoctor.analysis.worker_sweep import SweepPolicy, sweep_candidates
-from torchdoctor.capture.loader_sweep import (
-    clone_loader,
-    measure_loader,
-    measure_loader_point,
-    preserved_random_state,
-    sample_batch,
-    sweep_loader,
-)
+from torchdoctor.loader import clone_loader, loader_settings, preserved_random_state, sample_batch
 
 
 class Squares(Dataset):
@@ -134,87 +124,20 @@ def test_sample_batch_does_not_advance_random_state():
     assert torch.equal(torch.rand(3), expected)
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class Ticking(Dataset):
-    """Each sample advances a fake clock by ``cost_s``: exact, load-independent timings."""
-
-    def __init__(self, clock: FakeClock, n: int, cost_s: float) -> None:
-        self.clock, self.n, self.cost_s = clock, n, cost_s
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i: int) -> int:
-        self.clock.now += self.cost_s
-        return i
+def test_loader_settings_describe_the_loader():
+    s = loader_settings(DataLoader(Squares(10), batch_size=4, num_workers=2, pin_memory=True))
+    assert s.dataset.rsplit(".", 1)[-1] == "Squares"  # qualified by its module
+    assert (s.dataset_len, s.batch_size, s.num_workers) == (10, 4, 2)
+    assert s.pin_memory and s.prefetch_factor == 2
+    assert s.sampler == "BatchSampler(SequentialSampler)"
+    assert s.collate_fn.endswith(".default_collate") and not s.iterable
 
 
-def test_measure_loader_with_a_fake_clock():
-    clock = FakeClock()
-    loader = DataLoader(Ticking(clock, 40, 0.010), batch_size=2)
-    point = measure_loader_point(loader, 0, batches=5, clock=clock)
-    assert point.batches_per_s == pytest.approx(50.0)  # 20 ms per batch
-    assert point.first_batch_ms == pytest.approx(20.0)
-    assert point.batches == 5
-    assert measure_loader(loader, 0, batches=5, clock=clock) == pytest.approx(50.0)
-
-
-def test_measure_loader_stops_at_the_budget_and_at_the_end_of_the_data():
-    clock = FakeClock()
-    loader = DataLoader(Ticking(clock, 40, 0.010), batch_size=2)
-    point = measure_loader_point(loader, 0, batches=100, clock=clock, budget_s=0.05)
-    assert point.batches == 3  # 60 ms >= 50 ms
-    short = measure_loader_point(loader, 0, batches=100, clock=clock)
-    assert short.batches == 19  # 20 batches, the first is the warm-up
-    assert short.batches_per_s == pytest.approx(50.0)
-
-
-def test_measuring_leaves_random_state_and_the_users_loader_alone():
-    gen = torch.Generator().manual_seed(7)
-    loader = DataLoader(Squares(), batch_size=4, shuffle=True, generator=gen, num_workers=2)
-    gen_state = gen.get_state()
-    torch.manual_seed(3)
-    expected = torch.rand(2)
-    torch.manual_seed(3)
-    measure_loader(loader, 2, batches=3)
-    assert torch.equal(torch.rand(2), expected)
-    assert torch.equal(gen.get_state(), gen_state)
-    assert loader._iterator is None  # the user's loader was never iterated
-
-
-@pytest.mark.integration
-def test_sweep_pick_is_within_10_percent_of_an_exhaustive_sweep():
-    # 4 samples/batch x (10 ms serial + 15 ms parallel): 10 batches/s with no worker, at most
-    # 25/s (the serial part) from 4 workers on.
-    loader = DataLoader(Disk(4000, 0.010, 0.015), batch_size=4)
-    candidates = [0, 1, 2, 4, 8, 16]
-    policy = SweepPolicy(candidates)
-    sweep = sweep_loader(loader, policy, batches_per_setting=12)
-    assert sweep.stopped == "plateau"
-    exhaustive = {n: measure_loader(loader, n, batches=12) for n in candidates}
-    best = max(exhaustive.values())
-    quality = exhaustive[sweep.best_workers] / best
-    assert quality >= 0.9, (sweep.best_workers, exhaustive)
-    assert sweep.best_workers >= 2
-    assert [p.num_workers for p in sweep.points] == candidates[: len(sweep.points)]
-    assert len(sweep.points) < len(candidates)  # the plateau saved the largest settings
-    assert all(p.first_batch_ms is not None for p in sweep.points)
-
-
-@pytest.mark.integration
-def test_sweep_candidates_on_this_machine_run_to_completion():
-    import os
-
-    loader = DataLoader(Disk(400, 0.0, 0.004), batch_size=4)
-    policy = SweepPolicy(sweep_candidates(os.cpu_count() or 1, 0))
-    seen = []
-    sweep = sweep_loader(loader, policy, batches_per_setting=5, on_point=seen.append)
-    assert [p.num_workers for p in seen] == [p.num_workers for p in sweep.points]
-    assert sweep.seconds is not None and sweep.seconds > 0
+def test_a_clone_without_workers_drops_the_worker_only_settings():
+    loader = DataLoader(
+        Squares(8), batch_size=4, num_workers=2, persistent_workers=True, prefetch_factor=3
+    )
+    clone = clone_loader(loader, num_workers=0)
+    assert (clone.num_workers, clone.persistent_workers, clone.prefetch_factor) == (0, False, None)
+    assert [b.tolist()[0] for b in clone] == [[0, 0], [4, 16]]
+    assert loader.persistent_workers and loader.prefetch_factor == 3  # the user's is unchanged

@@ -13,19 +13,17 @@ import torch
 from slow_transform import Compose  # noqa: E402
 from torch.utils.data import DataLoader, Dataset, IterableDataset, Subset
 
-from torchdoctor.analysis.transforms import (
+from torchdoctor.loader import (
     COLLATE,
     OUTSIDE_TRANSFORMS,
-    TransformCost,
+    find_transform_pipelines,
     function_name,
+    is_compose_like,
+    measure_getitem_costs,
     transform_costs,
     transform_findings,
 )
-from torchdoctor.capture.loader_costs import (
-    find_transform_pipelines,
-    is_compose_like,
-    measure_getitem_costs,
-)
+from torchdoctor.record import TransformCost
 
 
 class Scale:
@@ -166,7 +164,7 @@ def normalise(x: torch.Tensor) -> torch.Tensor:
 def test_without_compose_a_profile_names_the_costly_function():
     costs = measure_getitem_costs(DataLoader(Decoding(), batch_size=2), samples=6)
     top = max((c for c in costs if c.kind == "function"), key=lambda c: c.share)
-    assert top.name.startswith("decode_image (test_loader_costs.py:")
+    assert top.name.startswith("decode_image (test_transforms.py:")
     assert top.share > 0.6
     assert top.calls_per_sample == pytest.approx(1.0)
     assert costs[-1].name == COLLATE
@@ -233,7 +231,7 @@ def test_function_names():
 
 
 def test_batch_size_of_a_custom_batch_sampler_and_no_breakdown_without_a_profile():
-    from torchdoctor.analysis.transforms import profile_costs
+    from torchdoctor.loader import profile_costs
 
     loader = DataLoader(Images(transform=pipeline()), batch_sampler=[[0, 1, 2], [3, 4, 5]])
     costs = measure_getitem_costs(loader, samples=3)

@@ -20,11 +20,12 @@ Pure: nothing here imports torch. :func:`describe_batch` is duck-typed over anyt
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
-from ..record import Finding
+from .._batches import path_text, walk
+from ..record import BatchLeaf, CopyOnRead, Finding, LoaderMemory
+from ._rules import DEFAULT_PREFETCH_FACTOR
 
 #: A leaf smaller than this share of the batch gets no dtype advice (class-label vectors).
 MIN_ADVICE_SHARE = 0.05
@@ -33,8 +34,8 @@ MIN_ADVICE_SHARE = 0.05
 MIN_ADVICE_BYTES = 1_000_000
 
 #: Worker USS must grow by at least this much per worker over the run to be copy-on-read.
-#: In tests/unit/loader/test_loader_memory.py (4M values, 2 workers, one epoch) the numpy-backed dataset's
-#: workers grew by 0.2 MB each, the same values as lists of Python floats by 46-49 MB.
+#: In tests/unit/loader/test_memory.py (4M values, 2 workers, one epoch) the numpy-backed
+#: dataset's workers grew by 0.2 MB each, the same values as lists of Python floats by 46-49 MB.
 COPY_ON_READ_MIN_GROWTH_MB = 24.0
 
 #: ... and the growth must be steady: the correlation of USS with time at least this.
@@ -46,69 +47,14 @@ COPY_ON_READ_MIN_SAMPLES = 5
 _INT_BITS = {"int8": 8, "uint8": 8, "int16": 16, "uint16": 16, "int32": 32, "int64": 64}
 
 
-@dataclass
-class BatchLeaf:
-    """One array in a batch."""
-
-    path: str
-    dtype: str
-    shape: list[int]
-    nbytes: int
-    min: float | None = None
-    max: float | None = None
-    mean: float | None = None
-
-
-@dataclass
-class LoaderMemory:
-    """Bytes of a batch and of the batches the loader keeps in flight."""
-
-    bytes_per_batch: int
-    num_workers: int
-    prefetch_factor: int
-    batches_in_flight: int
-    bytes_in_flight: int
-    #: The same batch with the dtype advice applied.
-    bytes_per_batch_advised: int
-    leaves: list[BatchLeaf] = field(default_factory=list)
-
-
-@dataclass
-class CopyOnRead:
-    """The trend of worker memory over a run."""
-
-    flagged: bool
-    growth_mb: float
-    start_mb: float
-    end_mb: float
-    correlation: float | None
-    samples: int
-
-
 def describe_batch(batch: Any, path: str = "batch") -> list[BatchLeaf]:
-    """Every array in ``batch`` (tensors, numpy arrays, in tuples, lists, dicts, dataclasses).
+    """Every array in ``batch`` (tensors, numpy arrays, in tuples, lists, dicts, dataclasses and
+    attribute holders), found by the package's one batch walker, named by its path.
 
     Value statistics (min, max, mean) are computed for arrays of numbers; strings and other
     leaves are skipped.
     """
-    if _is_array(batch):
-        return [_leaf(batch, path)]
-    if isinstance(batch, Mapping):
-        out: list[BatchLeaf] = []
-        for key, value in batch.items():
-            out.extend(describe_batch(value, f"{path}[{key!r}]"))
-        return out
-    if isinstance(batch, (list, tuple)):
-        out = []
-        for i, value in enumerate(batch):
-            out.extend(describe_batch(value, f"{path}[{i}]"))
-        return out
-    if hasattr(batch, "__dataclass_fields__"):
-        out = []
-        for name in batch.__dataclass_fields__:
-            out.extend(describe_batch(getattr(batch, name), f"{path}.{name}"))
-        return out
-    return []
+    return [_leaf(array, path_text(path, where)) for where, array in walk(batch, _is_array)]
 
 
 def loader_memory(
@@ -116,7 +62,7 @@ def loader_memory(
 ) -> LoaderMemory:
     """Batches in flight and their bytes for a loader whose batches look like ``leaves``."""
     per_batch = sum(leaf.nbytes for leaf in leaves)
-    factor = (prefetch_factor or 2) if num_workers > 0 else 1
+    factor = (prefetch_factor or DEFAULT_PREFETCH_FACTOR) if num_workers > 0 else 1
     in_flight = factor * num_workers if num_workers > 0 else 1
     advised = per_batch - sum(leaf.nbytes - _advised_nbytes(leaf) for leaf in leaves)
     return LoaderMemory(
@@ -329,9 +275,11 @@ def _mb(nbytes: int) -> str:
 
 
 __all__ = [
-    "BatchLeaf",
-    "CopyOnRead",
-    "LoaderMemory",
+    "COPY_ON_READ_MIN_CORRELATION",
+    "COPY_ON_READ_MIN_GROWTH_MB",
+    "COPY_ON_READ_MIN_SAMPLES",
+    "MIN_ADVICE_BYTES",
+    "MIN_ADVICE_SHARE",
     "copy_on_read_finding",
     "describe_batch",
     "detect_copy_on_read",

@@ -1,18 +1,17 @@
 """Where the time to make one batch goes: each transform, the loading around them, the collate.
 
-Pure: the capture side (:mod:`torchdoctor.capture.loader_costs`) times a Dataset's transforms
-or profiles its ``__getitem__``, and these functions turn the timings into shares of the time to
-make one batch (``batch_size`` samples plus one collate), the record's ``transforms`` list.
+Pure: the measuring side (:mod:`._transforms`) times a Dataset's transforms or profiles its
+``__getitem__``, and these functions turn the timings into shares of the time to make one batch
+(``batch_size`` samples plus one collate), the record's ``loader_report.transforms`` list.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from ..record import Finding
+from ..record import Finding, TransformCost
 
 #: A cost taking at least this share of the time to make a batch is reported as a finding.
 COSTLY_SHARE = 0.25
@@ -28,20 +27,6 @@ COLLATE = "collate_fn"
 
 # pstats keys: (filename, line, function name); callers map caller key -> (cc, nc, tt, ct).
 FuncKey = tuple[str, int, str]
-
-
-@dataclass
-class TransformCost:
-    """One part of the time to make a batch."""
-
-    name: str
-    #: Share of the time to make one batch (``batch_size`` samples + collate), 0..1.
-    share: float
-    ms_per_batch: float
-    #: "transform", "outside", "function" (from a profile), "other" or "collate".
-    kind: str = "transform"
-    #: Calls per sample (a transform applied twice, a function called in a loop).
-    calls_per_sample: float | None = None
 
 
 def transform_costs(
@@ -235,7 +220,6 @@ __all__ = [
     "COLLATE",
     "COSTLY_SHARE",
     "OUTSIDE_TRANSFORMS",
-    "TransformCost",
     "function_name",
     "profile_costs",
     "transform_costs",

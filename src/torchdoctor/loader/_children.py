@@ -1,8 +1,10 @@
-"""Sample the memory of DataLoader worker processes (children of this process) over time.
+"""The memory of this process's children (DataLoader workers), read in one place.
 
-USS (memory unique to a worker) is what copy-on-read grows; RSS also counts the pages a forked
-worker still shares with its parent, and stays flat (see
-:mod:`torchdoctor.analysis.loader_memory`). Both are recorded.
+:func:`sample_children` takes one sample; the capture's system sampler calls it for the workers'
+RSS beside CPU and GPU figures, and :class:`WorkerMemorySampler` calls it on its own thread for
+the loader doctor's copy-on-read pass, which also needs USS. USS (memory unique to a worker) is
+what copy-on-read grows; RSS also counts the pages a forked worker still shares with its parent,
+and stays flat (see :mod:`._memory`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from typing import Any
 
 import psutil
 
-from .loader_sweep import _quiet_iter, clone_loader, preserved_random_state, shutdown_workers
+from ..record import WorkerMemorySeries
+from ._clone import clone_loader, preserved_random_state, quiet_iter, shutdown_workers
 
 #: Seconds between samples by default; reading a worker's USS (/proc/PID/smaps) takes a few ms.
 DEFAULT_INTERVAL_S = 0.05
@@ -23,20 +26,43 @@ _MB = 1024.0 * 1024.0
 
 
 @dataclass
-class WorkerMemorySeries:
-    """Worker memory per sample time (only times at which at least one worker was alive)."""
+class ChildrenMemory:
+    """One sample of the live children of a process, in MB, one entry per child."""
 
-    interval_s: float
-    timeline_s: list[float] = field(default_factory=list)
-    workers: list[int] = field(default_factory=list)
-    #: Mean over live workers of their USS / RSS, in MB.
-    uss_mb_per_worker: list[float] = field(default_factory=list)
-    rss_mb_per_worker: list[float] = field(default_factory=list)
-    uss_mb_total: list[float] = field(default_factory=list)
+    rss_mb: list[float] = field(default_factory=list)
+    #: Empty unless USS was asked for (it costs a read of /proc/PID/smaps per child).
+    uss_mb: list[float] = field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        return len(self.rss_mb)
+
+
+def sample_children(process: psutil.Process, *, uss: bool = False) -> ChildrenMemory:
+    """The memory of each live child of ``process`` (children of children included).
+
+    A child that exits while being read, is not ours to read, or has no resident memory yet
+    (starting or exiting) is left out.
+
+    Raises:
+        psutil.Error: ``process`` itself is gone.
+    """
+    out = ChildrenMemory()
+    for child in process.children(recursive=True):
+        try:
+            info = child.memory_full_info() if uss else child.memory_info()
+        except (psutil.Error, OSError):
+            continue
+        if info.rss == 0:
+            continue
+        out.rss_mb.append(info.rss / _MB)
+        if uss:
+            out.uss_mb.append(info.uss / _MB)
+    return out
 
 
 class WorkerMemorySampler:
-    """A background thread that samples the memory of this process's children.
+    """A background thread that samples the memory (USS and RSS) of this process's children.
 
     Use as a context manager around the code that runs the workers::
 
@@ -74,22 +100,14 @@ class WorkerMemorySampler:
         self.stop()
 
     def sample(self) -> None:
-        """Take one sample now."""
-        uss, rss = [], []
-        for child in self._process.children():
-            try:
-                info = child.memory_full_info()
-            except (psutil.Error, OSError):
-                continue  # exited, or not ours to read
-            if info.rss == 0:
-                continue  # exiting, or not yet running
-            uss.append(info.uss / _MB)
-            rss.append(info.rss / _MB)
-        if not uss:
+        """Take one sample now (none is recorded while no worker is alive)."""
+        children = sample_children(self._process, uss=True)
+        if not children.count:
             return
+        uss, rss = children.uss_mb, children.rss_mb
         s = self.series
         s.timeline_s.append(time.monotonic() - self._start)
-        s.workers.append(len(uss))
+        s.workers.append(children.count)
         s.uss_mb_per_worker.append(sum(uss) / len(uss))
         s.rss_mb_per_worker.append(sum(rss) / len(rss))
         s.uss_mb_total.append(sum(uss))
@@ -119,13 +137,13 @@ def sample_worker_memory(
 
     Returns:
         The memory series; feed ``uss_mb_per_worker`` to
-        :func:`torchdoctor.analysis.loader_memory.detect_copy_on_read`.
+        :func:`~torchdoctor.loader.detect_copy_on_read`.
     """
     workers = max(1, num_workers if num_workers is not None else loader.num_workers)
     clone = clone_loader(loader, num_workers=workers, persistent_workers=False)
     deadline = None if budget_s is None else time.monotonic() + budget_s
     with preserved_random_state(loader), WorkerMemorySampler(interval_s) as sampler:
-        it = _quiet_iter(clone)
+        it = quiet_iter(clone)
         try:
             for drawn, _ in enumerate(it, start=1):
                 if batches is not None and drawn >= batches:
@@ -139,4 +157,9 @@ def sample_worker_memory(
     return sampler.series
 
 
-__all__ = ["WorkerMemorySampler", "WorkerMemorySeries", "sample_worker_memory"]
+__all__ = [
+    "ChildrenMemory",
+    "WorkerMemorySampler",
+    "sample_children",
+    "sample_worker_memory",
+]

@@ -9,17 +9,19 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from torchdoctor.analysis.loader_memory import (
+from torchdoctor.loader import (
     COPY_ON_READ_MIN_GROWTH_MB,
-    BatchLeaf,
+    WorkerMemorySampler,
     copy_on_read_finding,
     describe_batch,
     detect_copy_on_read,
     dtype_advice,
     loader_memory,
+    sample_batch,
+    sample_children,
+    sample_worker_memory,
 )
-from torchdoctor.capture.loader_sweep import sample_batch
-from torchdoctor.capture.worker_memory import WorkerMemorySampler, sample_worker_memory
+from torchdoctor.record import BatchLeaf
 
 
 def seed_000_batch() -> list[BatchLeaf]:
@@ -97,6 +99,25 @@ def test_describe_a_real_batch():
     assert [(leaf.dtype, leaf.nbytes) for leaf in numpy_leaves] == [("float64", 48)]
 
 
+def test_describe_a_batch_held_in_a_dataclass_and_an_attribute_holder():
+    from dataclasses import dataclass
+
+    @dataclass
+    class Pair:
+        image: torch.Tensor
+        label: int
+
+    class Holder:
+        def __init__(self) -> None:
+            self.pixels = torch.zeros(2, 4, dtype=torch.uint8)
+
+    leaves = describe_batch([Pair(torch.ones(2, 3), 1), Holder()])
+    assert [(leaf.path, leaf.nbytes) for leaf in leaves] == [
+        ("batch[0].image", 24),
+        ("batch[1].pixels", 8),
+    ]
+
+
 def test_copy_on_read_series():
     growing = [100.0 + 3.0 * i for i in range(30)]  # +87 MB, steady
     result = detect_copy_on_read(growing)
@@ -166,3 +187,23 @@ def test_sampler_thread_stops_and_sees_no_workers_without_children():
     with WorkerMemorySampler(interval_s=0.01) as sampler:
         time.sleep(0.05)
     assert sampler.series.workers == []
+
+
+def test_one_child_sampler_reads_each_live_worker():
+    import psutil
+
+    from torchdoctor.loader import shutdown_workers
+
+    me = psutil.Process()
+    assert sample_children(me).count == 0
+    loader = DataLoader(NumpyRows(), batch_size=16, num_workers=2)
+    it = iter(loader)
+    try:
+        next(it)
+        cheap = sample_children(me)
+        full = sample_children(me, uss=True)
+    finally:
+        shutdown_workers(it)
+    assert cheap.count == 2 and cheap.uss_mb == []  # USS only when asked: it reads smaps
+    assert full.count == 2 and len(full.uss_mb) == 2
+    assert all(0 < uss <= rss for uss, rss in zip(full.uss_mb, full.rss_mb))

@@ -1,14 +1,12 @@
 """The loader doctor in one call: worker sweep, per-transform costs, memory, findings.
 
-:func:`diagnose_loader` runs every loader measurement on a captured DataLoader (never iterating
-the user's own object) and returns a :class:`LoaderDiagnosis` whose :meth:`~LoaderDiagnosis.to_extra`
-goes into ``RunRecord.extra`` and whose findings go into ``RunRecord.findings``.
+:func:`diagnose_loader` runs every loader measurement on copies of a captured DataLoader (never
+iterating the user's own object) and returns a :class:`LoaderDiagnosis`: its ``report`` is the
+record's ``loader_report`` and its ``findings`` go into ``RunRecord.findings``.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,29 +14,21 @@ from typing import Any
 
 import psutil
 
-from ..analysis.loader_memory import (
-    CopyOnRead,
-    LoaderMemory,
+from ..record import Finding, LoaderReport, LoaderSettings, SweepPoint, WorkerSweep
+from ._advice import sweep_advice
+from ._children import sample_worker_memory
+from ._clone import loader_settings, sample_batch
+from ._costs import transform_findings
+from ._measure import sweep_loader
+from ._memory import (
     copy_on_read_finding,
     describe_batch,
     detect_copy_on_read,
     dtype_advice,
     loader_memory,
 )
-from ..analysis.transforms import TransformCost, transform_findings
-from ..analysis.worker_sweep import (
-    PLATEAU_PATIENCE,
-    SweepPoint,
-    SweepPolicy,
-    WorkerSweep,
-    sweep_advice,
-    sweep_candidates,
-)
-from ..record import Finding, LoaderSettings
-from ._loaders import loader_settings
-from .loader_costs import measure_getitem_costs
-from .loader_sweep import sample_batch, sweep_loader
-from .worker_memory import WorkerMemorySeries, sample_worker_memory
+from ._policy import PLATEAU_PATIENCE, SweepPolicy, available_cpus, sweep_candidates
+from ._transforms import measure_getitem_costs
 
 #: Counted batches per sweep setting, and the seconds each setting may take at most.
 DEFAULT_BATCHES_PER_SETTING = 20
@@ -51,40 +41,11 @@ DEFAULT_MEMORY_BUDGET_S = 10.0
 
 @dataclass
 class LoaderDiagnosis:
-    """Everything the loader doctor measured, and what to change."""
+    """Everything the loader doctor measured (``report``), and what to change (``findings``)."""
 
     settings: LoaderSettings
-    sweep: WorkerSweep | None = None
-    transforms: list[TransformCost] = field(default_factory=list)
-    memory: LoaderMemory | None = None
-    copy_on_read: CopyOnRead | None = None
-    worker_memory: WorkerMemorySeries | None = None
+    report: LoaderReport = field(default_factory=LoaderReport)
     findings: list[Finding] = field(default_factory=list)
-    seconds: dict[str, float] = field(default_factory=dict)
-
-    def to_extra(self) -> dict[str, Any]:
-        """JSON-ready entries for ``RunRecord.extra``.
-
-        Keys: ``worker_sweep``, ``transforms`` (list of ``{name, share, ...}``),
-        ``loader_memory``, ``copy_on_read``, ``worker_memory``, ``loader_doctor_s``.
-        """
-        asdict = dataclasses.asdict
-        return {
-            "worker_sweep": asdict(self.sweep) if self.sweep else None,
-            "transforms": [asdict(t) for t in self.transforms],
-            "loader_memory": asdict(self.memory) if self.memory else None,
-            "copy_on_read": asdict(self.copy_on_read) if self.copy_on_read else None,
-            "worker_memory": asdict(self.worker_memory) if self.worker_memory else None,
-            "loader_doctor_s": dict(self.seconds),
-        }
-
-
-def available_cpus() -> int:
-    """Logical CPUs this process may run on (its affinity mask, where the OS has one)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def diagnose_loader(
@@ -93,6 +54,7 @@ def diagnose_loader(
     accelerator: bool,
     target_batches_per_s: float | None = None,
     sweep: bool = True,
+    worker_sweep: WorkerSweep | None = None,
     memory: bool = True,
     batches_per_setting: int = DEFAULT_BATCHES_PER_SETTING,
     budget_s_per_setting: float | None = DEFAULT_BUDGET_S_PER_SETTING,
@@ -107,11 +69,15 @@ def diagnose_loader(
     Args:
         loader: the user's DataLoader (copied, never iterated itself).
         accelerator: whether the model runs on a GPU/accelerator. On the CPU, workers compete
-            with the model for cores, so the loader-alone sweep overstates what workers buy: pass
-            ``sweep=False`` and run the whole-step sweep instead (see docs/loader.md).
+            with the model for cores, so the loader-alone sweep overstates what workers buy:
+            sweep whole training steps instead and pass the result as ``worker_sweep`` (see
+            docs/loader.md).
         target_batches_per_s: batches per second the model consumes with free data (the
             model-alone phase), which stops the sweep once the loader outpaces the model.
-        sweep: run the worker sweep.
+        sweep: run the loader-alone worker sweep (unless ``worker_sweep`` is given).
+        worker_sweep: a sweep already measured (the capture's whole-step sweep); the diagnosis
+            uses it exactly as one of its own: memory, advice and the memory pass are for its
+            pick.
         memory: watch worker memory for copy-on-read growth (a pass with workers).
         batches_per_setting: counted batches per sweep setting.
         budget_s_per_setting: cap on the counted seconds of each sweep setting.
@@ -126,7 +92,7 @@ def diagnose_loader(
     """
     say = on_progress or (lambda _line: None)
     settings = loader_settings(loader)
-    diagnosis = LoaderDiagnosis(settings=settings)
+    report = LoaderReport(worker_sweep=worker_sweep)
     clock = time.perf_counter
 
     start = clock()
@@ -134,10 +100,10 @@ def diagnose_loader(
     batch = sample_batch(loader)
     leaves = describe_batch(batch) if batch is not None else []
     say("loader: timing __getitem__ and its transforms")
-    diagnosis.transforms = measure_getitem_costs(loader)
-    diagnosis.seconds["costs"] = clock() - start
+    report.transforms = measure_getitem_costs(loader)
+    report.seconds["costs"] = clock() - start
 
-    if sweep:
+    if sweep and worker_sweep is None:
         start = clock()
         cpus = cpu_count or available_cpus()
         policy = SweepPolicy(
@@ -149,18 +115,18 @@ def diagnose_loader(
         def progress(point: SweepPoint) -> None:
             say(f"loader: num_workers={point.num_workers}: {point.batches_per_s:.1f} batches/s")
 
-        diagnosis.sweep = sweep_loader(
+        report.worker_sweep = sweep_loader(
             loader,
             policy,
             batches_per_setting,
             budget_s_per_setting=budget_s_per_setting,
             on_point=progress,
         )
-        diagnosis.seconds["sweep"] = clock() - start
+        report.seconds["sweep"] = clock() - start
 
-    workers = diagnosis.sweep.best_workers if diagnosis.sweep else loader.num_workers
+    workers = _workers(report, settings)
     if leaves:
-        diagnosis.memory = loader_memory(leaves, workers, loader.prefetch_factor)
+        report.memory = loader_memory(leaves, workers, loader.prefetch_factor)
 
     if memory:
         start = clock()
@@ -171,45 +137,59 @@ def diagnose_loader(
             batches=memory_batches,
             budget_s=memory_budget_s,
         )
-        diagnosis.worker_memory = series
-        diagnosis.copy_on_read = detect_copy_on_read(series.uss_mb_per_worker)
-        diagnosis.seconds["memory"] = clock() - start
+        report.worker_memory = series
+        report.copy_on_read = detect_copy_on_read(series.uss_mb_per_worker)
+        report.seconds["memory"] = clock() - start
 
-    diagnosis.findings = loader_findings(diagnosis, accelerator=accelerator)
-    return diagnosis
+    findings = loader_findings(report, settings, accelerator=accelerator)
+    return LoaderDiagnosis(settings=settings, report=report, findings=findings)
 
 
-def loader_findings(diagnosis: LoaderDiagnosis, *, accelerator: bool) -> list[Finding]:
-    """Every finding of a diagnosis, worker settings first."""
+def loader_findings(
+    report: LoaderReport, settings: LoaderSettings, *, accelerator: bool
+) -> list[Finding]:
+    """Every finding of a loader report, worker settings first.
+
+    Args:
+        report: what the loader doctor measured.
+        settings: the DataLoader's settings now.
+        accelerator: whether the model runs on a GPU/accelerator.
+    """
     findings: list[Finding] = []
-    settings = diagnosis.settings
-    if diagnosis.sweep is not None:
+    if report.worker_sweep is not None:
         batches_per_epoch = None
         if settings.dataset_len is not None and settings.batch_size:
             batches_per_epoch = -(-settings.dataset_len // settings.batch_size)
         findings += sweep_advice(
-            diagnosis.sweep,
+            report.worker_sweep,
             settings,
             accelerator=accelerator,
             batches_per_epoch=batches_per_epoch,
-            bytes_per_batch=diagnosis.memory.bytes_per_batch if diagnosis.memory else None,
+            bytes_per_batch=report.memory.bytes_per_batch if report.memory else None,
             available_ram_bytes=psutil.virtual_memory().available,
         )
-    findings += transform_findings(diagnosis.transforms)
-    if diagnosis.memory is not None:
-        findings += dtype_advice(diagnosis.memory.leaves, accelerator=accelerator)
-    if diagnosis.copy_on_read is not None:
-        workers = diagnosis.sweep.best_workers if diagnosis.sweep else settings.num_workers
-        cow = copy_on_read_finding(diagnosis.copy_on_read, settings.dataset, max(1, workers))
+    findings += transform_findings(report.transforms)
+    if report.memory is not None:
+        findings += dtype_advice(report.memory.leaves, accelerator=accelerator)
+    if report.copy_on_read is not None:
+        workers = max(1, _workers(report, settings))
+        cow = copy_on_read_finding(report.copy_on_read, settings.dataset, workers)
         if cow is not None:
             findings.append(cow)
     return findings
 
 
+def _workers(report: LoaderReport, settings: LoaderSettings) -> int:
+    """The worker count the advice is for: the sweep's pick, else the loader's own."""
+    return report.worker_sweep.best_workers if report.worker_sweep else settings.num_workers
+
+
 __all__ = [
+    "DEFAULT_BATCHES_PER_SETTING",
+    "DEFAULT_BUDGET_S_PER_SETTING",
+    "DEFAULT_MEMORY_BATCHES",
+    "DEFAULT_MEMORY_BUDGET_S",
     "LoaderDiagnosis",
-    "available_cpus",
     "diagnose_loader",
     "loader_findings",
-    "loader_settings",
 ]

@@ -24,8 +24,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..analysis.transforms import TransformCost, profile_costs, transform_costs
-from .loader_sweep import Clock, preserved_random_state
+from ..record import TransformCost
+from ._clone import preserved_random_state
+from ._costs import profile_costs, transform_costs
+from ._measure import Clock
 
 #: Samples timed by default: enough to average random augmentations, few enough for a second.
 DEFAULT_SAMPLES = 16

@@ -1,0 +1,140 @@
+"""The ``--fix`` trial: inject the advised DataLoader settings into a re-run and measure it.
+
+:func:`fix_trial` turns a record's loader findings into DataLoader arguments
+(:func:`fix_settings`), re-runs the script with them injected (no code edited) through a callable
+the runner gives, and compares the mean steps: a throughput ratio, checked against what the
+worker sweep predicted (:func:`predicted_speedup`). The result is the record's ``fix``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from ..record import Finding, FixTrial, RunRecord
+from ._rules import counted_batches, valid_loader_kwargs, warm_batches
+
+#: ``rerun(overrides, steps, warmup)``: the script run again with ``overrides`` injected into its
+#: DataLoaders, ``warmup`` steps then ``steps`` measured, without the loader doctor; its record.
+Rerun = Callable[[dict[str, Any], int, int], RunRecord]
+
+#: The re-run measures at least this many rounds of ``num_workers`` steps (a mean over few
+#: rounds is dominated by where in a round it starts).
+RERUN_ROUNDS = 4
+
+
+#: The DataLoader arguments each loader finding sets, for ``--fix`` runs.
+_FIX_ARGUMENTS = {
+    "loader.num_workers": "num_workers",
+    "loader.pin_memory": "pin_memory",
+    "loader.persistent_workers": "persistent_workers",
+    "loader.prefetch_factor": "prefetch_factor",
+}
+
+
+def fix_settings(findings: Iterable[Finding]) -> dict[str, Any]:
+    """The DataLoader arguments to inject in a ``--fix`` run, from :func:`~torchdoctor.loader.sweep_advice`
+    findings.
+
+    Consistent as a whole: with ``num_workers=0`` the worker-only arguments are reset (the
+    DataLoader rejects them), otherwise unchanged ones are left out.
+    """
+    out: dict[str, Any] = {}
+    for f in findings:
+        name = _FIX_ARGUMENTS.get(f.kind)
+        if name is not None and "recommended" in f.detail:
+            out[name] = f.detail["recommended"]
+    if out.get("num_workers") == 0:
+        out = valid_loader_kwargs(out)
+    return out
+
+
+def fix_code(settings: Mapping[str, Any]) -> str:
+    """The permanent code change for injected settings: ``DataLoader(..., num_workers=4, ...)``."""
+    order = ["num_workers", "pin_memory", "persistent_workers", "prefetch_factor"]
+    names = [n for n in order if n in settings] + [n for n in settings if n not in order]
+    args = ", ".join(f"{n}={settings[n]!r}" for n in names)
+    return f"DataLoader(..., {args})" if args else ""
+
+
+def predicted_step_ms(
+    model_alone_step_ms: float,
+    loader_batches_per_s: float,
+    num_workers: int,
+    batches_per_step: float = 1.0,
+) -> float:
+    """Step time predicted from the model-alone step and a loader-alone throughput.
+
+    Without workers the batch is made in the training process, between steps: the times add.
+    With workers it is made in parallel: the slower of the two bounds the step. (On a CPU
+    model the workers also take cores from it, which this does not see: measure whole steps.)
+    """
+    if loader_batches_per_s <= 0:
+        return math.inf
+    loading_ms = 1000.0 * batches_per_step / loader_batches_per_s
+    if num_workers == 0:
+        return model_alone_step_ms + loading_ms
+    return max(model_alone_step_ms, loading_ms)
+
+
+def predicted_speedup(record: RunRecord) -> float | None:
+    """What the worker sweep predicts for the whole step, capped by the measured ceiling."""
+    finding = next((f for f in record.findings if f.kind == "loader.num_workers"), None)
+    if finding is None or not finding.detail.get("predicted_speedup"):
+        return None
+    predicted = float(finding.detail["predicted_speedup"])
+    if finding.detail.get("measures") != "step" and record.ceiling_speedup:
+        predicted = min(predicted, record.ceiling_speedup)  # a faster loader cannot beat the model
+    return round(predicted, 3)
+
+
+def fix_trial(record: RunRecord, rerun: Rerun, *, steps: int, warmup: int) -> FixTrial:
+    """Re-run with the advised DataLoader settings injected, and compare with ``record``.
+
+    The re-run measures whole rounds of ``num_workers`` steps (with workers, batches arrive
+    several at once, then a wait) after skipping the batches the workers prefetch when they
+    start (:func:`~torchdoctor.loader.counted_batches`,
+    :func:`~torchdoctor.loader.warm_batches`), and at least the first run's ``steps`` and
+    ``warmup``. Nothing is re-run when no finding sets a DataLoader argument.
+
+    Args:
+        record: the first run's record, with its loader findings.
+        rerun: runs the script again (see :data:`Rerun`).
+        steps: measured steps of the first run.
+        warmup: warmup steps of the first run.
+
+    Returns:
+        The trial (also what the caller stores as ``record.fix``).
+    """
+    overrides = fix_settings(record.findings)
+    trial = FixTrial(
+        overrides=overrides,
+        predicted_speedup=predicted_speedup(record),
+        where=record.loader.created_at if record.loader else None,
+        code=fix_code(overrides) or None,
+    )
+    if not overrides:
+        return trial
+    workers = overrides.get("num_workers", record.loader.num_workers if record.loader else 0) or 0
+    after = rerun(
+        overrides,
+        counted_batches(workers, max(steps, RERUN_ROUNDS * workers)),
+        max(warmup, warm_batches(workers, overrides.get("prefetch_factor"))),
+    )
+    trial.after = after
+    if after.step_ms and record.step_ms and after.step_ms.mean > 0:
+        trial.verified_speedup = round(record.step_ms.mean / after.step_ms.mean, 3)
+        trial.after_step_ms = after.step_ms.mean
+    return trial
+
+
+__all__ = [
+    "RERUN_ROUNDS",
+    "Rerun",
+    "fix_code",
+    "fix_settings",
+    "fix_trial",
+    "predicted_speedup",
+    "predicted_step_ms",
+]

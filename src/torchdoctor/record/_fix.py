@@ -1,0 +1,34 @@
+"""The ``--fix`` trial in the record: what was injected, what was predicted, what the re-run gave.
+
+Produced by :func:`torchdoctor.loader.fix_trial` and saved in ``RunRecord.fix`` (schema 1:
+``extra["fix"]``, same keys). ``after`` is the re-run's whole record, so a saved trial can be
+checked step by step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# _run imports this module at its end, once RunRecord exists: FixTrial.after is a RunRecord.
+from ._run import RunRecord
+
+
+@dataclass
+class FixTrial:
+    """A re-run of the script with the advised DataLoader settings injected (no code edited)."""
+
+    #: The DataLoader arguments injected (``{"num_workers": 4, "persistent_workers": True}``).
+    overrides: dict[str, Any] = field(default_factory=dict)
+    #: What the worker sweep predicts for the whole step (capped by the measured ceiling).
+    predicted_speedup: float | None = None
+    #: Mean step before over mean step after: a throughput ratio.
+    verified_speedup: float | None = None
+    #: Where the script builds the DataLoader (``file:line``), when seen.
+    where: str | None = None
+    #: The change that makes the fix permanent: ``DataLoader(..., num_workers=4)``.
+    code: str | None = None
+    #: Mean step of the re-run, in ms.
+    after_step_ms: float | None = None
+    #: The re-run's whole record; ``None`` when there was nothing to inject.
+    after: RunRecord | None = None

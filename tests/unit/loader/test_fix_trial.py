@@ -1,0 +1,119 @@
+"""The ``--fix`` trial: the settings to inject, the code, the prediction, and the re-run."""
+
+from __future__ import annotations
+
+import pytest
+from test_advice import settings, sweep_of
+
+from torchdoctor.loader import (
+    counted_batches,
+    fix_code,
+    fix_settings,
+    fix_trial,
+    predicted_speedup,
+    predicted_step_ms,
+    sweep_advice,
+    warm_batches,
+)
+from torchdoctor.record import RunRecord, Stat, SweepPoint
+
+
+def test_fix_settings_and_code_from_findings():
+    slow_start = SweepPoint(4, 20.0, first_batch_ms=2000.0)
+    sweep = sweep_of([(0, 5.0), (1, 5.0), (2, 10.0), slow_start], best=4)
+    findings = sweep_advice(sweep, settings(), accelerator=True, batches_per_epoch=50)
+    injected = fix_settings(findings)
+    assert injected == {"num_workers": 4, "pin_memory": True, "persistent_workers": True}
+    assert fix_code(injected) == (
+        "DataLoader(..., num_workers=4, pin_memory=True, persistent_workers=True)"
+    )
+    back_to_zero = sweep_of([(0, 100.0), (1, 50.0), (2, 60.0)], best=0)
+    injected = fix_settings(
+        sweep_advice(back_to_zero, settings(num_workers=2, prefetch_factor=2), accelerator=False)
+    )
+    assert injected == {"num_workers": 0, "persistent_workers": False, "prefetch_factor": None}
+    assert fix_settings([]) == {} and fix_code({}) == ""
+
+
+def test_predicted_step_time():
+    # No workers: 50 ms of model + 100 ms to make the batch, one after the other.
+    assert predicted_step_ms(50.0, 10.0, num_workers=0) == pytest.approx(150.0)
+    # Workers make batches in parallel: the slower side bounds the step.
+    assert predicted_step_ms(50.0, 10.0, num_workers=2) == pytest.approx(100.0)
+    assert predicted_step_ms(50.0, 40.0, num_workers=4) == pytest.approx(50.0)
+    # Gradient accumulation draws 4 batches per step.
+    assert predicted_step_ms(50.0, 40.0, num_workers=4, batches_per_step=4) == pytest.approx(100.0)
+
+
+def first_run(findings, step_ms: float = 100.0, ceiling: float | None = None) -> RunRecord:
+    loader = settings()
+    loader.created_at = "train.py:12"
+    return RunRecord(
+        loader=loader,
+        step_ms=Stat.of([step_ms]),
+        ceiling_speedup=ceiling,
+        findings=findings,
+    )
+
+
+class FakeRerun:
+    """Records what the trial asks for and returns a record with the given mean step."""
+
+    def __init__(self, step_ms: float | None) -> None:
+        self.step_ms = step_ms
+        self.calls: list[tuple[dict, int, int]] = []
+
+    def __call__(self, overrides: dict, steps: int, warmup: int) -> RunRecord:
+        self.calls.append((dict(overrides), steps, warmup))
+        after = RunRecord(loader_overrides=dict(overrides))
+        after.step_ms = Stat.of([self.step_ms]) if self.step_ms is not None else None
+        return after
+
+
+def test_trial_reruns_with_the_advice_over_whole_rounds_and_verifies():
+    slow_start = SweepPoint(4, 20.0, first_batch_ms=2000.0)
+    sweep = sweep_of([(0, 5.0), (1, 5.0), (2, 10.0), slow_start], best=4)
+    record = first_run(sweep_advice(sweep, settings(), accelerator=False, batches_per_epoch=50))
+    rerun = FakeRerun(step_ms=25.0)
+    trial = fix_trial(record, rerun, steps=6, warmup=2)
+    ((overrides, steps, warmup),) = rerun.calls
+    assert overrides == {"num_workers": 4, "persistent_workers": True} == trial.overrides
+    # 4 rounds of 4 workers at least, and the 4 x 2 prefetched batches skipped.
+    assert steps == counted_batches(4, 16) == 16 and warmup == warm_batches(4) == 8
+    assert trial.verified_speedup == pytest.approx(4.0) and trial.after_step_ms == 25.0
+    assert trial.predicted_speedup == pytest.approx(4.0)  # 20 / 5 batches/s, loader alone
+    assert trial.where == "train.py:12"
+    assert trial.code == "DataLoader(..., num_workers=4, persistent_workers=True)"
+    assert trial.after is not None and trial.after.loader_overrides == overrides
+
+
+def test_trial_keeps_the_first_runs_length_when_it_is_longer():
+    sweep = sweep_of([(0, 5.0), (1, 9.0), (2, 10.0)], best=1)
+    record = first_run(sweep_advice(sweep, settings(), accelerator=False))
+    rerun = FakeRerun(step_ms=60.0)
+    fix_trial(record, rerun, steps=20, warmup=5)
+    assert rerun.calls[0][1:] == (20, 5)
+
+
+def test_nothing_to_inject_runs_nothing():
+    rerun = FakeRerun(step_ms=1.0)
+    trial = fix_trial(first_run([]), rerun, steps=6, warmup=2)
+    assert rerun.calls == [] and trial.overrides == {} and trial.after is None
+    assert trial.code is None and trial.verified_speedup is None
+
+
+def test_a_rerun_without_steps_is_not_verified():
+    sweep = sweep_of([(0, 5.0), (1, 9.0), (2, 10.0)], best=1)
+    record = first_run(sweep_advice(sweep, settings(), accelerator=False))
+    trial = fix_trial(record, FakeRerun(step_ms=None), steps=6, warmup=2)
+    assert trial.after is not None and trial.verified_speedup is None
+
+
+def test_a_faster_loader_cannot_beat_the_model_unless_whole_steps_were_measured():
+    sweep = sweep_of([(0, 5.0), (1, 5.0), (2, 10.0), (4, 20.0)], best=4)
+    advice = sweep_advice(sweep, settings(), accelerator=False)
+    assert predicted_speedup(first_run(advice, ceiling=2.5)) == pytest.approx(2.5)
+    steps = sweep_of([(0, 5.0), (1, 5.0), (2, 10.0), (4, 20.0)], best=4, measures="step")
+    advice = sweep_advice(steps, settings(), accelerator=False)
+    assert predicted_speedup(first_run(advice, ceiling=2.5)) == pytest.approx(4.0)
+    assert predicted_speedup(first_run([])) is None
