@@ -213,9 +213,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
         ) from None
     try:
         render(record)
-    except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
-        # The loader checks every typed field; ``extra`` holds free-form results it cannot
-        # check, so an edited file can still hold a value the renderer cannot show.
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError, ArithmeticError) as exc:
+        # The loader checks the type of every typed field, not every value (NaN, 1e300) nor the
+        # free-form ``extra`` and ``seen``: an edited file can still hold what cannot be shown.
         raise TorchdoctorError(
             f"{args.path}: the record holds a value that cannot be shown "
             f"({type(exc).__name__}: {exc}); was the file edited?",

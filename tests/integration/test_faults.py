@@ -214,16 +214,16 @@ CASES: list[Case] = [
         files={"t.json": GOOD_TRACE},
     ),
     Case(
-        # extra holds free-form results the loader cannot type-check: the renderer's failure
-        # on an edited value is still a message, not a traceback.
-        "report-edited-free-form-extra",
+        # The loader checks types, not values: a NaN step time is a float the renderer cannot
+        # turn into a bar, and that is still a message, not a traceback.
+        "report-unshowable-value",
         ("report", "r.json"),
         EXIT_USAGE,
         "r.json: the record holds a value that cannot be shown",
         files={
-            "r.json": json.dumps(
-                {"schema_version": 2, "extra": {"transforms": [{"name": 3, "share": 0.5}]}}
-            )
+            "r.json": '{"schema_version": 2, "steps": {"step_ms": [NaN], "forward_ms": [1.0]}, '
+            '"parts_ms": {"forward": {"median": 1, "p90": 1, "mean": 1, "min": 1, "max": 1, '
+            '"count": 1}}}'
         },
     ),
     Case("report-missing", ("report", "nope.json"), EXIT_USAGE, "nope.json: no such file"),
