@@ -40,9 +40,9 @@ def check_output_file(path: str | os.PathLike[str], flag: str, example: str = "r
     """
     given = os.fspath(path)
     target = Path(os.path.abspath(given))
-    if target.is_dir():
+    if target.is_dir() or given.endswith(("/", os.sep)):  # "out/" means a directory too
         raise OutputPathError(
-            f"{flag} {given}: is a directory; {flag} takes a file name",
+            f"{flag} {given}: names a directory; {flag} takes a file name",
             f"name a file inside it, e.g. {flag} {os.path.join(given, example)}",
         )
     if target.exists() and not target.is_file():

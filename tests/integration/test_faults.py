@@ -290,7 +290,7 @@ CASES: list[Case] = [
         "analyze-json-to-a-directory",
         ("analyze", "t.json", "--json", "out"),
         EXIT_USAGE,
-        "--json out: is a directory; --json takes a file name",
+        "--json out: names a directory; --json takes a file name",
         files={"t.json": GOOD_TRACE, "out": None},
     ),
     # cache build: destinations that cannot be a cache directory
@@ -329,8 +329,15 @@ CASES: list[Case] = [
         "run-json-is-a-directory",
         ("run", "--json", "out", "train.py"),
         EXIT_USAGE,
-        "--json out: is a directory; --json takes a file name",
+        "--json out: names a directory; --json takes a file name",
         files={"train.py": MARKS_ITS_RUN, "out": None},
+    ),
+    Case(
+        "run-json-ends-with-a-slash",
+        ("run", "--json", "new/", "train.py"),
+        EXIT_USAGE,
+        "--json new/: names a directory; --json takes a file name",
+        files={"train.py": MARKS_ITS_RUN},
     ),
     Case(
         "run-json-under-a-file",
