@@ -9,7 +9,18 @@ no raw traceback, and "please report this" only with exit status 4.
 A case runs in-process through :func:`torchdoctor.cli.main` unless it sets ``subprocess=True``
 (a script that runs, a signal, an exit of the process itself). Process-death cases (SIGTERM,
 ``os._exit``, a closed pipe, ...) are rows too: ``during`` gets the running ``Popen`` to signal
-or close, ``env`` sets the child's environment.
+or close, ``env`` sets the child's environment. A SIGTERM row would read::
+
+    Case(
+        "run-sigterm",
+        ("run", *QUICK_RUN, "--json", "run.json", "train.py"),
+        128 + signal.SIGTERM,
+        "ended by SIGTERM",
+        files={"train.py": SLOW_TRAIN},
+        record="run.json",
+        subprocess=True,
+        during=lambda proc: (time.sleep(5), proc.send_signal(signal.SIGTERM)),
+    )
 """
 
 from __future__ import annotations
@@ -543,3 +554,17 @@ def test_relative_paths_are_made_absolute_from_the_start_directory(tmp_path, mon
 
     monkeypatch.chdir(tmp_path)
     assert check_output_file("r.json", "--json") == str(tmp_path / "r.json")
+
+
+def test_a_refused_probe_names_the_directory_and_the_reason(tmp_path, monkeypatch):
+    """What the read-only rows check, also where they are skipped (root writes anywhere)."""
+    from torchdoctor import _paths
+
+    def refuse(**_kw):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(_paths.tempfile, "mkstemp", refuse)
+    with pytest.raises(_paths.OutputPathError) as err:
+        _paths.check_output_file(tmp_path / "sub" / "run.json", "--json")
+    assert f"cannot write in {tmp_path} (Permission denied)" in err.value.message
+    assert err.value.exit_status == EXIT_USAGE
