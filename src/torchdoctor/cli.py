@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 
 from . import __version__
@@ -36,6 +37,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         _print_error("interrupted")
         return EXIT_INTERRUPTED
     except BrokenPipeError:
+        return EXIT_INTERNAL
+    except Exception:  # noqa: BLE001 - the one boundary: a bug of ours, not the user's mistake
+        # Every user-caused error is a TorchdoctorError (status 2 and its message, above); what
+        # reaches here is torchdoctor's own failure. Without this it would exit 1, the status
+        # of a script that raised.
+        traceback.print_exc()
+        _print_error(
+            "torchdoctor itself failed (the traceback above is of its code, not yours)",
+            "please report this with the traceback and the command line",
+        )
         return EXIT_INTERNAL
 
 

@@ -61,6 +61,8 @@ class Case:
         record: where a record must exist after the run (relative to the case's directory).
         record_has: a phrase the record's JSON must hold.
         leaves: glob patterns of further files the command may leave (a trace directory's files).
+        traceback: a traceback may be shown (the script's own, when the script raised; ours
+            goes with status 4 only).
         cwd: where torchdoctor is started, relative to the case's directory.
         subprocess: run ``python -m torchdoctor`` in a child instead of :func:`main` in-process.
         env: extra environment of the child.
@@ -78,6 +80,7 @@ class Case:
     record: str | None = None
     record_has: str | None = None
     leaves: tuple[str, ...] = ()
+    traceback: bool = False
     cwd: str = "."
     subprocess: bool = False
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)
@@ -520,7 +523,8 @@ def test_fault(case: Case, tmp_path, capsys, monkeypatch):
     shown = f"exit {outcome.status}; output:\n{outcome.output[-3000:]}"
     assert outcome.status == case.status, shown
     assert _squash(case.message) in _squash(outcome.output), shown
-    assert "Traceback (most recent call last)" not in outcome.output, shown
+    if not case.traceback and outcome.status != EXIT_INTERNAL:
+        assert "Traceback (most recent call last)" not in outcome.output, shown
     if outcome.status != EXIT_INTERNAL:
         assert "please report" not in outcome.output.lower(), shown
     if case.record is not None:
@@ -568,3 +572,17 @@ def test_a_refused_probe_names_the_directory_and_the_reason(tmp_path, monkeypatc
         _paths.check_output_file(tmp_path / "sub" / "run.json", "--json")
     assert f"cannot write in {tmp_path} (Permission denied)" in err.value.message
     assert err.value.exit_status == EXIT_USAGE
+
+
+def test_a_bug_of_ours_is_status_4_with_its_traceback_and_please_report(monkeypatch, capsys):
+    """The one place "please report" belongs: an exception that is no TorchdoctorError."""
+    import torchdoctor.cli as cli
+
+    def broken(args):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(cli, "_cmd_report", broken)
+    assert main(["report", "anything.json"]) == EXIT_INTERNAL
+    err = capsys.readouterr().err
+    assert "RuntimeError: a bug" in err and "Traceback (most recent call last)" in err
+    assert "torchdoctor itself failed" in err and "please report" in err
