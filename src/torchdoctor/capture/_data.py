@@ -8,9 +8,12 @@ rank later) without dragging the live hooks along.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..record import Finding, LoaderAlone, SystemUsage
+from ..record import Finding, LoaderAlone, SystemUsage, WorkerSweep
+
+if TYPE_CHECKING:
+    from ..loader import LoaderDiagnosis
 
 
 class StepMarks(NamedTuple):
@@ -43,10 +46,10 @@ class CaptureData:
     sync_findings: list[Finding] = field(default_factory=list)
     trace_paths: list[str] = field(default_factory=list)
     #: The whole-step worker sweep's result (``record.WorkerSweep``), when it ran.
-    worker_sweep: Any = None
+    worker_sweep: WorkerSweep | None = None
     loader_alone: LoaderAlone | None = None
     #: The loader doctor's result (``loader.LoaderDiagnosis``), when it ran.
-    loader_diagnosis: Any = None
+    loader_diagnosis: LoaderDiagnosis | None = None
     system: SystemUsage | None = None
     notes: list[str] = field(default_factory=list)
     #: What the capture saw: counts of loaders, optimizers, steps, module calls.

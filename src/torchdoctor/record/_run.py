@@ -210,8 +210,6 @@ class RunRecord:
     fix: FixTrial | None = None
     #: DataLoader settings injected into every loader of this run (a ``--fix`` re-run).
     loader_overrides: dict[str, Any] = field(default_factory=dict)
-    #: Results of further analyses and trials (worker sweep, fix run, trace, ...).
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def measured_steps(self) -> int:

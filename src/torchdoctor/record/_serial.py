@@ -208,8 +208,9 @@ def record_from_dict(cls: type, data: Any) -> Any:
 def migrate_v1(data: dict[str, Any], fields: set[str]) -> dict[str, Any]:
     """A schema-1 record dict in the schema-2 layout (the v1 ``extra`` keys moved to typed fields).
 
-    A key whose new field ``fields`` lacks stays in ``extra``; ``fix.after`` (a whole record) is
-    migrated the same way.
+    ``fields`` are the record class's field names: a v1 key whose field it lacks is dropped (and
+    kept in ``extra`` for a class that still has one). ``fix.after`` (a whole record) is migrated
+    the same way.
     """
     out = {k: v for k, v in data.items() if k != "extra"}
     if not isinstance(data.get("extra") or {}, dict):
@@ -228,7 +229,7 @@ def migrate_v1(data: dict[str, Any], fields: set[str]) -> dict[str, Any]:
     if isinstance(fix, dict) and isinstance(fix.get("after"), dict):
         fix["after"] = migrate_v1(fix["after"], fields)
         fix["after"]["schema_version"] = SCHEMA_VERSION
-    if extra or "extra" in fields:
+    if "extra" in fields:
         out["extra"] = extra
     out["schema_version"] = SCHEMA_VERSION
     return out
