@@ -226,7 +226,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         render(record)
     except (TypeError, ValueError, KeyError, IndexError, AttributeError, ArithmeticError) as exc:
         # The loader checks the type of every typed field, not every value (NaN, 1e300) nor the
-        # free-form ``extra`` and ``seen``: an edited file can still hold what cannot be shown.
+        # free-form ``seen`` and ``detail``: an edited file can still hold what cannot be shown.
         raise TorchdoctorError(
             f"{args.path}: the record holds a value that cannot be shown "
             f"({type(exc).__name__}: {exc}); was the file edited?",
