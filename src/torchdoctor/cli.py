@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 
 from . import __version__
 from ._errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, TorchdoctorError
+from ._paths import check_output_dir, check_output_file
 from .options import add_flags, from_args, non_negative_int, positive_int
 
 
@@ -35,6 +37,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         _print_error("interrupted")
         return EXIT_INTERRUPTED
     except BrokenPipeError:
+        return EXIT_INTERNAL
+    except Exception:  # noqa: BLE001 - the one boundary: a bug of ours, not the user's mistake
+        # Every user-caused error is a TorchdoctorError (status 2 and its message, above); what
+        # reaches here is torchdoctor's own failure. Without this it would exit 1, the status
+        # of a script that raised.
+        traceback.print_exc()
+        _print_error(
+            "torchdoctor itself failed (the traceback above is of its code, not yours)",
+            "please report this with the traceback and the command line",
+        )
         return EXIT_INTERNAL
 
 
@@ -157,7 +169,22 @@ def _run_options(p: argparse.ArgumentParser, loader_doctor: str) -> None:
 def _cmd_run(args: argparse.Namespace) -> int:
     from .runner import run_cli
 
-    return run_cli(_parse_target(args.target), from_args(args))
+    target = _parse_target(args.target)
+    return run_cli(target, from_args(args, **_checked_outputs(args)))
+
+
+def _checked_outputs(args: argparse.Namespace) -> dict[str, str]:
+    """``--json`` and ``--trace`` checked before the script runs, made absolute.
+
+    A bad path then costs a message instead of the whole run, and a script that ``os.chdir``s
+    cannot move the record or the trace (relative paths mean where torchdoctor was started).
+    """
+    checked = {}
+    if args.json_path is not None:
+        checked["json_path"] = check_output_file(args.json_path, "--json")
+    if args.trace_dir is not None:
+        checked["trace_dir"] = check_output_dir(args.trace_dir, "--trace")
+    return checked
 
 
 def _parse_target(rest: list[str]):
@@ -195,7 +222,17 @@ def _cmd_report(args: argparse.Namespace) -> int:
         raise TorchdoctorError(
             str(exc), "pass a file written by `torchdoctor run --json`"
         ) from None
-    render(record)
+    try:
+        render(record)
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError, ArithmeticError) as exc:
+        # The loader checks the type of every typed field, not every value (NaN, 1e300) nor the
+        # free-form ``seen`` and ``detail``: an edited file can still hold what cannot be shown.
+        raise TorchdoctorError(
+            f"{args.path}: the record holds a value that cannot be shown "
+            f"({type(exc).__name__}: {exc}); was the file edited?",
+            "re-run the diagnosis with --json (a file torchdoctor wrote that fails here, "
+            "unedited, is a torchdoctor bug: send it to the maintainers)",
+        ) from None
     return 0
 
 
@@ -227,6 +264,8 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     from .analysis.trace_analysis import analyze_trace
     from .report.trace_terminal import render_trace_report
 
+    if args.json is not None:
+        check_output_file(args.json, "--json", example="analysis.json")
     record = analyze_trace(
         args.traces,
         include_last_step=args.include_last_step,
@@ -255,6 +294,9 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
+    for path, flag in ((args.json, "--json"), (args.workdir, "--workdir")):
+        if path is not None:
+            check_output_dir(path, flag)
     return run_demo(json_dir=args.json, steps=args.steps, workdir=args.workdir)
 
 

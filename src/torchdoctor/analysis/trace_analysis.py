@@ -51,7 +51,7 @@ def analyse_rank(t: RankTrace, n_step_names: int, include_last_step: bool = Fals
         top_kernels=trace_host.top_kernels(t),
         dataloader_share=steps.share("dataloader"),
         comm=trace_comm.comm_overlap(t, view),
-        notes=steps.notes,
+        notes=[*t.notes, *steps.notes],
         parse=ParseStats(mb=t.uncompressed_bytes / 1e6, seconds=t.parse_seconds),
     )
 

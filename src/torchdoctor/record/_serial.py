@@ -66,31 +66,133 @@ def _json_default(obj: Any) -> Any:
     raise TypeError(f"cannot serialise {type(obj).__name__}")
 
 
-def build(tp: Any, value: Any) -> Any:
-    """Rebuild a value of type ``tp`` from its JSON form (dataclasses, lists, dicts, Optionals)."""
+def build(tp: Any, value: Any, where: str = "") -> Any:
+    """Rebuild a value of type ``tp`` from its JSON form (dataclasses, lists, dicts, Optionals).
+
+    The value is checked against ``tp`` on the way, so a hand-edited or foreign file fails here
+    with the field's path (``steps: expected an object, got 5``) instead of deep in a renderer
+    with an ``AttributeError``. ``where`` is the path of ``value`` inside the record.
+
+    Raises:
+        RecordError: ``value`` does not have the shape of ``tp``.
+    """
+    if tp is Any:
+        return value
+    origin = typing.get_origin(tp)
     if value is None:
-        return None
+        if _nullable(tp):
+            return None
+        raise _mismatch(tp, value, where)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return build(args[0], value, where) if len(args) == 1 else value
+    if origin is typing.Literal:
+        if value not in typing.get_args(tp):
+            raise _mismatch(tp, value, where)
+        return value
+    if origin is list:
+        if not isinstance(value, list):
+            raise _mismatch(tp, value, where)
+        (item,) = typing.get_args(tp) or (Any,)
+        return [build(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise _mismatch(tp, value, where)
+        _, item = typing.get_args(tp) or (Any, Any)
+        return {k: build(item, v, _join(where, k)) for k, v in value.items()}
+    if dataclasses.is_dataclass(tp):
+        return _build_dataclass(tp, value, where)
+    if not _is_instance(tp, value):
+        raise _mismatch(tp, value, where)
+    return value
+
+
+def _build_dataclass(tp: Any, value: Any, where: str) -> Any:
+    if not isinstance(value, dict):
+        raise _mismatch(tp, value, where)
+    hints = typing.get_type_hints(tp)
+    fields = {f.name: f for f in dataclasses.fields(tp) if f.init}
+    kwargs = {}
+    for name, field in fields.items():
+        has_default = (
+            field.default is not dataclasses.MISSING
+            or field.default_factory is not dataclasses.MISSING
+        )
+        null_for_default = value.get(name, 0) is None and has_default and not _nullable(hints[name])
+        if name not in value or null_for_default:
+            # A field left out (or null where its type has no null) takes its default: older
+            # writers left fields out; the record's own defaults say what "not measured" is.
+            if not has_default:
+                raise RecordError(f"{_join(where, name)}: missing (a {tp.__name__} needs it)")
+            continue
+        kwargs[name] = build(hints[name], value[name], _join(where, name))
+    try:
+        return tp(**kwargs)
+    except (TypeError, ValueError) as exc:  # a dataclass's own check (__post_init__)
+        raise RecordError(f"{where or tp.__name__}: {exc}") from None
+
+
+def _nullable(tp: Any) -> bool:
+    if tp is Any:
+        return True
+    origin = typing.get_origin(tp)
+    return origin in (typing.Union, types.UnionType) and type(None) in typing.get_args(tp)
+
+
+def _is_instance(tp: Any, value: Any) -> bool:
+    """Whether a JSON scalar fits a scalar type; a whole number is a float, a bool no number."""
+    if tp is bool:
+        return isinstance(value, bool)
+    if tp in (int, float):
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(tp, type):
+        return isinstance(value, tp)
+    return True  # a type this loader does not know how to check is taken as written
+
+
+def _join(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else str(key)
+
+
+def _mismatch(tp: Any, value: Any, where: str) -> RecordError:
+    return RecordError(f"{where or 'the record'}: expected {_expected(tp)}, got {_shown(value)}")
+
+
+def _expected(tp: Any) -> str:
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
-        return build(args[0], value) if len(args) == 1 else value
+        return " or ".join(_expected(a) for a in args) + " or null"
+    if origin is typing.Literal:
+        known = [json.dumps(a) for a in typing.get_args(tp)]
+        if len(known) > 6:
+            return f"one of {len(known)} known values ({', '.join(known[:3])}, ...)"
+        return "one of " + ", ".join(known)
     if origin is list:
-        (item,) = typing.get_args(tp) or (Any,)
-        return [build(item, v) for v in value]
-    if origin is dict:
-        _, item = typing.get_args(tp) or (Any, Any)
-        return {k: build(item, v) for k, v in value.items()}
-    if dataclasses.is_dataclass(tp):
-        hints = typing.get_type_hints(tp)
-        names = {f.name for f in dataclasses.fields(tp) if f.init}
-        kwargs = {k: build(hints[k], v) for k, v in value.items() if k in names}
-        return tp(**kwargs)
-    return value
+        return "a list"
+    if origin is dict or dataclasses.is_dataclass(tp):
+        return "an object"
+    names = {bool: "true or false", int: "a number", float: "a number", str: "a string"}
+    return names.get(tp, getattr(tp, "__name__", str(tp)))
+
+
+def _shown(value: Any) -> str:
+    """``value`` as the file spells it, short: ``5``, ``"abc"``, ``null``, ``a list``."""
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "a list"
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def record_from_dict(cls: type, data: Any) -> Any:
     """Rebuild a record of type ``cls`` from its JSON form, migrating older schemas."""
-    if not isinstance(data, dict) or "schema_version" not in data:
+    if not isinstance(data, dict):
+        raise RecordError(
+            f"not a torchdoctor run record: the file holds {_shown(data)}, not a JSON object"
+        )
+    if "schema_version" not in data:
         raise RecordError("not a torchdoctor run record (no schema_version)")
     version = data["schema_version"]
     if version == 1:
@@ -111,15 +213,18 @@ def migrate_v1(data: dict[str, Any], fields: set[str]) -> dict[str, Any]:
     the same way.
     """
     out = {k: v for k, v in data.items() if k != "extra"}
+    if not isinstance(data.get("extra") or {}, dict):
+        raise RecordError(f"extra: expected an object, got {_shown(data['extra'])}")
     extra = dict(data.get("extra") or {})
     for key, (name, inner) in _V1_EXTRA.items():
         if key not in extra or name not in fields:
             continue
         value = extra.pop(key)
+        before = out.get(name) if isinstance(out.get(name), dict) else {}
         if inner is None:
-            out[name] = {**(out.get(name) or {}), **value} if isinstance(value, dict) else value
+            out[name] = {**before, **value} if isinstance(value, dict) else value
         else:
-            out[name] = {**(out.get(name) or {}), inner: value}
+            out[name] = {**before, inner: value}
     fix = out.get("fix")
     if isinstance(fix, dict) and isinstance(fix.get("after"), dict):
         fix["after"] = migrate_v1(fix["after"], fields)
@@ -141,12 +246,19 @@ def load_record(cls: type, path: str | os.PathLike[str]) -> Any:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise RecordError(f"{p}: no such file") from None
+    except UnicodeDecodeError as exc:
+        raise RecordError(
+            f"{p}: not a text file (byte {exc.object[exc.start]:#04x} at offset {exc.start} "
+            "is not UTF-8): a record is JSON text"
+        ) from None
     except OSError as exc:
         raise RecordError(f"{p}: cannot read ({exc.strerror})") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise RecordError(f"{p}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:
+        raise RecordError(f"{p}: JSON nested too deeply to be a record") from None
     try:
         return record_from_dict(cls, data)
     except RecordError as exc:

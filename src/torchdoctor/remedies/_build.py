@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 
 from .. import __version__
+from .._errors import TorchdoctorError
+from .._paths import check_output_dir
 from ._format import (
     BUILD_DIR,
     FORMAT_NAME,
@@ -80,6 +82,7 @@ def build_cache(
     """
     options = ImageOptions(size=size, resize=resize, mode=mode, encoded=encoded)
     store = Store(dest, storage_options)
+    _check_dest(store)
     src = open_source(
         source if callable(source) else os.fspath(source), options, source_storage_options
     )
@@ -123,6 +126,22 @@ def build_cache(
         manifest = _finish(store, src, described, options, plan, markers, build_key)
     _say(progress, f"built {store.url}: {manifest['count']} samples, {_size_text(manifest)}")
     return manifest
+
+
+def _check_dest(store: Store) -> None:
+    """Refuse a local DEST that cannot become a cache directory before reading the source.
+
+    A file at DEST, a file on the way to it, or a place that takes no files (``/proc``, a
+    read-only mount, no permission) used to surface as an OSError traceback from deep inside the
+    build; here it is a :class:`CacheError` naming DEST and the fix. Remote stores are checked by
+    their first write.
+    """
+    if not store.is_local:
+        return
+    try:
+        check_output_dir(store.root, "DEST", shown=store.url)
+    except TorchdoctorError as exc:
+        raise CacheError(exc.message, exc.hint) from None
 
 
 def _say(enabled: bool, text: str) -> None:

@@ -70,6 +70,11 @@ class EventStream:
         self.bytes_read = 0
         #: Whether a traceEvents array (or a bare event array) was found.
         self.has_events = False
+        #: Whether the document is a bare array (the Trace Event Format allows one).
+        self.bare_array = False
+        #: Entries of the event array that are not objects (skipped), and the first of them.
+        self.non_events = 0
+        self.first_non_event: Any = None
         self._decoder = json.JSONDecoder()
         self._buf = ""
         self._pos = 0
@@ -113,7 +118,12 @@ class EventStream:
     def _expect(self, chars: str, what: str) -> str:
         ch = self._skip_ws()
         if not ch or ch not in chars:
-            found = "the end of the file" if not ch else repr(ch)
+            if not ch:
+                found = "the end of the file"
+            elif ch == "\ufffd" or (not ch.isprintable() and ch not in _WS):
+                found = "binary data (not UTF-8 JSON text)"
+            else:
+                found = repr(ch)
             raise self._error(f"expected {what} but found {found}")
         self._pos += 1
         return ch
@@ -124,6 +134,10 @@ class EventStream:
         while True:
             try:
                 value, end = self._decoder.raw_decode(self._buf, self._pos)
+            except RecursionError:
+                # Profiler events nest a few levels; thousands mean a file made some other way,
+                # and the C scanner's recursion limit would otherwise escape as a traceback.
+                raise self._error("a value is nested too deeply to be a profiler event") from None
             except json.JSONDecodeError as exc:
                 # Incomplete value at the end of the buffer: read more and retry. A value that
                 # still fails with the whole file read (or absurdly long) is corrupt.
@@ -164,7 +178,7 @@ class EventStream:
         if ch == "[":
             # The Trace Event Format also allows a bare array of events.
             self._pos += 1
-            self.has_events = True
+            self.has_events = self.bare_array = True
             yield from self._events()
             return
         self._expect("{", "a JSON object '{' at the start")
@@ -193,6 +207,10 @@ class EventStream:
             event = self._value()
             if isinstance(event, dict):
                 yield event
+            else:
+                if not self.non_events:
+                    self.first_non_event = event
+                self.non_events += 1
             if self._expect(",]", "',' or ']' between events") == "]":
                 return
 

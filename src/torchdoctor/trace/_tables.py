@@ -30,6 +30,9 @@ CAT_SYNC = "cuda_sync"
 CAT_PYTHON = "python_function"
 #: Categories whose args are skipped when parsing: they never link host and device.
 _NO_LINK_CATS = frozenset({CAT_CPU_OP, CAT_PYTHON})
+#: Skipped events named in the note about them; the rest are counted.
+_NAMED_SKIPS = 5
+_INF = float("inf")
 
 
 @dataclass
@@ -66,6 +69,8 @@ class RankTrace:
     thread_names: dict[tuple[int, int], str] = field(default_factory=dict)
     uncompressed_bytes: int = 0
     parse_seconds: float = 0.0
+    #: what the reader skipped and why (bad durations, entries that are not events), for the report
+    notes: list[str] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.ts)
@@ -123,6 +128,9 @@ def load_trace(path: str | os.PathLike[str]) -> RankTrace:
     fractional = False
     row = 0
     position = -1
+    #: events whose duration is negative, NaN or infinite: (position, name, dur)
+    bad_durations: list[tuple[int, Any, Any]] = []
+    inf = _INF
 
     def ident(value: Any) -> int:
         if type(value) is int:
@@ -148,6 +156,15 @@ def load_trace(path: str | os.PathLike[str]) -> RankTrace:
             continue
         cat = ev.get("cat")
         if cat is None or cat == "Trace":
+            continue
+        try:
+            sane = 0 <= dur < inf  # False for NaN too
+        except TypeError:
+            raise _not_numeric(path, position) from None
+        if not sane:
+            # A negative length would make negative step and kernel times downstream; such an
+            # event is left out, and the report names it.
+            bad_durations.append((position, ev.get("name"), dur))
             continue
         name = ev.get("name", "")
         if type(name) is not str:
@@ -177,10 +194,7 @@ def load_trace(path: str | os.PathLike[str]) -> RankTrace:
             a_ts(ts)
             a_dur(dur)
         except TypeError:
-            raise TraceFormatError(
-                f"{path}: not a readable trace: event {position} has a non-numeric ts/dur",
-                "the file may be corrupt; re-export it with torch.profiler",
-            ) from None
+            raise _not_numeric(path, position) from None
         a_index(position)
         a_cat(cid)
         a_name(nid)
@@ -193,11 +207,14 @@ def load_trace(path: str | os.PathLike[str]) -> RankTrace:
         row += 1
 
     meta = stream.metadata
-    if not stream.has_events:
-        raise TraceFormatError(
-            f"{path}: not a Kineto trace (no traceEvents)",
-            "pass a trace written by torch.profiler (a .json or .json.gz file)",
+    _check_events(path, stream, events=position + 1)
+    if stream.non_events:
+        t.notes.append(
+            f"{path}: skipped {stream.non_events} entries of the event array that are not "
+            f"event objects (the first: {_short(stream.first_non_event)})"
         )
+    if bad_durations:
+        t.notes.append(_bad_durations_note(path, bad_durations))
     t.metadata = meta
     dist = meta.get("distributedInfo") or {}
     if isinstance(dist, dict):
@@ -209,6 +226,48 @@ def load_trace(path: str | os.PathLike[str]) -> RankTrace:
     t.uncompressed_bytes = stream.bytes_read
     t.parse_seconds = time.perf_counter() - started
     return t
+
+
+def _check_events(path: Any, stream: Any, events: int) -> None:
+    """Refuse a JSON file that holds no profiler events: no traceEvents, or an array of non-events.
+
+    ``{"traceEvents": []}`` is an empty trace (analysed, and said to be empty); ``[1, 2, 3]`` or
+    ``[]`` is some other JSON, as ``{}`` is.
+    """
+    hint = "pass a trace written by torch.profiler (a .json or .json.gz file)"
+    if not stream.has_events:
+        raise TraceFormatError(f"{path}: not a Kineto trace (no traceEvents)", hint)
+    if events == 0 and (stream.non_events or stream.bare_array):
+        held = (
+            f"its event array holds {stream.non_events} value(s), none an event object "
+            f"(the first: {_short(stream.first_non_event)})"
+            if stream.non_events
+            else "the file is an empty JSON array"
+        )
+        raise TraceFormatError(f"{path}: not a profiler trace: {held}", hint)
+
+
+def _not_numeric(path: Any, position: int) -> TraceFormatError:
+    return TraceFormatError(
+        f"{path}: not a readable trace: event {position} has a non-numeric ts/dur",
+        "the file may be corrupt; re-export it with torch.profiler",
+    )
+
+
+def _bad_durations_note(path: Any, bad: list[tuple[int, Any, Any]]) -> str:
+    named = ", ".join(
+        f"#{position} {_short(name)} ({dur} us)" for position, name, dur in bad[:_NAMED_SKIPS]
+    )
+    more = f" and {len(bad) - _NAMED_SKIPS} more" if len(bad) > _NAMED_SKIPS else ""
+    return (
+        f"{path}: skipped {len(bad)} event(s) with a negative or non-finite duration "
+        f"(position in traceEvents, name, dur): {named}{more}"
+    )
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def find_trace_files(paths: list[str | os.PathLike[str]]) -> list[Path]:

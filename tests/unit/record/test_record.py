@@ -63,3 +63,69 @@ def test_bad_records_are_refused(tmp_path, content, message):
 def test_missing_record(tmp_path):
     with pytest.raises(RecordError, match="no such file"):
         RunRecord.load(tmp_path / "nope.json")
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"steps": 5}, "steps: expected an object, got 5"),
+        ({"steps": {"step_ms": [1.0, "x"]}}, 'steps.step_ms[1]: expected a number, got "x"'),
+        ({"step_ms": {"median": 1.0}}, "step_ms.p90: missing"),
+        ({"status": "done"}, 'status: expected one of "complete"'),
+        ({"findings": [{"kind": "nope", "title": "t", "fix": "f"}]}, "findings[0].kind"),
+        ({"verdict": {"kind": "HOST-BOUND", "why": 1, "next": "n"}}, "verdict.why"),
+        ({"parts_ms": []}, "parts_ms: expected an object, got a list"),
+        ({"notes": "text"}, "notes: expected a list"),
+        ({"env": {"torch_version": True}}, "env.torch_version: expected a string, got true"),
+        ({"steps": {"batches": [False]}}, "steps.batches[0]: expected a number, got false"),
+    ],
+)
+def test_wrong_types_name_the_field_path(tmp_path, data, message):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"schema_version": SCHEMA_VERSION, **data}))
+    with pytest.raises(RecordError) as err:
+        RunRecord.load(path)
+    assert message in str(err.value)
+    assert str(path) in str(err.value)
+
+
+def test_v1_records_with_wrong_types_are_refused_too(tmp_path):
+    path = tmp_path / "bad.json"
+    path.write_text('{"schema_version": 1, "steps": 5}')
+    with pytest.raises(RecordError, match="steps: expected an object, got 5"):
+        RunRecord.load(path)
+    path.write_text('{"schema_version": 1, "extra": [1]}')
+    with pytest.raises(RecordError, match="extra: expected an object"):
+        RunRecord.load(path)
+
+
+def test_null_for_a_field_with_a_default_takes_the_default_and_optionals_stay_null(tmp_path):
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"schema_version": SCHEMA_VERSION, "steps": None, "verdict": None}))
+    record = RunRecord.load(path)
+    assert record.steps == StepSeries() and record.verdict is None
+
+
+def test_a_whole_number_is_a_float_and_unknown_keys_are_ignored(tmp_path):
+    data = _record().to_dict()
+    data["steps"]["step_ms"] = [10, 12, 11]
+    data["from_a_newer_writer"] = {"x": 1}
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(data))
+    assert RunRecord.load(path).steps.step_ms == [10, 12, 11]
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (bytes(range(200, 256)), "not a text file"),
+        (b"[1, 2, 3]", "the file holds a list, not a JSON object"),
+        (b'"text"', 'the file holds "text", not a JSON object'),
+        (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+    ],
+)
+def test_files_that_are_not_records_at_all(tmp_path, content, message):
+    path = tmp_path / "bad.json"
+    path.write_bytes(content)
+    with pytest.raises(RecordError, match=message):
+        RunRecord.load(path)

@@ -117,3 +117,65 @@ def test_fractional_timestamps_are_flagged(tmp_path):
     b.host("a", 10.5, 2.25)
     t = load_trace(b.write(tmp_path / "t.json"))
     assert t.ts_fractional and t.ts[0] == 10.5 and t.dur[0] == 2.25
+
+
+def test_deeply_nested_args_are_a_clear_error_not_a_recursion_error(tmp_path):
+    deep = '{"a": ' * 5000 + "1" + "}" * 5000
+    path = tmp_path / "deep.json"
+    path.write_text('{"traceEvents": [{"ph": "X", "cat": "kernel", "args": ' + deep + "}]}")
+    with pytest.raises(TraceFormatError, match="nested too deeply"):
+        load_trace(path)
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("[1, 2, 3]", "none an event object (the first: 1)"),
+        ('{"traceEvents": ["x"]}', "none an event object (the first: 'x')"),
+        ("[]", "an empty JSON array"),
+    ],
+)
+def test_json_arrays_without_event_objects_are_not_traces(tmp_path, text, words):
+    path = tmp_path / "t.json"
+    path.write_text(text)
+    with pytest.raises(TraceFormatError, match="not a profiler trace") as err:
+        load_trace(path)
+    assert words in err.value.message
+
+
+def test_an_empty_trace_event_array_is_an_empty_trace_not_an_error(tmp_path):
+    path = tmp_path / "t.json"
+    path.write_text('{"traceEvents": []}')
+    t = load_trace(path)
+    assert len(t) == 0 and not t.notes
+
+
+def test_non_event_entries_beside_events_are_skipped_with_a_note(tmp_path):
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps([{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1, "dur": 2}, 7]))
+    t = load_trace(path)
+    assert len(t) == 1
+    assert t.notes and "skipped 1 entries" in t.notes[0] and "the first: 7" in t.notes[0]
+
+
+def test_negative_and_non_finite_durations_are_skipped_and_named(tmp_path):
+    b = TraceBuilder()
+    b.host("good", 0, 5)
+    b.host("backwards", 10, -3)
+    for i in range(6):
+        b.host(f"bad{i}", 20 + i, -1)
+    b.host("good2", 40, 1)
+    b.events.append({"ph": "X", "cat": "cpu_op", "name": "nan", "ts": 50, "dur": float("nan")})
+    t = load_trace(b.write(tmp_path / "t.json"))
+    assert [t.names[t.name[i]] for i in range(len(t))] == ["good", "good2"]
+    assert min(t.dur) >= 0
+    (note,) = t.notes
+    assert "skipped 8 event(s) with a negative or non-finite duration" in note
+    assert "#1 'backwards' (-3 us)" in note and "and 3 more" in note
+
+
+def test_binary_file_is_named_as_binary(tmp_path):
+    path = tmp_path / "t.json"
+    path.write_bytes(bytes(range(128, 256)))
+    with pytest.raises(TraceFormatError, match="binary data"):
+        load_trace(path)

@@ -1,0 +1,105 @@
+"""Output paths checked before any work, so a bad path costs a message, not a finished run.
+
+``torchdoctor run --json PATH`` used to learn that PATH was a directory (or unwritable) only when
+it saved the record, after the whole run; ``--trace DIR`` in an unwritable place failed inside
+the profiler as "torchdoctor itself failed". Each flag that names an output checks it here first,
+and gets back the path made absolute: a relative path means the directory torchdoctor was
+started in, even when the script ``os.chdir``s before the file is written.
+
+Writability is tried, not guessed: ``os.access`` says yes to root on a read-only filesystem or
+in ``/proc``, so a probe file is made in the nearest directory that exists, and removed at once.
+Nothing is created for the output itself (no directory is made before the run needs it).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import tempfile
+from pathlib import Path
+
+from ._errors import TorchdoctorError
+
+__all__ = ["OutputPathError", "check_output_dir", "check_output_file"]
+
+
+class OutputPathError(TorchdoctorError):
+    """An output path that cannot be written: a directory where a file is meant, or the reverse,
+    a file in the way, or no permission. Exit status 2, like every bad input."""
+
+
+def check_output_file(path: str | os.PathLike[str], flag: str, example: str = "run.json") -> str:
+    """Check that a file can be written at ``path`` (given with ``flag``); return it absolute.
+
+    The file may exist (it is replaced) and its directories may be missing (they are made when
+    the file is written), but ``path`` must not be a directory or a device, nothing on the way
+    may be a file, and the nearest existing directory must take new files.
+
+    Raises:
+        OutputPathError: naming ``flag``, the path as given, the problem and the fix.
+    """
+    given = os.fspath(path)
+    target = Path(os.path.abspath(given))
+    if target.is_dir() or given.endswith(("/", os.sep)):  # "out/" means a directory too
+        raise OutputPathError(
+            f"{flag} {given}: names a directory; {flag} takes a file name",
+            f"name a file inside it, e.g. {flag} {os.path.join(given, example)}",
+        )
+    if target.exists() and not target.is_file():
+        raise OutputPathError(
+            f"{flag} {given}: is not a regular file (a device or a pipe), and would be replaced",
+            f"name a new file, e.g. {flag} {example}",
+        )
+    _check_writable_dir(target.parent, given, flag)
+    return str(target)
+
+
+def check_output_dir(path: str | os.PathLike[str], flag: str, shown: str | None = None) -> str:
+    """Check that ``path`` (given with ``flag``) is, or can be made, a writable directory.
+
+    ``shown`` is how the user wrote it, when ``path`` is a rewritten form of it (the local path of
+    a ``file://`` URL); messages name it.
+
+    Returns:
+        ``path`` made absolute.
+
+    Raises:
+        OutputPathError: naming ``flag``, the path as given, the problem and the fix.
+    """
+    target = Path(os.path.abspath(path))
+    given = shown if shown is not None else os.fspath(path)
+    if target.exists() and not target.is_dir():
+        raise OutputPathError(
+            f"{flag} {given}: is a file; {flag} takes a directory",
+            "name a new or existing directory, or move the file away",
+        )
+    _check_writable_dir(target, given, flag)
+    return str(target)
+
+
+def _check_writable_dir(directory: Path, given: str, flag: str) -> None:
+    """Check that ``directory`` exists and takes new files, or that it can be made."""
+    existing = directory
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise OutputPathError(
+            f"{flag} {given}: {existing} is a file, so nothing can be made under it",
+            "choose a path whose folders are folders (or move that file away)",
+        )
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".torchdoctor-probe-", dir=existing)
+    except OSError as exc:
+        raise OutputPathError(
+            f"{flag} {given}: cannot write in {existing} ({_reason(exc)})",
+            "choose a directory you can write to (relative paths start from the current one)",
+        ) from None
+    os.close(fd)
+    os.unlink(probe)
+
+
+def _reason(exc: OSError) -> str:
+    # /proc and /sys answer "no such file" for a file in a directory that exists: say what it means.
+    if exc.errno == errno.ENOENT:
+        return "it takes no new files"
+    return exc.strerror or str(exc)
