@@ -62,9 +62,14 @@ def _run(spec: dict[str, Any], writer: StreamWriter) -> int:
             parts = parts_from_marks(step.marks)
             writer.send("step", phase=phase.name, parts=parts, batches=step.batches)
 
+    parent = os.getppid()
+
     def report_seen() -> None:
         done_at = None
         while not stop.wait(SEEN_INTERVAL_S):
+            if os.getppid() != parent:
+                # The supervisor was killed: nobody will read the record or bound the run.
+                os._exit(EXIT_INTERNAL)
             session = live.get("session")
             if session is None:
                 continue

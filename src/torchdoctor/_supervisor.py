@@ -74,9 +74,12 @@ def run_supervised(
         spec_path.write_text(json.dumps(spec), encoding="utf-8")
         read_fd, write_fd = os.pipe()
         try:
+            # Its own process group: Ctrl-C at the terminal reaches only this process, which
+            # hands it on once (a second copy could land while the script writes its record).
             proc = subprocess.Popen(
                 [sys.executable, "-m", "torchdoctor._child", str(spec_path), str(write_fd)],
                 pass_fds=(write_fd,),
+                start_new_session=True,
             )
         except OSError:
             os.close(read_fd)
@@ -92,15 +95,22 @@ def run_supervised(
 def _wait(proc: subprocess.Popen, max_seconds: float | None) -> tuple[bool, int | None]:
     """Wait for the child within the bound; forward SIGTERM; returns (timed out, our signal)."""
     received: list[int] = []
+    interrupts: list[int] = []
 
     def forward(signum: int, frame: Any) -> None:
         received.append(signum)
         _terminate(proc)
 
+    def interrupt(signum: int, frame: Any) -> None:
+        # The first Ctrl-C is the script's (it ends with its record); a second one insists.
+        interrupts.append(signum)
+        if len(interrupts) == 1 and proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+        else:
+            forward(signal.SIGTERM, frame)
+
     previous = _install(signal.SIGTERM, forward)
-    # Ctrl-C reaches the script's process from the terminal itself; here it must not end the
-    # supervisor before the script has said how it ended.
-    previous_int = _install(signal.SIGINT, signal.SIG_IGN)
+    previous_int = _install(signal.SIGINT, interrupt)
     deadline = None if not max_seconds else time.monotonic() + max_seconds
     timed_out = False
     try:

@@ -165,7 +165,7 @@ def _expected(tp: Any) -> str:
         return " or ".join(_expected(a) for a in args) + " or null"
     if origin is typing.Literal:
         known = [json.dumps(a) for a in typing.get_args(tp)]
-        if len(known) > 6:
+        if len(known) > 8:
             return f"one of {len(known)} known values ({', '.join(known[:3])}, ...)"
         return "one of " + ", ".join(known)
     if origin is list:
