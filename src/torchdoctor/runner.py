@@ -186,6 +186,12 @@ def _status(
             f"torchdoctor saw {_seen_text(seen)}"
         )
         status = "script-error"
+    elif ended.startswith("exited with status"):
+        # sys.exit(n), an argparse error of the script (2), its --help (0 is "finished")
+        return "script-error", [
+            f"the script {ended} (sys.exit) after {measured} measured steps; torchdoctor saw "
+            f"{_seen_text(seen)}"
+        ]
     elif measured == 0:
         status = "no-training"
     else:
@@ -227,7 +233,7 @@ def _exit_status(record: RunRecord, ended: str) -> int:
         return EXIT_INTERNAL
     if ended == "interrupted":
         return EXIT_INTERRUPTED
-    if ended == "error":
+    if ended == "error" or ended.startswith("exited with status"):
         return EXIT_SCRIPT_ERROR
     if record.measured_steps == 0:
         return EXIT_NO_TRAINING

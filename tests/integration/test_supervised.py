@@ -57,6 +57,15 @@ CASES = [
         "caught torchdoctor's stop",
         5,
     ),
+    Case("sys.exit(3)", "sys_exit.py", [], 1, "script-error", "exited with status 3 (sys.exit)"),
+    Case(
+        "the script's argparse error",
+        "needs_args.py",
+        [],
+        1,
+        "script-error",
+        "exited with status 2 (sys.exit) after 0 measured steps",
+    ),
     Case(
         "ascii terminal",
         "os_exit.py",
@@ -80,6 +89,8 @@ def _run(tmp_path, case: Case, **popen):
 
 
 def _script_gone(pidfile) -> bool:
+    if not pidfile.exists():  # the script ended before its loop began
+        return True
     pid = int(pidfile.read_text())
     deadline = time.monotonic() + 10
     while psutil.pid_exists(pid) and time.monotonic() < deadline:
