@@ -6,7 +6,6 @@ import dataclasses
 import datetime as _dt
 import importlib.util
 import os
-import platform
 import runpy
 import statistics
 import sys
@@ -15,9 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
-
-import psutil
-import torch
 
 from . import __version__
 from ._errors import (
@@ -29,10 +25,10 @@ from ._errors import (
     TorchdoctorError,
 )
 from .analysis.verdict import summarise
-from .capture import CaptureSession, Listener, ProgressFn, StopRun
+from .capture import CaptureSession, Listener, ProgressFn, StopRun, detect_environment
 from .loader import fix_trial
 from .options import RunOptions
-from .record import Environment, FixTrial, RunRecord, TraceReport
+from .record import FixTrial, RunRecord, TraceReport
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -267,42 +263,6 @@ def _resolve(target: Target) -> Path:
             "run from the directory that contains it, or install its package",
         )
     return Path(spec.origin).resolve()
-
-
-def detect_environment(session: CaptureSession | None = None) -> Environment:
-    """Versions, device, clock and cores of this process."""
-    device = session.clock.device if session is not None and session.clock.device is not None else None
-    device_type = device.type if device is not None else "cpu"
-    if device_type == "cuda" and torch.cuda.is_available():
-        device_name = torch.cuda.get_device_name(device)
-    else:
-        device_name = _cpu_name()
-    use_events = bool(session and session.clock.uses_events)
-    return Environment(
-        torch_version=torch.__version__,
-        python_version=platform.python_version(),
-        platform=platform.platform(terse=True),
-        device=str(device) if device is not None else "cpu",
-        device_name=device_name,
-        clock="device events (torch.Event)"
-        if use_events
-        else "host wall clock (time.perf_counter)",
-        torch_threads=torch.get_num_threads(),
-        cpu_logical=psutil.cpu_count(logical=True) or 1,
-        cpu_physical=psutil.cpu_count(logical=False),
-        world_size=int(os.environ.get("WORLD_SIZE", "1")),
-        rank=int(os.environ.get("RANK", "0")),
-    )
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def user_traceback(exc: BaseException) -> list[str]:

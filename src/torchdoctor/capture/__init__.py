@@ -4,6 +4,7 @@ The loader doctor's measurements (clones, sweeps, transform costs, worker memory
 :mod:`torchdoctor.loader`."""
 
 from ._data import StepMarks
+from ._environment import detect_environment
 from ._session import CaptureSession, Listener, ProgressFn, StopRun, active_session
 from ._timeline import parts_from_marks
 from .phases import Phase
@@ -22,6 +23,7 @@ __all__ = [
     "SyncEvent",
     "SyncWatcher",
     "active_session",
+    "detect_environment",
     "find_syncs",
     "watch_syncs",
 ]

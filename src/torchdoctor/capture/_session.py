@@ -54,8 +54,6 @@ class StopRun(BaseException):
     """
 
 
-
-
 ProgressFn = Callable[[str, int, int], None]
 #: Told ``("phase", session, phase, None)`` when a phase starts and ``("step", session, phase,
 #: step)`` when a step ends: how a supervised run streams its measurements out as they are made.

@@ -1,0 +1,57 @@
+"""Where a run happens, detected once into a value: versions, device, clock, cores, rank.
+
+Ranks come from torchrun's environment (``WORLD_SIZE``, ``RANK``); tests build an
+:class:`~torchdoctor.record.Environment` directly to exercise other cases.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import psutil
+import torch
+
+from ..record import Environment
+
+if TYPE_CHECKING:
+    from ._session import CaptureSession
+
+
+def detect_environment(session: CaptureSession | None = None) -> Environment:
+    """Versions, device, clock and cores of this process."""
+    clock = session.clock if session is not None else None
+    device = clock.device if clock is not None else None
+    device_type = device.type if device is not None else "cpu"
+    if device_type == "cuda" and torch.cuda.is_available():
+        device_name = torch.cuda.get_device_name(device)
+    else:
+        device_name = _cpu_name()
+    use_events = bool(clock is not None and clock.uses_events)
+    return Environment(
+        torch_version=torch.__version__,
+        python_version=platform.python_version(),
+        platform=platform.platform(terse=True),
+        device=str(device) if device is not None else "cpu",
+        device_name=device_name,
+        clock="device events (torch.Event)"
+        if use_events
+        else "host wall clock (time.perf_counter)",
+        torch_threads=torch.get_num_threads(),
+        cpu_logical=psutil.cpu_count(logical=True) or 1,
+        cpu_physical=psutil.cpu_count(logical=False),
+        world_size=int(os.environ.get("WORLD_SIZE", "1")),
+        rank=int(os.environ.get("RANK", "0")),
+    )
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
