@@ -85,7 +85,7 @@ def run_target(
         except StopRun:
             ended = "stopped"
         except SystemExit as exc:
-            ended = f"exited with status {exc.code}" if exc.code not in (None, 0) else "finished"
+            ended = f"exited with status {0 if exc.code is None else exc.code}"
         except KeyboardInterrupt:
             ended = "interrupted"
         except BaseException as exc:  # noqa: BLE001 - the user's error is reported, not ours
@@ -182,8 +182,8 @@ def _status(
             f"torchdoctor saw {_seen_text(seen)}"
         )
         status = "script-error"
-    elif ended.startswith("exited with status"):
-        # sys.exit(n), an argparse error of the script (2), its --help (0 is "finished")
+    elif _exited_badly(ended):
+        # sys.exit(n), an argparse error of the script (2); sys.exit(0), e.g. its --help, is an end
         return "script-error", [
             f"the script {ended} (sys.exit) after {measured} measured steps; torchdoctor saw "
             f"{_seen_text(seen)}"
@@ -194,8 +194,9 @@ def _status(
         status = "partial"
     if measured == 0 and ended != "error":
         if seen["optimizer_steps"] == 0:
+            how = "ended" if ended == "finished" else ended
             notes.append(
-                f"the script ended without a training step: torchdoctor saw {_seen_text(seen)}"
+                f"the script {how} without a training step: torchdoctor saw {_seen_text(seen)}"
             )
         else:
             notes.append(
@@ -215,6 +216,11 @@ def _status(
     return status, notes
 
 
+def _exited_badly(ended: str) -> bool:
+    """``sys.exit(n)`` with n other than 0 (``sys.exit("message")`` too)."""
+    return ended.startswith("exited with status") and ended != "exited with status 0"
+
+
 def _seen_text(seen: dict[str, int]) -> str:
     steps = seen["optimizer_steps"]
     return (
@@ -229,7 +235,7 @@ def _exit_status(record: RunRecord, ended: str) -> int:
         return EXIT_INTERNAL
     if ended == "interrupted":
         return EXIT_INTERRUPTED
-    if ended == "error" or ended.startswith("exited with status"):
+    if ended == "error" or _exited_badly(ended):
         return EXIT_SCRIPT_ERROR
     if record.measured_steps == 0:
         return EXIT_NO_TRAINING

@@ -453,3 +453,55 @@ def test_trace_option_writes_a_labelled_trace_that_analyze_reads(tmp_path):
     assert rec.trace.verdict.kind == "INPUT-BOUND"
     again = analyze_trace([files[0]])
     assert again.verdict.kind == "INPUT-BOUND"
+
+
+def test_a_re_created_optimizer_is_followed():
+    out = run_target(
+        Target(script=str(SCENARIOS / "faults" / "recreated_optimizer.py")),
+        RunOptions(steps=6, warmup=2, sync_steps=0, counterfactuals=False),
+    )
+    assert out.record.status == "complete", out.record.notes
+    assert out.record.measured_steps == 6
+    assert any("newer optimizer" in n and "re-created" in n for n in out.record.notes)
+
+
+def test_optimizers_stepping_in_turn_keep_the_first_as_the_step():
+    out = run_target(
+        Target(script=str(SCENARIOS / "faults" / "two_optimizers.py")),
+        RunOptions(steps=6, warmup=2, sync_steps=0, counterfactuals=False),
+    )
+    assert out.record.status == "complete" and out.record.measured_steps == 6
+    assert not any("re-created" in n for n in out.record.notes)
+    # each step holds both optimizers' steps (the stop comes at the first one's last step):
+    # the boundary stayed on the first
+    assert out.record.seen["optimizer_steps"] == 2 * (6 + 2) - 1
+
+
+def test_gradients_taken_with_autograd_grad_are_backward(tmp_path):
+    script = tmp_path / "grad_loop.py"
+    script.write_text(
+        "import time, torch\n"
+        "model = torch.nn.Linear(4, 1)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "params = list(model.parameters())\n"
+        "class Slow(torch.autograd.Function):\n"
+        "    @staticmethod\n"
+        "    def forward(ctx, x):\n"
+        "        return x\n"
+        "    @staticmethod\n"
+        "    def backward(ctx, g):\n"
+        "        time.sleep(0.01)  # an injected 10 ms of backward work\n"
+        "        return g\n"
+        "for _ in range(200):\n"
+        "    loss = Slow.apply(model(torch.randn(8, 4))).sum()\n"
+        "    for p, g in zip(params, torch.autograd.grad(loss, params)):\n"
+        "        p.grad = g\n"
+        "    opt.step()\n"
+    )
+    out = run_target(
+        Target(script=str(script)),
+        RunOptions(steps=5, warmup=1, sync_steps=0, counterfactuals=False),
+    )
+    assert out.record.seen["backward_calls"] >= 6
+    assert out.record.parts_ms["backward"].median >= 5.0  # the 10 ms are backward, not "other"
+    assert out.record.verdict.kind == "COMPUTE-BOUND"

@@ -35,6 +35,8 @@ class Case:
     note: str
     measured_at_least: int = 0
     env: dict[str, str] = field(default_factory=dict)
+    #: The script's own arguments.
+    args: list[str] = field(default_factory=list)
 
 
 CASES = [
@@ -67,6 +69,15 @@ CASES = [
         "exited with status 2 (sys.exit) after 0 measured steps",
     ),
     Case(
+        "the script's --help",
+        "needs_args.py",
+        [],
+        3,
+        "no-training",
+        "exited with status 0 without a training step",
+        args=["--help"],
+    ),
+    Case(
         "ascii terminal",
         "os_exit.py",
         [],
@@ -84,7 +95,7 @@ def _run(tmp_path, case: Case, **popen):
     pidfile = tmp_path / "script.pid"
     env = {**os.environ, "TORCHDOCTOR_TEST_PIDFILE": str(pidfile), **case.env}
     cmd = [sys.executable, "-m", "torchdoctor", "run", "--steps", "20", "--warmup", "1"]
-    cmd += [*case.flags, "--json", str(record), "--", str(FAULTS / case.script)]
+    cmd += [*case.flags, "--json", str(record), "--", str(FAULTS / case.script), *case.args]
     return cmd, env, record, pidfile
 
 

@@ -7,7 +7,8 @@ What is hooked, and why each is safe to undo:
   model-alone phase replays;
 - ``torch.Tensor.to`` / ``.cuda`` (patched): copies of a batch's tensors are ``to_device``;
 - global module forward pre/post hooks (registered): the outermost module call is ``forward``;
-- ``torch.autograd.backward`` (patched; ``Tensor.backward`` calls it): ``backward``;
+- ``torch.autograd.backward`` (patched; ``Tensor.backward`` calls it) and
+  ``torch.autograd.grad`` (patched): ``backward``;
 - global optimizer step pre/post hooks (registered): ``optimizer``, and the step boundary.
 
 A step is one ``step()`` of the first optimizer seen. The session runs a table of phases
@@ -41,6 +42,7 @@ from ._data import CaptureData, StepMarks
 from ._device import DeviceClock
 from ._frames import user_site
 from ._loaders import LoaderTracker, ReplayStore
+from ._optimizers import OptimizerTracker
 from ._patch import Patcher
 from ._sampler import SystemSampler
 from ._timeline import StepTimeline, parts_from_marks
@@ -103,8 +105,7 @@ class CaptureSession:
         self._module_depth = 0
         self._global_forward_hooks: list[Any] = []
         self._root_modules: weakref.WeakSet = weakref.WeakSet()
-        self._primary_optimizer: weakref.ref | None = None
-        self._optimizers: weakref.WeakSet = weakref.WeakSet()
+        self.optimizers = OptimizerTracker(self.data)
         self._optimizer_depth = 0
         self._step_batches = 0
         self._batch_ids: set[int] = set()
@@ -138,6 +139,7 @@ class CaptureSession:
         orig_to = torch.Tensor.to
         orig_cuda = torch.Tensor.cuda
         orig_backward = torch.autograd.backward
+        orig_grad = torch.autograd.grad
 
         init_signature = inspect.signature(orig_init)
 
@@ -179,12 +181,17 @@ class CaptureSession:
             session.data.seen["backward_calls"] += 1
             return session._timed("backward", orig_backward, *args, **kwargs)
 
+        def autograd_grad(*args, **kwargs):  # loops that take gradients with autograd.grad
+            session.data.seen["backward_calls"] += 1
+            return session._timed("backward", orig_grad, *args, **kwargs)
+
         p.set(DataLoader, "__init__", dataloader_init)
         p.set(DataLoader, "__iter__", dataloader_iter)
         p.set(_dl_mod._BaseDataLoaderIter, "__next__", iterator_next)
         p.set(torch.Tensor, "to", tensor_to)
         p.set(torch.Tensor, "cuda", tensor_cuda)
         p.set(torch.autograd, "backward", autograd_backward)
+        p.set(torch.autograd, "grad", autograd_grad)
         # Global module hooks put every module call on torch's slow path (measured: 22% on an
         # 81-module MLP, benchmarks/capture_overhead.py). They find the outermost modules during
         # warmup; from the first measured step only those few carry hooks.
@@ -350,9 +357,7 @@ class CaptureSession:
 
     def _optimizer_pre(self, optimizer, args, kwargs) -> None:
         self._check_done()
-        if optimizer not in self._optimizers:
-            self._optimizers.add(optimizer)
-            self.data.seen["optimizers"] += 1
+        self.optimizers.seen(optimizer)
         self._optimizer_depth += 1
         self.push("optimizer")
 
@@ -360,10 +365,7 @@ class CaptureSession:
         self._optimizer_depth = max(self._optimizer_depth - 1, 0)
         self.pop("optimizer")
         self.data.seen["optimizer_steps"] += 1
-        if self._primary_optimizer is None:
-            self._primary_optimizer = weakref.ref(optimizer)
-            self.clock.detect(optimizer)
-        if self._primary_optimizer() is optimizer and self._optimizer_depth == 0:
+        if self._optimizer_depth == 0 and self.optimizers.is_step_end(optimizer, self.clock):
             try:
                 self._on_step_end()
             except StopRun:

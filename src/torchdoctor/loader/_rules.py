@@ -12,9 +12,13 @@ from collections.abc import Mapping
 from typing import Any
 
 #: DataLoader arguments that only apply with worker processes, and the value each must take
-#: without them: DataLoader raises for ``persistent_workers=True`` or a ``prefetch_factor`` when
-#: ``num_workers=0``.
-WORKER_ONLY: dict[str, Any] = {"persistent_workers": False, "prefetch_factor": None}
+#: without them: DataLoader raises for ``persistent_workers=True``, a ``prefetch_factor`` or a
+#: ``multiprocessing_context`` (a script's "spawn") when ``num_workers=0``.
+WORKER_ONLY: dict[str, Any] = {
+    "persistent_workers": False,
+    "prefetch_factor": None,
+    "multiprocessing_context": None,
+}
 
 #: The ``prefetch_factor`` DataLoader uses with workers when none is given.
 DEFAULT_PREFETCH_FACTOR = 2

@@ -24,6 +24,7 @@ def test_without_workers_the_worker_only_arguments_are_reset():
         "num_workers": 0,
         "persistent_workers": False,
         "prefetch_factor": None,
+        "multiprocessing_context": None,
         "timeout": 0,
     }
     assert given["persistent_workers"] is True  # a copy, the caller's dict is left alone
@@ -45,6 +46,11 @@ def test_dataloader_accepts_and_iterates_what_the_rule_gives():
         list(DataLoader(dataset, batch_size=4, **{**kwargs, "persistent_workers": False}))
     loader = DataLoader(dataset, batch_size=4, **valid_loader_kwargs(kwargs))
     assert [b[0].tolist() for b in loader] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    # A script's "spawn" context: DataLoader refuses it without workers (a clone at 0 workers).
+    spawn = {"num_workers": 0, "multiprocessing_context": "spawn"}
+    with pytest.raises(ValueError):
+        DataLoader(dataset, batch_size=4, **spawn)
+    assert len(DataLoader(dataset, batch_size=4, **valid_loader_kwargs(spawn))) == 2
 
 
 def test_warm_up_is_the_prefetched_batches_and_at_least_one():
