@@ -156,3 +156,31 @@ def test_a_closed_pipe_loses_the_text_not_the_record(tmp_path):
     assert "BrokenPipe" not in err and "Traceback" not in err
     assert json.loads(record.read_text())["status"] == "killed"
     assert _script_gone(pidfile)
+
+
+def test_a_module_is_found_from_the_current_folder_like_python_m(tmp_path):
+    """``torchdoctor run -m mod`` finds ``mod`` in the folder it is started from, as
+    ``python -m mod`` does, also through the ``torchdoctor`` console script (whose own folder,
+    not the current one, heads its ``sys.path``)."""
+    console = os.path.join(os.path.dirname(sys.executable), "torchdoctor")
+    if not os.path.exists(console):
+        pytest.skip("no torchdoctor console script beside this Python")
+    (tmp_path / "mytrain.py").write_text(
+        "import torch\n"
+        "model = torch.nn.Linear(4, 1)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for _ in range(200):\n"
+        "    model(torch.randn(8, 4)).sum().backward()\n"
+        "    opt.step()\n"
+        "    opt.zero_grad()\n"
+    )
+    done = subprocess.run(
+        [console, "run", "--quiet", "--steps", "3", "--warmup", "1", "--json", "r.json"]
+        + ["--no-counterfactuals", "-m", "mytrain"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads((tmp_path / "r.json").read_text())["status"] == "complete"
