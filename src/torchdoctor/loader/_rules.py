@@ -12,13 +12,9 @@ from collections.abc import Mapping
 from typing import Any
 
 #: DataLoader arguments that only apply with worker processes, and the value each must take
-#: without them: DataLoader raises for ``persistent_workers=True``, a ``prefetch_factor`` or a
-#: ``multiprocessing_context`` (a script's "spawn") when ``num_workers=0``.
-WORKER_ONLY: dict[str, Any] = {
-    "persistent_workers": False,
-    "prefetch_factor": None,
-    "multiprocessing_context": None,
-}
+#: without them: DataLoader raises for ``persistent_workers=True`` or a ``prefetch_factor`` when
+#: ``num_workers=0`` (and for a ``multiprocessing_context``, reset only where one was given).
+WORKER_ONLY: dict[str, Any] = {"persistent_workers": False, "prefetch_factor": None}
 
 #: The ``prefetch_factor`` DataLoader uses with workers when none is given.
 DEFAULT_PREFETCH_FACTOR = 2
@@ -49,6 +45,8 @@ def valid_loader_kwargs(kwargs: Mapping[str, Any]) -> dict[str, Any]:
     out = dict(kwargs)
     if out.get("num_workers", 0) == 0:
         out.update(WORKER_ONLY)
+        if out.get("multiprocessing_context") is not None:  # a script's "spawn"
+            out["multiprocessing_context"] = None
         if out.get("timeout"):
             out["timeout"] = 0
     return out

@@ -24,7 +24,6 @@ def test_without_workers_the_worker_only_arguments_are_reset():
         "num_workers": 0,
         "persistent_workers": False,
         "prefetch_factor": None,
-        "multiprocessing_context": None,
         "timeout": 0,
     }
     assert given["persistent_workers"] is True  # a copy, the caller's dict is left alone
