@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -29,10 +30,15 @@ STREAMED_PHASES = ("measure", "model-alone")
 
 def main(argv: list[str]) -> int:
     spec_path, fd = argv[0], int(argv[1])
+    # Ctrl-C ignored by the shell that started torchdoctor (``&``, nohup) is inherited as
+    # ignored; the supervisor hands Ctrl-C on, so it must work here.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
     writer = StreamWriter(fd)
     try:
         return _run(spec, writer)
+    except KeyboardInterrupt:  # before the script started (importing torch): nothing measured
+        return 130
     finally:
         writer.close()
 

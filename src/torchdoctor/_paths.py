@@ -17,6 +17,7 @@ import errno
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from ._errors import TorchdoctorError
 
@@ -29,6 +30,11 @@ class OutputPathError(TorchdoctorError):
 
 
 def check_output_file(path: str | os.PathLike[str], flag: str, example: str = "run.json") -> str:
+    """See :func:`_check_output_file`; an OS refusal (a name too long, ...) is a bad path too."""
+    return _os_errors_are_bad_paths(path, flag, lambda: _check_output_file(path, flag, example))
+
+
+def _check_output_file(path: str | os.PathLike[str], flag: str, example: str) -> str:
     """Check that a file can be written at ``path`` (given with ``flag``); return it absolute.
 
     The file may exist (it is replaced) and its directories may be missing (they are made when
@@ -55,6 +61,11 @@ def check_output_file(path: str | os.PathLike[str], flag: str, example: str = "r
 
 
 def check_output_dir(path: str | os.PathLike[str], flag: str, shown: str | None = None) -> str:
+    """See :func:`_check_output_dir`; an OS refusal (a name too long, ...) is a bad path too."""
+    return _os_errors_are_bad_paths(path, flag, lambda: _check_output_dir(path, flag, shown))
+
+
+def _check_output_dir(path: str | os.PathLike[str], flag: str, shown: str | None) -> str:
     """Check that ``path`` (given with ``flag``) is, or can be made, a writable directory.
 
     ``shown`` is how the user wrote it, when ``path`` is a rewritten form of it (the local path of
@@ -103,3 +114,13 @@ def _reason(exc: OSError) -> str:
     if exc.errno == errno.ENOENT:
         return "it takes no new files"
     return exc.strerror or str(exc)
+
+
+def _os_errors_are_bad_paths(path: str | os.PathLike[str], flag: str, check: Any) -> str:
+    try:
+        return check()
+    except OSError as exc:  # ENAMETOOLONG, ELOOP, ...: the path, not torchdoctor, is at fault
+        raise OutputPathError(
+            f"{flag} {os.fspath(path)}: cannot be used ({exc.strerror or exc})",
+            "choose another path (shorter names, no symlink loops)",
+        ) from None

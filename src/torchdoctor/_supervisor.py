@@ -69,15 +69,18 @@ def run_supervised(
             "quiet": True,
         },
     }
-    with tempfile.TemporaryDirectory(prefix="torchdoctor-") as tmp:
+    with _Signals() as signals, tempfile.TemporaryDirectory(prefix="torchdoctor-") as tmp:
         spec_path = Path(tmp) / "spec.json"
         spec_path.write_text(json.dumps(spec), encoding="utf-8")
+        if signals.received:  # interrupted before the script could start
+            return _not_started(target, options, signals.received[0])
         read_fd, write_fd = os.pipe()
         try:
-            # Its own process group: Ctrl-C at the terminal reaches only this process, which
-            # hands it on once (a second copy could land while the script writes its record).
+            # Its own session and process group: Ctrl-C at the terminal reaches only this
+            # process, which hands it on once, and the bound can stop the script's own
+            # processes (workers, helpers it forked) with it.
             proc = subprocess.Popen(
-                [sys.executable, "-m", "torchdoctor._child", str(spec_path), str(write_fd)],
+                [sys.executable, "-c", _CHILD_CODE, str(spec_path), str(write_fd)],
                 pass_fds=(write_fd,),
                 start_new_session=True,
             )
@@ -87,56 +90,102 @@ def run_supervised(
         finally:
             os.close(write_fd)
         reader = StreamReader(read_fd, progress)
-        timed_out, signalled = _wait(proc, options.max_seconds)
+        timed_out = _wait(proc, options.max_seconds, signals)
+        _end_group(proc.pid)
         reader.join(timeout_s=10.0)
+    signalled = signals.received[0] if signals.received else None
     return _outcome(reader.state, proc.returncode, target, options, timed_out, signalled)
 
 
-def _wait(proc: subprocess.Popen, max_seconds: float | None) -> tuple[bool, int | None]:
-    """Wait for the child within the bound; forward SIGTERM; returns (timed out, our signal)."""
-    received: list[int] = []
-    interrupts: list[int] = []
+#: The child's entry. ``python -m`` would put the current folder first on ``sys.path``, and a
+#: user's ``torchdoctor.py`` there would run in place of this package; ``-c`` puts ``''`` there,
+#: which is dropped before the import (the script's own folder is added when it is run).
+_CHILD_CODE = (
+    "import sys; del sys.path[0]; from torchdoctor._child import main; sys.exit(main(sys.argv[1:]))"
+)
 
-    def forward(signum: int, frame: Any) -> None:
-        received.append(signum)
-        _terminate(proc)
 
-    def interrupt(signum: int, frame: Any) -> None:
-        # The first Ctrl-C is the script's (it ends with its record); a second one insists.
-        interrupts.append(signum)
-        if len(interrupts) == 1 and proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-        else:
-            forward(signal.SIGTERM, frame)
+class _Signals:
+    """SIGINT and SIGTERM while supervising: remembered at once, acted on by the wait loop."""
 
-    previous = _install(signal.SIGTERM, forward)
-    previous_int = _install(signal.SIGINT, interrupt)
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        self.handled = 0
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _Signals:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            self._previous[signum] = _install(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, previous in self._previous.items():
+            if previous is not None:
+                _install(signum, previous)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.received.append(signum)
+
+
+def _wait(proc: subprocess.Popen, max_seconds: float | None, signals: _Signals) -> bool:
+    """Wait for the child within the bound, handing signals on; returns whether it timed out.
+
+    The first Ctrl-C is handed to the script (it ends with its record); a second one, or a
+    SIGTERM, stops it.
+    """
     deadline = None if not max_seconds else time.monotonic() + max_seconds
     timed_out = False
-    try:
-        while proc.poll() is None:
-            if deadline is not None and time.monotonic() >= deadline and not timed_out:
-                timed_out = True
+    while proc.poll() is None:
+        while signals.handled < len(signals.received):
+            signum = signals.received[signals.handled]
+            signals.handled += 1
+            if signum == signal.SIGINT and signals.handled == 1:
+                _signal_group(proc.pid, signal.SIGINT)
+            else:
                 _terminate(proc)
-            try:
-                proc.wait(timeout=POLL_S)
-            except subprocess.TimeoutExpired:
-                pass
-    finally:
-        _install(signal.SIGTERM, previous)
-        _install(signal.SIGINT, previous_int)
-    return timed_out, (received[0] if received else None)
+        if deadline is not None and time.monotonic() >= deadline and not timed_out:
+            timed_out = True
+            _terminate(proc)
+        try:
+            proc.wait(timeout=POLL_S)
+        except subprocess.TimeoutExpired:
+            pass
+    return timed_out
 
 
 def _terminate(proc: subprocess.Popen) -> None:
-    """SIGTERM, then SIGKILL if the script is still there after the grace period."""
+    """SIGTERM to the script's process group, then SIGKILL if it is still there after the grace."""
     if proc.poll() is not None:
         return
-    proc.terminate()
+    _signal_group(proc.pid, signal.SIGTERM)
     try:
         proc.wait(timeout=TERMINATE_GRACE_S)
     except subprocess.TimeoutExpired:
-        proc.kill()
+        _signal_group(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _end_group(pgid: int) -> None:
+    """Stop what the script left running in its process group (forked helpers, workers)."""
+    if not _signal_group(pgid, signal.SIGTERM):
+        return
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:
+        if not _signal_group(pgid, 0):
+            return
+        time.sleep(0.05)
+    _signal_group(pgid, signal.SIGKILL)
+
+
+def _signal_group(pgid: int, signum: int) -> bool:
+    """Send ``signum`` to the process group; False when no process is left in it."""
+    try:
+        os.killpg(pgid, signum)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # a member changed user: leave it
+        return True
+    return True
 
 
 def _install(signum: int, handler: Any) -> Any:
@@ -144,6 +193,15 @@ def _install(signum: int, handler: Any) -> Any:
         return signal.signal(signum, handler)
     except ValueError:  # not the main thread: leave signals alone
         return None
+
+
+def _not_started(target: Any, options: RunOptions, signum: int) -> Supervised:
+    record = RunRecord(command=target.describe(), warmup_steps=options.warmup)
+    record.requested_steps = options.steps
+    record.status = "interrupted"
+    record.notes.append(f"torchdoctor received {_signal_name(signum)} before the script started")
+    summarise(record)
+    return Supervised(record, EXIT_INTERRUPTED, None)
 
 
 def _outcome(
@@ -211,9 +269,10 @@ def _ending(
     if signalled is not None:
         return f"torchdoctor received {_signal_name(signalled)} and stopped the script"
     if returncode is not None and returncode < 0:
+        oom = " (the OOM killer sends SIGKILL)" if -returncode == signal.SIGKILL else ""
         return (
-            f"the script's process was killed by {_signal_name(-returncode)} (the OOM killer "
-            "sends SIGKILL); the figures cover what was measured until then"
+            f"the script's process was killed by {_signal_name(-returncode)}{oom}; the figures "
+            "cover what was measured until then"
         )
     return (
         f"the script's process ended with status {returncode} without torchdoctor's last word "

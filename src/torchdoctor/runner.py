@@ -85,7 +85,11 @@ def run_target(
         except StopRun:
             ended = "stopped"
         except SystemExit as exc:
-            ended = f"exited with status {0 if exc.code is None else exc.code}"
+            code = exc.code
+            # sys.exit("message") prints the message and exits with status 1, as Python does
+            ended = (
+                f"exited with status {0 if code is None else code if isinstance(code, int) else 1}"
+            )
         except KeyboardInterrupt:
             ended = "interrupted"
         except BaseException as exc:  # noqa: BLE001 - the user's error is reported, not ours
@@ -259,10 +263,7 @@ def _resolve(target: Target) -> Path:
                 )
             return main.resolve()
         return path.resolve()
-    try:
-        spec = importlib.util.find_spec(target.module or "")
-    except (ImportError, ValueError):
-        spec = None
+    spec = _find_module(target.module or "")
     if spec is None or spec.origin is None:
         raise TorchdoctorError(
             f"module not found: {target.module}",
@@ -277,6 +278,21 @@ def user_traceback(exc: BaseException) -> list[str]:
     while tb is not None and _is_ours(tb.tb_frame.f_code.co_filename):
         tb = tb.tb_next
     return traceback.format_exception(type(exc), exc, tb)
+
+
+def _find_module(name: str) -> Any:
+    """The spec ``python -m name`` runs: searched from the current folder first, and a package's
+    ``__main__`` (namespace packages too)."""
+    sys.path.insert(0, os.getcwd())
+    try:
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.submodule_search_locations is not None:
+            spec = importlib.util.find_spec(f"{name}.__main__")
+    except (ImportError, ValueError):
+        spec = None
+    finally:
+        sys.path.remove(os.getcwd())
+    return spec
 
 
 def _is_ours(filename: str) -> bool:
@@ -350,12 +366,22 @@ def run_cli(target: Target, options: RunOptions) -> int:
     from .report.progress import ProgressDisplay
     from .report.terminal import render
 
-    with ProgressDisplay(enabled=not options.quiet) as display:
-        outcome = run_supervised(target, options, progress=display.update)
+    try:
+        with ProgressDisplay(enabled=not options.quiet) as display:
+            outcome = run_supervised(target, options, progress=display.update)
+    except KeyboardInterrupt:  # Ctrl-C (or SIGTERM) before the supervision began
+        if options.json_path:
+            record = RunRecord(command=target.describe(), status="interrupted")
+            record.notes.append("interrupted before the script started")
+            record.save(options.json_path)
+        raise
     record = outcome.record
     status = outcome.exit_status
     if options.fix and status == EXIT_OK:
         verify_fix(target, options, record, quiet=options.quiet)
+        after = record.fix.after if record.fix is not None else None
+        if after is not None and after.status == "interrupted":
+            status = EXIT_INTERRUPTED  # Ctrl-C or SIGTERM during the re-run ends the command
     if options.json_path:
         record.save(options.json_path)
     with _printing():
@@ -376,6 +402,8 @@ class _printing:
                 reconfigure(errors="replace")
 
     def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is not None and issubclass(exc_type, SystemExit):
+            return True  # rich's own answer to a closed pipe: it has already muted stdout
         if exc_type is not None and issubclass(exc_type, BrokenPipeError):
             # Point stdout at nothing, so the interpreter's own flush at exit cannot fail again.
             devnull = os.open(os.devnull, os.O_WRONLY)

@@ -279,6 +279,14 @@ def find_trace_files(paths: list[str | os.PathLike[str]]) -> list[Path]:
     found: list[Path] = []
     for raw in paths:
         p = Path(raw)
+        try:
+            p.stat()
+        except FileNotFoundError:
+            pass  # told below, with the other missing paths
+        except OSError as exc:  # a name too long, a symlink loop: the path is at fault
+            raise TraceFormatError(
+                f"{p}: cannot be read ({exc.strerror or exc})", "check the path"
+            ) from None
         if p.is_dir():
             inside = sorted(
                 q
