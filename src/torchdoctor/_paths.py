@@ -124,3 +124,27 @@ def _os_errors_are_bad_paths(path: str | os.PathLike[str], flag: str, check: Any
             f"{flag} {os.fspath(path)}: cannot be used ({exc.strerror or exc})",
             "choose another path (shorter names, no symlink loops)",
         ) from None
+
+
+def resolve_script(script: str) -> Path:
+    """The file ``python SCRIPT`` would run (a folder's ``__main__.py``), made absolute.
+
+    Checked by the supervisor before it starts the script's process (no torch import here), and
+    again by the runner in that process.
+
+    Raises:
+        TorchdoctorError: the script is missing, or a folder without ``__main__.py``.
+    """
+    path = Path(script)
+    if not path.exists():
+        raise TorchdoctorError(
+            f"script not found: {script}", "check the path (it is relative to the current directory)"
+        )
+    if path.is_dir():
+        main = path / "__main__.py"
+        if not main.exists():
+            raise TorchdoctorError(
+                f"{script} is a directory without __main__.py", "pass the training script itself"
+            )
+        return main.resolve()
+    return path.resolve()

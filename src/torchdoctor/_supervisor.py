@@ -29,6 +29,7 @@ from ._errors import (
     EXIT_TIMED_OUT,
     TorchdoctorError,
 )
+from ._paths import resolve_script
 from ._stream import StreamReader, StreamState
 from .analysis.verdict import summarise
 from .options import RunOptions
@@ -59,6 +60,8 @@ def run_supervised(
     Raises:
         TorchdoctorError: the child could not run the script (not found, ...): its message.
     """
+    if target.script:
+        resolve_script(target.script)  # a missing script is told at once, not after torch loads
     spec = {
         "target": dataclasses.asdict(target),
         "options": {

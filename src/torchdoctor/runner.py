@@ -24,6 +24,7 @@ from ._errors import (
     EXIT_SCRIPT_ERROR,
     TorchdoctorError,
 )
+from ._paths import resolve_script
 from .analysis.verdict import summarise
 from .capture import CaptureSession, Listener, ProgressFn, StopRun, detect_environment
 from .loader import fix_trial
@@ -248,21 +249,7 @@ def _exit_status(record: RunRecord, ended: str) -> int:
 
 def _resolve(target: Target) -> Path:
     if target.script:
-        path = Path(target.script)
-        if not path.exists():
-            raise TorchdoctorError(
-                f"script not found: {target.script}",
-                "check the path (it is relative to the current directory)",
-            )
-        if path.is_dir():
-            main = path / "__main__.py"
-            if not main.exists():
-                raise TorchdoctorError(
-                    f"{target.script} is a directory without __main__.py",
-                    "pass the training script itself",
-                )
-            return main.resolve()
-        return path.resolve()
+        return resolve_script(target.script)
     spec = _find_module(target.module or "")
     if spec is None or spec.origin is None:
         raise TorchdoctorError(
