@@ -63,7 +63,7 @@ def _run(spec: dict[str, Any], writer: StreamWriter) -> int:
         live["session"] = session
         if event == "phase":
             record = build_record(session, command, "running", snapshot=True)
-            writer.send("snapshot", phase=phase.name, record=record.to_dict())
+            writer.send("snapshot", record=record.to_dict())
         elif phase.name in STREAMED_PHASES:
             parts = parts_from_marks(step.marks)
             writer.send("step", phase=phase.name, parts=parts, batches=step.batches)

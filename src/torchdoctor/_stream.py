@@ -67,9 +67,6 @@ class StreamState:
     final: dict[str, Any] | None = None
     #: The child could not run the script (``message``, ``hint``, ``internal``).
     error: dict[str, Any] | None = None
-    last_phase: str | None = None
-    #: Lines that were not valid messages (a script writing to the pipe is not expected).
-    bad_lines: int = 0
 
 
 class StreamReader:
@@ -89,22 +86,19 @@ class StreamReader:
         with self._file:
             for line in self._file:
                 try:
-                    message = json.loads(line)
-                    self._take(message)
+                    self._take(json.loads(line))
                 except (ValueError, TypeError, KeyError):
-                    self.state.bad_lines += 1
+                    continue  # not one of ours (the pipe is ours alone): nothing to keep
 
     def _take(self, message: dict[str, Any]) -> None:
         kind = message["t"]
         state = self.state
         if kind == "progress":
-            state.last_phase = message["phase"]
             if self._progress is not None:
                 self._progress(message["phase"], message["done"], message["total"])
         elif kind == "snapshot":
             state.snapshot = message["record"]
             state.steps.clear()
-            state.last_phase = message.get("phase", state.last_phase)
         elif kind == "step":
             state.steps.append((message["phase"], message["parts"], message["batches"]))
         elif kind == "seen":

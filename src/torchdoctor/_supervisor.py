@@ -43,13 +43,10 @@ POLL_S = 0.2
 
 @dataclasses.dataclass
 class Supervised:
-    """A supervised run's record, exit status, and how the script's process ended."""
+    """A supervised run's record (it says how the script's process ended) and exit status."""
 
     record: RunRecord
     exit_status: int
-    #: The child's return code (negative: the signal that killed it).
-    returncode: int | None
-    timed_out: bool = False
 
 
 def run_supervised(
@@ -204,7 +201,7 @@ def _not_started(target: Any, options: RunOptions, signum: int) -> Supervised:
     record.status = "interrupted"
     record.notes.append(f"torchdoctor received {_signal_name(signum)} before the script started")
     summarise(record)
-    return Supervised(record, EXIT_INTERRUPTED, None)
+    return Supervised(record, EXIT_INTERRUPTED)
 
 
 def _outcome(
@@ -217,7 +214,7 @@ def _outcome(
 ) -> Supervised:
     if state.final is not None:
         record = _record(state.final["record"])
-        return Supervised(record, int(state.final["exit_status"]), returncode, timed_out)
+        return Supervised(record, int(state.final["exit_status"]))
     error = state.error
     if error is not None and not error.get("internal"):
         raise TorchdoctorError(error["message"], error.get("hint"))
@@ -227,14 +224,14 @@ def _outcome(
     if error is not None:
         record.status = "internal-error"
         record.notes.append(f"torchdoctor itself failed: {error['message']}. Please report this.")
-        return Supervised(record, EXIT_INTERNAL, returncode, timed_out)
+        return Supervised(record, EXIT_INTERNAL)
     if timed_out:
         record.status, status = "timed-out", EXIT_TIMED_OUT
     elif signalled is not None:
         record.status, status = "interrupted", EXIT_INTERRUPTED
     else:
         record.status, status = "killed", EXIT_SCRIPT_ERROR
-    return Supervised(record, status, returncode, timed_out)
+    return Supervised(record, status)
 
 
 def record_from_stream(state: StreamState, command: list[str], options: RunOptions) -> RunRecord:
@@ -245,14 +242,10 @@ def record_from_stream(state: StreamState, command: list[str], options: RunOptio
         record = RunRecord(command=command, warmup_steps=options.warmup)
         record.requested_steps = options.steps
     for phase, parts, batches in state.steps:
-        step_ms = round(sum(parts.values()), 4)
         if phase == "measure":
-            record.steps.step_ms.append(step_ms)
-            for name, ms in parts.items():
-                record.steps.part(name).append(round(ms, 4))
-            record.steps.batches.append(batches)
+            record.steps.add_step(parts, batches)
         elif phase == "model-alone":
-            record.model_alone.append(step_ms)
+            record.model_alone.append(round(sum(parts.values()), 4))
     if state.seen is not None:
         record.seen = dict(state.seen)
     summarise(record)

@@ -326,14 +326,6 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(json_dir=args.json, steps=args.steps, workdir=args.workdir)
 
 
-# --- cache ---------------------------------------------------------------------------------
-
-
-def _print_help(parser: argparse.ArgumentParser) -> int:
-    parser.print_help()
-    return EXIT_USAGE
-
-
 SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_run,
     _add_loader,

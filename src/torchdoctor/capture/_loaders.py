@@ -97,7 +97,7 @@ class ReplayStore:
         if measuring and dataset_key in self._by_dataset:
             return
         kept = self._by_dataset.setdefault(dataset_key, [])
-        if len(kept) >= self._max_batches or (measuring and kept):
+        if len(kept) >= self._max_batches:
             return
         size = batch_nbytes(batch)
         if self._bytes + size > self._max_bytes and kept:

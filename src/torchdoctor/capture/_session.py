@@ -413,11 +413,7 @@ class CaptureSession:
         self.clock.synchronize()
         series = StepSeries()
         for step in self.data.measured:
-            parts = parts_from_marks(step.marks, self.clock.uses_events)
-            series.step_ms.append(round(sum(parts.values()), 4))
-            for name, ms in parts.items():
-                series.part(name).append(round(ms, 4))
-            series.batches.append(step.batches)
+            series.add_step(parts_from_marks(step.marks, self.clock.uses_events), step.batches)
         return series
 
     def model_alone_step_ms(self) -> list[float]:

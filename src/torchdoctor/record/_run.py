@@ -81,6 +81,13 @@ class StepSeries:
         """The series of one step part, by its name in :data:`STEP_PARTS`."""
         return getattr(self, f"{name}_ms")
 
+    def add_step(self, parts_ms: dict[str, float], batches: int) -> None:
+        """Append one step: its parts (keyed by :data:`STEP_PARTS` names), their sum, its batches."""
+        self.step_ms.append(round(sum(parts_ms.values()), 4))
+        for name, ms in parts_ms.items():
+            self.part(name).append(round(ms, 4))
+        self.batches.append(batches)
+
 
 @dataclass
 class Finding:
