@@ -133,6 +133,10 @@ def build_record(
         notes=list(session.data.notes),
     )
     record.loader_overrides = dict(opts.loader_overrides)
+    record.step_boundary = session.boundary.kind or "optimizer"
+    if record.step_boundary == "backward":
+        record.backwards_per_step = session.boundary.backwards_per_step
+    record.built_inputs = session.inputs.described()
     record.findings.extend(session.data.sync_findings)
     if session.data.sync_sample_ms:
         record.overhead_ms["sync_sampled_step_ms"] = round(

@@ -68,13 +68,15 @@ def decide(record: RunRecord) -> Verdict:
         return Verdict(
             kind=UNKNOWN,
             why="no training step was measured",
-            next="check that the script reaches optimizer.step() (see what torchdoctor saw)",
+            next="check that the script reaches optimizer.step(), or loss.backward() in a loop "
+            "that updates its parameters itself (see what torchdoctor saw)",
         )
     shares = group_shares(record)
     step = record.step_ms.mean
     ceiling = record.ceiling_speedup
     input_share, host_share = shares["input"], shares["host"]
     has_loader = record.loader is not None and record.seen.get("batches", 0) > 0
+    has_input = has_loader or bool(record.built_inputs)
 
     # Without workers the loader runs inside the loop, so all its cost shows as data wait; the
     # ceiling alone can only reveal input cost when workers run beside the model.
@@ -84,7 +86,7 @@ def decide(record: RunRecord) -> Verdict:
         and ceiling is not None
         and ceiling >= INPUT_BOUND_CEILING
     )
-    input_bound = has_loader and (input_share >= INPUT_BOUND_SHARE or workers_compete)
+    input_bound = has_input and (input_share >= INPUT_BOUND_SHARE or workers_compete)
     host_bound = host_share >= HOST_BOUND_SHARE
     if input_bound and host_bound:
         input_bound = input_share >= host_share or workers_compete
@@ -98,8 +100,12 @@ def decide(record: RunRecord) -> Verdict:
 
 def _why_input(record: RunRecord, shares: dict[str, float], step: float) -> str:
     wait = _mean_part(record, "data_wait")
+    if record.loader is None and record.built_inputs:
+        waits = f"spends {wait:.1f} ms building its batches ({', '.join(record.built_inputs)})"
+    else:
+        waits = f"waits {wait:.1f} ms for data"
     parts = [
-        f"the loop waits {wait:.1f} ms for data in a mean {step:.1f} ms step ({_pct(shares['input'])} of step time in input)"
+        f"the loop {waits} in a mean {step:.1f} ms step ({_pct(shares['input'])} of step time in input)"
     ]
     if record.ceiling_speedup is not None and record.model_alone_step_ms:
         parts.append(
@@ -122,6 +128,8 @@ def _why_input(record: RunRecord, shares: dict[str, float], step: float) -> str:
 
 def _next_input(record: RunRecord) -> str:
     loader: LoaderSettings | None = record.loader
+    if loader is None and record.built_inputs:
+        return _next_built_input(record)
     tips = []
     measured = next((f for f in record.findings if f.kind == "loader.num_workers"), None)
     sweep = record.loader_report.worker_sweep if record.loader_report else None
@@ -145,6 +153,22 @@ def _next_input(record: RunRecord) -> str:
     tips.append("keep samples uint8 and normalise on the device (torchdoctor.Normalize)")
     if record.env is not None and record.env.device != "cpu" and loader and not loader.pin_memory:
         tips.append("pin_memory=True with a DevicePrefetcher so copies overlap compute")
+    return "; ".join(tips)
+
+
+def _next_built_input(record: RunRecord) -> str:
+    """Advice for a loop that builds its batches itself (no DataLoader)."""
+    tips = [
+        "build the batches beside the model instead of between its steps: a Dataset whose "
+        "__getitem__ returns one sample, read by a DataLoader(num_workers=N, pin_memory=True)",
+        "read the data from a numpy memmap (np.memmap) of the prepared file, not from Python "
+        "objects or a file opened and decoded per batch",
+    ]
+    if record.env is not None and record.env.device != "cpu":
+        tips.append(
+            "copy from pinned memory without blocking: x.pin_memory().to(device, "
+            "non_blocking=True), and fetch the next batch right after the forward pass"
+        )
     return "; ".join(tips)
 
 

@@ -7,6 +7,7 @@ after measuring (one synchronisation for the whole run, none inside a step).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -15,7 +16,7 @@ from ._timeline import StepTimeline
 
 
 class DeviceClock:
-    """Finds the training device from the first optimizer step and times with its events."""
+    """Finds the training device from the parameters trained and times with its events."""
 
     def __init__(self, timeline: StepTimeline) -> None:
         self._timeline = timeline
@@ -26,12 +27,11 @@ class DeviceClock:
     def on_accelerator(self) -> bool:
         return self.device is not None and self.device.type != "cpu"
 
-    def detect(self, optimizer: Any) -> None:
-        """The device of the optimizer's first parameter; switch to its events off the CPU."""
-        for group in optimizer.param_groups:
-            for param in group["params"]:
-                self.device = param.device
-                break
+    def detect(self, parameters: Iterable[Any]) -> None:
+        """The device of the first parameter (an optimizer's, or else the model's); switch to its
+        events off the CPU."""
+        for param in parameters:
+            self.device = param.device
             break
         if self.on_accelerator:
             self._use_events(self.device)

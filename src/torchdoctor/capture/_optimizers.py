@@ -45,7 +45,8 @@ class OptimizerTracker:
         first = self._primary is None
         self._primary = weakref.ref(optimizer)
         if first:
-            clock.detect(optimizer)  # the first optimizer's parameters say where training runs
+            # the first optimizer's parameters say where training runs
+            clock.detect(p for group in optimizer.param_groups for p in group["params"])
         return True
 
     def _note(self, why: str) -> None:

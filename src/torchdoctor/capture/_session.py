@@ -11,7 +11,8 @@ What is hooked, and why each is safe to undo:
   ``torch.autograd.grad`` (patched): ``backward``;
 - global optimizer step pre/post hooks (registered): ``optimizer``, and the step boundary.
 
-A step is one ``step()`` of the first optimizer seen. The session runs a table of phases
+A step is one ``step()`` of the first optimizer seen; in loops without an optimizer, the loss's
+backward call(s), or a call of the outermost module (:mod:`._boundary`). The session runs a table of phases
 (:mod:`.phases`: warmup, sync finder, trace, measure, model-alone, worker sweep, loader-alone,
 loader doctor), handing each finished step to the current one; after the last, :class:`StopRun`
 is raised into the script. What was measured sits in :attr:`CaptureSession.data`.
@@ -20,8 +21,6 @@ is raised into the script. What was measured sits in :attr:`CaptureSession.data`
 from __future__ import annotations
 
 import gc
-import inspect
-import sys
 import time
 import weakref
 from collections.abc import Callable, Sequence
@@ -31,16 +30,17 @@ import torch
 import torch.nn.modules.module as _module_mod
 import torch.optim.optimizer as _optim_mod
 import torch.utils.data.dataloader as _dl_mod
-from torch.utils.data import DataLoader
 
 from .._batches import tensor_ids
 from ..analysis.verdict import INPUT_BOUND, summarise
 from ..loader import valid_loader_kwargs
 from ..options import RunOptions
 from ..record import RunRecord, StepSeries
+from ._boundary import StepBoundary
 from ._data import CaptureData, StepMarks
 from ._device import DeviceClock
-from ._frames import user_site
+from ._hooks import patch_torch
+from ._inputs import BuiltInputs
 from ._loaders import LoaderTracker, ReplayStore
 from ._optimizers import OptimizerTracker
 from ._patch import Patcher
@@ -90,6 +90,8 @@ class CaptureSession:
         self.clock = DeviceClock(self.timeline)
         self.loaders = LoaderTracker(self.data.seen)
         self.replay = ReplayStore(max_batches=options.steps)
+        self.inputs = BuiltInputs(max_kept=options.steps, notes=self.data.notes)
+        self._building = 0
         self.sampler = SystemSampler()
         self.table: list[Phase] = [cls() for cls in phases]
         self.phase: Phase = self.table[0]
@@ -106,7 +108,10 @@ class CaptureSession:
         self._global_forward_hooks: list[Any] = []
         self._root_modules: weakref.WeakSet = weakref.WeakSet()
         self.optimizers = OptimizerTracker(self.data)
+        self.boundary = StepBoundary()
         self._optimizer_depth = 0
+        self._backward_depth = 0
+        self._step_pending = False
         self._step_batches = 0
         self._batch_ids: set[int] = set()
         self._labels: list[Any] = []
@@ -130,68 +135,7 @@ class CaptureSession:
             raise
 
     def _install(self) -> None:
-        session = self
-        p = self.patcher
-
-        orig_iter = DataLoader.__iter__
-        orig_init = DataLoader.__init__
-        orig_next = self.original_next = _dl_mod._BaseDataLoaderIter.__next__
-        orig_to = torch.Tensor.to
-        orig_cuda = torch.Tensor.cuda
-        orig_backward = torch.autograd.backward
-        orig_grad = torch.autograd.grad
-
-        init_signature = inspect.signature(orig_init)
-
-        def dataloader_init(loader, *args, **kwargs):
-            if not session.phase.owns_loaders:
-                if session.options.loader_overrides:
-                    # Name every argument so an override cannot collide with a positional one.
-                    bound = init_signature.bind(loader, *args, **kwargs).arguments
-                    bound.pop("self")
-                    extra = bound.pop("kwargs", {})
-                    args, kwargs = (), {**bound, **extra}
-                    kwargs.update(session._overrides_for(kwargs))
-                site = user_site(sys._getframe(1))
-                if site is not None:
-                    session.loaders.created(loader, f"{site.file}:{site.line}")
-            return orig_init(loader, *args, **kwargs)
-
-        def dataloader_iter(loader):
-            it = orig_iter(loader)
-            session._check_done()
-            if not session.phase.owns_loaders:  # else: torchdoctor's own clones
-                session.loaders.iterated(loader, it)
-            return it
-
-        def iterator_next(it):
-            return session._next_batch(it, orig_next)
-
-        def tensor_to(tensor, *args, **kwargs):
-            if session._batch_ids and id(tensor) in session._batch_ids:
-                return session._timed("to_device", orig_to, tensor, *args, **kwargs)
-            return orig_to(tensor, *args, **kwargs)
-
-        def tensor_cuda(tensor, *args, **kwargs):
-            if session._batch_ids and id(tensor) in session._batch_ids:
-                return session._timed("to_device", orig_cuda, tensor, *args, **kwargs)
-            return orig_cuda(tensor, *args, **kwargs)
-
-        def autograd_backward(*args, **kwargs):
-            session.data.seen["backward_calls"] += 1
-            return session._timed("backward", orig_backward, *args, **kwargs)
-
-        def autograd_grad(*args, **kwargs):  # loops that take gradients with autograd.grad
-            session.data.seen["backward_calls"] += 1
-            return session._timed("backward", orig_grad, *args, **kwargs)
-
-        p.set(DataLoader, "__init__", dataloader_init)
-        p.set(DataLoader, "__iter__", dataloader_iter)
-        p.set(_dl_mod._BaseDataLoaderIter, "__next__", iterator_next)
-        p.set(torch.Tensor, "to", tensor_to)
-        p.set(torch.Tensor, "cuda", tensor_cuda)
-        p.set(torch.autograd, "backward", autograd_backward)
-        p.set(torch.autograd, "grad", autograd_grad)
+        patch_torch(self)
         # Global module hooks put every module call on torch's slow path (measured: 22% on an
         # 81-module MLP, benchmarks/capture_overhead.py). They find the outermost modules during
         # warmup; from the first measured step only those few carry hooks.
@@ -199,11 +143,13 @@ class CaptureSession:
             _module_mod.register_module_forward_pre_hook(self._forward_pre),
             _module_mod.register_module_forward_hook(self._forward_post, always_call=True),
         ]
+        p = self.patcher
         p.on_restore(self._remove_global_forward_hooks)
         p.hook(_optim_mod.register_optimizer_step_pre_hook(self._optimizer_pre))
         p.hook(_optim_mod.register_optimizer_step_post_hook(self._optimizer_post))
         p.on_restore(self._stop_sampler)
         p.on_restore(self._close_phases)
+        p.on_restore(self.inputs.stop_search)
 
     def uninstall(self) -> list[BaseException]:
         """Undo every patch and hook, and shut down DataLoader workers this run started."""
@@ -223,6 +169,7 @@ class CaptureSession:
         """Stop the worker processes of every DataLoader iterator the script created."""
         self.loaders.shutdown_workers()
         self.replay.clear()
+        self.inputs.clear()
         self._batch_ids.clear()
         gc.collect()
 
@@ -289,6 +236,7 @@ class CaptureSession:
         for phase in self.table[index:]:
             if not phase.wanted(self):
                 continue
+            self.inputs.phase_starting(phase.name)
             self.phase = phase
             self._started.append(phase)
             phase.start(self)
@@ -308,6 +256,7 @@ class CaptureSession:
         phase = self.phase
         if isinstance(phase, Done):
             return
+        self.inputs.step_ended(step.batches, phase.name, in_model=lambda: self._module_depth > 0)
         done = phase.on_step(self, step)
         if self._listener is not None:
             self._listener("step", self, phase, step)
@@ -343,10 +292,20 @@ class CaptureSession:
 
     def _forward_pre(self, module, args) -> None:
         if self._module_depth == 0:
+            self._settle()
             self._check_done()
             if self._global_forward_hooks and module not in self._root_modules:
                 self._root_modules.add(module)
             self.data.seen["forward_calls"] += 1
+            kind = self.boundary.kind
+            if kind in (None, "forward") and self.boundary.forward_starting(
+                torch.is_grad_enabled(), self.data.seen["backward_calls"] > 0
+            ):
+                if kind is None:
+                    self._boundary_decided()
+                self._end_step()
+            if self.inputs.searching:
+                self.inputs.model_called(args, self.patcher, self)
             self.push("forward")
         self._module_depth += 1
 
@@ -366,12 +325,54 @@ class CaptureSession:
         self.pop("optimizer")
         self.data.seen["optimizer_steps"] += 1
         if self._optimizer_depth == 0 and self.optimizers.is_step_end(optimizer, self.clock):
-            try:
-                self._on_step_end()
-            except StopRun:
-                raise
-            except Exception as exc:  # noqa: BLE001 - our bug must not look like the user's
-                self._fail(exc)
+            if self.boundary.optimizer_stepped():
+                self._boundary_decided(moved=True)
+            self._end_step()
+
+    def _backward_starting(self) -> None:
+        self._settle()
+        self._check_done()
+        boundary = self.boundary
+        before = boundary.kind
+        if before != "optimizer" and boundary.backward_starting():
+            self._boundary_decided(moved=before is not None)
+
+    def _backward_ended(self) -> None:
+        # Ended at the script's next call of interest, not here: under a torch function mode (the
+        # sync finder's) backward runs with that mode taken off the stack, so no phase may end now.
+        if self.boundary.kind != "optimizer" and self.boundary.backward_ended(self._parameters):
+            self._step_pending = True
+
+    def _settle(self) -> None:
+        """End the step whose last backward call has returned (loops without an optimizer)."""
+        if self._step_pending:
+            self._step_pending = False
+            self._end_step()
+
+    def _parameters(self):
+        for module in list(self._root_modules):
+            yield from module.parameters()
+
+    def _boundary_decided(self, moved: bool = False) -> None:
+        """A loop without an optimizer showed its boundary, or an optimizer took it over."""
+        boundary = self.boundary
+        text = boundary.describe()
+        if text is not None:
+            self.clock.detect(self._parameters())
+        elif moved:
+            text = "the step boundary moved to optimizer.step() once the script began calling it"
+        if text is not None and text not in self.data.notes:
+            self.data.notes.append(text)
+        if moved and self.phase.name == "warmup":
+            self.phase.steps_done = 0  # steps cut at the old boundary do not count
+
+    def _end_step(self) -> None:
+        try:
+            self._on_step_end()
+        except StopRun:
+            raise
+        except Exception as exc:  # noqa: BLE001 - our bug must not look like the user's
+            self._fail(exc)
 
     def _fail(self, exc: Exception) -> None:
         """torchdoctor itself failed: stop measuring and stop the script cleanly."""
@@ -380,6 +381,7 @@ class CaptureSession:
         raise StopRun() from exc
 
     def _next_batch(self, it, orig_next):
+        self._settle()
         self._check_done()
         phase = self.phase
         if not phase.takes_steps:

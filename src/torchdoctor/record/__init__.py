@@ -16,6 +16,7 @@ from ._kinds import (
     LOADER_FINDING_KINDS,
     SEVERITIES,
     STATUSES,
+    STEP_BOUNDARY_KINDS,
     SYNC_FINDING_KINDS,
     TRACE_FINDING_KINDS,
     UNKNOWN,
@@ -23,6 +24,7 @@ from ._kinds import (
     FindingKind,
     Severity,
     Status,
+    StepBoundaryKind,
     VerdictKind,
 )
 from ._loader import (
@@ -78,6 +80,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "SEVERITIES",
     "STATUSES",
+    "STEP_BOUNDARY_KINDS",
     "STEP_PARTS",
     "SYNC_FINDING_KINDS",
     "TRACE_FINDING_KINDS",
@@ -108,6 +111,7 @@ __all__ = [
     "Severity",
     "Stat",
     "Status",
+    "StepBoundaryKind",
     "StepSeries",
     "SweepPoint",
     "SystemUsage",

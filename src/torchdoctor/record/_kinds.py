@@ -24,6 +24,9 @@ Status = Literal[
     "timed-out",
 ]
 Severity = Literal["info", "warning", "critical"]
+#: What ends a training step (docs/record.md): an optimizer's ``step()``, in loops without one
+#: the loss's backward call(s), and in loops without backward a call of the outermost module.
+StepBoundaryKind = Literal["optimizer", "backward", "forward"]
 
 #: Host syncs and copies seen in the step (docs/syncs.md).
 SyncFindingKind = Literal[
@@ -76,6 +79,7 @@ UNKNOWN: VerdictKind = "UNKNOWN"
 VERDICT_KINDS: tuple[str, ...] = get_args(VerdictKind)
 STATUSES: tuple[str, ...] = get_args(Status)
 SEVERITIES: tuple[str, ...] = get_args(Severity)
+STEP_BOUNDARY_KINDS: tuple[str, ...] = get_args(StepBoundaryKind)
 SYNC_FINDING_KINDS: tuple[str, ...] = get_args(SyncFindingKind)
 LOADER_FINDING_KINDS: tuple[str, ...] = get_args(LoaderFindingKind)
 TRACE_FINDING_KINDS: tuple[str, ...] = get_args(TraceFindingKind)

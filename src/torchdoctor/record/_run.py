@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._kinds import FINDING_KINDS, SEVERITIES, FindingKind, Severity, Status
+from ._kinds import FINDING_KINDS, SEVERITIES, FindingKind, Severity, Status, StepBoundaryKind
 from ._loader import LoaderReport
 from ._serial import SCHEMA_VERSION, load_record, record_from_dict, write_json_atomic
 from ._trace import TraceReport
@@ -217,6 +217,14 @@ class RunRecord:
     fix: FixTrial | None = None
     #: DataLoader settings injected into every loader of this run (a ``--fix`` re-run).
     loader_overrides: dict[str, Any] = field(default_factory=dict)
+    #: What ended a step: ``optimizer`` (its ``step()``), ``backward`` (loops that update the
+    #: parameters themselves) or ``forward`` (loops without backward).
+    step_boundary: StepBoundaryKind = "optimizer"
+    #: Backward calls per step when ``step_boundary`` is ``backward``.
+    backwards_per_step: int | None = None
+    #: The script's own functions that build its batches inside the loop (no DataLoader), as
+    #: ``name (file:line)``; their time is the step's ``data_wait``.
+    built_inputs: list[str] = field(default_factory=list)
 
     @property
     def measured_steps(self) -> int:

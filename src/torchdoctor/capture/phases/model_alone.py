@@ -1,7 +1,9 @@
 """Data made free: the same loop, fed batches already in memory instead of the DataLoader's.
 
 The script's own step runs unchanged; only the loader's iterator returns kept batches (see
-``ReplayStore``). The difference to the measured steps is what input costs the step.
+``ReplayStore``), or, in a loop that builds its batches itself, the functions that build them
+return results they returned before (see ``_inputs``). The difference to the measured steps is
+what input costs the step.
 """
 
 from __future__ import annotations
@@ -17,9 +19,12 @@ class ModelAlonePhase(Phase):
             return False
         main = session.loaders.main_dataset_key()
         if main is None:
+            if session.inputs.start_replay():
+                return True
             session.data.notes.append(
                 "model-alone phase skipped: the loop does not draw batches from a DataLoader "
-                "(time outside forward/backward/optimizer is input or host work)"
+                "nor from a function of its own that torchdoctor could replay (time outside "
+                "forward/backward/optimizer is input or host work)"
             )
             return False
         if not session.replay.start(main):
@@ -44,3 +49,6 @@ class ModelAlonePhase(Phase):
     def on_step(self, session, step) -> bool:
         session.data.model_alone.append(step)
         return super().on_step(session, step)
+
+    def close(self, session) -> None:
+        session.inputs.stop_replay()

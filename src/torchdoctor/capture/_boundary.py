@@ -1,0 +1,127 @@
+"""Where a training step ends: an optimizer's ``step()``, or, in loops without one, the loss.
+
+Most loops step a ``torch.optim`` optimizer once per training step (after one or several
+backward calls: gradient accumulation), and that ``step()`` is the boundary. Loops that update
+the parameters by hand (``p.data.add_(p.grad, alpha=-lr)``) never call one. There the boundary is
+read from the gradients: such a loop clears them (``model.zero_grad()``) or rewrites them (clipping)
+between two steps, while accumulation leaves them alone between two backward calls. Once the
+gradients were found changed between backward calls twice, with no optimizer step seen, a step is
+the number of outermost backward calls between those two changes. A loop that runs its model
+with gradients on but never calls backward has a step per call of its outermost module.
+
+An optimizer step seen later wins: the boundary moves to it.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from ..record import StepBoundaryKind
+
+#: Gradient changes between backward calls seen before a loop without an optimizer is decided.
+CLEARS_TO_DECIDE = 2
+#: Calls of the outermost module with gradients on, and no backward call, before each call is
+#: taken as a step.
+FORWARDS_TO_DECIDE = 8
+
+
+class StepBoundary:
+    """Decides which call ends a step; the session asks it at every candidate call."""
+
+    def __init__(self) -> None:
+        #: ``None`` until the loop shows which kind of boundary it has.
+        self.kind: StepBoundaryKind | None = None
+        #: Backward calls per step, when the boundary is the loss.
+        self.backwards_per_step = 1
+        self._param: weakref.ref | None = None
+        self._grad_state: tuple[int, int] | None = None
+        self._backwards = 0
+        self._clear_at: list[int] = []
+        self._in_step = 0
+        self._grad_forwards = 0
+
+    # --- what the session tells -------------------------------------------------------------
+
+    def optimizer_stepped(self) -> bool:
+        """An optimizer ended a step; True when that moves the boundary from another kind."""
+        moved = self.kind not in (None, "optimizer")
+        self.kind = "optimizer"
+        return moved
+
+    def forward_starting(self, grad_enabled: bool, backward_seen: bool) -> bool:
+        """An outermost module call starts; True when it begins a new step."""
+        if self.kind is None and grad_enabled and not backward_seen:
+            self._grad_forwards += 1
+            if self._grad_forwards >= FORWARDS_TO_DECIDE:
+                self.kind = "forward"
+        return self.kind == "forward"
+
+    def backward_starting(self) -> bool:
+        """An outermost backward call starts; True when it settles a loop without an optimizer."""
+        self._backwards += 1
+        if self.kind in (None, "forward") and self._grads_changed():
+            self._clear_at.append(self._backwards)
+            if len(self._clear_at) >= CLEARS_TO_DECIDE:
+                self.kind = "backward"
+                self.backwards_per_step = max(1, self._clear_at[-1] - self._clear_at[-2])
+                self._in_step = 0
+                return True
+        return False
+
+    def backward_ended(self, parameters: Callable[[], Iterable[Any]]) -> bool:
+        """An outermost backward call returned; True when it ends a step.
+
+        ``parameters`` gives the outermost modules' parameters; it is called only until one with
+        a gradient is found.
+        """
+        if self.kind != "optimizer":
+            self._remember_grad(parameters)
+        if self.kind != "backward":
+            return False
+        self._in_step += 1
+        if self._in_step < self.backwards_per_step:
+            return False
+        self._in_step = 0
+        return True
+
+    def describe(self) -> str | None:
+        """What the report says of a boundary other than the optimizer's, or ``None``."""
+        if self.kind == "backward":
+            per = self.backwards_per_step
+            calls = "call" if per == 1 else f"{per} calls"
+            return (
+                f"no optimizer.step() seen: a step is one backward {calls} of the loss (the "
+                "script changes its gradients between steps, so it updates the parameters itself)"
+            )
+        if self.kind == "forward":
+            return (
+                "no optimizer.step() and no backward call seen: a step is one call of the "
+                "outermost model"
+            )
+        return None
+
+    # --- the gradients' state ---------------------------------------------------------------
+
+    def _grads_changed(self) -> bool:
+        param = self._param() if self._param is not None else None
+        return param is not None and _grad_state(param) != self._grad_state
+
+    def _remember_grad(self, parameters: Callable[[], Iterable[Any]]) -> None:
+        param = self._param() if self._param is not None else None
+        if param is None:  # the first parameter with a gradient tells the steps apart
+            param = next((p for p in parameters() if getattr(p, "grad", None) is not None), None)
+            if param is None:
+                return
+            self._param = weakref.ref(param)
+        self._grad_state = _grad_state(param)
+
+
+def _grad_state(param: Any) -> tuple[int, int]:
+    """Which gradient tensor the parameter holds and its version: both change when it is
+    cleared (set to ``None``, then made anew), zeroed or clipped in place."""
+    grad = param.grad
+    if grad is None:
+        return (0, -1)
+    return (id(grad), grad._version)

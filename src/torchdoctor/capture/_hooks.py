@@ -1,0 +1,94 @@
+"""The patches the capture puts on torch: DataLoader, ``Tensor.to``/``.cuda`` and autograd.
+
+Each wrapper hands its call to the session (:mod:`._session`), which times it and runs the phase
+table; every patch goes through the session's ``Patcher`` and is undone by its restore.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from typing import TYPE_CHECKING
+
+import torch
+import torch.utils.data.dataloader as _dl_mod
+from torch.utils.data import DataLoader
+
+from ._frames import user_site
+
+if TYPE_CHECKING:
+    from ._session import CaptureSession
+
+
+def patch_torch(session: CaptureSession) -> None:
+    """Wrap the DataLoader's construction and iteration, batch copies, and autograd's entries."""
+    p = session.patcher
+
+    orig_iter = DataLoader.__iter__
+    orig_init = DataLoader.__init__
+    orig_next = session.original_next = _dl_mod._BaseDataLoaderIter.__next__
+    orig_to = torch.Tensor.to
+    orig_cuda = torch.Tensor.cuda
+    orig_backward = torch.autograd.backward
+    orig_grad = torch.autograd.grad
+
+    init_signature = inspect.signature(orig_init)
+
+    def dataloader_init(loader, *args, **kwargs):
+        if not session.phase.owns_loaders:
+            if session.options.loader_overrides:
+                # Name every argument so an override cannot collide with a positional one.
+                bound = init_signature.bind(loader, *args, **kwargs).arguments
+                bound.pop("self")
+                extra = bound.pop("kwargs", {})
+                args, kwargs = (), {**bound, **extra}
+                kwargs.update(session._overrides_for(kwargs))
+            site = user_site(sys._getframe(1))
+            if site is not None:
+                session.loaders.created(loader, f"{site.file}:{site.line}")
+        return orig_init(loader, *args, **kwargs)
+
+    def dataloader_iter(loader):
+        it = orig_iter(loader)
+        session._check_done()
+        if not session.phase.owns_loaders:  # else: torchdoctor's own clones
+            session.loaders.iterated(loader, it)
+        return it
+
+    def iterator_next(it):
+        return session._next_batch(it, orig_next)
+
+    def tensor_to(tensor, *args, **kwargs):
+        if session._building or (session._batch_ids and id(tensor) in session._batch_ids):
+            return session._timed("to_device", orig_to, tensor, *args, **kwargs)
+        return orig_to(tensor, *args, **kwargs)
+
+    def tensor_cuda(tensor, *args, **kwargs):
+        if session._building or (session._batch_ids and id(tensor) in session._batch_ids):
+            return session._timed("to_device", orig_cuda, tensor, *args, **kwargs)
+        return orig_cuda(tensor, *args, **kwargs)
+
+    def autograd_backward(*args, **kwargs):
+        session.data.seen["backward_calls"] += 1
+        if session._backward_depth:  # a backward inside backward (reentrant checkpointing)
+            return orig_backward(*args, **kwargs)
+        session._backward_starting()
+        session._backward_depth += 1
+        try:
+            result = session._timed("backward", orig_backward, *args, **kwargs)
+        finally:
+            session._backward_depth -= 1
+        session._backward_ended()
+        return result
+
+    def autograd_grad(*args, **kwargs):  # loops that take gradients with autograd.grad
+        session.data.seen["backward_calls"] += 1
+        return session._timed("backward", orig_grad, *args, **kwargs)
+
+    p.set(DataLoader, "__init__", dataloader_init)
+    p.set(DataLoader, "__iter__", dataloader_iter)
+    p.set(_dl_mod._BaseDataLoaderIter, "__next__", iterator_next)
+    p.set(torch.Tensor, "to", tensor_to)
+    p.set(torch.Tensor, "cuda", tensor_cuda)
+    p.set(torch.autograd, "backward", autograd_backward)
+    p.set(torch.autograd, "grad", autograd_grad)
