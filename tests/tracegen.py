@@ -9,11 +9,52 @@ from typing import Any
 
 PID, TID, DEVICE, STREAM = 100, 101, 0, 7
 
+#: How each Kineto category is written in each spelling the builder knows (unlisted: unchanged).
+#: "new" is what PyTorch 2.x writes. "old" is the PyTorch 1.8-1.9 Kineto output: capitalised
+#: names, record_function labels (ProfilerStep#N, the DataLoader's) written as operators, and GPU
+#: rows on a "stream N" thread. "labels_as_ops" keeps the new names but writes the labels as
+#: ``cpu_op``, as some releases before ``user_annotation`` existed did.
+SPELLINGS: dict[str, dict[str, str]] = {
+    "new": {},
+    "old": {
+        "cpu_op": "Operator",
+        "user_annotation": "Operator",
+        "cuda_runtime": "Runtime",
+        "kernel": "Kernel",
+        "gpu_memcpy": "Memcpy",
+        "gpu_memset": "Memset",
+    },
+    "labels_as_ops": {"user_annotation": "cpu_op"},
+}
+_GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset")
+
+
+def respell(events: list[dict[str, Any]], spelling: str) -> list[dict[str, Any]]:
+    """Copies of Kineto ``events`` (written in the new spelling) as ``spelling`` writes them."""
+    names = SPELLINGS[spelling]
+    out = []
+    for ev in events:
+        ev = dict(ev)
+        cat = ev.get("cat")
+        if isinstance(cat, str) and cat in names:
+            ev["cat"] = names[cat]
+        if spelling == "old" and cat in _GPU_CATS and "stream" in (ev.get("args") or {}):
+            ev["tid"] = f"stream {ev['args']['stream']}"
+        out.append(ev)
+    return out
+
 
 class TraceBuilder:
-    """Append events with Kineto's field names; times in microseconds."""
+    """Append events with Kineto's field names; times in microseconds.
 
-    def __init__(self, rank: int | None = 0, world_size: int = 1) -> None:
+    Events are kept in the new spelling; ``spelling`` (a key of :data:`SPELLINGS`) says how
+    :meth:`document` writes them.
+    """
+
+    def __init__(self, rank: int | None = 0, world_size: int = 1, spelling: str = "new") -> None:
+        if spelling not in SPELLINGS:
+            raise ValueError(f"spelling {spelling!r}: expected one of {sorted(SPELLINGS)}")
+        self.spelling = spelling
         self.events: list[dict[str, Any]] = []
         self.meta: dict[str, Any] = {"schemaVersion": 1}
         if rank is not None:
@@ -68,7 +109,8 @@ class TraceBuilder:
         self.host(frame, ts, dur, cat="python_function")
 
     def document(self) -> dict[str, Any]:
-        return {**self.meta, "traceEvents": self.events, "traceName": "test"}
+        events = respell(self.events, self.spelling)
+        return {**self.meta, "traceEvents": events, "traceName": "test"}
 
     def write(self, path: Path) -> Path:
         data = json.dumps(self.document()).encode()
@@ -79,25 +121,27 @@ class TraceBuilder:
 
 
 def training_trace(
-    rank: int | None = 0, steps: int = 3, gpu_busy: bool = True, loader_us: float = 0.0
+    rank: int | None = 0,
+    steps: int = 3,
+    gpu_busy: bool = True,
+    loader_us: float = 0.0,
+    spelling: str = "new",
+    loader_iter: str = "_SingleProcessDataLoaderIter",
+    loader_cat: str = "user_annotation",
 ) -> TraceBuilder:
     """Steps of 1000 us: optional DataLoader fetch, then launches of 10 kernels.
 
     With ``gpu_busy`` each kernel runs 95 us back to back (the GPU is the bound); without it
-    each runs 5 us and the host spends the rest of the step in Python.
+    each runs 5 us and the host spends the rest of the step in Python. ``loader_iter`` names
+    the DataLoader's iterator class in its label, ``loader_cat`` the label's category.
     """
-    b = TraceBuilder(rank)
+    b = TraceBuilder(rank, spelling=spelling)
     for s in range(steps):
         t0 = 10_000 + s * 1000.0
         b.step(s + 1, t0, 1000.0)
         t = t0
         if loader_us:
-            b.host(
-                "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
-                t,
-                loader_us,
-                cat="user_annotation",
-            )
+            b.host(f"enumerate(DataLoader)#{loader_iter}.__next__", t, loader_us, cat=loader_cat)
             t += loader_us
         k_t = t + 10
         for k in range(10):
@@ -107,3 +151,12 @@ def training_trace(
             )
             k_t += 95.0 if gpu_busy else 50.0
     return b
+
+
+def respell_file(source: Path, target: Path, spelling: str) -> Path:
+    """Write the trace at ``source`` (``.json`` or ``.json.gz``) to ``target`` in ``spelling``."""
+    raw = source.read_bytes()
+    doc = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+    doc["traceEvents"] = respell(doc["traceEvents"], spelling)
+    target.write_text(json.dumps(doc))
+    return target

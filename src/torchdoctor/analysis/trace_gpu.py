@@ -26,7 +26,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from ..record import IdleBreakdown, TemporalBreakdown
-from ..trace import RankTrace
+from ..trace import CAT_KERNEL, CAT_MEMCPY, CAT_MEMSET, RankTrace
 from . import _intervals
 
 #: Gaps between GPU events on one stream shorter than this count as kernel-launch overhead
@@ -183,8 +183,9 @@ def temporal_breakdown(t: RankTrace, view: GpuView) -> TemporalBreakdown | None:
 IDLE_CATEGORIES = ("host_wait", "kernel_wait", "other")
 
 
-#: The idle split looks at these categories only (stream syncs are waits, not work).
-IDLE_SPLIT_CATEGORIES = ("kernel", "Kernel", "gpu_memset", "Memset", "gpu_memcpy", "Memcpy")
+#: The idle split looks at these categories only (stream syncs are waits, not work). The reader
+#: stores the old spellings (``Kernel``, ``Memcpy``, ``Memset``) under these names.
+IDLE_SPLIT_CATEGORIES = (CAT_KERNEL, CAT_MEMSET, CAT_MEMCPY)
 
 
 def idle_breakdown(

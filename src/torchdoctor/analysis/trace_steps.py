@@ -17,6 +17,7 @@ from ..trace import (
     CAT_KERNEL,
     CAT_MEMCPY,
     CAT_MEMSET,
+    CAT_PYTHON,
     CAT_RUNTIME,
     CAT_USER_ANNOTATION,
     RankTrace,
@@ -72,11 +73,15 @@ class StepBreakdown:
 
 
 def step_windows(t: RankTrace) -> tuple[list[StepWindow], list[str]]:
-    """The host ProfilerStep events in time order, or one window over the whole trace."""
+    """The host ProfilerStep events in time order, or one window over the whole trace.
+
+    The reader stores a ProfilerStep as a ``user_annotation`` in every spelling (some releases
+    wrote it as an operator), so that is the one host category looked at.
+    """
     notes: list[str] = []
-    host_cats = {t.cat_id(c) for c in (CAT_USER_ANNOTATION, CAT_CPU_OP)} - {-1}
+    annotation = t.cat_id(CAT_USER_ANNOTATION)
     step_ids = {i for i, n in enumerate(t.names) if _STEP_RE.match(n)}
-    rows = [i for i in range(len(t)) if t.name[i] in step_ids and t.cat[i] in host_cats]
+    rows = [i for i in range(len(t)) if t.name[i] in step_ids and t.cat[i] == annotation]
     windows = [StepWindow(t.names[t.name[i]], t.ts[i], t.ts[i] + t.dur[i]) for i in rows]
     windows.sort(key=lambda w: w.start_us)
     if windows:
@@ -100,7 +105,9 @@ def _part_rows(t: RankTrace) -> dict[str, list[int]]:
     memset = cat_of.get(CAT_MEMSET, -1)
     runtime = {cat_of.get(CAT_RUNTIME, -1), cat_of.get(CAT_DRIVER, -1)} - {-1}
     cpu_op = cat_of.get(CAT_CPU_OP, -1)
-    annotation = {cat_of.get(CAT_USER_ANNOTATION, -1), cpu_op} - {-1}
+    # The DataLoader's label is a user_annotation (the reader moves it there from cpu_op in
+    # every spelling); a Python function of that name counts too.
+    annotation = {cat_of.get(CAT_USER_ANNOTATION, -1), cat_of.get(CAT_PYTHON, -1)} - {-1}
     comm_names = {i for i, n in enumerate(t.names) if kernel_type(n) == "COMMUNICATION"}
     loader_names = {i for i, n in enumerate(t.names) if n.startswith(DATALOADER_PREFIX)}
     parts: dict[str, list[int]] = {p: [] for p in STEP_PARTS}

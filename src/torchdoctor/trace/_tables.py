@@ -4,6 +4,11 @@ Every duration event (``"ph": "X"`` with a ``cat`` and a ``dur``) becomes one ro
 ``array`` columns (8 bytes or less per field), so a trace of millions of events takes tens of
 megabytes instead of the gigabytes a list of dicts would. Names and categories are stored once
 in a symbol list and referenced by id, the way HolisticTraceAnalysis compresses its frames.
+
+Categories are stored under their current Kineto names whatever spelling the file uses (see
+:data:`CATEGORY_ALIASES`), and the labels PyTorch itself records (``ProfilerStep#N``, the
+DataLoader's ``enumerate(DataLoader)#...``) are stored as ``user_annotation`` even where a
+release wrote them as operators. So the analyses know one spelling only.
 """
 
 from __future__ import annotations
@@ -28,8 +33,28 @@ CAT_MEMCPY = "gpu_memcpy"
 CAT_MEMSET = "gpu_memset"
 CAT_SYNC = "cuda_sync"
 CAT_PYTHON = "python_function"
+#: Other spellings of the categories above, lower-cased, and the name they are stored under.
+#: PyTorch 1.8-1.9 wrote the capitalised names (the TensorBoard profiler plugin reads both);
+#: the other accelerators' runtime calls count as runtime calls, as that plugin counts them.
+CATEGORY_ALIASES: dict[str, str] = {
+    "operator": CAT_CPU_OP,
+    "runtime": CAT_RUNTIME,
+    "kernel": CAT_KERNEL,
+    "memcpy": CAT_MEMCPY,
+    "memset": CAT_MEMSET,
+    "xpu_runtime": CAT_RUNTIME,
+    "mtia_runtime": CAT_RUNTIME,
+    "privateuse1_runtime": CAT_RUNTIME,
+    "privateuse1_driver": CAT_DRIVER,
+}
+#: Names of the record_function labels PyTorch records itself, stored as user_annotation when
+#: a trace writes them as a CPU op or a Python function.
+LABEL_PREFIXES = ("ProfilerStep", "enumerate(DataLoader)")
+_LABEL_HOSTS = frozenset({CAT_CPU_OP, CAT_PYTHON})
 #: Categories whose args are skipped when parsing: they never link host and device.
 _NO_LINK_CATS = frozenset({CAT_CPU_OP, CAT_PYTHON})
+#: Categories whose ``bytes`` arg is kept.
+_COPY_CATS = frozenset({CAT_MEMCPY, CAT_MEMSET})
 #: Skipped events named in the note about them; the rest are counted.
 _NAMED_SKIPS = 5
 _INF = float("inf")
@@ -42,7 +67,8 @@ class RankTrace:
     Times are microseconds as written in the file (``ts`` absolute, ``dur`` a length).
     ``stream`` is -1 for host events; ``correlation`` is -1 when absent. The args of
     ``cpu_op`` and ``python_function`` events (the bulk of a trace) are not read: neither
-    carries a stream or a correlation id.
+    carries a stream or a correlation id. ``cats`` holds the current Kineto names only (see
+    the module docstring).
     """
 
     path: str
@@ -118,7 +144,14 @@ def load_trace(path: str | os.PathLike[str]) -> RankTrace:
     names: list[str] = []
     name_ids: dict[str, int] = {}
     cats: list[str] = []
-    cat_ids: dict[str, int] = {}
+    #: category as written -> id of the name it is stored under
+    cat_ids: dict[Any, int] = {}
+    #: ids of the categories whose args are skipped, of gpu_memcpy/gpu_memset, of label hosts
+    no_link: set[int] = set()
+    copies: set[int] = set()
+    label_hosts: set[int] = set()
+    #: ids of the names in LABEL_PREFIXES
+    labels: set[int] = set()
     ids: dict[Any, int] = {}  # non-integer pid/tid values -> negative ids
     t = RankTrace(str(path), None, None, {}, names, cats)
     a_index, a_cat, a_name = t.index.append, t.cat.append, t.name.append
@@ -173,17 +206,31 @@ def load_trace(path: str | os.PathLike[str]) -> RankTrace:
         if nid is None:
             nid = name_ids[name] = len(names)
             names.append(name)
-        cid = cat_ids.get(cat)
+            if name.startswith(LABEL_PREFIXES):
+                labels.add(nid)
+        try:
+            cid = cat_ids.get(cat)
+        except TypeError:  # a list or an object: no Kineto category, stored as its text
+            cat = str(cat)
+            cid = cat_ids.get(cat)
         if cid is None:
-            cid = cat_ids[cat] = len(cats)
-            cats.append(str(cat))
-        args = ev.get("args") if cat not in _NO_LINK_CATS else None
+            cid = cat_ids[cat] = _intern_category(cat, cats)
+            stored = cats[cid]
+            if stored in _NO_LINK_CATS:
+                no_link.add(cid)
+            if stored in _COPY_CATS:
+                copies.add(cid)
+            if stored in _LABEL_HOSTS:
+                label_hosts.add(cid)
+        args = ev.get("args") if cid not in no_link else None
+        if nid in labels and cid in label_hosts:
+            cid = _intern_category(CAT_USER_ANNOTATION, cats)
         if args:
             s = args.get("stream")
             stream_id = s if type(s) is int else _int_or(s, -1)
             c = args.get("correlation")
             corr = c if type(c) is int else _int_or(c, -1)
-            if "bytes" in args and (cat == CAT_MEMCPY or cat == CAT_MEMSET):
+            if "bytes" in args and cid in copies:
                 try:
                     copy_bytes[row] = float(args["bytes"])
                 except (TypeError, ValueError):
@@ -226,6 +273,17 @@ def load_trace(path: str | os.PathLike[str]) -> RankTrace:
     t.uncompressed_bytes = stream.bytes_read
     t.parse_seconds = time.perf_counter() - started
     return t
+
+
+def _intern_category(cat: Any, cats: list[str]) -> int:
+    """Id of ``cat``'s current name (``Kernel`` -> ``kernel``) in ``cats``, appended when new."""
+    text = str(cat)
+    name = CATEGORY_ALIASES.get(text.lower(), text)
+    try:
+        return cats.index(name)
+    except ValueError:
+        cats.append(name)
+        return len(cats) - 1
 
 
 def _check_events(path: Any, stream: Any, events: int) -> None:

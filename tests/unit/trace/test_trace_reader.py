@@ -58,6 +58,53 @@ def test_tables_intern_names_and_keep_gpu_fields(tmp_path):
     assert {t.correlation[i] for i in rows} == runtime
 
 
+def test_old_category_names_are_stored_under_the_current_ones(tmp_path):
+    b = TraceBuilder()
+    b.step(1, 0, 100)
+    b.host("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 0, 20, cat="cpu_op")
+    b.host("aten::mm", 20, 30)
+    b.launch(
+        "cudaMemcpyAsync",
+        20,
+        5,
+        "Memcpy HtoD (Pageable -> Device)",
+        30,
+        4,
+        cat="gpu_memcpy",
+        bytes=4096,
+    )
+    b.launch("cudaMemsetAsync", 40, 5, "Memset (Device)", 45, 1, cat="gpu_memset", bytes=64)
+    b.launch("cudaLaunchKernel", 50, 5, "gemm", 55, 10)
+    new = load_trace(b.write(tmp_path / "new.json"))
+    b.spelling = "old"
+    old_doc = b.document()
+    old_doc["traceEvents"].append({**old_doc["traceEvents"][-1], "cat": "kernel"})  # both at once
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(old_doc))
+    old = load_trace(path)
+    assert sorted(old.cats) == sorted(new.cats)
+    assert "Operator" not in old.cats and "Kernel" not in old.cats
+    # ProfilerStep and the DataLoader label, written as operators, are stored as annotations.
+    cats_of = {old.names[old.name[i]]: old.cats[old.cat[i]] for i in range(len(old))}
+    loader = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+    assert cats_of["ProfilerStep#1"] == cats_of[loader] == "user_annotation"
+    assert cats_of["aten::mm"] == "cpu_op"
+    assert old.copy_bytes == new.copy_bytes and sorted(old.copy_bytes.values()) == [64.0, 4096.0]
+    gpu = [i for i in range(len(old)) if old.stream[i] == 7]
+    assert len(gpu) == 4 and {old.cats[old.cat[i]] for i in gpu} == {
+        "gpu_memcpy",
+        "gpu_memset",
+        "kernel",
+    }
+
+
+def test_a_category_that_is_not_a_string_is_kept_as_text(tmp_path):
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": [{"ph": "X", "cat": ["x"], "ts": 1, "dur": 2}]}))
+    t = load_trace(path)
+    assert t.cats == ["['x']"] and len(t) == 1
+
+
 @pytest.mark.parametrize(
     "content, words",
     [
