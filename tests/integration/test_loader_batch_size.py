@@ -97,29 +97,10 @@ def test_injected_worker_settings_keep_a_wrapped_batch_sampler(tmp_path):
 )
 def test_hugging_face_trainer_end_to_end(tmp_path):
     path = tmp_path / "hf.json"
-    res = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torchdoctor",
-            "run",
-            "--warmup",
-            "1",
-            "--steps",
-            "3",
-            "--sync-steps",
-            "1",
-            "--json",
-            str(path),
-            "--",
-            str(SCENARIOS / "hf_trainer.py"),
-            "--batch-size",
-            "4",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    short = ["--warmup", "1", "--steps", "3", "--sync-steps", "1", "--json", str(path)]
+    script = [str(SCENARIOS / "hf_trainer.py"), "--batch-size", "4"]
+    command = [sys.executable, "-m", "torchdoctor", "run", *short, "--", *script]
+    res = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     record = RunRecord.load(path)
     # The Trainer's DataLoader has batch_size=None: the size sits in its batch sampler.
