@@ -112,6 +112,14 @@ def tensor_ids(batch: Any, limit: int = 64) -> set[int]:
     return {id(t) for _, t in walk(batch, limit=limit)}
 
 
+def leading_dim(batch: Any) -> int | None:
+    """The first dimension of the batch's first tensor (its batch size, as collate builds it)."""
+    found = walk(batch, limit=1)
+    if not found or found[0][1].dim() == 0:
+        return None
+    return int(found[0][1].shape[0])
+
+
 def batch_nbytes(batch: Any) -> int:
     """Bytes held by the tensors of a batch."""
     return sum(t.element_size() * t.nelement() for _, t in walk(batch))

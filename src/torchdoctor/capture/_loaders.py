@@ -3,17 +3,23 @@ and the batches kept to replay. (Cloning a loader is the loader package's work.)
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
+from collections import Counter
 from typing import Any
 
 from torch.utils.data import DataLoader
 
-from .._batches import batch_nbytes
+from .._batches import batch_nbytes, leading_dim
 from ..loader import loader_settings, shutdown_workers
-from ..record import LoaderSettings
+from ..record import BATCH_SIZE_MEASURED, LoaderSettings
 
 #: Batches kept in memory for the model-alone replay, at most this many bytes (and ``steps``).
 REPLAY_MAX_BYTES = 512 * 2**20
+
+#: Batches per dataset whose leading dimension is read (the batch size when no setting names
+#: it); enough to see past a short last batch, and few so later steps pay nothing.
+SIZED_BATCHES = 16
 
 
 class LoaderTracker:
@@ -30,6 +36,7 @@ class LoaderTracker:
         self._created_at: dict[int, str] = {}  # id(DataLoader) -> "file:line"
         self._iterators: weakref.WeakSet = weakref.WeakSet()
         self._batches_by_dataset: dict[int, int] = {}
+        self._leading_dims: dict[int, list[int | None]] = {}  # id(dataset) -> per batch
 
     def created(self, loader: DataLoader, site: str) -> None:
         self._created_at[id(loader)] = site
@@ -46,6 +53,12 @@ class LoaderTracker:
             self._iterators.add(it)
             self._seen["dataloader_iterators"] += 1
 
+    def sized(self, dataset_key: int, batch: Any) -> None:
+        """Read the leading dimension of one of the first :data:`SIZED_BATCHES` batches."""
+        dims = self._leading_dims.setdefault(dataset_key, [])
+        if len(dims) < SIZED_BATCHES:
+            dims.append(leading_dim(batch))
+
     def count_measured_batch(self, dataset_key: int) -> None:
         self._batches_by_dataset[dataset_key] = self._batches_by_dataset.get(dataset_key, 0) + 1
 
@@ -56,10 +69,18 @@ class LoaderTracker:
         return max(self._batches_by_dataset, key=self._batches_by_dataset.__getitem__)
 
     def main_settings(self) -> LoaderSettings | None:
+        """The main loader's settings; a batch size no setting names is the batches' own."""
         key = self.main_dataset_key()
         if key is None and self._settings:
             key = next(iter(self._settings))
-        return self._settings.get(key) if key is not None else None
+        settings = self._settings.get(key) if key is not None else None
+        if settings is None or settings.batch_size is not None:
+            return settings
+        dims = Counter(d for d in self._leading_dims.get(key, ()) if d is not None)
+        if not dims:
+            return settings
+        size = dims.most_common(1)[0][0]  # the usual batch, not a short last one
+        return dataclasses.replace(settings, batch_size=size, batch_size_source=BATCH_SIZE_MEASURED)
 
     def main_loader(self) -> DataLoader | None:
         key = self.main_dataset_key()

@@ -398,6 +398,7 @@ class CaptureSession:
             if phase.measuring:
                 self.loaders.count_measured_batch(dataset_key)
             self.replay.keep(dataset_key, batch, measuring=phase.measuring)
+            self.loaders.sized(dataset_key, batch)
         self._step_batches += 1
         self._batch_ids = tensor_ids(batch)
         return batch

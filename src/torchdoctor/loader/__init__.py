@@ -6,6 +6,8 @@ Everything outside this package imports from here. The pieces:
   measurement, written once (:func:`valid_loader_kwargs`, :func:`warm_batches`,
   :func:`counted_batches`);
 - ``_clone``: copies of the user's loader (:func:`clone_loader`), never the loader itself;
+- ``_samplers``: the sampler chain behind a loader and the batch size it carries
+  (:func:`batch_size_of`);
 - ``_measure``: timing a clone alone, at one worker count or over a sweep;
 - ``_policy``: which worker counts to try and when to stop (:class:`SweepPolicy`), pure;
 - ``_advice``: the DataLoader settings to change (:func:`sweep_advice`), pure;
@@ -77,6 +79,7 @@ from ._rules import (
     valid_loader_kwargs,
     warm_batches,
 )
+from ._samplers import batch_size_of, sampler_chain
 from ._transforms import find_transform_pipelines, is_compose_like, measure_getitem_costs
 
 __all__ = [
@@ -98,6 +101,7 @@ __all__ = [
     "SweepPolicy",
     "WorkerMemorySampler",
     "available_cpus",
+    "batch_size_of",
     "clone_loader",
     "copy_on_read_finding",
     "counted_batches",
@@ -130,6 +134,7 @@ __all__ = [
     "sample_batch",
     "sample_children",
     "sample_worker_memory",
+    "sampler_chain",
     "shutdown_workers",
     "sweep_advice",
     "sweep_candidates",

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..record import LoaderSettings
 from ._rules import valid_loader_kwargs
+from ._samplers import batch_size_of, sampler_chain
 
 
 def clone_loader(loader: Any, **overrides: Any) -> Any:
@@ -104,17 +105,13 @@ def preserved_random_state(loader: Any = None) -> Iterator[None]:
     """Restore every random generator that iterating a clone of ``loader`` may advance.
 
     Torch's global CPU generator, Python's and numpy's global generators, and the generators of
-    ``loader``, its sampler and batch sampler (when ``loader`` is given).
+    ``loader``, its sampler and batch sampler and of every sampler they wrap (when ``loader``
+    is given).
     """
     import torch
 
     generators = []
-    owners = (
-        loader,
-        getattr(loader, "sampler", None),
-        getattr(loader, "batch_sampler", None),
-        getattr(getattr(loader, "batch_sampler", None), "sampler", None),
-    )
+    owners = [] if loader is None else [loader, *(s for _, s in sampler_chain(loader))]
     for owner in owners:
         gen = getattr(owner, "generator", None)
         if isinstance(gen, torch.Generator) and all(gen is not g for g, _ in generators):
@@ -170,7 +167,11 @@ def quiet_iter(loader: Any) -> Any:
 
 
 def loader_settings(loader: Any) -> LoaderSettings:
-    """The settings that matter for input speed, read off a live DataLoader."""
+    """The settings that matter for input speed, read off a live DataLoader.
+
+    ``batch_size`` is the real one when a batch sampler carries it (:func:`batch_size_of`),
+    with ``batch_size_source`` naming the attribute it was read from.
+    """
     from torch.utils.data import IterableDataset
 
     dataset = loader.dataset
@@ -183,10 +184,12 @@ def loader_settings(loader: Any) -> LoaderSettings:
     sampler_name = type(sampler).__name__
     if inner is not None:
         sampler_name += f"({type(inner).__name__})"
+    batch_size, batch_size_source = batch_size_of(loader)
     return LoaderSettings(
         dataset=_qualname(type(dataset)),
         dataset_len=length,
-        batch_size=loader.batch_size,
+        batch_size=batch_size,
+        batch_size_source=batch_size_source,
         num_workers=loader.num_workers,
         pin_memory=bool(loader.pin_memory),
         persistent_workers=bool(loader.persistent_workers),

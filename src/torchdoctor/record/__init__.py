@@ -39,6 +39,8 @@ from ._loader import (
     WorkerSweep,
 )
 from ._run import (  # FixTrial too: _run must be imported before _fix (see _run's end)
+    BATCH_SIZE_ARGUMENT,
+    BATCH_SIZE_MEASURED,
     STEP_PARTS,
     Environment,
     Finding,
@@ -69,6 +71,8 @@ from ._trace import (
 from ._verdict import Verdict
 
 __all__ = [
+    "BATCH_SIZE_ARGUMENT",
+    "BATCH_SIZE_MEASURED",
     "DEFAULT_PICK_TOLERANCE",
     "COMMUNICATION_BOUND",
     "COMPUTE_BOUND",

@@ -112,12 +112,19 @@ class Finding:
             raise ValueError(f"unknown severity {self.severity!r} (one of {SEVERITIES})")
 
 
+#: ``LoaderSettings.batch_size_source`` when the DataLoader's own ``batch_size`` argument gives
+#: it, and when it was measured off the batches.
+BATCH_SIZE_ARGUMENT = "batch_size"
+BATCH_SIZE_MEASURED = "measured"
+
+
 @dataclass
 class LoaderSettings:
     """The captured DataLoader's settings."""
 
     dataset: str
     dataset_len: int | None
+    #: Samples per batch, wherever the loader keeps it (see ``batch_size_source``).
     batch_size: int | None
     num_workers: int
     pin_memory: bool
@@ -129,6 +136,12 @@ class LoaderSettings:
     iterable: bool = False
     #: Where the script builds the DataLoader (``file:line``), when seen.
     created_at: str | None = None
+    #: Where ``batch_size`` comes from: ``"batch_size"`` (the DataLoader's argument), the
+    #: attribute path of a batch sampler's size (``"batch_sampler.batch_size"``, deeper through
+    #: wrappers), ``"measured"`` (the leading dimension of the batches the loader yielded: a
+    #: batch sampler naming no size, an iterable dataset that batches itself); ``None`` when not
+    #: known.
+    batch_size_source: str | None = None
 
 
 @dataclass

@@ -7,7 +7,14 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from ..record import STEP_PARTS, FixTrial, RunRecord
+from ..record import (
+    BATCH_SIZE_ARGUMENT,
+    BATCH_SIZE_MEASURED,
+    STEP_PARTS,
+    FixTrial,
+    LoaderSettings,
+    RunRecord,
+)
 from ._style import BAD, GOOD, severity_look, verdict_look
 from .loader import loader_section
 
@@ -236,7 +243,7 @@ def _environment_table(record: RunRecord) -> Group:
         if loader is not None:
             grid.add_row(
                 "loader",
-                f"{loader.dataset} (len {loader.dataset_len}), batch_size={loader.batch_size}, "
+                f"{loader.dataset} (len {loader.dataset_len}), {_batch_size_text(loader)}, "
                 f"num_workers={loader.num_workers}, pin_memory={loader.pin_memory}, "
                 f"persistent_workers={loader.persistent_workers}, "
                 f"prefetch_factor={loader.prefetch_factor}",
@@ -258,3 +265,14 @@ def _environment_table(record: RunRecord) -> Group:
         items.append(Text("environment", style="italic"))
         items.append(grid)
     return Group(*items)
+
+
+def _batch_size_text(loader: LoaderSettings) -> str:
+    """``batch_size=8``, with where it was read when not the DataLoader's own argument."""
+    text = f"batch_size={loader.batch_size}"
+    source = loader.batch_size_source
+    if source == BATCH_SIZE_MEASURED:
+        return f"{text} (measured: the batches' leading dimension)"
+    if source is not None and source != BATCH_SIZE_ARGUMENT:
+        return f"{text} (from {source})"
+    return text
