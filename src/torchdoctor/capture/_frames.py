@@ -42,23 +42,25 @@ _STDLIB_DIRS = tuple(
 )
 _PACKAGE_PARTS = ("site-packages", "dist-packages")
 
+
 #: torch code that calls tensor operations on purpose as part of its own machinery (optimizer
 #: steps, the DataLoader, the AMP scaler, gradient clipping, DDP). An operation reached through
 #: one of these is not the user's line to fix, so it is not reported.
-_TORCH_MACHINERY = tuple(
-    os.path.join(_TORCH_DIR or "", *part.split("/"))
-    for part in (
-        "optim",
-        "utils/data",
-        "amp",
-        "cuda/amp",
-        "nn/utils/clip_grad.py",
-        "nn/parallel",
-        "distributed",
-        "autograd",
-        "_dynamo",
-        "profiler",
-    )
+def _torch_paths(*parts: str) -> tuple[str, ...]:
+    return tuple(os.path.join(_TORCH_DIR or "", *part.split("/")) for part in parts)
+
+
+_TORCH_MACHINERY = _torch_paths(
+    "optim",
+    "utils/data",
+    "amp",
+    "cuda/amp",
+    "nn/utils/clip_grad.py",
+    "nn/parallel",
+    "distributed",
+    "autograd",
+    "_dynamo",
+    "profiler",
 )
 _DATALOADER_PREFIX = os.path.join(_TORCH_DIR or "", "utils", "data")
 #: The watcher's own files: the frames between an operation and its caller.
@@ -104,17 +106,14 @@ def is_user_file(filename: str) -> bool:
 #: torch's own dispatch layers: Python wrappers that hand a whole call to the function mode
 #: (``handle_torch_function``). They sit between the user's call and the operation without being
 #: a place where torch chose to make it, so they are never a finding's library site.
-_TORCH_WRAPPERS = tuple(
-    os.path.join(_TORCH_DIR or "", *part.split("/"))
-    for part in (
-        "overrides.py",
-        "_tensor.py",
-        "_tensor_str.py",
-        "functional.py",
-        "_jit_internal.py",
-        "nn/functional.py",
-        "utils/_device.py",
-    )
+_TORCH_WRAPPERS = _torch_paths(
+    "overrides.py",
+    "_tensor.py",
+    "_tensor_str.py",
+    "functional.py",
+    "_jit_internal.py",
+    "nn/functional.py",
+    "utils/_device.py",
 )
 #: Library frames kept per site, innermost first: enough to recognise the library's own call
 #: chain (e.g. Lightning's logger connector under a generic helper), cheap to keep.

@@ -11,7 +11,13 @@ host (from Python data, or by a factory without ``device=``), or derived only fr
 every other tensor (parameters, buffers, the batch once moved, anything computed from them) is
 *device-side*. A sync is reported when it reads a device-side tensor; a host-side tensor is
 reported as a would-be host-to-device copy when it is moved with ``.to(...)`` or meets a
-device-side tensor in an operation.
+device-side tensor in an operation. A sync on host tensors is kept pending: it counts if one of
+their origins reaches the model's forward unmoved (a script that never moves its batches).
+
+What the outermost module's forward receives is the model's input (:meth:`SyncWatcher.model_input`,
+from forward pre-hooks): a copy of it is the input pipeline's, never a finding. Both are decided
+when the window ends (:meth:`SyncWatcher.stop` with ``then``), since a step may build the next
+step's batch.
 """
 
 from __future__ import annotations
