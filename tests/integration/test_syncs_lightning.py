@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -90,3 +94,30 @@ def test_lightning_module_line_is_the_users():
     )
     assert [(f.kind, Path(f.file), f.line) for f in findings] == [("item", HERE, line)]
     assert findings[0].calls_per_step == 1.0
+
+
+@pytest.mark.integration
+def test_lightnings_progress_bar_sync_names_lightnings_line_and_the_setting(tmp_path):
+    # `torchdoctor run` on the scenario, in a child process as a user runs it.
+    script = Path(__file__).resolve().parents[1] / "scenarios" / "lightning_loop.py"
+    out = tmp_path / "run.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "torchdoctor", "run", "--steps", "2", "--warmup", "1"]
+        + ["--no-counterfactuals", "--quiet", "--json", str(out), "--", str(script)]
+        + ["--prog-bar"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PL_DISABLE_FORK="1"),
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    (finding,) = [f for f in json.loads(out.read_text())["findings"] if f.get("file")]
+    fit_line = next(
+        n for n, t in enumerate(script.read_text().splitlines(), 1) if "trainer.fit(" in t
+    )
+    assert (finding["kind"], finding["file"], finding["line"]) == ("item", str(script), fit_line)
+    assert finding["detail"]["library"] in ("lightning_fabric", "lightning")
+    assert finding["detail"]["library_source"] == "return value.item()"
+    assert "prog_bar=False" in finding["fix"]
+    # Lightning reads the bar's values after each batch and again when the bar draws.
+    assert finding["calls_per_step"] == 2.0

@@ -14,6 +14,7 @@ except ImportError:
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--getitem-ms", type=float, default=0.0)
+parser.add_argument("--prog-bar", action="store_true", help="show the loss in the progress bar")
 args = parser.parse_args()
 
 
@@ -38,6 +39,8 @@ class Module(pl.LightningModule):
     def training_step(self, batch, batch_idx):
         x, y = batch
         loss = nn.functional.cross_entropy(self.net(x), y)
+        if args.prog_bar:
+            self.log("loss", loss, prog_bar=True)
         return loss
 
     def configure_optimizers(self):
@@ -49,7 +52,7 @@ trainer = pl.Trainer(
     accelerator="cpu",
     logger=False,
     enable_checkpointing=False,
-    enable_progress_bar=False,
+    enable_progress_bar=args.prog_bar,
     enable_model_summary=False,
 )
 trainer.fit(Module(), DataLoader(Slow(), batch_size=4))

@@ -13,6 +13,8 @@ from typing import Any
 
 from torchdoctor.record import Finding
 
+from .sync_libraries import library_setting
+
 #: An operation that makes the host wait for the device.
 SYNC = "sync"
 #: Host data copied to the device inside the step.
@@ -151,20 +153,21 @@ def sync_findings(events: Iterable[Any], steps: int, on_accelerator: bool) -> li
             findings say what *would* block or copy on an accelerator.
 
     Returns:
-        One finding per (kind, file, line), most costly first (measured cost, then calls per
-        step). Python-data tensors built at least twice at one site with identical values
-        become a single ``constant-rebuilt`` finding.
+        One finding per (kind, file, line, library site), most costly first (measured cost,
+        then calls per step): a sync made inside a library is told once per place in the
+        library and user's line that leads there. Python-data tensors built at least twice at
+        one site with identical values become a single ``constant-rebuilt`` finding.
     """
     steps = max(1, int(steps))
-    groups: dict[tuple[str, str | None, int | None], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, str | None, int | None, str | None], list[dict[str, Any]]] = {}
     for raw in events:
         event = _as_dict(raw)
-        key = (event["kind"], event.get("file"), event.get("line"))
+        key = (event["kind"], event.get("file"), event.get("line"), event.get("via"))
         groups.setdefault(key, []).append(event)
 
     findings = [
         _finding(_final_kind(kind, group), group, steps, on_accelerator)
-        for (kind, _, _), group in groups.items()
+        for (kind, *_), group in groups.items()
     ]
     findings.sort(
         key=lambda f: (-(f.cost_ms or 0.0), -(f.calls_per_step or 0.0), f.file or "", f.line or 0)
@@ -188,6 +191,9 @@ def _as_dict(event: Any) -> dict[str, Any]:
             "fingerprint",
             "via",
             "used_at",
+            "via_source",
+            "library",
+            "library_calls",
         )
     }
 
@@ -220,7 +226,9 @@ def _finding(kind: str, group: list[dict[str, Any]], steps: int, on_accelerator:
             if on_accelerator
             else "would be a host-to-device copy on an accelerator"
         )
-    title = f"{info.what} {effect} ({_per_step(calls_per_step)})"
+    library = first.get("library")
+    where = f", inside {library}" if library else ""
+    title = f"{info.what} {effect}{where} ({_per_step(calls_per_step)})"
     severity = "critical" if cost_ms is not None and cost_ms >= CRITICAL_COST_MS else "warning"
     detail: dict[str, Any] = {
         "group": info.group,
@@ -230,16 +238,22 @@ def _finding(kind: str, group: list[dict[str, Any]], steps: int, on_accelerator:
         "on_accelerator": on_accelerator,
         "stall_measured": cost_ms is not None,
     }
-    via = sorted({e["via"] for e in group if e.get("via")})
-    if via:
-        detail["via"] = via
+    fix = info.fix
+    if first.get("via"):
+        detail["via"] = [first["via"]]
+        detail["library"] = library
+        detail["library_source"] = first.get("via_source")
+        setting = library_setting(first.get("library_calls") or (), first.get("via_source"))
+        if setting:
+            detail["setting"] = setting
+        fix = _library_fix(library, setting)
     used_at = sorted({e["used_at"] for e in group if e.get("used_at")})
     if used_at:
         detail["used_at"] = used_at
     return Finding(
         kind=kind,
         title=title,
-        fix=info.fix,
+        fix=fix,
         file=first.get("file"),
         line=first.get("line"),
         source=first.get("source"),
@@ -247,6 +261,17 @@ def _finding(kind: str, group: list[dict[str, Any]], steps: int, on_accelerator:
         cost_ms=cost_ms,
         severity=severity,
         detail=detail,
+    )
+
+
+def _library_fix(library: str | None, setting: str | None) -> str:
+    """The fix of a sync made inside a library: its setting, where one is known."""
+    if setting:
+        return setting
+    return (
+        f"This runs inside {library or 'a library'}, reached from your line; torchdoctor knows "
+        "no setting that controls it. Look for an option of that code path (logging, "
+        "validation, progress display), or call into it less often."
     )
 
 

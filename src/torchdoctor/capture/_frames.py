@@ -42,23 +42,25 @@ _STDLIB_DIRS = tuple(
 )
 _PACKAGE_PARTS = ("site-packages", "dist-packages")
 
+
 #: torch code that calls tensor operations on purpose as part of its own machinery (optimizer
 #: steps, the DataLoader, the AMP scaler, gradient clipping, DDP). An operation reached through
 #: one of these is not the user's line to fix, so it is not reported.
-_TORCH_MACHINERY = tuple(
-    os.path.join(_TORCH_DIR or "", *part.split("/"))
-    for part in (
-        "optim",
-        "utils/data",
-        "amp",
-        "cuda/amp",
-        "nn/utils/clip_grad.py",
-        "nn/parallel",
-        "distributed",
-        "autograd",
-        "_dynamo",
-        "profiler",
-    )
+def _torch_paths(*parts: str) -> tuple[str, ...]:
+    return tuple(os.path.join(_TORCH_DIR or "", *part.split("/")) for part in parts)
+
+
+_TORCH_MACHINERY = _torch_paths(
+    "optim",
+    "utils/data",
+    "amp",
+    "cuda/amp",
+    "nn/utils/clip_grad.py",
+    "nn/parallel",
+    "distributed",
+    "autograd",
+    "_dynamo",
+    "profiler",
 )
 _DATALOADER_PREFIX = os.path.join(_TORCH_DIR or "", "utils", "data")
 #: The watcher's own files: the frames between an operation and its caller.
@@ -101,16 +103,39 @@ def is_user_file(filename: str) -> bool:
     return file_kind(filename) == "user"
 
 
+#: torch's own dispatch layers: Python wrappers that hand a whole call to the function mode
+#: (``handle_torch_function``). They sit between the user's call and the operation without being
+#: a place where torch chose to make it, so they are never a finding's library site.
+_TORCH_WRAPPERS = _torch_paths(
+    "overrides.py",
+    "_tensor.py",
+    "_tensor_str.py",
+    "functional.py",
+    "_jit_internal.py",
+    "nn/functional.py",
+    "utils/_device.py",
+)
+#: Library frames kept per site, innermost first: enough to recognise the library's own call
+#: chain (e.g. Lightning's logger connector under a generic helper), cheap to keep.
+_CHAIN_LIMIT = 8
+
+
 @dataclass(frozen=True)
 class Site:
-    """A place in the user's code."""
+    """A place in the user's code, and the library code between it and the operation."""
 
     file: str
     line: int
     source: str
     #: ``file:line`` of the innermost library frame between the operation and the user's line,
-    #: when the operation was made by a library the user called (e.g. Lightning).
+    #: when the operation was made by a library the user called (e.g. Lightning): where it happens.
     via: str | None = None
+    #: The source line at ``via``.
+    via_source: str | None = None
+    #: The top-level package ``via`` belongs to (``transformers``, ``pytorch_lightning``, ``torch``).
+    library: str | None = None
+    #: The library frames as ``package/path.py:function``, innermost first (at most 8).
+    library_calls: tuple[str, ...] = ()
 
 
 def user_site(frame: FrameType | None = None) -> Site | None:
@@ -119,29 +144,82 @@ def user_site(frame: FrameType | None = None) -> Site | None:
     Skipped: no user frame on the stack, an operation made by torch's own machinery (see
     ``_TORCH_MACHINERY``) or by torchdoctor itself (the runner's timing, a remedy's batch
     copy), and anything run while the DataLoader fetches a batch (a Dataset's ``__getitem__``
-    is user code but works on host data by design).
+    is user code but works on host data by design). Library frames (installed packages, and
+    torch's own code outside its dispatch wrappers) between the operation and the user's line
+    are kept in the site: the innermost is where the operation happens.
     """
     f = frame if frame is not None else sys._getframe(1)
-    via: str | None = None
+    chain: list[FrameType] = []
     site: Site | None = None
     while f is not None:
         filename = f.f_code.co_filename
         kind = file_kind(filename)
         if site is None:
             if kind == "user":
-                source = linecache.getline(filename, f.f_lineno).strip()
-                site = Site(filename, f.f_lineno, source, via)
+                site = _site(f, chain)
             elif kind == "torch":
                 if _norm_prefix(filename, _TORCH_MACHINERY):
                     return None
-            elif kind == "library" and via is None:
-                via = f"{filename}:{f.f_lineno}"
+                if len(chain) < _CHAIN_LIMIT and not _norm_prefix(filename, _TORCH_WRAPPERS):
+                    chain.append(f)
+            elif kind == "library" and len(chain) < _CHAIN_LIMIT:
+                chain.append(f)
             elif kind == "torchdoctor" and _norm(filename) not in _WATCHER_FILES:
                 return None
         elif kind == "torch" and _norm_prefix(filename, (_DATALOADER_PREFIX,)):
             return None
         f = f.f_back
     return site
+
+
+def _site(user: FrameType, chain: list[FrameType]) -> Site:
+    filename = user.f_code.co_filename
+    source = linecache.getline(filename, user.f_lineno).strip()
+    if not chain:
+        return Site(filename, user.f_lineno, source)
+    inner = chain[0]
+    inner_file = inner.f_code.co_filename
+    return Site(
+        filename,
+        user.f_lineno,
+        source,
+        via=f"{inner_file}:{inner.f_lineno}",
+        via_source=statement_at(inner_file, inner.f_lineno),
+        library=library_path(inner_file).split("/", 1)[0].removesuffix(".py"),
+        library_calls=tuple(
+            f"{library_path(c.f_code.co_filename)}:{c.f_code.co_name}" for c in chain
+        ),
+    )
+
+
+def statement_at(filename: str, lineno: int, max_lines: int = 8) -> str:
+    """The source at ``lineno``, continued while brackets stay open (``if (`` spans lines)."""
+    parts: list[str] = []
+    depth = 0
+    for n in range(lineno, lineno + max_lines):
+        text = linecache.getline(filename, n).strip()
+        parts.append(text)
+        depth += sum(text.count(c) for c in "([{") - sum(text.count(c) for c in ")]}")
+        if depth <= 0 or not text:
+            break
+    return " ".join(p for p in parts if p).replace("( ", "(").replace(" )", ")")
+
+
+_library_path_cache: dict[str, str] = {}
+
+
+def library_path(filename: str) -> str:
+    """A library file's path from its top-level package: ``transformers/trainer.py``."""
+    found = _library_path_cache.get(filename)
+    if found is None:
+        parts = _norm(filename).split(os.sep)
+        if _TORCH_DIR is not None and _under(_norm(filename), _TORCH_DIR):
+            start = len(_TORCH_DIR.split(os.sep)) - 1
+        else:
+            marks = [i for i, part in enumerate(parts) if part in _PACKAGE_PARTS]
+            start = marks[-1] + 1 if marks else len(parts) - 1
+        found = _library_path_cache[filename] = "/".join(parts[start:])
+    return found
 
 
 _prefix_cache: dict[tuple[str, tuple[str, ...]], bool] = {}

@@ -197,6 +197,10 @@ class CaptureSession:
     def is_batch_tensor(self, tensor: torch.Tensor) -> bool:
         return id(tensor) in self._batch_ids
 
+    def root_modules(self) -> list[torch.nn.Module]:
+        """The outermost modules the script has called so far (found during warmup)."""
+        return list(self._root_modules)
+
     def step_ms(self, step: StepMarks, device_events: bool = True) -> float:
         """A step's total time in ms (from device events, when the run uses them)."""
         return sum(parts_from_marks(step.marks, device_events and self.clock.uses_events).values())

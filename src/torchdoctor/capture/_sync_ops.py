@@ -37,10 +37,17 @@ class Origin:
     step: int
     fingerprint: str | None = None
     reported: bool = False
+    #: Its tensors (or tensors derived from them) reached the outermost module's forward: the
+    #: model's input, built by the script's input pipeline, so never a finding.
+    model_input: bool = False
+    #: ... and one of them got there still on the host (CPU rule: the run does not move it).
+    reached_model_unmoved: bool = False
 
 
-#: Origin of batch tensors before they are moved (CPU rule): host-side, never reported.
-BATCH = Origin("batch", "DataLoader", Site("<batch>", 0, ""), 0, reported=True)
+def batch_origin() -> Origin:
+    """The origin of batch tensors before they are moved (CPU rule): host-side, never reported."""
+    return Origin("batch", "DataLoader", Site("<batch>", 0, ""), 0, reported=True)
+
 
 T = torch.Tensor
 

@@ -14,7 +14,6 @@ import torch
 from .._batches import tensors_in
 from ._frames import Site, user_site
 from ._sync_ops import (
-    BATCH,
     CPU_LITERAL,
     DATA_FACTORIES,
     Origin,
@@ -58,6 +57,7 @@ class SyncRules:
             duration_ns=duration_ns,
             fingerprint=origin.fingerprint,
             used_at=f"{used.file}:{used.line}" if used is not None else None,
+            origin=origin,
         )
 
     def _track_host(self, tensors: list[torch.Tensor], origin: Origin) -> None:
@@ -72,8 +72,36 @@ class SyncRules:
         origin = self._host.get(t)
         if origin is None and self.is_batch_tensor is not None and not self.on_accelerator:
             if t.device.type == "cpu" and t not in self._moved and self.is_batch_tensor(t):
-                return BATCH
+                return self._batch
         return origin
+
+    def _pending(self, tensors: list[torch.Tensor]) -> tuple[Origin, ...]:
+        """CPU rule: the origins of host tensors a sync reads; it counts if one becomes an
+        unmoved model input (see ``SyncWatcher.kept_events``)."""
+        if self.on_accelerator:
+            return ()
+        found: dict[int, Origin] = {}
+        for t in tensors:
+            origin = self._host_origin(t)
+            if origin is not None:
+                found.setdefault(id(origin), origin)
+        return tuple(found.values())
+
+    def _emit_sync(self, kind: str, func: Any, args: tuple, kwargs: dict, pending=()) -> Any:
+        """Run a sync operation and record it at the user's line (``pending``: CPU rule)."""
+        site = user_site()
+        if site is None:
+            return self._plain(func, args, kwargs)
+        start_ns = time.perf_counter_ns()
+        out = self._plain(func, args, kwargs) if pending else func(*args, **kwargs)
+        self._emit(
+            refine_kind(kind, site.source),
+            op_name(func),
+            site,
+            duration_ns=self._measured(start_ns),
+            pending=pending,
+        )
+        return out
 
     def _plain(self, func: Any, args: tuple, kwargs: dict) -> Any:
         """Run an ordinary operation; carry host-ness through it or catch host data meeting the
@@ -102,23 +130,13 @@ class SyncRules:
         return out
 
     def _sync(self, kind: str, func: Any, args: tuple, kwargs: dict) -> Any:
-        subjects = [
-            t for t in tensors_in(args[:2], attributes=False, depth=3) if self._device_side(t)
-        ]
-        if not subjects:
-            return self._plain(func, args, kwargs)
-        site = user_site()
-        if site is None:
-            return self._plain(func, args, kwargs)
-        start_ns = time.perf_counter_ns()
-        out = func(*args, **kwargs)
-        self._emit(
-            refine_kind(kind, site.source),
-            op_name(func),
-            site,
-            duration_ns=self._measured(start_ns),
-        )
-        return out
+        read = tensors_in(args[:2], attributes=False, depth=3)
+        if any(self._device_side(t) for t in read):
+            return self._emit_sync(kind, func, args, kwargs)
+        pending = self._pending(read)
+        if pending:
+            return self._emit_sync(kind, func, args, kwargs, pending)
+        return self._plain(func, args, kwargs)
 
     def _conditional_sync(self, kind: str, func: Any, args: tuple, kwargs: dict) -> Any:
         if func is torch.where:
@@ -143,14 +161,18 @@ class SyncRules:
             isinstance(p, torch.Tensor) and p.dtype in (torch.bool, torch.uint8) for p in parts
         ):
             kind = "boolean-mask-index"
-        if kind is None or not self._device_side(x):
+        if kind is None:
+            return self._plain(func, args, kwargs)
+        on_device = self._device_side(x)
+        pending = () if on_device else self._pending([x])
+        if not (on_device or pending):
             return self._plain(func, args, kwargs)
         site = user_site()
         if site is None:
             return self._plain(func, args, kwargs)
         start_ns = time.perf_counter_ns()
         out = self._plain(func, args, kwargs)
-        self._emit(kind, op_name(func), site, duration_ns=self._measured(start_ns))
+        self._emit(kind, op_name(func), site, duration_ns=self._measured(start_ns), pending=pending)
         return out
 
     def _to(self, func: Any, args: tuple, kwargs: dict) -> Any:
@@ -179,14 +201,19 @@ class SyncRules:
         else:
             leaves_device = target == "cpu" and src.device.type != "cpu"
         if leaves_device:
-            if self._device_side(src):
+            on_device = self._device_side(src)
+            pending = () if on_device else self._pending([src])
+            if on_device or pending:
                 site = user_site()
                 if site is not None:
-                    self._emit("to-host", op_name(func), site, duration_ns=duration_ns)
+                    self._emit(
+                        "to-host", op_name(func), site, duration_ns=duration_ns, pending=pending
+                    )
             return out
         if (emulating or out.device.type != "cpu") and isinstance(out, torch.Tensor):
             if origin is not None:
                 self._report_origin(origin, duration_ns, user_site())
+                self._moved_from[out] = origin
             if emulating and (origin is not None or is_batch):
                 self._host.pop(out, None)
                 self._moved[out] = True

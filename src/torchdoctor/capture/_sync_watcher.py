@@ -11,7 +11,13 @@ host (from Python data, or by a factory without ``device=``), or derived only fr
 every other tensor (parameters, buffers, the batch once moved, anything computed from them) is
 *device-side*. A sync is reported when it reads a device-side tensor; a host-side tensor is
 reported as a would-be host-to-device copy when it is moved with ``.to(...)`` or meets a
-device-side tensor in an operation.
+device-side tensor in an operation. A sync on host tensors is kept pending: it counts if one of
+their origins reaches the model's forward unmoved (a script that never moves its batches).
+
+What the outermost module's forward receives is the model's input (:meth:`SyncWatcher.model_input`,
+from forward pre-hooks): a copy of it is the input pipeline's, never a finding. Both are decided
+when the window ends (:meth:`SyncWatcher.stop` with ``then``), since a step may build the next
+step's batch.
 """
 
 from __future__ import annotations
@@ -20,19 +26,20 @@ import contextlib
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch.overrides import _push_mode
 from torch.utils.weak import WeakIdKeyDictionary
 
+from .._batches import tensors_in
 from ..analysis.syncs import sync_findings
 from ..record import Finding
 from ._frames import Site, user_site
 from ._patch import Patcher
-from ._sync_ops import Origin, SyncMode, fingerprint, remove_function_mode
+from ._sync_ops import Origin, SyncMode, batch_origin, fingerprint, remove_function_mode
 from ._sync_rules import SyncRules
 
 
@@ -56,6 +63,17 @@ class SyncEvent:
     via: str | None = None
     #: For host tensors: ``file:line`` where the tensor went to (or met) the device.
     used_at: str | None = None
+    #: The source line at ``via``.
+    via_source: str | None = None
+    #: The package ``via`` belongs to (``transformers``, ``pytorch_lightning``, ``torch``).
+    library: str | None = None
+    #: The library frames from ``via`` out to the user's line, as ``package/file.py:function``.
+    library_calls: tuple[str, ...] = ()
+    #: The host tensor's origin, for a copy (dropped when that tensor became the model's input).
+    origin: Origin | None = field(default=None, repr=False, compare=False)
+    #: CPU rule: a sync on host tensors of these origins, kept only if one reached the model
+    #: without a move (the run never moves it, so on an accelerator it would be on the device).
+    pending: tuple[Origin, ...] = field(default=(), repr=False, compare=False)
 
 
 class SyncWatcher(SyncRules):
@@ -83,7 +101,8 @@ class SyncWatcher(SyncRules):
             on_accelerator = torch.cuda.is_available()
         self.on_accelerator = on_accelerator
         self.is_batch_tensor = is_batch_tensor
-        self.events: list[SyncEvent] = []
+        #: Every event recorded, also those the end of the window may drop (see ``events``).
+        self.recorded: list[SyncEvent] = []
         self._step = 0
         self._active = False
         self._ignore_depth = 0
@@ -93,6 +112,10 @@ class SyncWatcher(SyncRules):
         self._patcher: Patcher | None = None
         self._host: WeakIdKeyDictionary = WeakIdKeyDictionary()
         self._moved: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        #: Copies of host tensors made in the window, to their origin: the model's input, later?
+        self._moved_from: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        self._batch = batch_origin()
+        self._input_modules: list[torch.nn.Module] = []
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -101,7 +124,7 @@ class SyncWatcher(SyncRules):
         if self._mode is not None:
             return self
         self._thread = threading.get_ident()
-        if any(e.step == self._step for e in self.events):
+        if any(e.step == self._step for e in self.recorded):
             self._step += 1  # a restart after an unmarked step: that step is over
         self._patcher = self._given_patcher or Patcher.for_process()
         try:
@@ -116,8 +139,16 @@ class SyncWatcher(SyncRules):
         self._active = True
         return self
 
-    def stop(self) -> None:
-        """Remove the mode and undo every patch. Safe to call twice or without ``start()``."""
+    def stop(self, then: Callable[[list[Finding]], None] | None = None) -> None:
+        """Remove the mode and undo every patch. Safe to call twice or without ``start()``.
+
+        ``then(findings)``, if given, is told the findings at once, and again once they are
+        decided when a copy made in the window may still reach the model: a script that fetches
+        the next step's batch before this step ends (nanoGPT) feeds it to the next forward, so
+        the hooks of :meth:`hook_model_inputs` wait for that one call, then remove themselves.
+        They are in the watcher's patcher: a later ``stop()``, or its owner's restore, removes
+        them too.
+        """
         self._active = False
         mode, self._mode = self._mode, None
         if mode is not None:
@@ -131,6 +162,16 @@ class SyncWatcher(SyncRules):
             remove_function_mode(mode)
         if self._patcher is not None:
             self._patcher.restore()
+        if then is None:
+            return
+        then(self.findings())
+        if self._input_modules and self._undecided():
+
+            def decided() -> None:
+                self._patcher.restore()
+                then(self.findings())
+
+            self._hook_forward(self._input_modules, decided)
 
     def __enter__(self) -> SyncWatcher:
         return self.start()
@@ -154,7 +195,7 @@ class SyncWatcher(SyncRules):
     @property
     def steps(self) -> int:
         """Steps recorded: completed ``mark_step()`` calls, plus a trailing step with events."""
-        partial = any(e.step == self._step for e in self.events)
+        partial = any(e.step == self._step for e in self.recorded)
         return max(1, self._step + (1 if partial else 0))
 
     @contextlib.contextmanager
@@ -167,8 +208,80 @@ class SyncWatcher(SyncRules):
             self._ignore_depth -= 1
 
     def findings(self, steps: int | None = None) -> list[Finding]:
-        """The events so far as findings (see :func:`~torchdoctor.analysis.syncs.sync_findings`)."""
+        """The kept events as findings (see :func:`~torchdoctor.analysis.syncs.sync_findings`)."""
         return sync_findings(self.events, steps or self.steps, self.on_accelerator)
+
+    @property
+    def events(self) -> list[SyncEvent]:
+        """The events that are findings, as far as decided now (final once the window is over).
+
+        Dropped: a copy of a tensor that became the model's input (the script's input pipeline
+        built it; in the prefetch pattern a step builds the next step's batch, so this is known
+        only at the end), and, under the CPU rule, a sync on host tensors none of which reached
+        the model without a move (work on host data before the copy, not on the device).
+        """
+        return [
+            e
+            for e in self.recorded
+            if not (e.origin is not None and e.origin.model_input)
+            and (not e.pending or any(o.reached_model_unmoved for o in e.pending))
+        ]
+
+    def model_input(self, args: tuple, kwargs: dict) -> None:
+        """Note the tensors the outermost module's forward was called with (the model's input).
+
+        Their origins (a host tensor built in the window, what it was copied or derived from, a
+        batch) are the input pipeline: a copy of them is not a finding. A batch or host tensor
+        that arrives still on the host means the run does not move its batches (CPU rule), so
+        syncs on it and on what was derived from it are found as on an accelerator.
+        """
+        if threading.get_ident() != self._thread:
+            return
+        self._ignore_depth += 1  # reading ``_base`` is a torch call our own mode would see
+        try:
+            for t in tensors_in((args, kwargs), attributes=False, depth=3):
+                for candidate in (t, t._base):  # a view (``batch[:, :-1]``) names its base
+                    if candidate is not None and self._mark_input(candidate):
+                        break
+        finally:
+            self._ignore_depth -= 1
+
+    def hook_model_inputs(self, modules: Iterable[torch.nn.Module]) -> None:
+        """Call :meth:`model_input` before each of ``modules``' forward; undone by ``stop()``."""
+        if self._patcher is None:
+            raise RuntimeError("SyncWatcher.hook_model_inputs() needs start() first")
+        self._input_modules = list(modules)
+        self._hook_forward(self._input_modules)
+
+    def _hook_forward(
+        self, modules: list[torch.nn.Module], after: Callable[[], None] | None = None
+    ) -> None:
+        def before_forward(module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+            self.model_input(args, kwargs)
+            if after is not None:
+                after()
+
+        for module in modules:
+            self._patcher.hook(module.register_forward_pre_hook(before_forward, with_kwargs=True))
+
+    def _undecided(self) -> bool:
+        """Is an event's fate still open: a copy not yet the model's input, a pending sync?"""
+        return any(
+            (e.origin is not None and not e.origin.model_input)
+            or (e.pending and not any(o.reached_model_unmoved for o in e.pending))
+            for e in self.recorded
+        )
+
+    def _mark_input(self, t: torch.Tensor) -> bool:
+        origin = self._host_origin(t)
+        if origin is not None:
+            origin.model_input = origin.reached_model_unmoved = True
+            return True
+        origin = self._moved_from.get(t)
+        if origin is not None:
+            origin.model_input = True
+            return True
+        return False
 
     # -- patches -----------------------------------------------------------------------------
 
@@ -239,8 +352,10 @@ class SyncWatcher(SyncRules):
         duration_ns: int | None = None,
         fingerprint: str | None = None,
         used_at: str | None = None,
+        origin: Origin | None = None,
+        pending: tuple[Origin, ...] = (),
     ) -> None:
-        self.events.append(
+        self.recorded.append(
             SyncEvent(
                 kind=kind,
                 op=op,
@@ -252,6 +367,11 @@ class SyncWatcher(SyncRules):
                 fingerprint=fingerprint,
                 via=site.via,
                 used_at=used_at,
+                via_source=site.via_source,
+                library=site.library,
+                library_calls=site.library_calls,
+                origin=origin,
+                pending=pending,
             )
         )
 

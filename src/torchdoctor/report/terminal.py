@@ -212,7 +212,15 @@ def _findings_table(record: RunRecord) -> Group:
         head.append(f"[{severity.label}] ", style=severity.style)
         head.append(f.title, style="bold")
         items.append(head)
-        if f.file:
+        library = f.detail.get("library") if f.detail else None
+        if library and f.detail.get("via"):
+            # Where the library makes the call, then the user's line that leads there.
+            items.append(Text(f"   in {library} at {f.detail['via'][0]}", style="cyan"))
+            if f.detail.get("library_source"):
+                items.append(Text(f"   {f.detail['library_source']}", style="dim"))
+            if f.file:
+                items.append(Text(f"   from your line {f.file}:{f.line}", style="cyan"))
+        elif f.file:
             items.append(Text(f"   at {f.file}:{f.line}", style="cyan"))
         if f.source:
             items.append(Text(f"   {f.source.strip()}", style="dim"))

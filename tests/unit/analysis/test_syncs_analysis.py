@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from torchdoctor.analysis.sync_libraries import library_setting
 from torchdoctor.analysis.syncs import KINDS, sync_findings
 
 
@@ -90,3 +91,46 @@ def test_every_kind_has_a_concrete_fix():
 def test_analysis_does_not_import_torch():
     code = "import sys, torchdoctor.analysis.syncs; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_library_sync_is_one_finding_per_library_site_and_user_line():
+    lib = {"library": "somelib", "via_source": "return value.item()"}
+    events = [
+        event(via="/venv/site-packages/somelib/a.py:3", step=s, **lib) for s in (0, 0, 1, 1)
+    ] + [event(via="/venv/site-packages/somelib/b.py:9", step=s, **lib) for s in (0, 1)]
+    findings = sync_findings(events, steps=2, on_accelerator=False)
+    assert [(f.detail["via"], f.calls_per_step) for f in findings] == [
+        (["/venv/site-packages/somelib/a.py:3"], 2.0),
+        (["/venv/site-packages/somelib/b.py:9"], 1.0),
+    ]
+    assert all(f.file == "/proj/train.py" and f.line == 10 for f in findings)
+    assert findings[0].detail["library_source"] == "return value.item()"
+    assert ", inside somelib (2 times per step)" in findings[0].title
+
+
+HF_LOOP = "transformers/trainer.py:_inner_training_loop"
+HF_CHECK = "if (self.args.logging_nan_inf_filter and (torch.isnan(loss) or torch.isinf(loss))):"
+
+
+def test_a_known_library_setting_becomes_the_fix():
+    hf = event(
+        "tensor-branch",
+        via="/venv/site-packages/transformers/trainer.py:1911",
+        library="transformers",
+        via_source=HF_CHECK,
+        library_calls=(HF_LOOP, "transformers/trainer.py:train"),
+    )
+    (finding,) = sync_findings([hf], 1, False)
+    assert "logging_nan_inf_filter=False" in finding.fix
+    assert finding.fix == finding.detail["setting"]
+    # Another sync in the same Trainer function is not the one the setting controls.
+    other = {**hf, "via_source": "x = grad_norm.item()"}
+    assert "setting" not in sync_findings([other], 1, False)[0].detail
+    lightning = library_setting(
+        ["lightning_fabric/utilities/apply_func.py:to_item", LIGHTNING_METRICS], "value.item()"
+    )
+    assert "prog_bar=False" in lightning
+    assert library_setting(["somelib/a.py:f"], "x.item()") is None
+
+
+LIGHTNING_METRICS = "pytorch_lightning/trainer/connectors/logger_connector/result.py:metrics"

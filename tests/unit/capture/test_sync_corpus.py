@@ -49,6 +49,8 @@ def run_steps(path: Path, steps: int = 2, batch_rule: bool = False):
         is_batch_tensor=(lambda t: id(t) in batch_ids) if batch_rule else None,
     )
     watcher.start()
+    if batch_rule:  # as the runner does: what reaches the model is its input
+        watcher.hook_model_inputs([model])
     try:
         for x, y in batches:
             module.step(model, optimizer, x, y, torch.device("cpu"))

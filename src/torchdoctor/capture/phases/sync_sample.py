@@ -30,6 +30,9 @@ class SyncSamplePhase(Phase):
         )
         watcher.start()
         self._watcher = session.sync_watcher = watcher
+        # What reaches the model's forward is its input: the copy of it is not a finding, and
+        # a batch that arrives unmoved makes syncs on it count (CPU rule).
+        watcher.hook_model_inputs(session.root_modules())
 
     def on_step(self, session, step) -> bool:
         session.data.sync_sample_ms.append(session.step_ms(step, device_events=False))
@@ -46,5 +49,9 @@ class SyncSamplePhase(Phase):
         session.sync_watcher = None
         if watcher is None:
             return
-        watcher.stop()
-        session.data.sync_findings = watcher.findings()
+
+        def keep(findings) -> None:
+            session.data.sync_findings = findings
+
+        # Told again at the next forward when the last step prefetched the next batch.
+        watcher.stop(then=keep)
