@@ -63,10 +63,18 @@ _TORCH_MACHINERY = _torch_paths(
     "profiler",
 )
 _DATALOADER_PREFIX = os.path.join(_TORCH_DIR or "", "utils", "data")
-#: The watcher's own files: the frames between an operation and its caller.
+#: The watcher's own files, and the capture's wrappers of torch functions (``Tensor.to``): the
+#: frames between an operation and the user's line that called it.
 _WATCHER_FILES = frozenset(
     os.path.join(_TORCHDOCTOR_DIR, "capture", name)
-    for name in ("syncs.py", "_sync_watcher.py", "_sync_rules.py", "_sync_ops.py", "_frames.py")
+    for name in (
+        "syncs.py",
+        "_sync_watcher.py",
+        "_sync_rules.py",
+        "_sync_ops.py",
+        "_frames.py",
+        "_hooks.py",
+    )
 )
 
 _kind_cache: dict[str, str] = {}
