@@ -6,7 +6,9 @@ the parameters by hand (``p.data.add_(p.grad, alpha=-lr)``) never call one. Ther
 read from the gradients: such a loop clears them (``model.zero_grad()``) or rewrites them (clipping)
 between two steps, while accumulation leaves them alone between two backward calls. Once the
 gradients were found changed between backward calls twice, with no optimizer step seen, a step is
-the number of outermost backward calls between those two changes. A loop that runs its model
+the number of outermost backward calls between those two changes (the parameter watched is the
+outermost module's first one with a gradient, or in loops without a module a leaf of the loss's
+autograd graph). A loop that runs its model
 with gradients on but never calls backward has a step per call of its outermost module.
 
 An optimizer step seen later wins: the boundary moves to it.
@@ -15,7 +17,7 @@ An optimizer step seen later wins: the boundary moves to it.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from ..record import StepBoundaryKind
@@ -86,6 +88,10 @@ class StepBoundary:
         self._in_step = 0
         return True
 
+    def watched(self) -> Any:
+        """The parameter whose gradient tells the steps apart, once one was found."""
+        return self._param() if self._param is not None else None
+
     def describe(self) -> str | None:
         """What the report says of a boundary other than the optimizer's, or ``None``."""
         if self.kind == "backward":
@@ -125,3 +131,21 @@ def _grad_state(param: Any) -> tuple[int, int]:
     if grad is None:
         return (0, -1)
     return (id(grad), grad._version)
+
+
+def graph_leaves(tensors: Any, limit: int = 10_000) -> Iterator[Any]:
+    """The leaves (parameters) of the autograd graph behind ``tensors``, for loops that train
+    plain tensors without a module; at most ``limit`` graph nodes are visited."""
+    roots = tensors if isinstance(tensors, (list, tuple)) else [tensors]
+    stack = [getattr(t, "grad_fn", None) for t in roots]
+    seen: set[int] = set()
+    while stack and len(seen) < limit:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        variable = getattr(node, "variable", None)  # AccumulateGrad: a leaf that gets .grad
+        if variable is not None:
+            yield variable
+            continue
+        stack.extend(fn for fn, _ in getattr(node, "next_functions", ()))

@@ -78,7 +78,7 @@ def patch_torch(session: CaptureSession) -> None:
             result = session._timed("backward", orig_backward, *args, **kwargs)
         finally:
             session._backward_depth -= 1
-        session._backward_ended()
+        session._backward_ended(args[0] if args else kwargs.get("tensors"))
         return result
 
     def autograd_grad(*args, **kwargs):  # loops that take gradients with autograd.grad

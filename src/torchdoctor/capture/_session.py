@@ -36,7 +36,7 @@ from ..analysis.verdict import INPUT_BOUND, summarise
 from ..loader import valid_loader_kwargs
 from ..options import RunOptions
 from ..record import RunRecord, StepSeries
-from ._boundary import StepBoundary
+from ._boundary import StepBoundary, graph_leaves
 from ._data import CaptureData, StepMarks
 from ._device import DeviceClock
 from ._hooks import patch_torch
@@ -341,10 +341,13 @@ class CaptureSession:
         if before != "optimizer" and boundary.backward_starting():
             self._boundary_decided(moved=before is not None)
 
-    def _backward_ended(self) -> None:
+    def _backward_ended(self, tensors: Any) -> None:
         # Ended at the script's next call of interest, not here: under a torch function mode (the
         # sync finder's) backward runs with that mode taken off the stack, so no phase may end now.
-        if self.boundary.kind != "optimizer" and self.boundary.backward_ended(self._parameters):
+        boundary = self.boundary
+        if boundary.kind != "optimizer" and boundary.backward_ended(
+            lambda: self._parameters(tensors)
+        ):
             self._step_pending = True
 
     def _settle(self) -> None:
@@ -353,16 +356,20 @@ class CaptureSession:
             self._step_pending = False
             self._end_step()
 
-    def _parameters(self):
+    def _parameters(self, tensors: Any = None):
+        """The outermost modules' parameters, then (loops without modules) the loss's leaves."""
         for module in list(self._root_modules):
             yield from module.parameters()
+        if tensors is not None:
+            yield from graph_leaves(tensors)
 
     def _boundary_decided(self, moved: bool = False) -> None:
         """A loop without an optimizer showed its boundary, or an optimizer took it over."""
         boundary = self.boundary
         text = boundary.describe()
         if text is not None:
-            self.clock.detect(self._parameters())
+            watched = boundary.watched()
+            self.clock.detect(self._parameters() if watched is None else [watched])
         elif moved:
             text = "the step boundary moved to optimizer.step() once the script began calling it"
         if text is not None and text not in self.data.notes:

@@ -256,7 +256,14 @@ class SyncWatcher(SyncRules):
     def _hook_forward(
         self, modules: list[torch.nn.Module], after: Callable[[], None] | None = None
     ) -> None:
-        def before_forward(module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+        def before_forward(
+            module: torch.nn.Module, args: tuple, kwargs: dict | None = None
+        ) -> None:
+            # A module call snapshots its hooks: one removed during the call (the watcher stopped
+            # by a step that ends in another pre-hook of the same call) is still called, and
+            # without its kwargs, as torch forgot it wanted them.
+            if kwargs is None:
+                return
             self.model_input(args, kwargs)
             if after is not None:
                 after()

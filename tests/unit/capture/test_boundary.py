@@ -179,3 +179,25 @@ def test_the_sync_finder_ends_cleanly_at_a_backward_boundary():
         session.uninstall()
     assert session.boundary.kind == "backward"
     assert len(session.data.measured) == 2
+
+
+def test_a_loop_over_plain_tensors_without_a_module_has_steps():
+    # The tutorial shape: weights are tensors with requires_grad, updated by hand under no_grad.
+    session = _session()
+    try:
+        torch.manual_seed(0)
+        x, y = torch.randn(16, 8), torch.randn(16, 1)
+        w1 = torch.randn(8, 8, requires_grad=True)
+        w2 = torch.randn(8, 1, requires_grad=True)
+        for _ in range(10):
+            loss = (x.mm(w1).clamp(min=0).mm(w2) - y).pow(2).sum()
+            loss.backward()
+            with torch.no_grad():
+                for w in (w1, w2):
+                    w -= 1e-4 * w.grad
+                    w.grad.zero_()
+    finally:
+        session.uninstall()
+    assert session.boundary.kind == "backward"
+    assert session.boundary.watched() is not None
+    assert _steps(session) == 10 - CLEARS_TO_DECIDE - 1
