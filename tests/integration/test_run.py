@@ -116,9 +116,9 @@ def test_catching_base_exception_still_ends_complete():
 
 
 def test_loop_without_dataloader():
-    # get_batch sleeps 20 ms: the loop's own batch building is its input, and replaying what
+    # get_batch sleeps 60 ms: the loop's own batch building is its input, and replaying what
     # get_batch returned is the model-alone counterfactual.
-    rec = run(str(SCEN / "no_loader.py"), "20").record
+    rec = run(str(SCEN / "no_loader.py"), "60").record
     assert rec.status == "complete"
     assert rec.loader is None and len(rec.model_alone) == 6
     assert [b.split(" ")[0] for b in rec.built_inputs] == ["get_batch"]

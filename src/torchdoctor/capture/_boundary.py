@@ -92,6 +92,16 @@ class StepBoundary:
         """The parameter whose gradient tells the steps apart, once one was found."""
         return self._param() if self._param is not None else None
 
+    def note(self, moved: bool) -> str | None:
+        """What the report says once the boundary is decided or ``moved`` to the optimizer."""
+        if self.kind == "optimizer":
+            return (
+                "the step boundary moved to optimizer.step() once the script began calling it"
+                if moved
+                else None
+            )
+        return self.describe()
+
     def describe(self) -> str | None:
         """What the report says of a boundary other than the optimizer's, or ``None``."""
         if self.kind == "backward":

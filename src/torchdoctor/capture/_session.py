@@ -344,11 +344,8 @@ class CaptureSession:
     def _backward_ended(self, tensors: Any) -> None:
         # Ended at the script's next call of interest, not here: under a torch function mode (the
         # sync finder's) backward runs with that mode taken off the stack, so no phase may end now.
-        boundary = self.boundary
-        if boundary.kind != "optimizer" and boundary.backward_ended(
-            lambda: self._parameters(tensors)
-        ):
-            self._step_pending = True
+        if self.boundary.kind != "optimizer":
+            self._step_pending = self.boundary.backward_ended(lambda: self._parameters(tensors))
 
     def _settle(self) -> None:
         """End the step whose last backward call has returned (loops without an optimizer)."""
@@ -365,13 +362,10 @@ class CaptureSession:
 
     def _boundary_decided(self, moved: bool = False) -> None:
         """A loop without an optimizer showed its boundary, or an optimizer took it over."""
-        boundary = self.boundary
-        text = boundary.describe()
-        if text is not None:
-            watched = boundary.watched()
+        text = self.boundary.note(moved)
+        if self.boundary.kind != "optimizer":
+            watched = self.boundary.watched()
             self.clock.detect(self._parameters() if watched is None else [watched])
-        elif moved:
-            text = "the step boundary moved to optimizer.step() once the script began calling it"
         if text is not None and text not in self.data.notes:
             self.data.notes.append(text)
         if moved and self.phase.name == "warmup":
