@@ -8,6 +8,8 @@ Everything outside this package imports from here. The pieces:
 - ``_clone``: copies of the user's loader (:func:`clone_loader`), never the loader itself;
 - ``_measure``: timing a clone alone, at one worker count or over a sweep;
 - ``_policy``: which worker counts to try and when to stop (:class:`SweepPolicy`), pure;
+- ``_threads``: the whole-step sweep's search of worker counts with the main process's
+  threads (:class:`WorkerThreadPolicy`), pure;
 - ``_advice``: the DataLoader settings to change (:func:`sweep_advice`), pure;
 - ``_transforms`` and ``_costs``: where the time to make a batch goes;
 - ``_memory`` and ``_children``: bytes in flight, dtypes, copy-on-read, worker memory;
@@ -42,7 +44,15 @@ from ._costs import (
     transform_findings,
 )
 from ._doctor import LoaderDiagnosis, diagnose_loader, loader_findings
-from ._fix import Rerun, fix_code, fix_settings, fix_trial, predicted_speedup, predicted_step_ms
+from ._fix import (
+    Rerun,
+    fix_code,
+    fix_settings,
+    fix_threads,
+    fix_trial,
+    predicted_speedup,
+    predicted_step_ms,
+)
 from ._measure import (
     Clock,
     measure_loader,
@@ -77,6 +87,7 @@ from ._rules import (
     valid_loader_kwargs,
     warm_batches,
 )
+from ._threads import Setting, WorkerThreadPolicy, pick_setting, thread_candidates
 from ._transforms import find_transform_pipelines, is_compose_like, measure_getitem_costs
 
 __all__ = [
@@ -95,8 +106,10 @@ __all__ = [
     "Clock",
     "LoaderDiagnosis",
     "Rerun",
+    "Setting",
     "SweepPolicy",
     "WorkerMemorySampler",
+    "WorkerThreadPolicy",
     "available_cpus",
     "clone_loader",
     "copy_on_read_finding",
@@ -108,6 +121,7 @@ __all__ = [
     "find_transform_pipelines",
     "fix_code",
     "fix_settings",
+    "fix_threads",
     "fix_trial",
     "function_name",
     "is_compose_like",
@@ -121,6 +135,7 @@ __all__ = [
     "measure_loader_alone",
     "measure_loader_point",
     "no_worker_count_warning",
+    "pick_setting",
     "pick_workers",
     "predicted_speedup",
     "predicted_step_ms",
@@ -134,6 +149,7 @@ __all__ = [
     "sweep_advice",
     "sweep_candidates",
     "sweep_loader",
+    "thread_candidates",
     "transform_costs",
     "transform_findings",
     "valid_loader_kwargs",

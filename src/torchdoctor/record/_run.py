@@ -217,6 +217,8 @@ class RunRecord:
     fix: FixTrial | None = None
     #: DataLoader settings injected into every loader of this run (a ``--fix`` re-run).
     loader_overrides: dict[str, Any] = field(default_factory=dict)
+    #: ``torch.set_num_threads`` injected at the start of this run (a ``--fix`` re-run), if any.
+    threads_override: int | None = None
 
     @property
     def measured_steps(self) -> int:

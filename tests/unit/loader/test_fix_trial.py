@@ -62,10 +62,12 @@ class FakeRerun:
     def __init__(self, step_ms: float | None) -> None:
         self.step_ms = step_ms
         self.calls: list[tuple[dict, int, int]] = []
+        self.threads: list[int | None] = []
 
-    def __call__(self, overrides: dict, steps: int, warmup: int) -> RunRecord:
+    def __call__(self, overrides: dict, steps: int, warmup: int, threads: int | None) -> RunRecord:
         self.calls.append((dict(overrides), steps, warmup))
-        after = RunRecord(loader_overrides=dict(overrides))
+        self.threads.append(threads)
+        after = RunRecord(loader_overrides=dict(overrides), threads_override=threads)
         after.step_ms = Stat.of([self.step_ms]) if self.step_ms is not None else None
         return after
 
