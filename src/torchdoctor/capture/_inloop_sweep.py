@@ -2,8 +2,11 @@
 
 When the model runs on the CPU, DataLoader workers compete with it for cores, so the loader
 alone overstates what more workers buy. Here the script keeps training while its loader's
-iterator is served, setting by setting, from a clone with ``num_workers=k``; the figure is
-training steps per second at each ``k``.
+iterator is served, setting by setting, from a clone with ``num_workers=k``, and with the main
+process's intra-op threads set to the setting's count (``torch.set_num_threads``: the model's
+threads compete with the workers too); the figure is training steps per second at each
+``(k, threads)``. The script's own thread count is restored when the sweep closes, whatever
+ends it.
 """
 
 from __future__ import annotations
@@ -12,8 +15,10 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import torch
+
 from ..loader import (
-    SweepPolicy,
+    WorkerThreadPolicy,
     clone_loader,
     counted_batches,
     no_worker_count_warning,
@@ -21,27 +26,33 @@ from ..loader import (
     warm_batches,
 )
 from ..record import WorkerSweep
+from ._patch import Patcher
 
 
 class InLoopSweep:
-    """Serves batches from a clone of ``loader`` at each worker count the policy asks for."""
+    """Serves batches from a clone of ``loader`` at each ``(num_workers, threads)`` the policy
+    asks for, with the process's intra-op threads set through ``patcher`` (restored on close)."""
 
     def __init__(
         self,
         loader: Any,
-        policy: SweepPolicy,
+        policy: WorkerThreadPolicy,
         steps_per_setting: int,
+        patcher: Patcher,
         clock_ns: Callable[[], int] = time.perf_counter_ns,
-        on_point: Callable[[int, float], None] | None = None,
+        on_point: Callable[[int, int, float], None] | None = None,
     ) -> None:
         self.loader = loader
         self.policy = policy
         self.steps_per_setting = steps_per_setting
+        self._patcher = patcher
+        self._set_threads = patcher.original(torch.set_num_threads)
         self._clock_ns = clock_ns
-        self._on_point = on_point or (lambda workers, rate: None)
+        self._on_point = on_point or (lambda workers, threads, rate: None)
         self._iterator: Iterator | None = None
         self._clone: Any = None
         self.workers: int | None = None
+        self.threads: int | None = None
         self._steps = 0
         self._warm = warm_batches(0)
         self._count = steps_per_setting
@@ -50,12 +61,13 @@ class InLoopSweep:
         self._t0 = clock_ns()
 
     def start(self) -> bool:
-        """Switch to the next setting; False when the sweep is over."""
+        """Switch to the next setting; False when the sweep is over (threads restored)."""
         self.close()
-        workers = self.policy.next()
-        if workers is None:
+        setting = self.policy.next()
+        if setting is None:
             return False
-        self.workers = workers
+        self.workers, self.threads = workers, threads = setting
+        self._patcher.set_state(torch.get_num_threads, self._set_threads, threads)
         self._clone = clone_loader(self.loader, num_workers=workers, persistent_workers=False)
         with no_worker_count_warning():  # the sweep tries more workers than cores on purpose
             self._iterator = iter(self._clone)
@@ -88,9 +100,9 @@ class InLoopSweep:
         if self._steps < self._warm + self._count:
             return False
         rate = self._counted_batches * 1000.0 / self._counted_ms if self._counted_ms > 0 else 0.0
-        assert self.workers is not None
-        self.policy.add(self.workers, rate, batches=self._counted_batches)
-        self._on_point(self.workers, rate)
+        assert self.workers is not None and self.threads is not None
+        self.policy.add(self.workers, self.threads, rate, batches=self._counted_batches)
+        self._on_point(self.workers, self.threads, rate)
         return not self.start()
 
     def result(self) -> WorkerSweep:
@@ -99,7 +111,9 @@ class InLoopSweep:
         )
 
     def close(self) -> None:
+        """Stop the clone's workers and give the script its own thread count back."""
         if self._iterator is not None:
             shutdown_workers(self._iterator)
         self._iterator = None
         self._clone = None
+        self._patcher.restore()
