@@ -164,7 +164,8 @@ class RunOptions:
         False,
         Flag(
             "--fix",
-            "re-run with the advised DataLoader settings injected and measure the speedup",
+            "re-run with the advised DataLoader settings (and torch threads) injected and "
+            "measure the speedup",
             action="store_true",
         ),
     )

@@ -53,7 +53,7 @@ def render_loader(
 def _sweep_table(sweep: WorkerSweep, current: int | None) -> Table:
     what = "batches/s (whole steps)" if sweep.measures == "step" else "batches/s (loader alone)"
     threads = sweep.default_threads is not None  # searched with the main process's threads
-    title = "num_workers x torch threads sweep" if threads else "num_workers sweep"
+    title = "num_workers sweep, with torch threads" if threads else "num_workers sweep"
     table = Table(title=title, title_justify="left", box=None, pad_edge=False)
     table.add_column("num_workers", justify="right")
     if threads:
