@@ -9,7 +9,8 @@ Whole steps with threads (``--only threads``): a CPU training loop with one cost
 a tiny model (tests/scenarios/cpu_transform.py) is driven through the capture's in-loop sweep,
 once with torchdoctor's search of ``(num_workers, threads)`` and once over every pair of the
 grid (worker candidates x threads 1..torch.get_num_threads()), in ABBA order, ``--rounds``
-times; it prints both grids, quality = steps/s of the exhaustive run at the search's pick /
+times, both after the script's own setting was measured (a torchdoctor run measures it before
+its sweep); it prints both grids, quality = steps/s of the exhaustive run at the search's pick /
 the exhaustive best, and search time / exhaustive time.
 
     python benchmarks/worker_sweep.py            # candidates for this machine's CPUs
@@ -135,11 +136,15 @@ def drive(policy, loader: DataLoader, model, optimizer, steps: int) -> float:
 def with_threads(args: argparse.Namespace) -> None:
     default_threads = torch.get_num_threads()
     workers = sweep_candidates(args.cpus, 0)
+    baseline_setting = (0, default_threads)
     grid = [(w, t) for w in workers for t in range(default_threads, 0, -1)]
     print(
         f"\nwhole steps, CPU model: {args.transform_ms} ms of CPU per sample, batch 16, tiny MLP; "
         f"{available_cpus()} CPUs, torch threads {default_threads}; grid {len(grid)} pairs "
-        f"(workers {workers} x threads 1..{default_threads}); {args.steps} counted steps each"
+        f"(workers {workers} x threads 1..{default_threads}); {args.steps} counted steps each.\n"
+        f"Both start from the script's own setting {baseline_setting} measured before them (as "
+        "a torchdoctor run has it before its sweep): the exhaustive search measures the other "
+        f"{len(grid) - 1} pairs."
     )
     loader = build_loader(args.transform_ms)
     model = build_model()
@@ -148,33 +153,45 @@ def with_threads(args: argparse.Namespace) -> None:
         step(model, optimizer, next(iter(loader)))
     qualities, time_ratios = [], []
     for r in range(args.rounds):
+        measured = EveryPair([baseline_setting])
+        drive(measured, loader, model, optimizer, args.steps)
+        baseline = measured.points[0].batches_per_s
         runs = []
         for kind in ("search", "exhaustive", "exhaustive", "search"):  # ABBA
             if kind == "search":
                 policy = WorkerThreadPolicy(
-                    workers, cpu_count=args.cpus, default_threads=default_threads, current_workers=0
+                    workers,
+                    cpu_count=args.cpus,
+                    default_threads=default_threads,
+                    current_workers=0,
+                    baseline_batches_per_s=baseline,
                 )
             else:
-                policy = EveryPair(grid)
+                policy = EveryPair([s for s in grid if s != baseline_setting])
             seconds = drive(policy, loader, model, optimizer, args.steps)
-            runs.append((kind, policy, seconds))
-        for search, exhaustive in ((runs[0], runs[1]), (runs[3], runs[2])):
-            pick = search[1].best()
-            rates = {(p.num_workers, p.threads): p.batches_per_s for p in exhaustive[1].points}
+            runs.append((policy, seconds))
+        print(f"round {r + 1}: the script as it is {baseline:.1f} steps/s")
+        for (search, search_s), (exhaustive, exhaustive_s) in (
+            (runs[0], runs[1]),
+            (runs[3], runs[2]),
+        ):
+            pick = search.best()
+            rates = {baseline_setting: baseline}
+            rates.update({(p.num_workers, p.threads): p.batches_per_s for p in exhaustive.points})
             best = max(rates, key=rates.__getitem__)
             quality = rates[pick] / rates[best]
-            ratio = search[2] / exhaustive[2]
+            ratio = search_s / exhaustive_s
             qualities.append(quality)
             time_ratios.append(ratio)
+            probe = "  ".join(f"{p.threads}:{p.batches_per_s:.0f}" for p in search.probe)
             tried = "  ".join(
-                f"{p.num_workers}/{p.threads}:{p.batches_per_s:.1f}" for p in search[1].points
+                f"{p.num_workers}/{p.threads}:{p.batches_per_s:.1f}" for p in search.points[1:]
             )
-            print(f"round {r + 1}")
-            print(f"  search ({len(search[1].points)} pairs): {tried}")
+            print(f"  search: model alone by threads {probe};  {tried}")
             print("  exhaustive: " + "  ".join(f"{w}/{t}:{v:.1f}" for (w, t), v in rates.items()))
             print(
-                f"  pick workers/threads {pick[0]}/{pick[1]} in {search[2]:.1f} s; exhaustive "
-                f"best {best[0]}/{best[1]} in {exhaustive[2]:.1f} s; quality {quality:.2f}, "
+                f"  pick workers/threads {pick[0]}/{pick[1]} in {search_s:.1f} s; exhaustive "
+                f"best {best[0]}/{best[1]} in {exhaustive_s:.1f} s; quality {quality:.2f}, "
                 f"search time / exhaustive time {ratio:.2f}"
             )
     print(

@@ -3,7 +3,9 @@
 The transform (``Sharpen``, 2 ms of pure-Python work per sample by default, like a decoder)
 keeps DataLoader workers busy on the same cores as the model, whose intra-op threads (one per
 core by default) then wait for each other at every parallel region: more workers alone pay
-little, more workers with ``torch.set_num_threads(1)`` pay much more. Runs as a script
+little, more workers with ``torch.set_num_threads(1)`` pay much more. ``--wait-ms`` adds waiting
+to the transform (a read from slow storage), which workers overlap whatever else runs on the
+machine: the tests use it so that the fix's gain stands out of a loaded machine's noise. Runs as a script
 (``python cpu_transform.py --steps 40``) for the end-to-end tests of the sweep of workers with
 threads and of ``torchdoctor run --fix``; the benchmark imports ``build_loader`` and ``step``.
 """
@@ -34,12 +36,16 @@ class ToFloat:
 
 
 class Sharpen:
-    """The costly step: ``cost_ms`` of CPU time per sample in pure Python."""
+    """The costly step: ``cost_ms`` of CPU time per sample in pure Python, after ``wait_ms`` of
+    waiting (a read from slow storage) when given."""
 
-    def __init__(self, cost_ms: float) -> None:
+    def __init__(self, cost_ms: float, wait_ms: float = 0.0) -> None:
         self.cost_s = cost_ms / 1000
+        self.wait_s = wait_ms / 1000
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.wait_s:
+            time.sleep(self.wait_s)
         deadline = time.thread_time() + self.cost_s
         spins = 0
         while time.thread_time() < deadline:
@@ -48,9 +54,9 @@ class Sharpen:
 
 
 class Pictures(Dataset):
-    def __init__(self, cost_ms: float, n: int = 4096) -> None:
+    def __init__(self, cost_ms: float, wait_ms: float = 0.0, n: int = 4096) -> None:
         self.n = n
-        self.transform = Compose([ToFloat(), Sharpen(cost_ms)])
+        self.transform = Compose([ToFloat(), Sharpen(cost_ms, wait_ms)])
 
     def __len__(self) -> int:
         return self.n
@@ -60,10 +66,12 @@ class Pictures(Dataset):
         return self.transform(image), i % 10
 
 
-def build_loader(cost_ms: float = 2.0, batch_size: int = 16, **overrides) -> DataLoader:
+def build_loader(
+    cost_ms: float = 2.0, wait_ms: float = 0.0, batch_size: int = 16, **overrides
+) -> DataLoader:
     kwargs = {"batch_size": batch_size, "shuffle": True, "num_workers": 0}
     kwargs.update(overrides)
-    return DataLoader(Pictures(cost_ms), **kwargs)
+    return DataLoader(Pictures(cost_ms, wait_ms), **kwargs)
 
 
 def build_model() -> nn.Module:
@@ -80,12 +88,13 @@ def step(model: nn.Module, optimizer: torch.optim.Optimizer, batch) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=400)
-    parser.add_argument("--transform-ms", type=float, default=2.0)
+    parser.add_argument("--transform-ms", type=float, default=2.0, help="CPU ms per sample")
+    parser.add_argument("--wait-ms", type=float, default=0.0, help="ms per sample spent waiting")
     parser.add_argument("--workers", type=int, default=0)
     args = parser.parse_args()
     model = build_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    loader = build_loader(args.transform_ms, num_workers=args.workers)
+    loader = build_loader(args.transform_ms, args.wait_ms, num_workers=args.workers)
     done = 0
     start = time.perf_counter()
     while done < args.steps:

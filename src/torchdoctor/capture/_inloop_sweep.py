@@ -5,8 +5,9 @@ alone overstates what more workers buy. Here the script keeps training while its
 iterator is served, setting by setting, from a clone with ``num_workers=k``, and with the main
 process's intra-op threads set to the setting's count (``torch.set_num_threads``: the model's
 threads compete with the workers too); the figure is training steps per second at each
-``(k, threads)``. The script's own thread count is restored when the sweep closes, whatever
-ends it.
+``(k, threads)``. The probe settings (``num_workers`` :data:`~torchdoctor.loader.MODEL_ALONE`)
+serve one batch over and over instead: the model alone, at a thread count. The script's own
+thread count is restored when the sweep closes, whatever ends it.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ from typing import Any
 import torch
 
 from ..loader import (
+    MODEL_ALONE,
     WorkerThreadPolicy,
     clone_loader,
     counted_batches,
     no_worker_count_warning,
+    preserved_random_state,
     shutdown_workers,
     warm_batches,
 )
@@ -53,6 +56,7 @@ class InLoopSweep:
         self._clone: Any = None
         self.workers: int | None = None
         self.threads: int | None = None
+        self._replayed: Any = None  # the batch the probe serves, drawn once
         self._steps = 0
         self._warm = warm_batches(0)
         self._count = steps_per_setting
@@ -68,12 +72,16 @@ class InLoopSweep:
             return False
         self.workers, self.threads = workers, threads = setting
         self._patcher.set_state(torch.get_num_threads, self._set_threads, threads)
-        self._clone = clone_loader(self.loader, num_workers=workers, persistent_workers=False)
-        with no_worker_count_warning():  # the sweep tries more workers than cores on purpose
-            self._iterator = iter(self._clone)
         self._steps = 0
         self._counted_ms = 0.0
         self._counted_batches = 0
+        if workers == MODEL_ALONE:
+            self._warm, self._count = warm_batches(0), self.steps_per_setting
+            return True
+        self._replayed = None  # the probe is over: its batch may go
+        self._clone = clone_loader(self.loader, num_workers=workers, persistent_workers=False)
+        with no_worker_count_warning():  # the sweep tries more workers than cores on purpose
+            self._iterator = iter(self._clone)
         # Uncounted: the steps whose batches the new workers prefetched (they arrive at once);
         # counted: whole rounds of batches (with workers they arrive several at once, then a wait).
         self._warm = warm_batches(workers, getattr(self._clone, "prefetch_factor", None))
@@ -81,7 +89,14 @@ class InLoopSweep:
         return True
 
     def next_batch(self, orig_next: Callable[[Any], Any]) -> Any:
-        """The next batch of the current clone, starting a new epoch when one runs out."""
+        """The next batch of the current clone, starting a new epoch when one runs out (the
+        probe's one batch, for the model alone)."""
+        if self.workers == MODEL_ALONE:
+            if self._replayed is None:
+                single = clone_loader(self.loader, num_workers=0)
+                with preserved_random_state(self.loader):
+                    self._replayed = orig_next(iter(single))
+            return self._replayed
         assert self._iterator is not None
         try:
             return orig_next(self._iterator)

@@ -87,7 +87,14 @@ from ._rules import (
     valid_loader_kwargs,
     warm_batches,
 )
-from ._threads import Setting, WorkerThreadPolicy, pick_setting, thread_candidates
+from ._threads import (
+    MODEL_ALONE,
+    PATH_PATIENCE,
+    Setting,
+    WorkerThreadPolicy,
+    pick_setting,
+    thread_candidates,
+)
 from ._transforms import find_transform_pipelines, is_compose_like, measure_getitem_costs
 
 __all__ = [
@@ -97,7 +104,9 @@ __all__ = [
     "DEFAULT_PREFETCH_FACTOR",
     "MAX_SWEEP_WORKERS",
     "MIN_ROUNDS",
+    "MODEL_ALONE",
     "OUTSIDE_TRANSFORMS",
+    "PATH_PATIENCE",
     "PLATEAU_GAIN",
     "PLATEAU_PATIENCE",
     "TARGET_HEADROOM",

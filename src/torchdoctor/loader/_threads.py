@@ -7,22 +7,24 @@ the cores: with busy workers, the model's threads wait for each other at every p
 workers, 2 workers with ``torch.set_num_threads(1)`` 1.75x). So the whole-step sweep searches
 ``(num_workers, threads)`` pairs, cheaply, as a coordinate search:
 
-1. **probe**: no workers, with the script's own threads and with 1. When 1 thread keeps up
-   (within the pick tolerance), the model gains nothing from its threads even with every core
-   to itself, and workers only add contention: the path runs on 1 thread and needs no check.
-2. **path**: the worker counts of :func:`~torchdoctor.loader.sweep_candidates`, ascending, each
-   with 1 thread (threads idle) or the threads the workers leave free (:func:`thread_candidates`,
-   first), stopping on a plateau like the workers-only sweep
-   (:class:`~torchdoctor.loader.SweepPolicy`);
-3. **check**: unless the threads are idle, the other thread counts at the path's pick; and the
-   script as it is (its ``num_workers`` with its own threads), the baseline of the speedup;
+1. **probe**: the model alone (one batch replayed, no loading) with the script's own threads and
+   with 1: a few fast steps. When 1 thread keeps up (within the pick tolerance), the model gains
+   nothing from its threads even with every core to itself, and workers only add contention:
+   the threads are *idle*. (When 1 thread is clearly faster, the threads slow even a loop
+   without workers, and the path measures 0 workers on 1 thread too.)
+2. **path**: the worker candidates of :func:`~torchdoctor.loader.sweep_candidates`, ascending,
+   each on 1 thread (threads idle) or on the cores the workers leave
+   (:func:`thread_candidates`, first), stopping on a plateau like the workers-only sweep
+   (:class:`~torchdoctor.loader.SweepPolicy`). The script as it is (its ``num_workers`` with its
+   own threads) is the baseline: the rate of the steps measured before the sweep, when given.
+3. **check**: unless the threads are idle, the other thread counts at the path's pick, and the
+   baseline if it was neither given nor measured;
 4. **coordinate step**: when the check moved the threads, more workers at those threads, until a
    plateau.
 
-The exhaustive grid (every worker candidate with every thread count) costs most where the
-search does not go: many workers with every core's thread, the slowest steps. On 2 cores with a
-tiny model the search measures 5 of the 8 pairs of the grid in under half its time, see
-benchmarks/worker_sweep.py.
+The exhaustive grid (every worker candidate with every thread count) costs a whole-step trial per
+pair; with idle threads the search costs one per worker count and two short model-alone ones,
+see benchmarks/worker_sweep.py for both on a tiny model.
 """
 
 from __future__ import annotations
@@ -31,10 +33,20 @@ import math
 from collections.abc import Iterable, Sequence
 
 from ..record import DEFAULT_PICK_TOLERANCE, SweepPoint, WorkerSweep
-from ._policy import PLATEAU_GAIN, PLATEAU_PATIENCE, SweepPolicy
+from ._policy import PLATEAU_GAIN, SweepPolicy
 
 #: One trial of the whole-step sweep: ``(num_workers, threads)``.
 Setting = tuple[int, int]
+
+#: The ``num_workers`` of a probe setting: the model alone, on a replayed batch.
+MODEL_ALONE = -1
+
+#: Settings in a row without gain before the path stops. The whole-step path runs in a loop
+#: that shares the cores with everything else on the machine: on the shared 2-core development
+#: machine, 2 workers measured no faster than 1 in 3 of 4 searches while the exhaustive grid
+#: measured them 1.1-2x faster (benchmarks/worker_sweep.py), and the search saves more than the
+#: extra setting costs.
+PATH_PATIENCE = 2
 
 
 def thread_candidates(cpu_count: int, default_threads: int, num_workers: int) -> list[int]:
@@ -67,8 +79,18 @@ def pick_setting(
 class WorkerThreadPolicy:
     """Decides which ``(num_workers, threads)`` to measure next and when to stop (see the module).
 
-    Used like :class:`~torchdoctor.loader.SweepPolicy`: ``next()`` gives a setting or ``None``,
-    ``add(workers, threads, rate)`` records what it measured, ``result()`` is the sweep.
+    Used like :class:`~torchdoctor.loader.SweepPolicy`: ``next()`` gives a setting or ``None``
+    (``num_workers`` :data:`MODEL_ALONE` for the probe), ``add(workers, threads, rate)`` records
+    what it measured, ``result()`` is the sweep.
+
+    Args:
+        worker_candidates: the worker counts (:func:`~torchdoctor.loader.sweep_candidates`).
+        cpu_count: logical CPUs.
+        default_threads: the script's own ``torch.get_num_threads()``.
+        current_workers: the script's own ``num_workers``.
+        baseline_batches_per_s: the rate of the script as it is (its steps measured before the
+            sweep), or ``None`` to measure it.
+        tolerance: the pick's tolerance; also how close 1 thread must come in the probe.
     """
 
     def __init__(
@@ -78,9 +100,10 @@ class WorkerThreadPolicy:
         cpu_count: int,
         default_threads: int,
         current_workers: int,
+        baseline_batches_per_s: float | None = None,
         tolerance: float = DEFAULT_PICK_TOLERANCE,
         plateau_gain: float = PLATEAU_GAIN,
-        patience: int = PLATEAU_PATIENCE,
+        patience: int = PATH_PATIENCE,
     ) -> None:
         self.cpu_count = max(1, cpu_count)
         self.default_threads = max(1, default_threads)
@@ -91,10 +114,18 @@ class WorkerThreadPolicy:
         self.path = SweepPolicy(worker_candidates, plateau_gain=plateau_gain, patience=patience)
         self.candidates = self.path.candidates
         self.points: list[SweepPoint] = []
-        #: Whether the model keeps up on one thread without workers (the probe), once known.
+        #: The model alone at the script's own threads and at 1 (``num_workers`` 0).
+        self.probe: list[SweepPoint] = []
+        if baseline_batches_per_s is not None:
+            self.points.append(
+                SweepPoint(current_workers, baseline_batches_per_s, threads=self.default_threads)
+            )
+        #: Whether the model keeps up on one thread alone (the probe), once known.
         self.threads_idle: bool | None = None if self.default_threads > 1 else False
         self._stage = "probe"
-        self._queue: list[Setting] = [(0, self.default_threads), (0, 1)]
+        self._queue: list[Setting] = []
+        if self.threads_idle is None:
+            self._queue = [(MODEL_ALONE, self.default_threads), (MODEL_ALONE, 1)]
         self._onward: SweepPolicy | None = None
         self._onward_threads = self.default_threads
 
@@ -106,10 +137,10 @@ class WorkerThreadPolicy:
     def path_threads(self, num_workers: int) -> int:
         """The thread count the path tries with ``num_workers``: 1 when the probe found the
         model's threads idle, else those the workers leave free (the script's own at 0)."""
-        if num_workers == 0:
-            return self.default_threads
         if self.threads_idle:
             return 1
+        if num_workers == 0:
+            return self.default_threads
         return thread_candidates(self.cpu_count, self.default_threads, num_workers)[0]
 
     def next(self) -> Setting | None:
@@ -124,7 +155,11 @@ class WorkerThreadPolicy:
             elif self._stage == "path":
                 workers = self.path.next()
                 if workers is not None:
-                    return workers, self.path_threads(workers)
+                    known = self.rate(workers, self.path_threads(workers))
+                    if known is None:
+                        return workers, self.path_threads(workers)
+                    self.path.add(workers, known)  # the baseline
+                    continue
                 self._stage = "check"
                 self._queue = self._checks()
             elif self._stage == "check":
@@ -151,6 +186,9 @@ class WorkerThreadPolicy:
             raise ValueError(
                 f"batches_per_s must be a finite non-negative number, got {batches_per_s}"
             )
+        if num_workers == MODEL_ALONE:
+            self.probe.append(SweepPoint(0, batches_per_s, threads=threads, **measured))  # type: ignore[arg-type]
+            return
         point = SweepPoint(num_workers, batches_per_s, threads=threads, **measured)  # type: ignore[arg-type]
         self.points.append(point)
         if self._stage == "path" and threads == self.path_threads(num_workers):
@@ -160,8 +198,10 @@ class WorkerThreadPolicy:
 
     def rate(self, num_workers: int, threads: int) -> float | None:
         """The rate measured at a setting, if it was."""
-        for p in self.points:
-            if (p.num_workers, p.threads) == (num_workers, threads):
+        measured = self.probe if num_workers == MODEL_ALONE else self.points
+        workers = 0 if num_workers == MODEL_ALONE else num_workers
+        for p in measured:
+            if (p.num_workers, p.threads) == (workers, threads):
                 return p.batches_per_s
         return None
 
@@ -195,17 +235,22 @@ class WorkerThreadPolicy:
             seconds=seconds,
             best_threads=threads,
             default_threads=self.default_threads,
+            threads_probe=list(self.probe),
         )
 
     def _start_path(self) -> None:
-        """After the probe: the path starts from 0 workers, at the threads it chose."""
+        """After the probe: decide the path's threads. The baseline stands for 0 workers when it
+        is the script's setting, unless the model alone ran clearly faster on 1 thread (its
+        threads then slow even a loop without workers: 0 workers is measured on 1 thread)."""
         self._stage = "path"
-        alone, single = self.rate(0, self.default_threads), self.rate(0, 1)
-        if self.threads_idle is None and alone is not None and single is not None:
-            self.threads_idle = single >= alone * (1.0 - self.tolerance)
-        start = single if self.threads_idle else alone
-        if start is not None:
-            self.path.add(0, start)
+        alone = self.rate(MODEL_ALONE, self.default_threads) or 0.0
+        single = self.rate(MODEL_ALONE, 1) or 0.0
+        if self.threads_idle is None:
+            self.threads_idle = alone > 0 and single >= alone * (1.0 - self.tolerance)
+        harmful = self.threads_idle and single * (1.0 - self.tolerance) > alone
+        baseline = self.rate(*self.current)
+        if self.current[0] == 0 and baseline is not None and not harmful:
+            self.path.add(0, baseline)
 
     def _checks(self) -> list[Setting]:
         """After the path: the other thread counts at its pick (unless the probe found the
@@ -243,4 +288,11 @@ def _or(value: float | None, default: float) -> float:
     return default if value is None else value
 
 
-__all__ = ["Setting", "WorkerThreadPolicy", "pick_setting", "thread_candidates"]
+__all__ = [
+    "MODEL_ALONE",
+    "PATH_PATIENCE",
+    "Setting",
+    "WorkerThreadPolicy",
+    "pick_setting",
+    "thread_candidates",
+]

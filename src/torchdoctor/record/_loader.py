@@ -49,6 +49,9 @@ class WorkerSweep:
     best_threads: int | None = None
     #: The script's own ``torch.get_num_threads()`` when the sweep searched threads.
     default_threads: int | None = None
+    #: The model alone (a batch replayed) with the script's own threads and with 1: whether the
+    #: model gains from its threads (``batches_per_s`` is its steps per second).
+    threads_probe: list[SweepPoint] = field(default_factory=list)
 
     def point(self, num_workers: int, threads: int | None = None) -> SweepPoint | None:
         """The measured point at ``num_workers`` and ``threads`` (default: the script's own

@@ -9,15 +9,16 @@ import torch.utils.data.dataloader as dataloader_module
 from torch.utils.data import DataLoader, TensorDataset
 
 from torchdoctor.capture import InLoopSweep, Patcher
-from torchdoctor.loader import WorkerThreadPolicy
+from torchdoctor.loader import MODEL_ALONE, WorkerThreadPolicy
 
 #: The script's own thread count in these tests (not the machine's default, so restoring it is
 #: told apart from resetting torch).
 SCRIPT_THREADS = 3
 
 #: Injected steps/s: workers help, and a step with more than 1 thread and busy workers is 3x
-#: slower (they compete for the cores); without workers the thread count does not matter.
-STEPS_PER_S = {0: 10.0, 1: 18.0, 2: 30.0}
+#: slower (they compete for the cores); without workers the thread count does not matter, and
+#: the model alone (the probe) is as fast on 1 thread.
+STEPS_PER_S = {MODEL_ALONE: 250.0, 0: 10.0, 1: 18.0, 2: 30.0}
 
 
 def step_ms(workers: int, threads: int) -> float:
@@ -47,12 +48,16 @@ def train(sweep: InLoopSweep, max_steps: int = 1000) -> list[tuple[int, int, int
     """The training loop: ``(workers, threads of the setting, torch's threads)`` per step."""
     original_next = dataloader_module._BaseDataLoaderIter.__next__
     seen = []
+    replayed = set()
     for _ in range(max_steps):
-        sweep.next_batch(original_next)
+        batch = sweep.next_batch(original_next)
         assert sweep.workers is not None and sweep.threads is not None
+        if sweep.workers == MODEL_ALONE:
+            replayed.add(id(batch[0]))
         seen.append((sweep.workers, sweep.threads, torch.get_num_threads()))
         if sweep.on_step_end(step_ms(sweep.workers, torch.get_num_threads()), 1):
             break
+    assert len(replayed) <= 1  # the probe serves one batch over and over: the model alone
     return seen
 
 
@@ -61,7 +66,17 @@ def test_each_trial_runs_with_its_threads_and_the_scripts_own_come_back(script_t
     assert sweep.start()
     seen = train(sweep)
     assert all(threads == actual for _, threads, actual in seen)
-    assert {(w, t) for w, t, _ in seen} == {(0, SCRIPT_THREADS), (0, 1), (1, 1), (2, 1)}
+    # The model alone on its threads and on 1, then the workers on 1 thread (the probe found the
+    # threads idle), and the script as it is (no measured steps were given).
+    tried = list(dict.fromkeys((w, t) for w, t, _ in seen))
+    assert tried == [
+        (MODEL_ALONE, SCRIPT_THREADS),
+        (MODEL_ALONE, 1),
+        (0, 1),
+        (1, 1),
+        (2, 1),
+        (0, SCRIPT_THREADS),
+    ]
     result = sweep.result()
     assert (result.best_workers, result.best_threads) == (2, 1)
     assert result.default_threads == SCRIPT_THREADS and result.threads_change == 1
@@ -72,8 +87,8 @@ def test_each_trial_runs_with_its_threads_and_the_scripts_own_come_back(script_t
 def test_a_sweep_stopped_half_way_gives_the_threads_back(script_threads):
     sweep = make_sweep()
     sweep.start()
-    seen = train(sweep, max_steps=4)  # 3 steps with its own threads, then the probe on 1
-    assert seen[-1][1:] == (1, 1)
+    seen = train(sweep, max_steps=4)  # 3 steps of the model alone on its threads, then on 1
+    assert seen[-1] == (MODEL_ALONE, 1, 1)
     sweep.close()  # what the phase's close does on every ending
     assert torch.get_num_threads() == script_threads
     sweep.close()  # idempotent

@@ -41,14 +41,20 @@ class WorkerSweepPhase(Phase):
         loader = session.loaders.main_loader()
         session.shutdown_workers()  # the script's own workers would compete with the clones
         cpus = available_cpus()
+        measured = session.measured_series()
+        measured_ms = sum(measured.step_ms)
         policy = WorkerThreadPolicy(
             sweep_candidates(cpus, loader.num_workers),
             cpu_count=cpus,
             default_threads=torch.get_num_threads(),
             current_workers=loader.num_workers,
+            # The script as it is was just measured: the baseline of the speedup.
+            baseline_batches_per_s=(
+                1000.0 * sum(measured.batches) / measured_ms if measured_ms > 0 else None
+            ),
         )
-        # The path's worker counts and the check at its pick; the count grows if the search goes on.
-        self._candidates = len(policy.candidates) + 1
+        # The probe and the path's worker counts; the count grows if the search goes on.
+        self._candidates = len(policy.candidates) + 2
         self._sweep = InLoopSweep(
             loader,
             policy,
