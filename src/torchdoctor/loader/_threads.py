@@ -10,8 +10,8 @@ workers, 2 workers with ``torch.set_num_threads(1)`` 1.75x). So the whole-step s
 1. **probe**: the model alone (one batch replayed, no loading) with the script's own threads and
    with 1: a few fast steps. When 1 thread keeps up (within the pick tolerance), the model gains
    nothing from its threads even with every core to itself, and workers only add contention:
-   the threads are *idle*. (When 1 thread is clearly faster, the threads slow even a loop
-   without workers, and the path measures 0 workers on 1 thread too.)
+   the threads are *idle*. (When 1 thread saves so much of the model's time that the script's
+   own step would be clearly shorter, the path measures 0 workers on 1 thread too.)
 2. **path**: the worker candidates of :func:`~torchdoctor.loader.sweep_candidates`, ascending,
    each on 1 thread (threads idle) or on the cores the workers leave
    (:func:`thread_candidates`, first), stopping on a plateau like the workers-only sweep
@@ -240,17 +240,23 @@ class WorkerThreadPolicy:
 
     def _start_path(self) -> None:
         """After the probe: decide the path's threads. The baseline stands for 0 workers when it
-        is the script's setting, unless the model alone ran clearly faster on 1 thread (its
-        threads then slow even a loop without workers: 0 workers is measured on 1 thread)."""
+        is the script's setting, unless the model alone ran so much faster on 1 thread that the
+        baseline's step would be clearly shorter with it: then 0 workers is measured on 1
+        thread."""
         self._stage = "path"
         alone = self.rate(MODEL_ALONE, self.default_threads) or 0.0
         single = self.rate(MODEL_ALONE, 1) or 0.0
         if self.threads_idle is None:
             self.threads_idle = alone > 0 and single >= alone * (1.0 - self.tolerance)
-        harmful = self.threads_idle and single * (1.0 - self.tolerance) > alone
         baseline = self.rate(*self.current)
-        if self.current[0] == 0 and baseline is not None and not harmful:
-            self.path.add(0, baseline)
+        if self.current[0] != 0 or baseline is None or baseline <= 0:
+            return
+        if self.threads_idle and alone > 0:
+            # The baseline's step with the model's time on 1 thread instead of its own threads.
+            step_ms = 1000.0 / baseline - 1000.0 / alone + 1000.0 / single
+            if step_ms * (1.0 + self.tolerance) < 1000.0 / baseline:
+                return  # clearly faster: 0 workers is measured on 1 thread
+        self.path.add(0, baseline)
 
     def _checks(self) -> list[Setting]:
         """After the path: the other thread counts at its pick (unless the probe found the

@@ -9,6 +9,7 @@ import torch.utils.data.dataloader as dataloader_module
 from torch.utils.data import DataLoader, TensorDataset
 
 from torchdoctor.capture import InLoopSweep, Patcher
+from torchdoctor.capture._inloop_sweep import PROBE_STEPS_FACTOR, PROBE_WARM_STEPS
 from torchdoctor.loader import MODEL_ALONE, WorkerThreadPolicy
 
 #: The script's own thread count in these tests (not the machine's default, so restoring it is
@@ -87,7 +88,8 @@ def test_each_trial_runs_with_its_threads_and_the_scripts_own_come_back(script_t
 def test_a_sweep_stopped_half_way_gives_the_threads_back(script_threads):
     sweep = make_sweep()
     sweep.start()
-    seen = train(sweep, max_steps=4)  # 3 steps of the model alone on its threads, then on 1
+    # The model alone on its threads (2 warm steps, 4 x 2 counted), then 1 step on 1 thread.
+    seen = train(sweep, max_steps=PROBE_WARM_STEPS + PROBE_STEPS_FACTOR * 2 + 1)
     assert seen[-1] == (MODEL_ALONE, 1, 1)
     sweep.close()  # what the phase's close does on every ending
     assert torch.get_num_threads() == script_threads

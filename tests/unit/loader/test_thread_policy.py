@@ -82,6 +82,13 @@ def test_idle_threads_search_workers_on_one_thread_without_the_grid():
     assert [(p.threads, p.batches_per_s) for p in sweep.threads_probe] == [(2, 250.0), (1, 260.0)]
 
 
+def test_a_model_a_little_faster_alone_on_one_thread_keeps_the_baseline_for_0_workers():
+    rates = dict(TINY_MODEL)
+    rates[(MODEL_ALONE, 1)] = 400.0  # 2.5 ms a step instead of 4 ms: 3% of a 46 ms step
+    _, tried = search(rates, baseline=21.7)
+    assert tried == [*PROBE, (1, 1), (2, 1), (4, 1)]
+
+
 def test_without_a_measured_baseline_the_script_as_it_is_is_measured_too():
     policy, tried = search(TINY_MODEL)
     assert tried == [*PROBE, (0, 1), (1, 1), (2, 1), (4, 1), (0, 2)]
