@@ -16,23 +16,9 @@ import argparse
 import time
 
 import torch
+from slow_transform import Compose, ToFloat  # the same user's pipeline pieces
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
-
-
-class Compose:
-    def __init__(self, transforms):
-        self.transforms = transforms
-
-    def __call__(self, x):
-        for t in self.transforms:
-            x = t(x)
-        return x
-
-
-class ToFloat:
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return x.float().div_(255)
 
 
 class Sharpen:
