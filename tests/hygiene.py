@@ -56,6 +56,7 @@ def snapshot() -> dict[str, object]:
     out["modes.function"] = len(_get_current_function_mode_stack())
     out["modes.dispatch"] = len(_get_current_dispatch_mode_stack())
     out["grad_enabled"] = torch.is_grad_enabled()
+    out["num_threads"] = torch.get_num_threads()  # the worker sweep and --fix set it
     return out
 
 

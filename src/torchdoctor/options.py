@@ -117,6 +117,8 @@ class RunOptions:
         loader_doctor: when the loader doctor runs (see :data:`LoaderDoctorMode`).
         loader_overrides: DataLoader keyword arguments forced on every loader the script builds
             (the ``--fix`` re-run); held as a read-only mapping.
+        threads_override: ``torch.set_num_threads(threads_override)`` at the start of the run,
+            held against the script's own calls (the ``--fix`` re-run); ``None``: left alone.
         stop: raise ``StopRun`` into the script once done; ``False`` lets the script carry on
             unobserved (the capture-overhead benchmark).
     """
@@ -162,7 +164,8 @@ class RunOptions:
         False,
         Flag(
             "--fix",
-            "re-run with the advised DataLoader settings injected and measure the speedup",
+            "re-run with the advised DataLoader settings (and torch threads) injected and "
+            "measure the speedup",
             action="store_true",
         ),
     )
@@ -178,6 +181,7 @@ class RunOptions:
     )
     loader_doctor: LoaderDoctorMode = "auto"
     loader_overrides: Mapping[str, Any] = field(default_factory=dict)
+    threads_override: int | None = None
     stop: bool = True
 
     def __post_init__(self) -> None:

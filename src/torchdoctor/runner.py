@@ -137,6 +137,7 @@ def build_record(
     if record.step_boundary == "backward":
         record.backwards_per_step = session.boundary.backwards_per_step
     record.built_inputs = session.inputs.described()
+    record.threads_override = opts.threads_override
     record.findings.extend(session.data.sync_findings)
     if session.data.sync_sample_ms:
         record.overhead_ms["sync_sampled_step_ms"] = round(
@@ -410,18 +411,19 @@ def verify_fix(
     """Re-run the script with the advised DataLoader settings injected; the trial is ``record.fix``.
 
     See :func:`torchdoctor.loader.fix_trial`: this gives it the re-run (the same script, with
-    the overrides injected, no loader doctor, no sync sampling, no trace).
+    the overrides and the thread count injected, no loader doctor, no sync sampling, no trace).
     """
     from ._supervisor import run_supervised
     from .report.progress import ProgressDisplay
 
-    def rerun(overrides: dict[str, Any], steps: int, warmup: int) -> RunRecord:
+    def rerun(overrides: dict[str, Any], steps: int, warmup: int, threads: int | None) -> RunRecord:
         rerun_options = dataclasses.replace(
             options,
             steps=steps,
             warmup=warmup,
             counterfactuals=False,
             loader_overrides=overrides,
+            threads_override=threads,
             loader_doctor="off",
             sync_steps=0,
             trace_dir=None,

@@ -131,13 +131,18 @@ def _next_input(record: RunRecord) -> str:
     if loader is None and record.built_inputs:
         return _next_built_input(record)
     tips = []
-    measured = next((f for f in record.findings if f.kind == "loader.num_workers"), None)
+    measured = next(
+        (f for f in record.findings if f.kind in ("loader.num_workers", "loader.num_threads")),
+        None,
+    )
     sweep = record.loader_report.worker_sweep if record.loader_report else None
     if measured is not None:
-        tips.append(f"{measured.fix} (measured: {measured.title})")
+        code = " and ".join(line.split("  #")[0] for line in measured.fix.splitlines())
+        tips.append(f"{code} (measured: {measured.title})")
     elif sweep is not None and sweep.points:
+        threads = " (nor fewer torch threads)" if sweep.default_threads is not None else ""
         tips.append(
-            "more DataLoader workers do not pay here (the num_workers sweep measured no "
+            f"more DataLoader workers{threads} do not pay here (the num_workers sweep measured no "
             "worthwhile gain: the loader and the model share the CPU cores), so make each "
             "sample cheaper"
         )

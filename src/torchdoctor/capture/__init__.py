@@ -5,6 +5,8 @@ The loader doctor's measurements (clones, sweeps, transform costs, worker memory
 
 from ._data import StepMarks
 from ._environment import detect_environment
+from ._inloop_sweep import InLoopSweep
+from ._patch import Patcher
 from ._session import CaptureSession, Listener, ProgressFn, StopRun, active_session
 from ._timeline import parts_from_marks
 from .phases import Phase
@@ -13,10 +15,12 @@ from .syncs import SyncEvent, SyncWatcher, find_syncs, watch_syncs
 
 __all__ = [
     "CaptureSession",
+    "InLoopSweep",
     "Listener",
     "StepMarks",
     "parts_from_marks",
     "Phase",
+    "Patcher",
     "ProgressFn",
     "StepProfiler",
     "StopRun",

@@ -73,6 +73,14 @@ class Patcher:
         """What ``fn`` wraps, if it is a wrapper this patcher (or a relative) installed; else ``fn``."""
         return self._originals.get(_key(fn), fn)
 
+    def set_state(self, read: Callable[[], Any], write: Callable[[Any], None], value: Any) -> Any:
+        """Change process state that is no attribute (``torch.set_num_threads``): ``write(value)``
+        now, and on restore ``write`` what ``read()`` gave before; returns that value."""
+        before = read()
+        write(value)
+        self._undo.append(lambda: write(before))
+        return before
+
     def hook(self, handle: Any) -> None:
         """Remember a ``RemovableHandle`` (module/optimizer hook) to remove on restore."""
         self._undo.append(handle.remove)

@@ -45,6 +45,7 @@ from ._loaders import LoaderTracker, ReplayStore
 from ._optimizers import OptimizerTracker
 from ._patch import Patcher
 from ._sampler import SystemSampler
+from ._threads import hold_threads
 from ._timeline import StepTimeline, parts_from_marks
 from .phases import NOT_SERVED, PHASES, Done, Phase
 
@@ -150,6 +151,8 @@ class CaptureSession:
         p.on_restore(self._stop_sampler)
         p.on_restore(self._close_phases)
         p.on_restore(self.inputs.stop_search)
+        if self.options.threads_override is not None:  # the --fix re-run's set_num_threads(k)
+            hold_threads(p, self.options.threads_override, self.data.notes)
 
     def uninstall(self) -> list[BaseException]:
         """Undo every patch and hook, and shut down DataLoader workers this run started."""

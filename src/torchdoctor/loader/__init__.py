@@ -10,6 +10,8 @@ Everything outside this package imports from here. The pieces:
   (:func:`batch_size_of`);
 - ``_measure``: timing a clone alone, at one worker count or over a sweep;
 - ``_policy``: which worker counts to try and when to stop (:class:`SweepPolicy`), pure;
+- ``_threads``: the whole-step sweep's search of worker counts with the main process's
+  threads (:class:`WorkerThreadPolicy`), pure;
 - ``_advice``: the DataLoader settings to change (:func:`sweep_advice`), pure;
 - ``_transforms`` and ``_costs``: where the time to make a batch goes;
 - ``_memory`` and ``_children``: bytes in flight, dtypes, copy-on-read, worker memory;
@@ -44,7 +46,15 @@ from ._costs import (
     transform_findings,
 )
 from ._doctor import LoaderDiagnosis, diagnose_loader, loader_findings
-from ._fix import Rerun, fix_code, fix_settings, fix_trial, predicted_speedup, predicted_step_ms
+from ._fix import (
+    Rerun,
+    fix_code,
+    fix_settings,
+    fix_threads,
+    fix_trial,
+    predicted_speedup,
+    predicted_step_ms,
+)
 from ._measure import (
     Clock,
     measure_loader,
@@ -80,6 +90,14 @@ from ._rules import (
     warm_batches,
 )
 from ._samplers import batch_size_of, sampler_chain
+from ._threads import (
+    MODEL_ALONE,
+    PATH_PATIENCE,
+    Setting,
+    WorkerThreadPolicy,
+    pick_setting,
+    thread_candidates,
+)
 from ._transforms import find_transform_pipelines, is_compose_like, measure_getitem_costs
 
 __all__ = [
@@ -89,7 +107,9 @@ __all__ = [
     "DEFAULT_PREFETCH_FACTOR",
     "MAX_SWEEP_WORKERS",
     "MIN_ROUNDS",
+    "MODEL_ALONE",
     "OUTSIDE_TRANSFORMS",
+    "PATH_PATIENCE",
     "PLATEAU_GAIN",
     "PLATEAU_PATIENCE",
     "TARGET_HEADROOM",
@@ -98,8 +118,10 @@ __all__ = [
     "Clock",
     "LoaderDiagnosis",
     "Rerun",
+    "Setting",
     "SweepPolicy",
     "WorkerMemorySampler",
+    "WorkerThreadPolicy",
     "available_cpus",
     "batch_size_of",
     "clone_loader",
@@ -112,6 +134,7 @@ __all__ = [
     "find_transform_pipelines",
     "fix_code",
     "fix_settings",
+    "fix_threads",
     "fix_trial",
     "function_name",
     "is_compose_like",
@@ -125,6 +148,7 @@ __all__ = [
     "measure_loader_alone",
     "measure_loader_point",
     "no_worker_count_warning",
+    "pick_setting",
     "pick_workers",
     "predicted_speedup",
     "predicted_step_ms",
@@ -139,6 +163,7 @@ __all__ = [
     "sweep_advice",
     "sweep_candidates",
     "sweep_loader",
+    "thread_candidates",
     "transform_costs",
     "transform_findings",
     "valid_loader_kwargs",

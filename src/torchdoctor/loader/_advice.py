@@ -54,42 +54,26 @@ def sweep_advice(
         available_ram_bytes: free RAM now, to keep the advised queues within it.
 
     Returns:
-        Findings of kind ``loader.num_workers``, ``loader.pin_memory``,
-        ``loader.persistent_workers`` and ``loader.prefetch_factor``, as warranted.
+        Findings of kind ``loader.num_workers`` (naming ``torch.set_num_threads`` too when the
+        sweep's pick changes the main process's threads) or ``loader.num_threads`` (only the
+        threads change), ``loader.pin_memory``, ``loader.persistent_workers`` and
+        ``loader.prefetch_factor``, as warranted.
     """
     findings: list[Finding] = []
     chosen = sweep.best_workers
+    threads = sweep.threads_change
     best = sweep.best
     current = settings.num_workers
     speedup = sweep.speedup_over(current)
-    curve = [[p.num_workers, round(p.batches_per_s, 3)] for p in sweep.points]
     what = "training steps" if sweep.measures == "step" else "batches from the loader alone"
-    advise_workers = chosen != current and (speedup is None or speedup >= MIN_WORTHWHILE_SPEEDUP)
-    if not advise_workers:
+    worthwhile = speedup is None or speedup >= MIN_WORTHWHILE_SPEEDUP
+    if not (worthwhile and (chosen != current or threads is not None)):
         # A gain inside the noise is no reason to change: the rest of the advice is for the
         # worker count the loader keeps.
-        chosen = current
+        chosen, threads = current, None
         best = sweep.point(current) or best
-    if advise_workers:
-        gain = f"{speedup:.2f}x the {what} per second" if speedup else "the best measured rate"
-        extra = _worker_kwargs_for(chosen, settings)
-        findings.append(
-            Finding(
-                kind="loader.num_workers",
-                title=f"num_workers={current} -> {chosen}: {gain}",
-                fix=f"DataLoader(..., num_workers={chosen}{extra})",
-                severity="warning" if speedup is None or speedup >= 1.5 else "info",
-                detail={
-                    "current": current,
-                    "recommended": chosen,
-                    "predicted_speedup": speedup,
-                    "measures": sweep.measures,
-                    "curve": curve,
-                    "stopped": sweep.stopped,
-                    "best_batches_per_s": best.batches_per_s,
-                },
-            )
-        )
+    else:
+        findings.append(_setting_finding(sweep, settings, chosen, threads, speedup, what))
     if accelerator and not settings.pin_memory:
         findings.append(
             Finding(
@@ -124,6 +108,58 @@ def sweep_advice(
     if prefetch is not None:
         findings.append(prefetch)
     return findings
+
+
+def _setting_finding(
+    sweep: WorkerSweep,
+    settings: LoaderSettings,
+    chosen: int,
+    threads: int | None,
+    speedup: float | None,
+    what: str,
+) -> Finding:
+    """The sweep's pick as one finding: ``loader.num_workers`` (with the threads, when they
+    change too) or, when only the threads change, ``loader.num_threads``."""
+    current = settings.num_workers
+    gain = f"{speedup:.2f}x the {what} per second" if speedup else "the best measured rate"
+    set_threads = f"torch.set_num_threads({threads})" if threads is not None else ""
+    fixes = []
+    if chosen != current:
+        fixes.append(f"DataLoader(..., num_workers={chosen}{_worker_kwargs_for(chosen, settings)})")
+        title = f"num_workers={current} -> {chosen}"
+        if threads is not None:
+            title += f" and {set_threads} at the start"
+    else:
+        title = f"{set_threads} at the start, with num_workers={current}"
+    if threads is not None:
+        fixes.append(f"{set_threads}  # at the start of the script")
+    detail = {
+        "current": current,
+        "recommended": chosen if chosen != current else threads,
+        "predicted_speedup": speedup,
+        "measures": sweep.measures,
+        "curve": [[p.num_workers, round(p.batches_per_s, 3)] for p in _default_threads(sweep)],
+        "stopped": sweep.stopped,
+        "best_batches_per_s": sweep.best.batches_per_s,
+    }
+    if sweep.default_threads is not None:
+        detail["threads"] = threads
+        detail["default_threads"] = sweep.default_threads
+        detail["trials"] = [
+            [p.num_workers, p.threads, round(p.batches_per_s, 3)] for p in sweep.points
+        ]
+    return Finding(
+        kind="loader.num_workers" if chosen != current else "loader.num_threads",
+        title=f"{title}: {gain}",
+        fix="\n".join(fixes),
+        severity="warning" if speedup is None or speedup >= 1.5 else "info",
+        detail=detail,
+    )
+
+
+def _default_threads(sweep: WorkerSweep) -> list[SweepPoint]:
+    """The points measured with the script's own thread count (all of a workers-only sweep)."""
+    return [p for p in sweep.points if p.threads in (None, sweep.default_threads)]
 
 
 def _worker_kwargs_for(chosen: int, settings: LoaderSettings) -> str:

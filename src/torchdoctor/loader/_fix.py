@@ -1,9 +1,10 @@
 """The ``--fix`` trial: inject the advised DataLoader settings into a re-run and measure it.
 
 :func:`fix_trial` turns a record's loader findings into DataLoader arguments
-(:func:`fix_settings`), re-runs the script with them injected (no code edited) through a callable
-the runner gives, and compares the mean steps: a throughput ratio, checked against what the
-worker sweep predicted (:func:`predicted_speedup`). The result is the record's ``fix``.
+(:func:`fix_settings`) and a main-process thread count (:func:`fix_threads`), re-runs the script
+with them injected (no code edited) through a callable the runner gives, and compares the mean
+steps: a throughput ratio, checked against what the worker sweep predicted
+(:func:`predicted_speedup`). The result is the record's ``fix``.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from typing import Any
 from ..record import Finding, FixTrial, RunRecord
 from ._rules import counted_batches, valid_loader_kwargs, warm_batches
 
-#: ``rerun(overrides, steps, warmup)``: the script run again with ``overrides`` injected into its
-#: DataLoaders, ``warmup`` steps then ``steps`` measured, without the loader doctor; its record.
-Rerun = Callable[[dict[str, Any], int, int], RunRecord]
+#: ``rerun(overrides, steps, warmup, threads)``: the script run again with ``overrides`` injected
+#: into its DataLoaders and, unless ``threads`` is ``None``, ``torch.set_num_threads(threads)`` at
+#: its start, ``warmup`` steps then ``steps`` measured, without the loader doctor; its record.
+Rerun = Callable[[dict[str, Any], int, int, "int | None"], RunRecord]
 
 #: The re-run measures at least this many rounds of ``num_workers`` steps (a mean over few
 #: rounds is dominated by where in a round it starts).
@@ -50,12 +52,28 @@ def fix_settings(findings: Iterable[Finding]) -> dict[str, Any]:
     return out
 
 
-def fix_code(settings: Mapping[str, Any]) -> str:
-    """The permanent code change for injected settings: ``DataLoader(..., num_workers=4, ...)``."""
+def fix_threads(findings: Iterable[Finding]) -> int | None:
+    """The main-process thread count to set in a ``--fix`` run (``torch.set_num_threads``), when
+    the sweep's pick changes it (a ``loader.num_workers`` finding's ``threads``, or a
+    ``loader.num_threads`` finding)."""
+    for f in findings:
+        if f.kind == "loader.num_workers" and f.detail.get("threads"):
+            return int(f.detail["threads"])
+        if f.kind == "loader.num_threads" and f.detail.get("recommended"):
+            return int(f.detail["recommended"])
+    return None
+
+
+def fix_code(settings: Mapping[str, Any], threads: int | None = None) -> str:
+    """The permanent code change for injected settings: ``DataLoader(..., num_workers=4, ...)``,
+    and ``torch.set_num_threads(k)`` on a line of its own when ``threads`` is given."""
     order = ["num_workers", "pin_memory", "persistent_workers", "prefetch_factor"]
     names = [n for n in order if n in settings] + [n for n in settings if n not in order]
     args = ", ".join(f"{n}={settings[n]!r}" for n in names)
-    return f"DataLoader(..., {args})" if args else ""
+    lines = [f"DataLoader(..., {args})"] if args else []
+    if threads is not None:
+        lines.append(f"torch.set_num_threads({threads})")
+    return "\n".join(lines)
 
 
 def predicted_step_ms(
@@ -80,7 +98,10 @@ def predicted_step_ms(
 
 def predicted_speedup(record: RunRecord) -> float | None:
     """What the worker sweep predicts for the whole step, capped by the measured ceiling."""
-    finding = next((f for f in record.findings if f.kind == "loader.num_workers"), None)
+    finding = next(
+        (f for f in record.findings if f.kind in ("loader.num_workers", "loader.num_threads")),
+        None,
+    )
     if finding is None or not finding.detail.get("predicted_speedup"):
         return None
     predicted = float(finding.detail["predicted_speedup"])
@@ -90,7 +111,7 @@ def predicted_speedup(record: RunRecord) -> float | None:
 
 
 def fix_trial(record: RunRecord, rerun: Rerun, *, steps: int, warmup: int) -> FixTrial:
-    """Re-run with the advised DataLoader settings injected, and compare with ``record``.
+    """Re-run with the advised DataLoader settings (and threads) injected; compare with ``record``.
 
     The re-run measures whole rounds of ``num_workers`` steps (with workers, batches arrive
     several at once, then a wait) after skipping the batches the workers prefetch when they
@@ -108,19 +129,22 @@ def fix_trial(record: RunRecord, rerun: Rerun, *, steps: int, warmup: int) -> Fi
         The trial (also what the caller stores as ``record.fix``).
     """
     overrides = fix_settings(record.findings)
+    threads = fix_threads(record.findings)
     trial = FixTrial(
         overrides=overrides,
         predicted_speedup=predicted_speedup(record),
         where=record.loader.created_at if record.loader else None,
-        code=fix_code(overrides) or None,
+        code=fix_code(overrides, threads) or None,
+        threads=threads,
     )
-    if not overrides:
+    if not overrides and threads is None:
         return trial
     workers = overrides.get("num_workers", record.loader.num_workers if record.loader else 0) or 0
     after = rerun(
         overrides,
         counted_batches(workers, max(steps, RERUN_ROUNDS * workers)),
         max(warmup, warm_batches(workers, overrides.get("prefetch_factor"))),
+        threads,
     )
     trial.after = after
     if after.step_ms and record.step_ms and after.step_ms.mean > 0:
@@ -134,6 +158,7 @@ __all__ = [
     "Rerun",
     "fix_code",
     "fix_settings",
+    "fix_threads",
     "fix_trial",
     "predicted_speedup",
     "predicted_step_ms",

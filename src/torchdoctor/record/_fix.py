@@ -30,5 +30,8 @@ class FixTrial:
     code: str | None = None
     #: Mean step of the re-run, in ms.
     after_step_ms: float | None = None
+    #: ``torch.set_num_threads(threads)`` injected at the start of the re-run (the sweep's pick
+    #: changed the main process's threads); ``None``: the script's own thread count.
+    threads: int | None = None
     #: The re-run's whole record; ``None`` when there was nothing to inject.
     after: RunRecord | None = None

@@ -51,6 +51,7 @@ SyncFindingKind = Literal[
 #: The loader doctor's findings (docs/loader.md).
 LoaderFindingKind = Literal[
     "loader.num_workers",
+    "loader.num_threads",
     "loader.persistent_workers",
     "loader.pin_memory",
     "loader.prefetch_factor",

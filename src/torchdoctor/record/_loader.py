@@ -26,6 +26,9 @@ class SweepPoint:
     batch_ms_median: float | None = None
     batch_ms_p90: float | None = None
     batches: int = 0
+    #: The main process's ``torch.get_num_threads()`` during the trial (the whole-step sweep of
+    #: a CPU model searches it with the workers); ``None`` when the sweep left it alone.
+    threads: int | None = None
 
 
 @dataclass
@@ -42,23 +45,40 @@ class WorkerSweep:
     #: "loader" (loader alone, model on an accelerator) or "step" (whole training steps).
     measures: str = "loader"
     seconds: float | None = None
+    #: The chosen main-process thread count, when the sweep searched threads with workers.
+    best_threads: int | None = None
+    #: The script's own ``torch.get_num_threads()`` when the sweep searched threads.
+    default_threads: int | None = None
+    #: The model alone (a batch replayed) with the script's own threads and with 1: whether the
+    #: model gains from its threads (``batches_per_s`` is its steps per second).
+    threads_probe: list[SweepPoint] = field(default_factory=list)
 
-    def point(self, num_workers: int) -> SweepPoint | None:
-        """The measured point at ``num_workers``, if it was measured."""
+    def point(self, num_workers: int, threads: int | None = None) -> SweepPoint | None:
+        """The measured point at ``num_workers`` and ``threads`` (default: the script's own
+        thread count), if it was measured."""
+        wanted = threads if threads is not None else self.default_threads
         for p in self.points:
-            if p.num_workers == num_workers:
+            if p.num_workers == num_workers and (wanted is None or p.threads in (None, wanted)):
                 return p
         return None
 
     @property
     def best(self) -> SweepPoint:
         """The point of the chosen setting."""
-        point = self.point(self.best_workers)
+        point = self.point(self.best_workers, self.best_threads)
         assert point is not None
         return point
 
+    @property
+    def threads_change(self) -> int | None:
+        """The chosen thread count when it differs from the script's own, else ``None``."""
+        if self.best_threads is None or self.best_threads == self.default_threads:
+            return None
+        return self.best_threads
+
     def speedup_over(self, num_workers: int) -> float | None:
-        """Measured throughput at the chosen setting over that at ``num_workers``."""
+        """Measured throughput at the chosen setting over that at ``num_workers`` (with the
+        script's own thread count)."""
         other = self.point(num_workers)
         if other is None or other.batches_per_s <= 0:
             return None

@@ -238,6 +238,8 @@ class RunRecord:
     #: The script's own functions that build its batches inside the loop (no DataLoader), as
     #: ``name (file:line)``; their time is the step's ``data_wait``.
     built_inputs: list[str] = field(default_factory=list)
+    #: ``torch.set_num_threads`` injected at the start of this run (a ``--fix`` re-run), if any.
+    threads_override: int | None = None
 
     @property
     def measured_steps(self) -> int:

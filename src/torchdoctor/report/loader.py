@@ -52,8 +52,12 @@ def render_loader(
 
 def _sweep_table(sweep: WorkerSweep, current: int | None) -> Table:
     what = "batches/s (whole steps)" if sweep.measures == "step" else "batches/s (loader alone)"
-    table = Table(title="num_workers sweep", title_justify="left", box=None, pad_edge=False)
+    threads = sweep.default_threads is not None  # searched with the main process's threads
+    title = "num_workers sweep, with torch threads" if threads else "num_workers sweep"
+    table = Table(title=title, title_justify="left", box=None, pad_edge=False)
     table.add_column("num_workers", justify="right")
+    if threads:
+        table.add_column("threads", justify="right")
     table.add_column(what, justify="right")
     table.add_column("")
     table.add_column("")
@@ -62,12 +66,13 @@ def _sweep_table(sweep: WorkerSweep, current: int | None) -> Table:
     for p in points:
         n = p.num_workers
         marks = []
-        if n == sweep.best_workers:
+        if p is sweep.best:
             marks.append(f"[{GOOD}]pick[/]")
-        if n == current:
+        if n == current and p is sweep.point(n):
             marks.append("now")
+        cells = [str(n)] + ([str(p.threads)] if threads else [])
         table.add_row(
-            str(n),
+            *cells,
             f"{p.batches_per_s:.1f}",
             _bar(p.batches_per_s / top),
             " ".join(marks),

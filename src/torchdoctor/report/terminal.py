@@ -65,7 +65,7 @@ def render_fix(record: RunRecord, trial: FixTrial, console: Console | None = Non
     grid = Table.grid(padding=(0, 1))
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column()
-    if not trial.overrides:
+    if not trial.overrides and trial.threads is None:
         grid.add_row(
             "Fix",
             "nothing to inject: no DataLoader setting was found to help; the findings above "
@@ -73,7 +73,7 @@ def render_fix(record: RunRecord, trial: FixTrial, console: Console | None = Non
         )
         console.print(Panel(grid, title="fix", title_align="left", border_style="green"))
         return
-    grid.add_row("Injected", f"{trial.code}  (no code edited)")
+    grid.add_row("Injected", f"{_one_line(trial.code)}  (no code edited)")
     before = record.step_ms.mean if record.step_ms else None
     after = trial.after_step_ms
     if trial.verified_speedup is not None and before and after:
@@ -88,11 +88,26 @@ def render_fix(record: RunRecord, trial: FixTrial, console: Console | None = Non
         grid.add_row("Verified", Text("the re-run measured no step", style=BAD))
     if trial.predicted_speedup:
         grid.add_row("Predicted", f"{trial.predicted_speedup:.2f}x by the worker sweep")
-    where = f" at {trial.where}" if trial.where else ""
-    grid.add_row("Make it permanent", f"change the DataLoader{where} to {trial.code}")
+    grid.add_row("Make it permanent", _permanent(trial))
     console.print(
         Panel(grid, title="fix, verified by re-running", title_align="left", border_style="green")
     )
+
+
+def _one_line(code: str | None) -> str:
+    return "; ".join((code or "").splitlines())
+
+
+def _permanent(trial: FixTrial) -> str:
+    """The code change in words: the DataLoader's arguments, the thread count at the start."""
+    changes = []
+    if trial.overrides:
+        loader_line = (trial.code or "").splitlines()[0]
+        where = f" at {trial.where}" if trial.where else ""
+        changes.append(f"change the DataLoader{where} to {loader_line}")
+    if trial.threads is not None:
+        changes.append(f"call torch.set_num_threads({trial.threads}) at the start of the script")
+    return " and ".join(changes)
 
 
 def stop_line(record: RunRecord) -> str:

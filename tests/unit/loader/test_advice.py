@@ -141,3 +141,59 @@ def test_no_persistent_workers_advice_when_the_worker_count_stays_zero():
     kinds = [f.kind for f in sweep_advice(sweep, loader, accelerator=False, batches_per_epoch=15)]
     assert "loader.num_workers" not in kinds  # 1.05x is inside the noise
     assert "loader.persistent_workers" not in kinds  # and without workers there is none to keep
+
+
+def threaded_sweep(points, best, default_threads=2) -> WorkerSweep:
+    """A whole-step sweep of ``(num_workers, threads, steps/s)`` with its pick ``best``."""
+    return WorkerSweep(
+        points=[SweepPoint(w, rate, threads=t) for w, t, rate in points],
+        best_workers=best[0],
+        best_threads=best[1],
+        default_threads=default_threads,
+        stopped="plateau",
+        candidates=sorted({w for w, _, _ in points}),
+        measures="step",
+    )
+
+
+ISSUE_CASE = [(0, 2, 21.7), (0, 1, 22.0), (1, 1, 25.0), (2, 1, 38.0), (4, 1, 36.0), (2, 2, 24.6)]
+
+
+def test_advice_names_the_workers_and_the_threads_together():
+    sweep = threaded_sweep(ISSUE_CASE, best=(2, 1))
+    findings = sweep_advice(sweep, settings(), accelerator=False)
+    (nw,) = [f for f in findings if f.kind == "loader.num_workers"]
+    assert nw.title == (
+        "num_workers=0 -> 2 and torch.set_num_threads(1) at the start: "
+        "1.75x the training steps per second"
+    )
+    assert nw.fix == (
+        "DataLoader(..., num_workers=2)\ntorch.set_num_threads(1)  # at the start of the script"
+    )
+    assert nw.detail["recommended"] == 2 and nw.detail["threads"] == 1
+    assert nw.detail["default_threads"] == 2 and [2, 1, 38.0] in nw.detail["trials"]
+    assert nw.detail["predicted_speedup"] == pytest.approx(38.0 / 21.7)
+    assert "loader.num_threads" not in kinds(findings)
+
+
+def test_threads_alone_are_their_own_finding():
+    sweep = threaded_sweep(ISSUE_CASE, best=(2, 1))
+    findings = sweep_advice(sweep, settings(num_workers=2), accelerator=False)
+    (nt,) = [f for f in findings if f.kind == "loader.num_threads"]
+    assert nt.title == (
+        "torch.set_num_threads(1) at the start, with num_workers=2: "
+        "1.54x the training steps per second"
+    )
+    assert nt.fix == "torch.set_num_threads(1)  # at the start of the script"
+    assert nt.detail["recommended"] == 1
+    assert "loader.num_workers" not in kinds(findings)
+
+
+def test_no_thread_advice_inside_the_noise_or_when_the_pick_keeps_them():
+    sweep = threaded_sweep([(0, 2, 21.7), (0, 1, 23.0)], best=(0, 1))
+    assert not {"loader.num_workers", "loader.num_threads"} & set(
+        kinds(sweep_advice(sweep, settings(), accelerator=False))
+    )
+    sweep = threaded_sweep([(0, 2, 10.0), (0, 1, 6.0), (2, 2, 38.0)], best=(2, 2))
+    (nw,) = sweep_advice(sweep, settings(), accelerator=False)
+    assert nw.fix == "DataLoader(..., num_workers=2)" and nw.detail["threads"] is None

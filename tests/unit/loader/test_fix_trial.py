@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from test_advice import settings, sweep_of
+from test_advice import ISSUE_CASE, settings, sweep_of, threaded_sweep
 
 from torchdoctor.loader import (
     counted_batches,
     fix_code,
     fix_settings,
+    fix_threads,
     fix_trial,
     predicted_speedup,
     predicted_step_ms,
@@ -62,10 +63,12 @@ class FakeRerun:
     def __init__(self, step_ms: float | None) -> None:
         self.step_ms = step_ms
         self.calls: list[tuple[dict, int, int]] = []
+        self.threads: list[int | None] = []
 
-    def __call__(self, overrides: dict, steps: int, warmup: int) -> RunRecord:
+    def __call__(self, overrides: dict, steps: int, warmup: int, threads: int | None) -> RunRecord:
         self.calls.append((dict(overrides), steps, warmup))
-        after = RunRecord(loader_overrides=dict(overrides))
+        self.threads.append(threads)
+        after = RunRecord(loader_overrides=dict(overrides), threads_override=threads)
         after.step_ms = Stat.of([self.step_ms]) if self.step_ms is not None else None
         return after
 
@@ -117,3 +120,25 @@ def test_a_faster_loader_cannot_beat_the_model_unless_whole_steps_were_measured(
     advice = sweep_advice(steps, settings(), accelerator=False)
     assert predicted_speedup(first_run(advice, ceiling=2.5)) == pytest.approx(4.0)
     assert predicted_speedup(first_run([])) is None
+
+
+def test_the_threads_of_the_pick_are_injected_with_the_workers():
+    sweep = threaded_sweep(ISSUE_CASE, best=(2, 1))
+    record = first_run(sweep_advice(sweep, settings(), accelerator=False))
+    assert fix_threads(record.findings) == 1
+    rerun = FakeRerun(step_ms=60.0)
+    trial = fix_trial(record, rerun, steps=6, warmup=2)
+    assert rerun.calls[0][0] == {"num_workers": 2} and rerun.threads == [1]
+    assert trial.threads == 1 and trial.after.threads_override == 1
+    assert trial.code == "DataLoader(..., num_workers=2)\ntorch.set_num_threads(1)"
+    assert trial.predicted_speedup == pytest.approx(38.0 / 21.7, abs=1e-3)
+
+
+def test_threads_alone_are_a_fix_to_verify():
+    sweep = threaded_sweep(ISSUE_CASE, best=(2, 1))
+    record = first_run(sweep_advice(sweep, settings(num_workers=2), accelerator=False))
+    rerun = FakeRerun(step_ms=50.0)
+    trial = fix_trial(record, rerun, steps=6, warmup=2)
+    assert trial.overrides == {} and rerun.threads == [1] and trial.threads == 1
+    assert trial.code == "torch.set_num_threads(1)" and trial.verified_speedup == 2.0
+    assert fix_code({}, None) == "" and fix_threads([]) is None

@@ -61,3 +61,50 @@ def test_nothing_to_show_prints_nothing():
     assert rendered(LoaderReport()) == ""
     unflagged = CopyOnRead(False, 0.5, 10.0, 10.5, 0.1, 40)
     assert rendered(LoaderReport(copy_on_read=unflagged, seconds={"memory": 1.0})) == ""
+
+
+def test_a_sweep_of_workers_with_threads_shows_the_threads_of_each_trial():
+    sweep = WorkerSweep(
+        points=[
+            SweepPoint(0, 21.7, threads=2),
+            SweepPoint(0, 22.0, threads=1),
+            SweepPoint(2, 38.0, threads=1),
+        ],
+        best_workers=2,
+        best_threads=1,
+        default_threads=2,
+        stopped="exhausted",
+        candidates=[0, 2],
+        measures="step",
+    )
+    rows = rendered(LoaderReport(worker_sweep=sweep), current_workers=0).splitlines()
+    assert "num_workers sweep, with torch threads" in rows[0] and "threads" in rows[1]
+    (now,) = [r for r in rows if r.rstrip().endswith("now")]
+    (pick,) = [r for r in rows if r.rstrip().endswith("pick")]
+    assert now.split()[:3] == ["0", "2", "21.7"] and pick.split()[:3] == ["2", "1", "38.0"]
+
+
+def test_the_fix_panel_names_the_threads_to_set():
+    from torchdoctor.record import FixTrial, RunRecord, Stat
+    from torchdoctor.report.terminal import render_fix
+
+    record = RunRecord(step_ms=Stat.of([46.0]))
+    trial = FixTrial(
+        overrides={"num_workers": 2},
+        threads=1,
+        code="DataLoader(..., num_workers=2)\ntorch.set_num_threads(1)",
+        where="train.py:12",
+        verified_speedup=1.75,
+        after_step_ms=26.3,
+    )
+    out = io.StringIO()
+    render_fix(record, trial, Console(file=out, width=200))
+    text = out.getvalue()
+    assert "DataLoader(..., num_workers=2); torch.set_num_threads(1)  (no code edited)" in text
+    assert (
+        "change the DataLoader at train.py:12 to DataLoader(..., num_workers=2) and call "
+        "torch.set_num_threads(1) at the start of the script"
+    ) in text
+    out = io.StringIO()
+    render_fix(record, FixTrial(threads=1, code="torch.set_num_threads(1)"), Console(file=out))
+    assert "nothing to inject" not in out.getvalue()

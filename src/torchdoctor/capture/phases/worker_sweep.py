@@ -1,12 +1,16 @@
 """The whole-step worker sweep: the script trains on batches from clones with k workers.
 
 Runs only for a CPU model whose measured steps look input-bound: there the workers compete with
-the model for cores, so the loader alone overstates what more workers buy (docs/loader.md).
+the model for cores, so the loader alone overstates what more workers buy, and the model's own
+intra-op threads compete with the workers: the worker count is searched together with
+``torch.get_num_threads()`` (docs/loader.md).
 """
 
 from __future__ import annotations
 
-from ...loader import SweepPolicy, available_cpus, sweep_candidates
+import torch
+
+from ...loader import WorkerThreadPolicy, available_cpus, sweep_candidates
 from .._inloop_sweep import InLoopSweep
 from .base import NOT_SERVED, Phase
 
@@ -36,15 +40,29 @@ class WorkerSweepPhase(Phase):
     def start(self, session) -> None:
         loader = session.loaders.main_loader()
         session.shutdown_workers()  # the script's own workers would compete with the clones
-        policy = SweepPolicy(sweep_candidates(available_cpus(), loader.num_workers))
-        self._candidates = len(policy.candidates)
+        cpus = available_cpus()
+        measured = session.measured_series()
+        measured_ms = sum(measured.step_ms)
+        policy = WorkerThreadPolicy(
+            sweep_candidates(cpus, loader.num_workers),
+            cpu_count=cpus,
+            default_threads=torch.get_num_threads(),
+            current_workers=loader.num_workers,
+            # The script as it is was just measured: the baseline of the speedup.
+            baseline_batches_per_s=(
+                1000.0 * sum(measured.batches) / measured_ms if measured_ms > 0 else None
+            ),
+        )
+        # The probe and the path's worker counts; the count grows if the search goes on.
+        self._candidates = len(policy.candidates) + 2
         self._sweep = InLoopSweep(
             loader,
             policy,
             steps_per_setting=min(session.options.steps, SWEEP_MAX_STEPS_PER_SETTING),
+            patcher=session.patcher.child(),
             clock_ns=session.clock_ns,
-            on_point=lambda workers, rate: session.progress(
-                self.name, len(policy.points), len(policy.candidates)
+            on_point=lambda workers, threads, rate: session.progress(
+                self.name, len(policy.points), max(self._candidates, len(policy.points))
             ),
         )
         session.progress(self.name, 0, self._candidates)

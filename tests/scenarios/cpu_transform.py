@@ -1,0 +1,96 @@
+"""A CPU training script whose cost sits in one CPU-bound transform, with a tiny model.
+
+The transform (``Sharpen``, 2 ms of pure-Python work per sample by default, like a decoder)
+keeps DataLoader workers busy on the same cores as the model, whose intra-op threads (one per
+core by default) then wait for each other at every parallel region: more workers alone pay
+little, more workers with ``torch.set_num_threads(1)`` pay much more. ``--wait-ms`` adds waiting
+to the transform (a read from slow storage), which workers overlap whatever else runs on the
+machine: the tests use it so that the fix's gain stands out of a loaded machine's noise. Runs as a script
+(``python cpu_transform.py --steps 40``) for the end-to-end tests of the sweep of workers with
+threads and of ``torchdoctor run --fix``; the benchmark imports ``build_loader`` and ``step``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+from slow_transform import Compose, ToFloat  # the same user's pipeline pieces
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+
+class Sharpen:
+    """The costly step: ``cost_ms`` of CPU time per sample in pure Python, after ``wait_ms`` of
+    waiting (a read from slow storage) when given."""
+
+    def __init__(self, cost_ms: float, wait_ms: float = 0.0) -> None:
+        self.cost_s = cost_ms / 1000
+        self.wait_s = wait_ms / 1000
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.wait_s:
+            time.sleep(self.wait_s)
+        deadline = time.thread_time() + self.cost_s
+        spins = 0
+        while time.thread_time() < deadline:
+            spins += 1
+        return x
+
+
+class Pictures(Dataset):
+    def __init__(self, cost_ms: float, wait_ms: float = 0.0, n: int = 4096) -> None:
+        self.n = n
+        self.transform = Compose([ToFloat(), Sharpen(cost_ms, wait_ms)])
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        image = torch.full((3, 16, 16), i % 256, dtype=torch.uint8)
+        return self.transform(image), i % 10
+
+
+def build_loader(
+    cost_ms: float = 2.0, wait_ms: float = 0.0, batch_size: int = 16, **overrides
+) -> DataLoader:
+    kwargs = {"batch_size": batch_size, "shuffle": True, "num_workers": 0}
+    kwargs.update(overrides)
+    return DataLoader(Pictures(cost_ms, wait_ms), **kwargs)
+
+
+def build_model() -> nn.Module:
+    return nn.Sequential(nn.Flatten(), nn.Linear(3 * 16 * 16, 256), nn.ReLU(), nn.Linear(256, 10))
+
+
+def step(model: nn.Module, optimizer: torch.optim.Optimizer, batch) -> None:
+    images, labels = batch
+    optimizer.zero_grad()
+    nn.functional.cross_entropy(model(images), labels).backward()
+    optimizer.step()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--transform-ms", type=float, default=2.0, help="CPU ms per sample")
+    parser.add_argument("--wait-ms", type=float, default=0.0, help="ms per sample spent waiting")
+    parser.add_argument("--workers", type=int, default=0)
+    args = parser.parse_args()
+    model = build_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = build_loader(args.transform_ms, args.wait_ms, num_workers=args.workers)
+    done = 0
+    start = time.perf_counter()
+    while done < args.steps:
+        for batch in loader:
+            step(model, optimizer, batch)
+            done += 1
+            if done >= args.steps:
+                break
+    print(f"{done / (time.perf_counter() - start):.1f} steps/s")
+
+
+if __name__ == "__main__":
+    main()
