@@ -149,9 +149,9 @@ class BuiltInputs:
 
     def _note_not_found(self) -> None:
         self._notes.append(
-            "the loop builds its batches itself, and no function of the script returned the "
-            "model's input: their time counts as other (build them in a function, e.g. "
-            "get_batch(), to have it timed as input)"
+            "the loop draws no batch from a DataLoader, and no function of the script returned "
+            "the model's input: time spent making batches in the loop counts as other (make "
+            "them in a function, e.g. get_batch(), to have it timed as input)"
         )
 
     def _on_event(self, frame: Any, event: str, arg: Any) -> None:

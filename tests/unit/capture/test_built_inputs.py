@@ -184,3 +184,21 @@ def test_another_profiler_is_left_alone():
         sys.setprofile(None)
     assert session.inputs.builders == []
     assert any("another profiler is active" in n for n in session.data.notes)
+
+
+def test_a_loop_on_a_fixed_batch_says_no_builder_was_found():
+    def loop():
+        model = _model()
+        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+        x, y = torch.randn(4, 16), torch.randn(4, 1)
+        for _ in range(30):
+            nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+
+    session = _run(loop, counterfactuals=False)
+    assert session.inputs.builders == []
+    assert sys.getprofile() is None
+    assert any(
+        "no function of the script returned the model's input" in n for n in session.data.notes
+    )
