@@ -58,13 +58,16 @@ def patch_torch(session: CaptureSession) -> None:
     def iterator_next(it):
         return session._next_batch(it, orig_next)
 
+    def is_batch_copy(tensor) -> bool:  # a batch's copy, or any copy a batch builder makes
+        return bool(session._building or (session._batch_ids and id(tensor) in session._batch_ids))
+
     def tensor_to(tensor, *args, **kwargs):
-        if session._building or (session._batch_ids and id(tensor) in session._batch_ids):
+        if is_batch_copy(tensor):
             return session._timed("to_device", orig_to, tensor, *args, **kwargs)
         return orig_to(tensor, *args, **kwargs)
 
     def tensor_cuda(tensor, *args, **kwargs):
-        if session._building or (session._batch_ids and id(tensor) in session._batch_ids):
+        if is_batch_copy(tensor):
             return session._timed("to_device", orig_cuda, tensor, *args, **kwargs)
         return orig_cuda(tensor, *args, **kwargs)
 

@@ -31,6 +31,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 from .._batches import tensors_in
 from ._frames import is_user_file
 from ._loaders import ReplayStore
+from .phases.base import Done
 
 if TYPE_CHECKING:
     from ._patch import Patcher
@@ -75,7 +76,6 @@ class BuiltInputs:
         self._steps_left = 0
         self._returned: WeakIdKeyDictionary = WeakIdKeyDictionary()
         self._user_code: dict[Any, bool] = {}
-        self._previous_profile: Any = None
         self._in_model: Callable[[], bool] = lambda: False
 
     @property
@@ -238,7 +238,7 @@ def _build(session: CaptureSession, builder: Builder, args: tuple, kwargs: dict)
         builder.depth -= 1
         session._building -= 1
         session.pop("data_wait")
-    if phase.takes_steps and phase.name != "done":
+    if not isinstance(phase, Done):
         builder.kept.keep(0, built, measuring=phase.measuring)
     return built
 
