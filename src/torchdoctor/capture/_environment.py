@@ -44,6 +44,8 @@ def detect_environment(session: CaptureSession | None = None) -> Environment:
         cpu_physical=psutil.cpu_count(logical=False),
         world_size=int(os.environ.get("WORLD_SIZE", "1")),
         rank=int(os.environ.get("RANK", "0")),
+        local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+        host=platform.node(),
     )
 
 

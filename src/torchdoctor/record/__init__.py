@@ -70,11 +70,20 @@ from ._trace import (
 )
 from ._verdict import Verdict
 
+# isort: split
+# The job section holds the run's StepSeries and Stat: imported after _run, which imports it.
+from ._ranks import STRAGGLER, WAITS, DistributedReport, RankRun, Straggler
+
 __all__ = [
     "BATCH_SIZE_ARGUMENT",
     "BATCH_SIZE_MEASURED",
     "DEFAULT_PICK_TOLERANCE",
     "COMMUNICATION_BOUND",
+    "STRAGGLER",
+    "WAITS",
+    "DistributedReport",
+    "RankRun",
+    "Straggler",
     "COMPUTE_BOUND",
     "HOST_BOUND",
     "INPUT_BOUND",

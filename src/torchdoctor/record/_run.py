@@ -159,6 +159,9 @@ class Environment:
     cpu_physical: int | None
     world_size: int = 1
     rank: int = 0
+    local_rank: int = 0
+    #: The machine's name (``platform.node()``): tells the nodes of a job apart.
+    host: str = ""
 
 
 @dataclass
@@ -240,6 +243,10 @@ class RunRecord:
     built_inputs: list[str] = field(default_factory=list)
     #: ``torch.set_num_threads`` injected at the start of this run (a ``--fix`` re-run), if any.
     threads_override: int | None = None
+    #: Step times (ms) under DDP's ``no_sync()``: communication made free (a distributed run).
+    no_sync: list[float] = field(default_factory=list)
+    #: A distributed job: every rank, stragglers, communication (docs/distributed.md).
+    distributed: DistributedReport | None = None
 
     @property
     def measured_steps(self) -> int:
@@ -275,5 +282,7 @@ class RunRecord:
 
 
 # FixTrial.after is a RunRecord, so _fix imports this module: import it once RunRecord exists.
-# The record's door takes FixTrial from here, so _run is always imported before _fix.
+# The record's door takes FixTrial from here, so _run is always imported before _fix. The job
+# section's RankRun holds a StepSeries, so _ranks too comes after.
 from ._fix import FixTrial  # noqa: E402
+from ._ranks import DistributedReport  # noqa: E402

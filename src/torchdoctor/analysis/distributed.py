@@ -1,0 +1,360 @@
+"""One verdict for a distributed job, from every rank's own record (pure; docs/distributed.md).
+
+Under DDP every rank waits for the slowest at each all-reduce, so a rank's own verdict misleads:
+the fast ranks' backward holds the wait (they look compute-bound), the slow rank's data wait
+shows what bounds them all. The job is read from each rank's **own work** per step: its step with
+communication made free (DDP's ``no_sync()`` phase), or, without that phase, its step less the
+backward and forward time it spends beyond the fastest rank's (the wait shows there). The rank
+whose own work is clearly the largest is the **straggler**, the others wait for it, and the job is
+bound by the straggler's bottleneck. Without a straggler, a job whose ranks spend a large share of
+the step communicating is COMMUNICATION-BOUND; otherwise the ranks agree and rank 0's verdict is
+the job's.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+
+from ..record import (
+    COMMUNICATION_BOUND,
+    COMPUTE_BOUND,
+    HOST_BOUND,
+    INPUT_BOUND,
+    STATUSES,
+    STEP_PARTS,
+    STRAGGLER,
+    WAITS,
+    DistributedReport,
+    Finding,
+    RankRun,
+    RunRecord,
+    Stat,
+    Straggler,
+    Verdict,
+)
+from .verdict import _NEXT_COMPUTE, _NEXT_HOST, _next_input, summarise
+
+#: A rank whose own work per step is this many times the median of the other ranks' is a
+#: straggler (and the others wait for it).
+STRAGGLER_RATIO = 1.25
+#: Share of the step spent in communication (or waiting in it) that makes a balanced job
+#: communication-bound.
+COMM_BOUND_SHARE = 0.30
+
+#: What the straggler's slowest part says bounds the job.
+_PART_KIND = {
+    "data_wait": INPUT_BOUND,
+    "to_device": INPUT_BOUND,
+    "forward": COMPUTE_BOUND,
+    "backward": COMPUTE_BOUND,
+    "optimizer": COMPUTE_BOUND,
+    "other": HOST_BOUND,
+}
+_PART_WORDS = {
+    "data_wait": "waiting for data",
+    "to_device": "copying batches to the device",
+    "forward": "forward",
+    "backward": "backward",
+    "optimizer": "the optimizer",
+    "other": "host work between the calls",
+}
+
+#: Where a balanced job's communication can be hidden or shrunk.
+NEXT_COMMUNICATION = (
+    "hide or shrink the all-reduce: a larger batch per rank (fewer all-reduces per sample), "
+    "gradient accumulation under DDP's no_sync() for all but the last micro-step, "
+    "DDP(bucket_cap_mb=...) tuned so buckets overlap backward, gradient_as_bucket_view=True, and "
+    "a compression hook (ddp_comm_hooks.default_hooks.bf16_compress_hook) on slow links"
+)
+
+
+def combine(
+    records: list[RunRecord],
+    world_size: int | None = None,
+    nnodes: int = 1,
+    backend: str = "",
+    ended: dict[int, str] | None = None,
+    errors: dict[int, list[str]] | None = None,
+) -> RunRecord:
+    """The job's record from its ranks' records (any order; each knows its rank in ``env``).
+
+    The top-level series, loader and verdict inputs are the bounding rank's (the straggler, else
+    rank 0); ``record.distributed`` holds every rank; the verdict is the job's. ``ended`` and
+    ``errors`` say, per rank, how its process ended and the traceback of a rank that raised.
+    """
+    if not records:
+        raise ValueError("a job record needs at least one rank's record")
+    by_rank = sorted(records, key=rank_of)
+    world = world_size or max(
+        (r.env.world_size for r in by_rank if r.env is not None), default=len(by_rank)
+    )
+    for rec in by_rank:
+        summarise(rec)
+    ranks = [_rank_run(rec, (ended or {}).get(rank_of(rec), ""), errors) for rec in by_rank]
+    _own_work(ranks)
+    report = DistributedReport(
+        world_size=world,
+        nnodes=nnodes,
+        backend=backend,
+        ranks=ranks,
+        missing_ranks=sorted(set(range(world)) - {r.rank for r in ranks}),
+    )
+    owns = [r.own_ms for r in ranks if r.own_ms is not None]
+    if len(owns) >= 2:
+        report.skew_ms = round(max(owns) - min(owns), 3)
+    straggler = find_straggler(ranks)
+    if straggler is not None:
+        report.stragglers.append(straggler)
+        report.bounding_rank = straggler.rank
+    _comm_made_free(report)
+
+    bounding = next(rec for rec in by_rank if rank_of(rec) == _bounding(report, by_rank))
+    job = copy.deepcopy(bounding)
+    job.distributed = report
+    job.status = _worst_status([r.status for r in ranks])
+    job.findings = _merged_findings(by_rank, bounding)
+    job.notes = _merged_notes(by_rank, bounding)
+    if straggler is not None:
+        job.findings.insert(0, straggler_finding(straggler))
+    summarise(job)  # the bounding rank's own figures; the job's verdict follows
+    job.verdict = job_verdict(job, report)
+    return job
+
+
+def rank_of(record: RunRecord) -> int:
+    return record.env.rank if record.env is not None else 0
+
+
+def find_straggler(ranks: list[RankRun]) -> Straggler | None:
+    """The rank whose own work is at least :data:`STRAGGLER_RATIO` times the others' median."""
+    measured = [r for r in ranks if r.own_ms is not None and r.steps.step_ms]
+    if len(measured) < 2:
+        return None
+    slow = max(measured, key=lambda r: r.own_ms or 0.0)
+    others = [r for r in measured if r is not slow]
+    median_own = statistics.median(r.own_ms or 0.0 for r in others)
+    if (slow.own_ms or 0.0) < STRAGGLER_RATIO * median_own or median_own <= 0:
+        return None
+    slow.role = STRAGGLER
+    for r in others:
+        r.role = WAITS
+    waits = [_wait_ms(r) for r in others]
+    return Straggler(
+        rank=slow.rank,
+        part=_slowest_part(slow, others),
+        excess_ms=round((slow.own_ms or 0.0) - median_own, 3),
+        victims=[r.rank for r in others],
+        wait_ms=round(sum(waits) / len(waits), 3),
+    )
+
+
+def straggler_finding(s: Straggler) -> Finding:
+    victims = ", ".join(str(v) for v in s.victims)
+    return Finding(
+        kind="straggler",
+        title=(
+            f"rank {s.rank} is a straggler: its own work per step is {s.excess_ms:.1f} ms longer "
+            f"than the other ranks' (mostly {_PART_WORDS.get(s.part, s.part)}); rank(s) {victims} "
+            f"wait {s.wait_ms:.1f} ms per step for it in the collectives"
+        ),
+        fix=_straggler_fix(s.part),
+        cost_ms=s.excess_ms,
+        severity="critical",
+        detail={"rank": s.rank, "part": s.part, "victims": s.victims},
+    )
+
+
+def job_verdict(job: RunRecord, report: DistributedReport) -> Verdict:
+    """The job's verdict: the straggler's bottleneck, communication, or the ranks' shared one."""
+    own = job.verdict
+    if report.stragglers:
+        s = report.stragglers[0]
+        kind = _PART_KIND.get(s.part, COMPUTE_BOUND)
+        why = (
+            f"rank {s.rank} is a straggler: it spends {s.excess_ms:.1f} ms per step more than the "
+            f"other ranks on its own work, mostly {_PART_WORDS.get(s.part, s.part)}, and every "
+            f"other rank waits for it in the all-reduce ({s.wait_ms:.1f} ms per step)"
+        )
+        if own is not None and own.kind == kind:
+            why += f"; on rank {s.rank}: {own.why}"
+        return Verdict(kind, why, f"on rank {s.rank}: {_next_for(kind, job, own)}", _shares(job))
+    comm_share = _comm_share(report)
+    if comm_share is not None and comm_share >= COMM_BOUND_SHARE:
+        step = job.step_ms.mean if job.step_ms else 0.0
+        why = (
+            f"the ranks spend {comm_share * 100:.0f}% of a mean {step:.1f} ms step in "
+            f"communication (or waiting in it)"
+        )
+        if report.no_sync_step_ms is not None and report.comm_ceiling is not None:
+            why += (
+                f"; with communication made free (no_sync) the step takes "
+                f"{report.no_sync_step_ms:.1f} ms, a ceiling of {report.comm_ceiling:.2f}x"
+            )
+        return Verdict(
+            COMMUNICATION_BOUND,
+            why,
+            NEXT_COMMUNICATION,
+            {**_shares(job), "communication": round(comm_share, 4)},
+        )
+    if own is None:
+        return Verdict("UNKNOWN", "no rank measured a training step", "see the notes", {})
+    balanced = f"the {report.world_size} ranks are balanced"
+    if report.skew_ms is not None:
+        balanced += f" (own work differs by {report.skew_ms:.1f} ms per step)"
+    return Verdict(own.kind, f"{balanced}; rank {job_rank(job)}: {own.why}", own.next, own.shares)
+
+
+def job_rank(job: RunRecord) -> int:
+    return job.distributed.bounding_rank if job.distributed is not None else rank_of(job)
+
+
+# --- the pieces ------------------------------------------------------------------------------
+
+
+def _rank_run(rec: RunRecord, ended: str, errors: dict[int, list[str]] | None) -> RankRun:
+    env = rec.env
+    return RankRun(
+        rank=rank_of(rec),
+        local_rank=env.local_rank if env is not None else 0,
+        host=env.host if env is not None else "",
+        status=rec.status,
+        steps=rec.steps,
+        step_ms=rec.step_ms,
+        parts_ms=dict(rec.parts_ms),
+        model_alone_step_ms=rec.model_alone_step_ms,
+        no_sync=list(rec.no_sync),
+        no_sync_step_ms=Stat.of(rec.no_sync),
+        verdict=rec.verdict,
+        ended=ended,
+        error=list((errors or {}).get(rank_of(rec), [])),
+    )
+
+
+def _own_work(ranks: list[RankRun]) -> None:
+    """Each rank's own work and communication time per step (see the module's docstring)."""
+    measured = [r for r in ranks if r.step_ms is not None]
+    if measured and all(r.no_sync_step_ms is not None for r in measured):
+        for r in measured:
+            assert r.step_ms is not None and r.no_sync_step_ms is not None
+            r.own_ms = round(r.no_sync_step_ms.mean, 3)
+            r.comm_ms = round(max(r.step_ms.mean - r.no_sync_step_ms.mean, 0.0), 3)
+        return
+    # No communication-free steps: the wait shows as backward (and forward, with buffers) time
+    # beyond the least any rank spends there.
+    floor = {p: min(_part(r, p) for r in measured) for p in ("forward", "backward")} if measured else {}
+    for r in measured:
+        assert r.step_ms is not None
+        wait = sum(_part(r, p) - floor[p] for p in floor)
+        r.own_ms = round(r.step_ms.mean - wait, 3)
+
+
+def _wait_ms(r: RankRun) -> float:
+    if r.comm_ms is not None:
+        return r.comm_ms
+    return max((r.step_ms.mean if r.step_ms else 0.0) - (r.own_ms or 0.0), 0.0)
+
+
+def _slowest_part(slow: RankRun, others: list[RankRun]) -> str:
+    """The part (outside backward, where the others' wait sits) the straggler spends most over."""
+    excess = {
+        p: _part(slow, p) - statistics.median(_part(o, p) for o in others)
+        for p in STEP_PARTS
+        if p != "backward"
+    }
+    part, ms = max(excess.items(), key=lambda kv: kv[1])
+    return part if ms > 0 else "backward"
+
+
+def _comm_made_free(report: DistributedReport) -> None:
+    ranks = [r for r in report.ranks if r.step_ms is not None and r.no_sync_step_ms is not None]
+    if not ranks or len(ranks) != len([r for r in report.ranks if r.step_ms is not None]):
+        return
+    step = max(r.step_ms.mean for r in ranks if r.step_ms is not None)
+    free = max(r.no_sync_step_ms.mean for r in ranks if r.no_sync_step_ms is not None)
+    report.no_sync_step_ms = round(free, 3)
+    if free > 0 and step > 0:
+        report.comm_ceiling = round(step / free, 3)
+        report.scaling_efficiency = round(min(free / step, 1.0), 3)
+
+
+def _comm_share(report: DistributedReport) -> float | None:
+    shares = [
+        r.comm_ms / r.step_ms.mean
+        for r in report.ranks
+        if r.comm_ms is not None and r.step_ms is not None and r.step_ms.mean > 0
+    ]
+    return sum(shares) / len(shares) if shares else None
+
+
+def _bounding(report: DistributedReport, by_rank: list[RunRecord]) -> int:
+    ranks = {rank_of(r) for r in by_rank}
+    return report.bounding_rank if report.bounding_rank in ranks else rank_of(by_rank[0])
+
+
+def _part(r: RankRun, part: str) -> float:
+    stat = r.parts_ms.get(part)
+    return stat.mean if stat else 0.0
+
+
+def _shares(job: RunRecord) -> dict[str, float]:
+    return dict(job.verdict.shares) if job.verdict is not None else {}
+
+
+def _next_for(kind: str, job: RunRecord, own: Verdict | None) -> str:
+    if own is not None and own.kind == kind:
+        return own.next
+    if kind == INPUT_BOUND:
+        return _next_input(job)
+    return _NEXT_HOST if kind == HOST_BOUND else _NEXT_COMPUTE
+
+
+def _straggler_fix(part: str) -> str:
+    if _PART_KIND.get(part) == INPUT_BOUND:
+        return (
+            "make this rank's input as fast as the others': its samples cost more (data skew, a "
+            "slower disk or transform) or its loader has fewer workers; see its loader's advice"
+        )
+    if part == "other":
+        return "move this rank's extra per-step Python work (logging, checks, saving) off the step"
+    return (
+        "give this rank the same work and device as the others: uneven batch shapes, a slower "
+        "or shared device, or extra work only this rank does (evaluation, checkpointing)"
+    )
+
+
+def _worst_status(statuses: list[str]) -> str:
+    """The job's status: complete only when every rank is; otherwise the first failure."""
+    bad = [s for s in statuses if s != "complete"]
+    if not bad:
+        return "complete"
+    for s in ("internal-error", "script-error", "killed", "timed-out", "interrupted"):
+        if s in bad:
+            return s
+    return bad[0] if bad[0] in STATUSES else "partial"
+
+
+def _merged_findings(records: list[RunRecord], first: RunRecord) -> list[Finding]:
+    """The bounding rank's findings, then those only other ranks made (with their rank)."""
+    out = list(first.findings)
+    seen = {(f.kind, f.file, f.line) for f in out}
+    for rec in records:
+        if rec is first:
+            continue
+        for f in rec.findings:
+            key = (f.kind, f.file, f.line)
+            if key in seen:
+                continue
+            seen.add(key)
+            out.append(copy.deepcopy(f))
+            out[-1].detail = {**f.detail, "rank": rank_of(rec)}
+    return out
+
+
+def _merged_notes(records: list[RunRecord], first: RunRecord) -> list[str]:
+    out = list(first.notes)
+    for rec in records:
+        if rec is first:
+            continue
+        out.extend(f"rank {rank_of(rec)}: {n}" for n in rec.notes if n not in first.notes)
+    return out

@@ -1,0 +1,72 @@
+"""A small DDP training script launched by torchrun (gloo on CPU), used by the tests as a user's job.
+
+Costs and mistakes are injected per rank so each case is unambiguous on a 2-core machine:
+``--slow-rank R --getitem-ms X`` makes rank R's samples slow (a straggler); ``--raise-on-rank R``
+makes rank R raise at step ``--raise-at``; the other switches make the mistakes the diagnosis
+names (no DistributedSampler, accumulation without ``no_sync()``, ``find_unused_parameters``).
+"""
+
+import argparse
+import os
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, Dataset
+from torch.utils.data.distributed import DistributedSampler
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--getitem-ms", type=float, default=0.0)
+parser.add_argument("--slow-rank", type=int, default=-1, help="only this rank's samples are slow")
+parser.add_argument("--no-sampler", action="store_true")
+parser.add_argument("--accumulate", type=int, default=1)
+parser.add_argument("--find-unused", action="store_true")
+parser.add_argument("--raise-on-rank", type=int, default=-1)
+parser.add_argument("--raise-at", type=int, default=3)
+parser.add_argument("--exit-on-rank", type=int, default=-1, help="os._exit(3) at --raise-at")
+parser.add_argument("--epochs", type=int, default=100)
+parser.add_argument("--hidden", type=int, default=256)
+parser.add_argument("--tag", default="", help="ignored; lets a test find this run's processes")
+args = parser.parse_args()
+
+torch.set_num_threads(1)
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+slow = args.slow_rank in (-2, rank)
+
+
+class Samples(Dataset):
+    def __len__(self):
+        return 512
+
+    def __getitem__(self, i):
+        if slow and args.getitem_ms:
+            time.sleep(args.getitem_ms / 1000)
+        g = torch.Generator().manual_seed(i)
+        return torch.randn(32, generator=g), i % 4
+
+
+model = nn.Sequential(nn.Linear(32, args.hidden), nn.ReLU(), nn.Linear(args.hidden, 4))
+ddp = DDP(model, find_unused_parameters=args.find_unused)
+data = Samples()
+sampler = None if args.no_sampler else DistributedSampler(data)
+loader = DataLoader(data, batch_size=8, sampler=sampler, shuffle=False)
+opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+step = 0
+for epoch in range(args.epochs):
+    if sampler is not None:
+        sampler.set_epoch(epoch)
+    for i, (x, y) in enumerate(loader):
+        if step == args.raise_at and rank == args.raise_on_rank:
+            raise RuntimeError(f"rank {rank} failed on purpose at step {step}")
+        if step == args.raise_at and rank == args.exit_on_rank:
+            os._exit(3)
+        loss = nn.functional.cross_entropy(ddp(x), y) / args.accumulate
+        loss.backward()
+        if (i + 1) % args.accumulate == 0:
+            opt.step()
+            opt.zero_grad()
+            step += 1
+dist.destroy_process_group()
