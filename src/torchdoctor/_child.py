@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -25,16 +26,28 @@ SEEN_INTERVAL_S = 1.0
 #: ``except BaseException``) before this process sends the record and ends itself.
 SWALLOWED_STOP_GRACE_S = 3.0
 #: Phases whose steps are streamed one by one (the others only count in snapshots).
-STREAMED_PHASES = ("measure", "model-alone")
+STREAMED_PHASES = ("measure", "model-alone", "no-sync")
+
+
+#: A rank of a launched job finds the supervisor's socket here (torchrun closes other fds).
+STREAM_ENV = "TORCHDOCTOR_STREAM"
 
 
 def main(argv: list[str]) -> int:
-    spec_path, fd = argv[0], int(argv[1])
+    spec_path = argv[0]
     # Ctrl-C ignored by the shell that started torchdoctor (``&``, nohup) is inherited as
     # ignored; the supervisor hands Ctrl-C on, so it must work here.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
-    writer = StreamWriter(fd)
+    writer = StreamWriter(int(argv[1]) if argv[1] != "-" else _connect(os.environ[STREAM_ENV]))
+    if argv[1] == "-":
+        writer.send(
+            "hello",
+            rank=int(os.environ.get("RANK", "0")),
+            local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+            world_size=int(os.environ.get("WORLD_SIZE", "1")),
+            pid=os.getpid(),
+        )
     try:
         return _run(spec, writer)
     except KeyboardInterrupt:  # before the script started (importing torch): nothing measured
@@ -80,8 +93,8 @@ def _run(spec: dict[str, Any], writer: StreamWriter) -> int:
             if session is None:
                 continue
             writer.send("seen", seen=dict(session.data.seen))
-            if session.phase_name != "done":
-                continue
+            if session.phase_name != "done" or not session.installed:
+                continue  # still measuring, or the script has ended (a job gathers its ranks)
             done_at = done_at or time.monotonic()
             if time.monotonic() - done_at >= SWALLOWED_STOP_GRACE_S:
                 _end_swallowed(session)
@@ -110,10 +123,21 @@ def _run(spec: dict[str, Any], writer: StreamWriter) -> int:
         raise SystemExit(EXIT_INTERNAL) from exc
     finally:
         stop.set()
+    lines: list[str] = []
     if outcome.error is not None:
-        sys.stderr.write("".join(user_traceback(outcome.error)) + "\n")
-    writer.send("final", record=outcome.record.to_dict(), exit_status=outcome.exit_status)
+        lines = user_traceback(outcome.error)
+        sys.stderr.write("".join(lines) + "\n")
+    writer.send(
+        "final", record=outcome.record.to_dict(), exit_status=outcome.exit_status, traceback=lines
+    )
     return outcome.exit_status
+
+
+def _connect(path: str) -> int:
+    """A stream socket to the supervisor of a launched job; its fd belongs to the writer."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(path)
+    return sock.detach()
 
 
 if __name__ == "__main__":

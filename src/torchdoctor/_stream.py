@@ -12,7 +12,8 @@ rebuild a record when the script's process dies at any moment:
   steps leaves a trace of what it did;
 - ``final``: the finished record and the exit status, the last word of a script that ended in a
   way torchdoctor saw (stopped on purpose, an error, ``sys.exit``, Ctrl-C);
-- ``error``: the script could not be run at all (not found), or torchdoctor itself failed.
+- ``error``: the script could not be run at all (not found), or torchdoctor itself failed;
+- ``hello``: first, from a rank of a launched job: which rank it is and its process id.
 
 The writer never raises: a supervisor that went away must not break the user's script.
 """
@@ -22,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,6 +69,12 @@ class StreamState:
     final: dict[str, Any] | None = None
     #: The child could not run the script (``message``, ``hint``, ``internal``).
     error: dict[str, Any] | None = None
+    #: A rank of a launched job: ``rank``, ``local_rank``, ``world_size``, ``pid``.
+    hello: dict[str, Any] | None = None
+    #: ``time.monotonic()`` when ``final`` arrived: which rank failed first.
+    final_at: float | None = None
+    #: ``time.monotonic()`` when the writer's end closed (its process ended).
+    closed_at: float | None = None
 
 
 class StreamReader:
@@ -89,6 +97,7 @@ class StreamReader:
                     self._take(json.loads(line))
                 except (ValueError, TypeError, KeyError):
                     continue  # not one of ours (the pipe is ours alone): nothing to keep
+        self.state.closed_at = time.monotonic()
 
     def _take(self, message: dict[str, Any]) -> None:
         kind = message["t"]
@@ -105,6 +114,9 @@ class StreamReader:
             state.seen = message["seen"]
         elif kind == "final":
             state.final = message
+            state.final_at = time.monotonic()
+        elif kind == "hello":
+            state.hello = message
         elif kind == "error":
             state.error = message
 

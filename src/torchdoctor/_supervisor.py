@@ -47,6 +47,8 @@ class Supervised:
 
     record: RunRecord
     exit_status: int
+    #: False on a node of a launched job that does not host rank 0: the report is rank 0's.
+    reports: bool = True
 
 
 def run_supervised(
@@ -59,16 +61,11 @@ def run_supervised(
     """
     if target.script:
         resolve_script(target.script)  # a missing script is told at once, not after torch loads
-    spec = {
-        "target": dataclasses.asdict(target),
-        "options": {
-            **{f.name: getattr(options, f.name) for f in dataclasses.fields(options)},
-            "loader_overrides": dict(options.loader_overrides),
-            "json_path": None,
-            "fix": False,
-            "quiet": True,
-        },
-    }
+    if options.nproc_per_node:
+        from ._launch import run_launched
+
+        return run_launched(target, options, progress)
+    spec = child_spec(target, options)
     with _Signals() as signals, tempfile.TemporaryDirectory(prefix="torchdoctor-") as tmp:
         spec_path = Path(tmp) / "spec.json"
         spec_path.write_text(json.dumps(spec), encoding="utf-8")
@@ -95,6 +92,20 @@ def run_supervised(
         reader.join(timeout_s=10.0)
     signalled = signals.received[0] if signals.received else None
     return _outcome(reader.state, proc.returncode, target, options, timed_out, signalled)
+
+
+def child_spec(target: Any, options: RunOptions) -> dict[str, Any]:
+    """What the script's process is told: the target and the options it runs under."""
+    return {
+        "target": dataclasses.asdict(target),
+        "options": {
+            **{f.name: getattr(options, f.name) for f in dataclasses.fields(options)},
+            "loader_overrides": dict(options.loader_overrides),
+            "json_path": None,
+            "fix": False,
+            "quiet": True,
+        },
+    }
 
 
 #: The child's entry. ``python -m`` would put the current folder first on ``sys.path``, and a
@@ -246,6 +257,8 @@ def record_from_stream(state: StreamState, command: list[str], options: RunOptio
             record.steps.add_step(parts, batches)
         elif phase == "model-alone":
             record.model_alone.append(round(sum(parts.values()), 4))
+        elif phase == "no-sync":
+            record.no_sync.append(round(sum(parts.values()), 4))
     if state.seen is not None:
         record.seen = dict(state.seen)
     summarise(record)

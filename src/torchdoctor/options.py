@@ -119,6 +119,10 @@ class RunOptions:
             (the ``--fix`` re-run); held as a read-only mapping.
         threads_override: ``torch.set_num_threads(threads_override)`` at the start of the run,
             held against the script's own calls (the ``--fix`` re-run); ``None``: left alone.
+        nproc_per_node: launch this many ranks per node through torch.distributed.run.
+        nnodes: nodes of a launched job (torchrun's ``--nnodes``).
+        node_rank: this node's rank in a launched job.
+        rdzv_endpoint: ``HOST:PORT`` of the c10d rendezvous of a multi-node launch.
         stop: raise ``StopRun`` into the script once done; ``False`` lets the script carry on
             unobserved (the capture-overhead benchmark).
     """
@@ -177,6 +181,39 @@ class RunOptions:
             "what was measured (default %(default)s; the --fix re-run gets its own)",
             type=positive_float,
             metavar="S",
+        ),
+    )
+    nproc_per_node: int | None = _flag(
+        None,
+        Flag(
+            "--nproc-per-node",
+            "launch N ranks of the script through torch.distributed.run (torchrun), each under "
+            "capture, and report the job as one (docs/distributed.md)",
+            type=positive_int,
+            metavar="N",
+        ),
+    )
+    nnodes: str | None = _flag(
+        None,
+        Flag(
+            "--nnodes",
+            "with --nproc-per-node: nodes in the job (torchrun's --nnodes); run torchdoctor on "
+            "each with the same --rdzv-endpoint",
+            type=str,
+            metavar="M",
+        ),
+    )
+    node_rank: int | None = _flag(
+        None,
+        Flag("--node-rank", "with --nnodes: this node's rank", type=non_negative_int, metavar="R"),
+    )
+    rdzv_endpoint: str | None = _flag(
+        None,
+        Flag(
+            "--rdzv-endpoint",
+            "with --nnodes: HOST:PORT of the c10d rendezvous every node joins",
+            type=str,
+            metavar="HOST:PORT",
         ),
     )
     loader_doctor: LoaderDoctorMode = "auto"

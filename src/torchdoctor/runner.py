@@ -12,7 +12,6 @@ import sys
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from . import __version__
@@ -101,7 +100,39 @@ def run_target(
         sys.argv[:] = saved_argv
         sys.path[:] = saved_path
     record = build_record(session, target.describe(), ended, error)
-    return RunOutcome(record, _exit_status(record, ended), error or session.data.internal_error)
+    status = _exit_status(record, ended)
+    if session.ranks.launched:
+        record = _job_record(session, record, ended)
+    return RunOutcome(record, status, error or session.data.internal_error)
+
+
+def _job_record(session: CaptureSession, record: RunRecord, ended: str) -> RunRecord:
+    """On rank 0 of a coordinated job: every rank's record gathered into the job's.
+
+    The ranks stopped at the same step, so each reaches this gather; a rank that failed ended
+    its process instead, and the launcher ends the others (the supervisor then puts the job
+    together from what each rank streamed).
+    """
+    from .analysis.distributed import combine
+
+    ranks = session.ranks
+    try:
+        if ended != "stopped" or not ranks.coordinated:
+            return record
+        gathered = ranks.gather(record.to_dict())
+    except (RuntimeError, ValueError) as exc:  # a rank went away meanwhile
+        record.notes.append(f"the ranks' records could not be gathered ({exc})")
+        return record
+    finally:
+        ranks.close()
+    if gathered is None:
+        return record
+    records = [RunRecord.from_dict(d) for d in gathered if d is not None]
+    return combine(records, world_size=ranks.world_size, nnodes=_nnodes(records))
+
+
+def _nnodes(records: list[RunRecord]) -> int:
+    return len({r.env.host for r in records if r.env is not None}) or 1
 
 
 def build_record(
@@ -138,6 +169,20 @@ def build_record(
         record.backwards_per_step = session.boundary.backwards_per_step
     record.built_inputs = session.inputs.described()
     record.threads_override = opts.threads_override
+    record.no_sync = [round(session.step_ms(step), 4) for step in session.data.no_sync]
+    roots = session.root_modules()
+    record.seen.update(session.parallel.ddp_settings(roots))
+    loader = session.loaders.main_settings()
+    record.findings.extend(
+        session.parallel.findings(
+            roots,
+            session.loaders.main_loader(),
+            loader.created_at if loader is not None else None,
+            session.ranks.world_size,
+            session.ranks.local_rank,
+            len(session.data.measured),
+        )
+    )
     record.findings.extend(session.data.sync_findings)
     if session.data.sync_sample_ms:
         record.overhead_ms["sync_sampled_step_ms"] = round(
@@ -293,60 +338,6 @@ def _is_ours(filename: str) -> bool:
     )
 
 
-class watch:  # noqa: N801 - used like a function: ``with torchdoctor.watch(steps=20) as run:``
-    """Measure the training loop inside a ``with`` block; the record is in ``run.record``.
-
-    The block is stopped (by an exception the ``with`` swallows) after warmup, measured,
-    model-alone and loader-alone steps, exactly as ``torchdoctor run`` stops a script.
-
-    Args:
-        steps: measured steps (one step is one ``optimizer.step()``).
-        warmup: steps run before measuring.
-        counterfactuals: also run the model-alone and loader-alone phases.
-        progress: called as ``progress(phase, done, total)``.
-
-    Example:
-        >>> with torchdoctor.watch(steps=20) as run:  # doctest: +SKIP
-        ...     train(model, loader)
-        >>> run.record.verdict.kind  # doctest: +SKIP
-    """
-
-    def __init__(
-        self,
-        steps: int = 20,
-        warmup: int = 5,
-        counterfactuals: bool = True,
-        progress: ProgressFn | None = None,
-    ) -> None:
-        self._session = CaptureSession(
-            RunOptions(steps=steps, warmup=warmup, counterfactuals=counterfactuals),
-            progress=progress,
-        )
-        self.record: RunRecord | None = None
-
-    def __enter__(self) -> watch:
-        self._session.install()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool:
-        self._session.uninstall()
-        if exc_type is None:
-            ended = "finished"
-        elif issubclass(exc_type, StopRun):
-            ended = "stopped"
-        elif issubclass(exc_type, KeyboardInterrupt):
-            ended = "interrupted"
-        else:
-            ended = "error"
-        self.record = build_record(self._session, ["<watch>"], ended, exc)
-        return ended == "stopped"
-
-
 def run_cli(target: Target, options: RunOptions) -> int:
     """``torchdoctor run`` (and ``loader``): run supervised, save the record, report, verify the fix.
 
@@ -358,8 +349,10 @@ def run_cli(target: Target, options: RunOptions) -> int:
     from .report.progress import ProgressDisplay
     from .report.terminal import render
 
+    # Under `torchrun -m torchdoctor run`, every rank runs this; rank 0 reports the job.
+    other_rank = not options.nproc_per_node and os.environ.get("RANK", "0") != "0"
     try:
-        with ProgressDisplay(enabled=not options.quiet) as display:
+        with ProgressDisplay(enabled=not options.quiet and not other_rank) as display:
             outcome = run_supervised(target, options, progress=display.update)
     except KeyboardInterrupt:  # Ctrl-C (or SIGTERM) before the supervision began
         if options.json_path:
@@ -369,6 +362,8 @@ def run_cli(target: Target, options: RunOptions) -> int:
         raise
     record = outcome.record
     status = outcome.exit_status
+    if other_rank or not outcome.reports:
+        return status  # rank 0 prints the job's report and writes its record
     if options.fix and status == EXIT_OK:
         verify_fix(target, options, record, quiet=options.quiet)
         after = record.fix.after if record.fix is not None else None

@@ -41,6 +41,8 @@ class CaptureData:
 
     measured: list[StepMarks] = field(default_factory=list)
     model_alone: list[StepMarks] = field(default_factory=list)
+    #: Steps under DDP's ``no_sync()`` (communication made free).
+    no_sync: list[StepMarks] = field(default_factory=list)
     #: Wall time of each step watched by the sync finder (not timed otherwise), in ms.
     sync_sample_ms: list[float] = field(default_factory=list)
     sync_findings: list[Finding] = field(default_factory=list)

@@ -41,7 +41,9 @@ from ._hooks import patch_torch
 from ._inputs import BuiltInputs
 from ._loaders import LoaderTracker, ReplayStore
 from ._optimizers import OptimizerTracker
+from ._parallel import ParallelWatch
 from ._patch import Patcher
+from ._ranks import Ranks
 from ._sampler import SystemSampler
 from ._step_hooks import StepHooks, StopRun
 from ._threads import hold_threads
@@ -85,6 +87,9 @@ class CaptureSession(StepHooks):
         self.inputs = BuiltInputs(max_kept=options.steps, notes=self.data.notes)
         self._building = 0
         self.sampler = SystemSampler()
+        #: This process's rank in a job launched by torchrun, and the job's own gloo group.
+        self.ranks = Ranks(timeout_s=options.max_seconds)
+        self.parallel = ParallelWatch()
         self.table: list[Phase] = [cls() for cls in phases]
         self.phase: Phase = self.table[0]
         self._started: list[Phase] = []
@@ -128,6 +133,7 @@ class CaptureSession(StepHooks):
 
     def _install(self) -> None:
         patch_torch(self)
+        self.parallel.install(self.patcher)
         # Global module hooks put every module call on torch's slow path (measured: 22% on an
         # 81-module MLP, benchmarks/capture_overhead.py). They find the outermost modules during
         # warmup; from the first measured step only those few carry hooks.
@@ -232,7 +238,7 @@ class CaptureSession(StepHooks):
     def _enter(self, index: int) -> None:
         """Start the first wanted phase from ``index`` on; after the last, stop the script."""
         for phase in self.table[index:]:
-            if not phase.wanted(self):
+            if not self._agreed(phase, phase.wanted(self)):
                 continue
             self.inputs.phase_starting(phase.name)
             self.phase = phase
@@ -247,6 +253,19 @@ class CaptureSession(StepHooks):
         self.phase = Done()
         if self.options.stop:
             raise StopRun()
+
+    def _agreed(self, phase: Phase, wanted: bool) -> bool:
+        """In a distributed job, a phase that takes steps runs only where every rank wants it."""
+        if not phase.agreed or not self.ranks.launched:
+            return wanted
+        agreed = self.ranks.agree(wanted)
+        if wanted and not agreed:
+            phase.close(self)
+            self.data.notes.append(
+                f"{phase.name} phase skipped: another rank of the job could not run it, and "
+                "every rank must take the same steps"
+            )
+        return agreed
 
     def _on_step_end(self) -> None:
         step = StepMarks(self.timeline.cut(), self._step_batches)

@@ -32,6 +32,7 @@ class StepHooks:
     data: Any
     boundary: Any
     options: Any
+    parallel: Any
 
     # --- hooks ------------------------------------------------------------------------------
 
@@ -62,6 +63,7 @@ class StepHooks:
                 if kind is None:
                     self._boundary_decided()
                 self._end_step()
+            self.parallel.forward_starting(module, self.phase.measuring)
             if self.inputs.searching:
                 self.inputs.model_called(args, self.patcher, self)
             self.push("forward")
@@ -75,6 +77,8 @@ class StepHooks:
     def _optimizer_pre(self, optimizer, args, kwargs) -> None:
         self._check_done()
         self.optimizers.seen(optimizer)
+        if self._optimizer_depth == 0:
+            self.parallel.optimizer_stepping(self.root_modules(), self.phase.measuring)
         self._optimizer_depth += 1
         self.push("optimizer")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from ._kinds import (
     COMMUNICATION_BOUND,
     COMPUTE_BOUND,
+    DISTRIBUTED_FINDING_KINDS,
     FINDING_KINDS,
     HOST_BOUND,
     INPUT_BOUND,
@@ -85,6 +86,7 @@ __all__ = [
     "RankRun",
     "Straggler",
     "COMPUTE_BOUND",
+    "DISTRIBUTED_FINDING_KINDS",
     "HOST_BOUND",
     "INPUT_BOUND",
     "UNKNOWN",

@@ -69,7 +69,16 @@ TraceFindingKind = Literal[
     "comm-overlap",
     "straggler",
 ]
-FindingKind = Literal[SyncFindingKind, LoaderFindingKind, TraceFindingKind]
+#: A distributed job's findings (docs/distributed.md); a straggler is ``"straggler"``.
+DistributedFindingKind = Literal[
+    "ddp.data-parallel",
+    "ddp.no-distributed-sampler",
+    "ddp.device",
+    "ddp.accumulation-sync",
+    "ddp.find-unused-parameters",
+    "ddp.buckets",
+]
+FindingKind = Literal[SyncFindingKind, LoaderFindingKind, TraceFindingKind, DistributedFindingKind]
 
 INPUT_BOUND: VerdictKind = "INPUT-BOUND"
 COMPUTE_BOUND: VerdictKind = "COMPUTE-BOUND"
@@ -84,4 +93,7 @@ STEP_BOUNDARY_KINDS: tuple[str, ...] = get_args(StepBoundaryKind)
 SYNC_FINDING_KINDS: tuple[str, ...] = get_args(SyncFindingKind)
 LOADER_FINDING_KINDS: tuple[str, ...] = get_args(LoaderFindingKind)
 TRACE_FINDING_KINDS: tuple[str, ...] = get_args(TraceFindingKind)
-FINDING_KINDS: tuple[str, ...] = SYNC_FINDING_KINDS + LOADER_FINDING_KINDS + TRACE_FINDING_KINDS
+DISTRIBUTED_FINDING_KINDS: tuple[str, ...] = get_args(DistributedFindingKind)
+FINDING_KINDS: tuple[str, ...] = (
+    SYNC_FINDING_KINDS + LOADER_FINDING_KINDS + TRACE_FINDING_KINDS + DISTRIBUTED_FINDING_KINDS
+)

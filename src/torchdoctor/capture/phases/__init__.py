@@ -8,6 +8,7 @@ from .loader_alone import LoaderAlonePhase, measure_loader_alone
 from .loader_doctor import LoaderDoctorPhase
 from .measure import MeasurePhase
 from .model_alone import ModelAlonePhase
+from .no_sync import NoSyncPhase
 from .sync_sample import SyncSamplePhase
 from .trace import TracePhase
 from .warmup import WarmupPhase
@@ -20,6 +21,7 @@ PHASES: tuple[type[Phase], ...] = (
     TracePhase,
     MeasurePhase,
     ModelAlonePhase,
+    NoSyncPhase,
     WorkerSweepPhase,
     LoaderAlonePhase,
     LoaderDoctorPhase,
@@ -33,6 +35,7 @@ __all__ = [
     "LoaderDoctorPhase",
     "MeasurePhase",
     "ModelAlonePhase",
+    "NoSyncPhase",
     "Phase",
     "SyncSamplePhase",
     "TracePhase",

@@ -34,6 +34,9 @@ class Phase:
     owns_loaders: ClassVar[bool] = False
     #: Does all its work in ``start`` (between two steps of the script), taking no steps.
     takes_steps: ClassVar[bool] = True
+    #: In a distributed job, runs only when every rank wants it (phases that take steps must:
+    #: every rank has to take the same steps); a phase taking no steps may run on some ranks.
+    agreed: ClassVar[bool] = True
 
     def __init__(self) -> None:
         self.steps_done = 0

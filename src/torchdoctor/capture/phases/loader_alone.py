@@ -14,6 +14,7 @@ class LoaderAlonePhase(Phase):
     name = "loader-alone"
     owns_loaders = True
     takes_steps = False
+    agreed = False
 
     def start(self, session) -> None:
         session.shutdown_workers()  # the script's own workers are idle now; free the cores

@@ -13,6 +13,7 @@ class LoaderDoctorPhase(Phase):
     name = "loader-doctor"
     owns_loaders = True
     takes_steps = False
+    agreed = False
 
     def wanted(self, session) -> bool:
         if session.loaders.main_loader() is None:

@@ -28,6 +28,8 @@ class WorkerSweepPhase(Phase):
         self._candidates = 0
 
     def wanted(self, session) -> bool:
+        if session.ranks.launched:
+            return False  # its steps per setting adapt to each rank's own figures
         return (
             bool(session.data.model_alone)
             and not session.clock.on_accelerator

@@ -1,0 +1,312 @@
+"""``torchdoctor run --nproc-per-node N``: a job launched by PyTorch's own launcher, every rank under
+capture, one report (docs/distributed.md).
+
+The launcher is torch.distributed.run (what ``torchrun`` runs), started in a process of its own
+with ``--no-python`` and torchdoctor's child entry as each worker's command: rendezvous, the
+ranks' environment, the restart policy (none) and tearing down the other ranks when one fails
+are all its own. torchrun gives its workers no file descriptor but the standard ones, so each
+rank connects to a Unix socket this process listens on (its path is in the environment) and
+streams what it measures there, saying first which rank it is.
+
+When the ranks stop together, rank 0 gathers every rank's record over torch.distributed and
+sends the job's record as its last word. When a rank fails (raises, exits, is killed), the
+launcher ends the others and this process puts the job together from what each rank of this
+node streamed, naming the rank that failed first and its traceback.
+
+This module does not import torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ._child import STREAM_ENV
+from ._errors import (
+    EXIT_INTERRUPTED,
+    EXIT_NO_TRAINING,
+    EXIT_OK,
+    EXIT_SCRIPT_ERROR,
+    EXIT_TIMED_OUT,
+    EXIT_USAGE,
+    TorchdoctorError,
+)
+from ._stream import StreamReader, StreamState
+from ._supervisor import (
+    _CHILD_CODE,
+    Supervised,
+    _end_group,
+    _not_started,
+    _Signals,
+    _wait,
+    child_spec,
+    record_from_stream,
+)
+from .options import RunOptions
+from .record import Environment, RunRecord
+
+#: The launcher's entry: torch.distributed.run's own ``main``. Its log lines (a banner about
+#: OMP_NUM_THREADS, a box per failed worker) are muted: the report names the failing rank.
+LAUNCH_CODE = (
+    "import sys, logging\n"
+    "del sys.path[0]\n"
+    "from torch.distributed.run import main\n"
+    "from torch.distributed.elastic.multiprocessing.errors import ChildFailedError\n"
+    "for name in list(logging.root.manager.loggerDict):\n"
+    "    if name.startswith('torch.distributed'):\n"
+    "        logging.getLogger(name).setLevel(logging.CRITICAL)\n"
+    "try:\n"
+    "    main(sys.argv[1:])\n"
+    "except ChildFailedError:\n"
+    "    sys.exit(1)\n"
+)
+
+
+def launcher_args(options: RunOptions) -> list[str]:
+    """torch.distributed.run's arguments for ``options`` (before the worker's command).
+
+    Raises:
+        TorchdoctorError: a multi-node launch without a rendezvous endpoint, or ``--fix``.
+    """
+    if options.fix:
+        raise TorchdoctorError(
+            "--fix is not available with --nproc-per-node yet",
+            "run the diagnosis of the job, then --fix on one rank's script without the launcher",
+            EXIT_USAGE,
+        )
+    multi_node = options.nnodes not in (None, "1")
+    if multi_node and not options.rdzv_endpoint:
+        raise TorchdoctorError(
+            f"--nnodes {options.nnodes} needs the rendezvous every node joins",
+            "add --rdzv-endpoint HOST:PORT (the same on every node)",
+            EXIT_USAGE,
+        )
+    args = ["--nproc-per-node", str(options.nproc_per_node), "--max-restarts", "0"]
+    if options.nnodes:
+        args += ["--nnodes", options.nnodes]
+    if options.node_rank is not None:
+        args += ["--node-rank", str(options.node_rank)]
+    if options.rdzv_endpoint:
+        args += ["--rdzv-backend", "c10d", "--rdzv-endpoint", options.rdzv_endpoint]
+        args += ["--rdzv-id", "torchdoctor"]
+    else:
+        args.append("--standalone")  # one node: a free port of its own, no clash with others
+    return [*args, "--no-python"]
+
+
+def run_launched(
+    target: Any, options: RunOptions, progress: Callable[[str, int, int], None] | None = None
+) -> Supervised:
+    """Launch ``target`` as a job of ranks under capture, within the bound; one record back."""
+    if options.nnodes is None and (options.node_rank is not None or options.rdzv_endpoint):
+        raise TorchdoctorError(
+            "--node-rank and --rdzv-endpoint belong to a multi-node launch",
+            "add --nnodes M, or leave them out for one node",
+            EXIT_USAGE,
+        )
+    head = launcher_args(options)
+    with _Signals() as signals, tempfile.TemporaryDirectory(prefix="torchdoctor-") as tmp:
+        spec_path = Path(tmp) / "spec.json"
+        spec_path.write_text(json.dumps(child_spec(target, options)), encoding="utf-8")
+        if signals.received:
+            return _not_started(target, options, signals.received[0])
+        streams = _RankStreams(str(Path(tmp) / "stream.sock"), progress)
+        worker = [sys.executable, "-c", _CHILD_CODE, str(spec_path), "-"]
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-c", LAUNCH_CODE, *head, *worker],
+                env={**os.environ, STREAM_ENV: streams.path},
+                start_new_session=True,
+            )
+        except OSError:
+            streams.close()
+            raise
+        timed_out = _wait(proc, options.max_seconds, signals)
+        _end_group(proc.pid)
+        streams.close()
+    signalled = signals.received[0] if signals.received else None
+    return job_outcome(streams.states(), proc.returncode, target, options, timed_out, signalled)
+
+
+class _RankStreams:
+    """A Unix socket the ranks connect to; one stream reader per rank."""
+
+    def __init__(self, path: str, progress: Callable[[str, int, int], None] | None) -> None:
+        self.path = path
+        self._progress = progress
+        self._readers: list[StreamReader] = []
+        self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._server.bind(path)
+        self._server.listen(64)
+        self._thread = threading.Thread(target=self._accept, name="torchdoctor-ranks", daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._server.accept()
+            except OSError:
+                return  # closed
+            holder: list[StreamReader] = []
+            reader = StreamReader(conn.detach(), lambda *a, h=holder: self._shown(h, *a))
+            holder.append(reader)
+            self._readers.append(reader)
+
+    def _shown(self, holder: list[StreamReader], phase: str, done: int, total: int) -> None:
+        """Progress of this node's first rank only (the others' runs alongside)."""
+        hello = holder[0].state.hello if holder else None
+        if self._progress is not None and hello is not None and hello["local_rank"] == 0:
+            self._progress(phase, done, total)
+
+    def close(self) -> None:
+        """Stop listening, end what is left of every rank, and read their streams to the end."""
+        self._server.close()
+        self._thread.join(timeout=2.0)
+        for reader in list(self._readers):
+            hello = reader.state.hello
+            if hello is not None:
+                _end_group(int(hello["pid"]))  # a rank is its own session (torchrun's Popen)
+        for reader in list(self._readers):
+            reader.join(timeout_s=10.0)
+
+    def states(self) -> list[StreamState]:
+        return [r.state for r in self._readers if r.state.hello is not None]
+
+
+def job_outcome(
+    states: list[StreamState],
+    returncode: int | None,
+    target: Any,
+    options: RunOptions,
+    timed_out: bool,
+    signalled: int | None,
+) -> Supervised:
+    """The job's record: rank 0's gathered one, or one put together from this node's ranks."""
+    from .analysis.distributed import combine
+
+    for state in states:
+        error = state.error
+        if error is not None and not error.get("internal"):
+            raise TorchdoctorError(error["message"], error.get("hint"))
+    command = ["--nproc-per-node", str(options.nproc_per_node), *target.describe()]
+    if not states:
+        return _launcher_failed(command, options, returncode, timed_out, signalled)
+    reports = any(s.hello is not None and s.hello["rank"] == 0 for s in states)
+    for state in states:
+        final = state.final
+        if final is not None and final["record"].get("distributed") is not None:
+            record = RunRecord.from_dict(final["record"])
+            record.command = command
+            return Supervised(record, int(final["exit_status"]), reports=True)
+    world = max(int(s.hello["world_size"]) for s in states if s.hello is not None)
+    records, ended, errors = [], {}, {}
+    for state in states:
+        record, how = _rank_record(state, command, options, world)
+        rank = int(state.hello["rank"]) if state.hello is not None else 0
+        records.append(record)
+        ended[rank] = how
+        if state.final is not None and state.final.get("traceback"):
+            errors[rank] = list(state.final["traceback"])
+    job = combine(records, world_size=world, ended=ended, errors=errors)
+    job.command = command
+    first = _first_failure(states)
+    if first is not None:
+        job.notes.insert(0, f"rank {first} failed first; the launcher then ended the other ranks")
+    status = EXIT_OK if job.measured_steps else EXIT_NO_TRAINING
+    if timed_out:
+        job.status, status = "timed-out", EXIT_TIMED_OUT
+        job.notes.insert(0, f"stopped at the --max-seconds bound ({options.max_seconds:g} s)")
+    elif signalled is not None:
+        job.status, status = "interrupted", EXIT_INTERRUPTED
+    elif first is not None or job.status in ("script-error", "killed"):
+        status = EXIT_SCRIPT_ERROR
+        if job.status == "complete":
+            job.status = "script-error"
+    return Supervised(job, status, reports=reports)
+
+
+def _rank_record(
+    state: StreamState, command: list[str], options: RunOptions, world: int
+) -> tuple[RunRecord, str]:
+    """One rank's record and how its process ended."""
+    hello = state.hello or {}
+    if state.final is not None:
+        record = RunRecord.from_dict(state.final["record"])
+        how = "" if record.status == "complete" else f"ended {record.status}"
+    else:
+        record = record_from_stream(state, command, options)
+        record.status = "killed"
+        how = (
+            "its process ended without torchdoctor's last word (killed by the launcher after "
+            "another rank failed, a signal, os._exit or a crash in native code)"
+        )
+    if record.env is None:
+        record.env = Environment(
+            torch_version="",
+            python_version="",
+            platform="",
+            device="",
+            device_name="",
+            clock="",
+            torch_threads=0,
+            cpu_logical=0,
+            cpu_physical=None,
+            world_size=world,
+            rank=int(hello.get("rank", 0)),
+            local_rank=int(hello.get("local_rank", 0)),
+        )
+    return record, how
+
+
+def _first_failure(states: list[StreamState]) -> int | None:
+    """The rank whose script failed (or whose process ended unannounced) first."""
+    failures = []
+    for state in states:
+        final = state.final
+        if final is None:
+            at = state.closed_at
+        elif final["record"].get("status") in ("script-error", "internal-error"):
+            at = state.final_at
+        else:
+            continue
+        if at is not None and state.hello is not None:
+            failures.append((at, int(state.hello["rank"])))
+    return min(failures)[1] if failures else None
+
+
+def _launcher_failed(
+    command: list[str],
+    options: RunOptions,
+    returncode: int | None,
+    timed_out: bool,
+    signalled: int | None,
+) -> Supervised:
+    record = RunRecord(command=command, warmup_steps=options.warmup)
+    record.requested_steps = options.steps
+    if timed_out:
+        record.status, status = "timed-out", EXIT_TIMED_OUT
+        record.notes.append(
+            f"no rank started within the --max-seconds bound ({options.max_seconds:g} s): the "
+            "rendezvous waited for nodes that did not join"
+        )
+    elif signalled is not None:
+        record.status, status = "interrupted", EXIT_INTERRUPTED
+        record.notes.append("interrupted before any rank started")
+    else:
+        record.status, status = "script-error", EXIT_SCRIPT_ERROR
+        record.notes.append(
+            f"the launcher (torch.distributed.run) ended with status {returncode} before any "
+            "rank started; its messages are above"
+        )
+    from .analysis.verdict import summarise
+
+    summarise(record)
+    return Supervised(record, status, reports=True)

@@ -1,0 +1,190 @@
+"""What the script's data-parallel wrappers do wrong (docs/distributed.md).
+
+Where each wrapper is built is noted by wrapping ``DataParallel.__init__`` and
+``DistributedDataParallel.__init__`` (through the Patcher); the rest is read off the modules,
+the main DataLoader and the steps: DataParallel in use, DDP without a DistributedSampler, a
+rank on another rank's device, accumulation that all-reduces every micro-step, and
+``find_unused_parameters=True`` with no unused parameter.
+"""
+
+from __future__ import annotations
+
+import sys
+import weakref
+from typing import Any
+
+import torch
+from torch.nn.parallel import DataParallel, DistributedDataParallel
+
+from ..loader import sampler_chain
+from ..record import Finding
+from ._frames import user_site
+from ._patch import Patcher
+
+
+class ParallelWatch:
+    """The data-parallel wrappers the script builds and how its steps use them."""
+
+    def __init__(self) -> None:
+        self._sites: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        #: Measured steps' DDP forwards that prepared an all-reduce (not under ``no_sync()``).
+        self.synced_forwards = 0
+        #: After the first measured backward of a DDP with ``find_unused_parameters=True``:
+        #: whether every parameter got a gradient.
+        self.all_params_used: bool | None = None
+
+    def install(self, patcher: Patcher) -> None:
+        for cls in (DataParallel, DistributedDataParallel):
+            original = cls.__init__
+
+            def init(module, *args, _original=original, **kwargs):
+                site = user_site(sys._getframe(1))
+                if site is not None:
+                    self._sites[module] = f"{site.file}:{site.line}"
+                return _original(module, *args, **kwargs)
+
+            patcher.set(cls, "__init__", init)
+
+    def forward_starting(self, module: Any, measuring: bool) -> None:
+        if (
+            measuring
+            and isinstance(module, DistributedDataParallel)
+            and module.require_backward_grad_sync
+            and torch.is_grad_enabled()
+        ):
+            self.synced_forwards += 1
+
+    def optimizer_stepping(self, roots: list[Any], measuring: bool) -> None:
+        """Once, in a measured step: do the gradients show unused parameters?"""
+        if not measuring or self.all_params_used is not None:
+            return
+        for module in roots:
+            if isinstance(module, DistributedDataParallel) and module.find_unused_parameters:
+                params = [p for p in module.parameters() if p.requires_grad]
+                self.all_params_used = all(p.grad is not None for p in params)
+
+    def site(self, module: Any) -> str | None:
+        return self._sites.get(module)
+
+    def ddp_settings(self, roots: list[Any]) -> dict[str, Any]:
+        """The first DDP module's settings, for the record's ``seen`` (the job's advice)."""
+        for module in roots:
+            if isinstance(module, DistributedDataParallel):
+                return {
+                    "ddp_at": self.site(module) or "",
+                    "ddp_bucket_cap_mb": round(module.bucket_bytes_cap / 2**20, 3),
+                    "ddp_gradient_as_bucket_view": bool(module.gradient_as_bucket_view),
+                }
+        return {}
+
+    def findings(
+        self,
+        roots: list[Any],
+        loader: Any,
+        loader_at: str | None,
+        world_size: int,
+        local_rank: int,
+        measured_steps: int,
+    ) -> list[Finding]:
+        out: list[Finding] = []
+        ddp = [m for m in roots if isinstance(m, DistributedDataParallel)]
+        for module in roots:
+            if isinstance(module, DataParallel):
+                out.append(_finding("ddp.data-parallel", self.site(module), _DATA_PARALLEL))
+        if ddp and world_size > 1 and loader is not None and not _sharded(loader):
+            out.append(
+                _finding(
+                    "ddp.no-distributed-sampler",
+                    loader_at or self.site(ddp[0]),
+                    _NO_SAMPLER,
+                )
+            )
+        for module in ddp:
+            text = device_mismatch(local_rank, _param_devices(module), _device_count())
+            if text is not None:
+                out.append(_finding("ddp.device", self.site(module), (text, _DEVICE_FIX)))
+        if ddp and measured_steps and self.synced_forwards > measured_steps:
+            per_step = self.synced_forwards / measured_steps
+            title = (
+                f"gradient accumulation all-reduces every micro-step: {per_step:.1f} synced "
+                "forward/backward passes per optimizer step, where only the last needs it"
+            )
+            out.append(_finding("ddp.accumulation-sync", self.site(ddp[0]), (title, _NO_SYNC_FIX)))
+        if any(m.find_unused_parameters for m in ddp) and self.all_params_used:
+            out.append(_finding("ddp.find-unused-parameters", self.site(ddp[0]), _FIND_UNUSED))
+        return out
+
+
+def device_mismatch(local_rank: int, devices: list[str], device_count: int) -> str | None:
+    """A rank whose parameters sit on another rank's accelerator (no ``set_device(local_rank)``).
+
+    ``devices`` are the parameters' device strings (``"cuda:0"``); CPU ranks never mismatch.
+    """
+    if device_count <= 1:
+        return None
+    indices = {int(d.split(":", 1)[1]) for d in devices if ":" in d}
+    wrong = sorted(i for i in indices if i != local_rank)
+    if not wrong:
+        return None
+    return (
+        f"local rank {local_rank} keeps its model on device {wrong[0]}: ranks share a device "
+        f"(and device {wrong[0]} holds several ranks' memory) while device {local_rank} idles"
+    )
+
+
+def _sharded(loader: Any) -> bool:
+    """Whether the loader's sampler chain splits the data across ranks."""
+    if isinstance(loader.dataset, torch.utils.data.IterableDataset):
+        return True  # an iterable dataset shards itself (or not): nothing to tell here
+    for _, sampler in sampler_chain(loader):
+        if hasattr(sampler, "num_replicas") or hasattr(sampler, "num_processes"):
+            return True
+    return False
+
+
+def _param_devices(module: Any) -> list[str]:
+    return sorted({str(p.device) for p in module.parameters()})
+
+
+def _device_count() -> int:
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None and accelerator.is_available():
+        return accelerator.device_count()
+    return 0
+
+
+def _finding(kind: str, where: str | None, text: tuple[str, str]) -> Finding:
+    file, line = None, None
+    if where and ":" in where:
+        file, _, number = where.rpartition(":")
+        line = int(number) if number.isdigit() else None
+    title, fix = text
+    return Finding(kind=kind, title=title, fix=fix, file=file, line=line, severity="warning")  # type: ignore[arg-type]
+
+
+_DATA_PARALLEL = (
+    "nn.DataParallel runs every device from one process: one Python thread drives them all, "
+    "the model is copied to each device on every step and outputs gather on the first",
+    "use DistributedDataParallel with one process per device: launch with "
+    "`torchrun --nproc-per-node N train.py`, call init_process_group and "
+    "torch.cuda.set_device(local_rank), wrap with DDP(model, device_ids=[local_rank])",
+)
+_NO_SAMPLER = (
+    "DDP without a DistributedSampler: every rank draws the same batches, so N ranks do the "
+    "work of one",
+    "DataLoader(dataset, sampler=DistributedSampler(dataset), ...) and call "
+    "sampler.set_epoch(epoch) at the start of each epoch",
+)
+_DEVICE_FIX = (
+    "torch.cuda.set_device(local_rank) (local_rank = int(os.environ['LOCAL_RANK'])) before "
+    "building the model, and DDP(model, device_ids=[local_rank])"
+)
+_NO_SYNC_FIX = (
+    "run all but the last micro-step under `with ddp_model.no_sync():` so gradients are "
+    "all-reduced once per optimizer step"
+)
+_FIND_UNUSED = (
+    "find_unused_parameters=True, yet every parameter got a gradient: DDP walks the autograd "
+    "graph after each forward for nothing",
+    "DDP(model, find_unused_parameters=False) (the default)",
+)
