@@ -160,3 +160,51 @@ def respell_file(source: Path, target: Path, spelling: str) -> Path:
     doc["traceEvents"] = respell(doc["traceEvents"], spelling)
     target.write_text(json.dumps(doc))
     return target
+
+
+def ddp_trace(
+    rank: int,
+    world_size: int = 2,
+    loader_us: float = 0.0,
+    slowest_loader_us: float = 0.0,
+    steps: int = 4,
+    comm_us: float = 200.0,
+) -> TraceBuilder:
+    """One rank of a data-parallel job in lockstep: each step loads a batch, runs 5 compute
+    kernels of 100 us, then an NCCL all-reduce that cannot finish before the slowest rank's.
+
+    ``loader_us`` is this rank's DataLoader time per step, ``slowest_loader_us`` the largest of
+    any rank's. Every rank's all-reduce ends ``comm_us`` after the slowest rank's compute, so a
+    faster rank spends the difference waiting inside its all-reduce kernel, and every rank's
+    step is ``slowest_loader_us + 600 + comm_us`` us long.
+    """
+    b = TraceBuilder(rank, world_size=world_size)
+    slowest = max(loader_us, slowest_loader_us)
+    wall = slowest + 600.0 + comm_us
+    for s in range(steps):
+        t0 = 10_000 + s * wall
+        b.step(s + 1, t0, wall)
+        t = t0
+        if loader_us:
+            b.host(
+                "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+                t,
+                loader_us,
+                cat="user_annotation",
+            )
+            t += loader_us
+        k_t = t + 10
+        for k in range(5):
+            b.host("aten::mm", t + k * 5, 4)
+            b.launch("cudaLaunchKernel", t + k * 5, 3, f"gemm_kernel_{k}", k_t, 100.0)
+            k_t += 100.0
+        comm_end = t0 + slowest + 10 + 500 + comm_us
+        b.launch(
+            "cudaLaunchKernel",
+            t + 30,
+            3,
+            "ncclKernel_AllReduce_RING_LL_Sum_float",
+            k_t,
+            comm_end - k_t,
+        )
+    return b

@@ -242,7 +242,9 @@ def _own_work(ranks: list[RankRun]) -> None:
         return
     # No communication-free steps: the wait shows as backward (and forward, with buffers) time
     # beyond the least any rank spends there.
-    floor = {p: min(_part(r, p) for r in measured) for p in ("forward", "backward")} if measured else {}
+    floor = (
+        {p: min(_part(r, p) for r in measured) for p in ("forward", "backward")} if measured else {}
+    )
     for r in measured:
         assert r.step_ms is not None
         wait = sum(_part(r, p) - floor[p] for p in floor)
@@ -309,18 +311,23 @@ def _next_for(kind: str, job: RunRecord, own: Verdict | None) -> str:
     return _NEXT_HOST if kind == HOST_BOUND else _NEXT_COMPUTE
 
 
-def _straggler_fix(part: str) -> str:
-    if _PART_KIND.get(part) == INPUT_BOUND:
-        return (
-            "make this rank's input as fast as the others': its samples cost more (data skew, a "
-            "slower disk or transform) or its loader has fewer workers; see its loader's advice"
-        )
-    if part == "other":
-        return "move this rank's extra per-step Python work (logging, checks, saving) off the step"
-    return (
+#: What to do about a straggler, by the bottleneck its slowest part says (``analyze`` uses these
+#: too).
+STRAGGLER_FIX = {
+    INPUT_BOUND: (
+        "make this rank's input as fast as the others': its samples cost more (data skew, a "
+        "slower disk or transform) or its loader has fewer workers; see its loader's advice"
+    ),
+    HOST_BOUND: "move this rank's extra per-step Python work (logging, checks, saving) off the step",
+    COMPUTE_BOUND: (
         "give this rank the same work and device as the others: uneven batch shapes, a slower "
         "or shared device, or extra work only this rank does (evaluation, checkpointing)"
-    )
+    ),
+}
+
+
+def _straggler_fix(part: str) -> str:
+    return STRAGGLER_FIX[_PART_KIND.get(part, COMPUTE_BOUND)]
 
 
 def _worst_status(statuses: list[str]) -> str:

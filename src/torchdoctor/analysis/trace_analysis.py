@@ -86,9 +86,7 @@ def analyse_traces(
         result = analyse_rank(t, n_step_names, include_last_step)
         notes.extend(result.notes)
         ranks.append(result)
-    skew = trace_comm.rank_skew(
-        {r.label: [s.wall_ms for s in r.steps[: r.analysed_steps]] for r in ranks}
-    )
+    skew = trace_comm.rank_skew(ranks)
     verdict = trace_verdict.verdict(ranks, skew)
     findings: list[Finding] = trace_verdict.findings(ranks, skew)
     first = ranks[0] if ranks else None

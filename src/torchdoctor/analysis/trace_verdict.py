@@ -8,9 +8,12 @@ The step parts (see :mod:`.trace_steps`) are grouped into what bounds the run:
 - **communication**: NCCL/RCCL kernels with no computation running under them;
 - **host**: CUDA/HIP runtime calls, CPU ops and un-instrumented time, while the GPU does nothing.
 
-The rules, in order: input share at least :data:`INPUT_BOUND_SHARE` is INPUT-BOUND;
-communication share at least :data:`COMMUNICATION_BOUND_SHARE` is COMMUNICATION-BOUND;
-otherwise the larger of compute and host decides. Several ranks are averaged.
+With several ranks, a **straggler** (see :func:`.trace_comm.rank_skew`) bounds the job as in
+``torchdoctor run``: the verdict is the bottleneck of the straggler's slowest part, and the other
+ranks wait for it. Otherwise the ranks are balanced and their shares are averaged; the rules, in
+order: input share at least :data:`INPUT_BOUND_SHARE` is INPUT-BOUND; exposed communication at
+least :data:`COMMUNICATION_BOUND_SHARE` is COMMUNICATION-BOUND; otherwise the larger of compute
+and host decides.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ from ..record import (
     RankSkew,
     Verdict,
 )
-from .trace_comm import STRAGGLER_SKEW
+from .distributed import NEXT_COMMUNICATION, STRAGGLER_FIX
+from .trace_comm import PART_WORDS, STRAGGLER_RATIO
 from .trace_gpu import CONSECUTIVE_KERNEL_DELAY_US
 from .trace_host import (
     LAUNCH_CPU_OVER_GPU_RATIO,
@@ -58,7 +62,7 @@ def thresholds() -> dict[str, float]:
         "DATALOADER_NOTABLE_SHARE": DATALOADER_NOTABLE_SHARE,
         "COMM_OVERLAP_LOW_PCT": COMM_OVERLAP_LOW_PCT,
         "SYNC_WARNING_SHARE": SYNC_WARNING_SHARE,
-        "STRAGGLER_SKEW": STRAGGLER_SKEW,
+        "STRAGGLER_RATIO": STRAGGLER_RATIO,
         "SHORT_KERNEL_US": SHORT_KERNEL_US,
         "LAUNCH_SHORT_KERNEL_SHARE": LAUNCH_SHORT_KERNEL_SHARE,
         "LAUNCH_CPU_OVER_GPU_RATIO": LAUNCH_CPU_OVER_GPU_RATIO,
@@ -66,29 +70,57 @@ def thresholds() -> dict[str, float]:
     }
 
 
+def part_group(part: str, has_gpu: bool) -> str:
+    """The group (input, compute, communication, host) a step part belongs to."""
+    if part == "dataloader":
+        return "input"
+    if part == "communication":
+        return "communication"
+    if has_gpu:
+        return "compute" if part in ("gpu_kernels", "memcpy", "memset") else "host"
+    return "compute" if part == "cpu_ops" else "host"
+
+
 def group_shares(rank: RankReport) -> dict[str, float]:
     """Input / compute / communication / host shares (0..1) of one rank's step time."""
-    s = rank.step_shares
-    if rank.has_gpu:
-        compute = s["gpu_kernels"] + s["memcpy"] + s["memset"]
-        host = s["runtime"] + s["cpu_ops"] + s["other"]
-    else:
-        compute = s["cpu_ops"]
-        host = s["runtime"] + s["other"] + s["gpu_kernels"] + s["memcpy"] + s["memset"]
-    return {
-        "input": s["dataloader"],
-        "compute": compute,
-        "communication": s["communication"],
-        "host": host,
-    }
+    out = dict.fromkeys(("input", "compute", "communication", "host"), 0.0)
+    for part, share in rank.step_shares.items():
+        out[part_group(part, rank.has_gpu)] += share
+    return out
+
+
+_GROUP_KIND = {"input": INPUT_BOUND, "compute": COMPUTE_BOUND, "host": HOST_BOUND}
 
 
 def _pct(x: float) -> str:
     return f"{100 * x:.0f}%" if x >= 0.01 or x == 0 else f"{100 * x:.1f}%"
 
 
+def _ms(x: float) -> str:
+    return f"{x:.2f}" if abs(x) < 10 else f"{x:.1f}"
+
+
+def _ranks_words(labels: list[str]) -> str:
+    """``rank(s) 0, 2`` for ranked labels (as ``run`` writes them), else the labels."""
+    if all(label.startswith("rank ") for label in labels):
+        return "rank(s) " + ", ".join(label[5:] for label in labels)
+    return ", ".join(labels)
+
+
+def _waits_for(label: str, skew: RankSkew | None) -> str:
+    if skew is None or not skew.straggler or label not in skew.waiting:
+        return ""
+    return f" (it includes the wait for the straggler, {skew.straggler_rank})"
+
+
+def straggler_bound(skew: RankSkew, ranks: list[RankReport]) -> str:
+    """The verdict kind the straggler's slowest part says bounds the job."""
+    has_gpu = any(r.has_gpu for r in ranks if r.label == skew.straggler_rank)
+    return _GROUP_KIND.get(part_group(skew.part, has_gpu), COMPUTE_BOUND)
+
+
 def verdict(ranks: list[RankReport], skew: RankSkew | None) -> Verdict:
-    """What bounds the traced run, with Why and Next."""
+    """What bounds the traced run (or job, with several ranks), with Why and Next."""
     usable = [r for r in ranks if r.step_wall_ms > 0]
     if not usable:
         return Verdict(
@@ -96,6 +128,38 @@ def verdict(ranks: list[RankReport], skew: RankSkew | None) -> Verdict:
             "the trace holds no timed events to divide",
             "record a trace of a few training steps: torchdoctor run --trace DIR SCRIPT",
         )
+    if skew is not None and skew.straggler:
+        slow = [r for r in usable if r.label == skew.straggler_rank]
+        if slow:
+            return _straggler_verdict(skew, slow[0])
+    v = _shared_verdict(usable)
+    if len(usable) > 1 and skew is not None and skew.own_ms:
+        own = skew.own_ms.values()
+        balanced = (
+            f"the {len(usable)} ranks are balanced (own work differs by "
+            f"{_ms(max(own) - min(own))} ms per step); "
+        )
+        v = dataclasses.replace(v, why=balanced + v.why)
+    return v
+
+
+def _straggler_verdict(skew: RankSkew, slow: RankReport) -> Verdict:
+    """The job bound by its straggler's bottleneck, in the words of ``run``'s job verdict."""
+    kind = straggler_bound(skew, [slow])
+    who = skew.straggler_rank
+    why = (
+        f"{who} is a straggler: it spends {_ms(skew.excess_ms)} ms per step more than the other "
+        f"ranks on its own work, mostly {PART_WORDS.get(skew.part, skew.part)}, and every other "
+        f"rank waits for it in the collectives ({_ms(skew.wait_ms)} ms per step)"
+    )
+    own = _shared_verdict([slow], kind)
+    if own.kind == kind:
+        why += f"; on {who}: {own.why}"
+    return Verdict(kind, why, f"on {who}: {own.next}", group_shares(slow))
+
+
+def _shared_verdict(usable: list[RankReport], kind: str | None = None) -> Verdict:
+    """The verdict of the ranks' averaged shares; ``kind`` forces the rule (its Why and Next)."""
     groups = ("input", "compute", "communication", "host")
     per_rank = [group_shares(r) for r in usable]
     shares = {g: sum(p[g] for p in per_rank) / len(per_rank) for g in groups}
@@ -105,7 +169,7 @@ def verdict(ranks: list[RankReport], skew: RankSkew | None) -> Verdict:
     where = "each step" if len(usable) == 1 else f"each step (mean of {len(usable)} ranks)"
     top = _top_kernel(usable)
 
-    if shares["input"] >= INPUT_BOUND_SHARE:
+    if kind == INPUT_BOUND or (kind is None and shares["input"] >= INPUT_BOUND_SHARE):
         return Verdict(
             INPUT_BOUND,
             f"the DataLoader took {_pct(shares['input'])} of {where}; the model waited for data",
@@ -114,21 +178,27 @@ def verdict(ranks: list[RankReport], skew: RankSkew | None) -> Verdict:
             "cache decoded samples (`torchdoctor cache build`)",
             shares,
         )
-    if shares["communication"] >= COMMUNICATION_BOUND_SHARE:
+    if kind is None and shares["communication"] >= COMMUNICATION_BOUND_SHARE:
         overlap = [r.comm.overlap_pct for r in usable if r.comm]
         ov = (
-            f"; only {sum(overlap) / len(overlap):.0f}% of it overlapped compute" if overlap else ""
+            f"; only {sum(overlap) / len(overlap):.0f}% of the communication overlapped computation"
+            if overlap
+            else ""
         )
+        exposed = sum(
+            r.step_parts_ms.get("communication", 0.0) / max(1, r.analysed_steps) for r in usable
+        ) / len(usable)
+        step = sum(r.step_wall_ms / max(1, r.analysed_steps) for r in usable) / len(usable)
+        subject = "the rank spends" if len(usable) == 1 else "the ranks spend"
         return Verdict(
             COMMUNICATION_BOUND,
-            f"communication kernels with no computation under them took "
-            f"{_pct(shares['communication'])} of {where}{ov}",
-            "sync gradients less often (gradient accumulation with DDP's no_sync()), use a "
-            "larger per-GPU batch, tune DDP bucket_cap_mb so all-reduce overlaps backward, and "
-            "check the per-rank skew for stragglers",
+            f"{subject} {_pct(shares['communication'])} of a mean {_ms(step)} ms step in exposed "
+            f"communication ({_ms(exposed)} ms per step: NCCL/RCCL kernels with no computation "
+            f"under them, or waiting in them){ov}",
+            NEXT_COMMUNICATION,
             shares,
         )
-    if shares["compute"] >= shares["host"]:
+    if kind == COMPUTE_BOUND or (kind is None and shares["compute"] >= shares["host"]):
         if has_gpu:
             busy = f" (GPU idle {idle_pct:.1f}% of the kernel span)" if idle_pct is not None else ""
             why = f"GPU work filled {_pct(shares['compute'])} of {where}{busy}; host work hides behind it"
@@ -280,30 +350,46 @@ def findings(ranks: list[RankReport], skew: RankSkew | None) -> list[Finding]:
             )
         comm = r.comm
         if comm and comm.overlap_pct < COMM_OVERLAP_LOW_PCT:
+            exposed = r.step_parts_ms.get("communication", 0.0) / steps
             out.append(
                 Finding(
                     kind="comm-overlap",
-                    title=f"only {comm.overlap_pct:.0f}% of communication overlaps "
-                    f"computation{who} ({comm.comm_ms:.1f} ms of NCCL kernels, "
-                    f"{comm.exposed_pct:.0f}% of the GPU span exposed)",
+                    title=f"exposed communication{who}: {_ms(exposed)} ms per step "
+                    f"({_pct(r.step_shares.get('communication', 0.0))} of the step); only "
+                    f"{comm.overlap_pct:.0f}% of its {comm.comm_ms:.1f} ms of NCCL kernels "
+                    f"overlaps computation{_waits_for(r.label, skew)}",
                     fix="let all-reduce run during backward (DDP buckets: bucket_cap_mb), "
                     "accumulate gradients with no_sync() to communicate less often",
-                    cost_ms=(comm.comm_ms - comm.overlapped_ms) / steps,
+                    cost_ms=exposed,
                     detail=dataclasses.asdict(comm),
                 )
             )
     if skew and skew.straggler:
-        out.append(
-            Finding(
-                kind="straggler",
-                title=f"{skew.slowest} is {100 * skew.skew:.0f}% slower per step than "
-                f"{skew.fastest} (median step)",
-                fix="every rank waits for the slowest at each all-reduce: check its data "
-                "shard, its GPU (thermal, clocks) and CPU affinity; use DistributedSampler",
-                cost_ms=skew.median_step_ms[skew.slowest] - skew.median_step_ms[skew.fastest],
-                detail={"median_step_ms": dict(skew.median_step_ms)},
-            )
-        )
+        out.append(straggler_finding(skew, ranks))
     order = {"critical": 0, "warning": 1, "info": 2}
     out.sort(key=lambda f: (order.get(f.severity, 3), -(f.cost_ms or 0.0)))
     return out
+
+
+def straggler_finding(skew: RankSkew, ranks: list[RankReport]) -> Finding:
+    """The straggler, in the words of ``run``'s straggler finding."""
+    title = (
+        f"{skew.straggler_rank} is a straggler: its own work per step is "
+        f"{_ms(skew.excess_ms)} ms longer than the other ranks' (mostly "
+        f"{PART_WORDS.get(skew.part, skew.part)}); {_ranks_words(skew.waiting)} wait "
+        f"{_ms(skew.wait_ms)} ms per step for it in the collectives"
+    )
+    return Finding(
+        kind="straggler",
+        title=title,
+        fix=STRAGGLER_FIX[straggler_bound(skew, ranks)],
+        cost_ms=skew.excess_ms,
+        severity="critical",
+        detail={
+            "rank": skew.straggler_rank,
+            "part": skew.part,
+            "waiting": list(skew.waiting),
+            "own_ms": dict(skew.own_ms),
+            "exposed_comm_ms": dict(skew.exposed_comm_ms),
+        },
+    )

@@ -120,15 +120,38 @@ class CommOverlap:
 
 @dataclass
 class RankSkew:
-    """Median step time per rank and the spread between the slowest and fastest rank."""
+    """The ranks side by side: their step times, their own work, and the straggler if any.
+
+    ``median_step_ms``, ``slowest``, ``fastest`` and ``skew`` describe the step wall times.
+    Under synchronous data parallelism those barely differ (every rank waits for the slowest
+    in the collectives), so the straggler is found from each rank's **own work** per step: its
+    mean step less its exposed communication (communication kernels with no computation under
+    them, which is where a rank waits for the others). Records written before these fields
+    existed load with them empty.
+    """
 
     #: rank label -> median step, ms
     median_step_ms: dict[str, float]
     slowest: str
     fastest: str
-    #: (slowest - fastest) / fastest
+    #: (slowest - fastest) / fastest, on median steps
     skew: float
+    #: whether ``straggler_rank`` is a straggler (its own work is clearly the largest)
     straggler: bool
+    #: rank label -> mean step less exposed communication per step, ms
+    own_ms: dict[str, float] = field(default_factory=dict)
+    #: rank label -> exposed communication per step, ms
+    exposed_comm_ms: dict[str, float] = field(default_factory=dict)
+    #: the straggler's label ("" without one)
+    straggler_rank: str = ""
+    #: the step part (``dataloader``, ``gpu_kernels``...) in which it is slowest against the others
+    part: str = ""
+    #: its own work per step less the median of the other ranks', ms
+    excess_ms: float = 0.0
+    #: the ranks that wait for it
+    waiting: list[str] = field(default_factory=list)
+    #: their mean wait per step: extra exposed communication, plus any shorter step, ms
+    wait_ms: float = 0.0
 
 
 @dataclass

@@ -16,6 +16,7 @@ from ..record import (
     RunRecord,
 )
 from ._style import BAD, GOOD, severity_look, verdict_look
+from .distributed import breakdown_title, ranks_section
 from .loader import loader_section
 
 _PART_LABEL = {
@@ -34,6 +35,9 @@ def render(record: RunRecord, console: Console | None = None, title: str | None 
     console.print(_header(record, title))
     if record.verdict is not None:
         console.print(_verdict_panel(record))
+    ranks = ranks_section(record)
+    if ranks is not None:
+        console.print(ranks)
     if record.measured_steps:
         console.print(_breakdown_table(record))
         console.print(_counterfactual_table(record))
@@ -158,7 +162,7 @@ def _verdict_panel(record: RunRecord) -> Panel:
 
 
 def _breakdown_table(record: RunRecord) -> Table:
-    table = Table(title="step breakdown (ms per step)", title_justify="left")
+    table = Table(title=breakdown_title(record), title_justify="left")
     table.add_column("part")
     table.add_column("mean", justify="right")
     table.add_column("median", justify="right")

@@ -143,7 +143,24 @@ def _comm_and_skew(ranks: list[RankReport], trace: TraceReport, console: Console
                 f"{comm.exposed_pct:.1f}% of the GPU span exposed"
             )
     skew = trace.skew
-    if skew:
+    if skew and skew.own_ms:
+        per_rank = ", ".join(
+            f"{k} {_ms(v)} (exposed communication {_ms(skew.exposed_comm_ms.get(k, 0.0))})"
+            for k, v in skew.own_ms.items()
+        )
+        if skew.straggler:
+            waiting = ", ".join(skew.waiting)
+            verb = "waits" if len(skew.waiting) == 1 else "wait"
+            said = (
+                f"{skew.straggler_rank} is a straggler; {waiting} {verb} {_ms(skew.wait_ms)} ms "
+                "per step for it"
+            )
+        else:
+            said = "no straggler"
+        console.print(
+            f"Per-rank own work per step, ms (step less exposed communication): {per_rank}; {said}"
+        )
+    elif skew:  # a record from before own work was measured
         medians = ", ".join(f"{k} {v:.1f} ms" for k, v in skew.median_step_ms.items())
         console.print(
             f"Per-rank median step: {medians}; skew {100 * skew.skew:.1f}%"

@@ -12,7 +12,7 @@ from torchdoctor.analysis.trace_comm import rank_skew
 from torchdoctor.cli import main
 from torchdoctor.record import RunRecord
 from torchdoctor.trace import load_trace
-from tracegen import TraceBuilder, training_trace
+from tracegen import TraceBuilder, ddp_trace, training_trace
 
 
 def _load(builder: TraceBuilder, tmp_path, name="t.json"):
@@ -147,12 +147,79 @@ def test_launch_bound_needs_short_kernels_and_slow_launches(tmp_path):
     assert not trace_host.launch_stats(_load(b, tmp_path, "b.json")).launch_bound
 
 
-def test_rank_skew_flags_a_straggler():
-    skew = rank_skew({"rank 0": [100, 101, 99], "rank 1": [130, 128, 131]})
-    assert skew.slowest == "rank 1" and skew.straggler
-    assert skew.skew == pytest.approx(0.30)
-    assert not rank_skew({"rank 0": [100, 101], "rank 1": [102, 101]}).straggler
-    assert rank_skew({"rank 0": [100]}) is None
+def _job(tmp_path, loaders_us, comm_us=200.0):
+    """A lockstep data-parallel job traced on each rank; ``loaders_us`` is each rank's
+    DataLoader time per step."""
+    slowest = max(loaders_us)
+    for rank, loader in enumerate(loaders_us):
+        b = ddp_trace(rank, len(loaders_us), loader, slowest, comm_us=comm_us)
+        b.write(tmp_path / f"rank{rank}.json")
+    return analyze_trace([str(tmp_path)])
+
+
+def test_rank_skew_finds_the_straggler_by_own_work_not_by_step_time(tmp_path):
+    ranks = _job(tmp_path, [0.0, 400.0]).trace.ranks
+    skew = rank_skew(ranks)
+    # In lockstep every step is as long on both ranks: the median steps cannot tell.
+    assert skew.skew == pytest.approx(0.0)
+    assert skew.own_ms == pytest.approx({"rank 0": 0.6, "rank 1": 1.0})
+    assert skew.exposed_comm_ms == pytest.approx({"rank 0": 0.6, "rank 1": 0.2})
+    assert skew.straggler and skew.straggler_rank == "rank 1" and skew.waiting == ["rank 0"]
+    assert skew.part == "dataloader"
+    assert skew.excess_ms == pytest.approx(0.4) and skew.wait_ms == pytest.approx(0.4)
+    assert rank_skew(ranks[:1]) is None
+
+
+def test_a_slow_data_rank_is_the_straggler_and_the_other_waits(tmp_path, capsys):
+    record = _job(tmp_path, [0.0, 400.0])
+    v = record.verdict
+    assert v.kind == "INPUT-BOUND"
+    assert v.why.startswith(
+        "rank 1 is a straggler: it spends 0.40 ms per step more than the other ranks on its own "
+        "work, mostly waiting for data, and every other rank waits for it in the collectives "
+        "(0.40 ms per step); on rank 1: the DataLoader took 33% of each step"
+    )
+    assert v.next.startswith("on rank 1: ")
+    assert v.shares["input"] == pytest.approx(1 / 3)
+    first = record.findings[0]
+    assert first.kind == "straggler" and first.severity == "critical"
+    assert first.title == (
+        "rank 1 is a straggler: its own work per step is 0.40 ms longer than the other ranks' "
+        "(mostly waiting for data); rank(s) 0 wait 0.40 ms per step for it in the collectives"
+    )
+    assert first.fix.startswith("make this rank's input as fast as the others'")
+    (overlap,) = [f for f in record.findings if f.kind == "comm-overlap" and "rank 0" in f.title]
+    assert overlap.title.startswith(
+        "exposed communication on rank 0: 0.60 ms per step (50% of the step)"
+    )
+    assert "the wait for the straggler, rank 1" in overlap.title
+    assert overlap.cost_ms == pytest.approx(0.6)
+    assert main(["analyze", str(tmp_path)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "rank 1 is a straggler; rank 0 waits 0.40 ms per step for it" in text
+    assert "rank 0 0.60 (exposed communication 0.60)" in text
+
+
+def test_a_balanced_pair_names_no_straggler(tmp_path):
+    record = _job(tmp_path, [100.0, 100.0])
+    assert not record.trace.skew.straggler and record.trace.skew.straggler_rank == ""
+    assert not [f for f in record.findings if f.kind == "straggler"]
+    assert record.verdict.kind == "COMPUTE-BOUND"
+    assert record.verdict.why.startswith(
+        "the 2 ranks are balanced (own work differs by 0.00 ms per step); GPU work filled"
+    )
+
+
+def test_a_balanced_pair_that_mostly_communicates_is_communication_bound(tmp_path):
+    record = _job(tmp_path, [0.0, 0.0], comm_us=800.0)
+    assert not record.trace.skew.straggler
+    v = record.verdict
+    assert v.kind == "COMMUNICATION-BOUND"
+    assert (
+        "the ranks spend 57% of a mean 1.40 ms step in exposed communication (0.80 ms per step"
+        in v.why
+    )
+    assert v.next.startswith("hide or shrink the all-reduce")
 
 
 def test_two_ranks_give_skew_and_comm_overlap(tmp_path):
@@ -181,7 +248,12 @@ def test_two_ranks_give_skew_and_comm_overlap(tmp_path):
     assert trace.skew.straggler and trace.skew.slowest == "rank 1"
     comm = trace.ranks[0].comm
     assert 0 < comm.overlap_pct < 100
-    assert any(f.kind == "straggler" for f in record.findings)
+    # Rank 1's steps are 400 us longer with the same communication: its own work is the larger.
+    assert trace.skew.straggler_rank == "rank 1" and trace.skew.waiting == ["rank 0"]
+    (straggler,) = [f for f in record.findings if f.kind == "straggler"]
+    assert straggler.title.startswith("rank 1 is a straggler: its own work per step is")
+    assert "rank(s) 0 wait" in straggler.title
+    assert record.verdict.why.startswith("rank 1 is a straggler:")
 
 
 def test_cli_analyze_writes_a_record_that_reloads(tmp_path, capsys):
