@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from torchdoctor.runner import watch
+from torchdoctor import watch
 
 has_accelerator = hasattr(torch, "accelerator") and torch.accelerator.is_available()
 pytestmark = [
