@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from ._watch import watch
     from .analysis import analyze_trace
     from .capture import StepProfiler, SyncWatcher, find_syncs, watch_syncs
     from .loader import clone_loader, diagnose_loader
@@ -31,6 +30,7 @@ if TYPE_CHECKING:
         cache_image_folder,
         uint8_collate,
     )
+    from .runner import watch
 
 __all__ = [
     "CacheError",
@@ -55,7 +55,7 @@ __all__ = [
 
 #: public name -> module it is imported from on first use (the same as under TYPE_CHECKING)
 _EXPORTS = {
-    "watch": "torchdoctor._watch",
+    "watch": "torchdoctor.runner",
     "RunRecord": "torchdoctor.record",
     "CacheError": "torchdoctor.remedies",
     "CachedDataset": "torchdoctor.remedies",

@@ -54,11 +54,13 @@ from .options import RunOptions
 from .record import Environment, RunRecord
 
 #: The launcher's entry: torch.distributed.run's own ``main``. Its log lines (a banner about
-#: OMP_NUM_THREADS, a box per failed worker) are muted: the report names the failing rank.
+#: OMP_NUM_THREADS, a box per failed worker) and the traceback of a worker's failure or of the
+#: signal that stopped it are muted: the report names the failing rank and its traceback.
 LAUNCH_CODE = (
     "import sys, logging\n"
     "del sys.path[0]\n"
     "from torch.distributed.run import main\n"
+    "from torch.distributed.elastic.multiprocessing.api import SignalException\n"
     "from torch.distributed.elastic.multiprocessing.errors import ChildFailedError\n"
     "for name in list(logging.root.manager.loggerDict):\n"
     "    if name.startswith('torch.distributed'):\n"
@@ -67,6 +69,8 @@ LAUNCH_CODE = (
     "    main(sys.argv[1:])\n"
     "except ChildFailedError:\n"
     "    sys.exit(1)\n"
+    "except SignalException as exc:\n"
+    "    sys.exit(128 + int(exc.sigval))\n"
 )
 
 
@@ -215,9 +219,15 @@ def job_outcome(
         ended[rank] = how
         if state.final is not None and state.final.get("traceback"):
             errors[rank] = list(state.final["traceback"])
+    first = _first_failure(states)
+    if first is not None:
+        # The others' errors follow from it (a collective that lost its peer): not theirs.
+        for rank in list(errors):
+            if rank != first:
+                del errors[rank]
+                ended[rank] = f"ended when rank {first} failed (its collectives lost their peer)"
     job = combine(records, world_size=world, ended=ended, errors=errors)
     job.command = command
-    first = _first_failure(states)
     if first is not None:
         job.notes.insert(0, f"rank {first} failed first; the launcher then ended the other ranks")
     status = EXIT_OK if job.measured_steps else EXIT_NO_TRAINING

@@ -138,7 +138,8 @@ def resolve_script(script: str) -> Path:
     path = Path(script)
     if not path.exists():
         raise TorchdoctorError(
-            f"script not found: {script}", "check the path (it is relative to the current directory)"
+            f"script not found: {script}",
+            "check the path (it is relative to the current directory)",
         )
     if path.is_dir():
         main = path / "__main__.py"

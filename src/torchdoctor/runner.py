@@ -12,15 +12,14 @@ import sys
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 from . import __version__
+from ._endings import exit_status_of, status_of
 from ._errors import (
-    EXIT_INTERNAL,
     EXIT_INTERRUPTED,
-    EXIT_NO_TRAINING,
     EXIT_OK,
-    EXIT_SCRIPT_ERROR,
     TorchdoctorError,
 )
 from ._paths import resolve_script
@@ -100,7 +99,7 @@ def run_target(
         sys.argv[:] = saved_argv
         sys.path[:] = saved_path
     record = build_record(session, target.describe(), ended, error)
-    status = _exit_status(record, ended)
+    status = exit_status_of(record, ended)
     if session.ranks.launched:
         record = _job_record(session, record, ended)
     return RunOutcome(record, status, error or session.data.internal_error)
@@ -128,11 +127,9 @@ def _job_record(session: CaptureSession, record: RunRecord, ended: str) -> RunRe
     if gathered is None:
         return record
     records = [RunRecord.from_dict(d) for d in gathered if d is not None]
-    return combine(records, world_size=ranks.world_size, nnodes=_nnodes(records))
-
-
-def _nnodes(records: list[RunRecord]) -> int:
-    return len({r.env.host for r in records if r.env is not None}) or 1
+    # torchrun's GROUP_WORLD_SIZE: the nodes (agents) of the job.
+    nnodes = int(os.environ.get("GROUP_WORLD_SIZE", "1") or 1)
+    return combine(records, world_size=ranks.world_size, nnodes=nnodes)
 
 
 def build_record(
@@ -170,19 +167,8 @@ def build_record(
     record.built_inputs = session.inputs.described()
     record.threads_override = opts.threads_override
     record.no_sync = [round(session.step_ms(step), 4) for step in session.data.no_sync]
-    roots = session.root_modules()
-    record.seen.update(session.parallel.ddp_settings(roots))
-    loader = session.loaders.main_settings()
-    record.findings.extend(
-        session.parallel.findings(
-            roots,
-            session.loaders.main_loader(),
-            loader.created_at if loader is not None else None,
-            session.ranks.world_size,
-            session.ranks.local_rank,
-            len(session.data.measured),
-        )
-    )
+    record.seen.update(session.data.ddp_settings)
+    record.findings.extend(session.data.parallel_findings)
     record.findings.extend(session.data.sync_findings)
     if session.data.sync_sample_ms:
         record.overhead_ms["sync_sampled_step_ms"] = round(
@@ -198,7 +184,7 @@ def build_record(
         return record
     if session.data.trace_paths:
         _attach_trace(record, session.data.trace_paths)
-    record.status, more_notes = _status(session, record, ended, error)
+    record.status, more_notes = status_of(session, record, ended, error)
     record.notes.extend(more_notes)
     summarise(record)
     return record
@@ -212,89 +198,6 @@ def _attach_trace(record: RunRecord, paths: list[str]) -> None:
         attach_trace(record, paths)
     except TorchdoctorError as exc:
         record.notes.append(f"the trace could not be analysed: {exc.message}")
-
-
-def _status(
-    session: CaptureSession, record: RunRecord, ended: str, error: BaseException | None
-) -> tuple[str, list[str]]:
-    opts = session.options
-    measured = record.measured_steps
-    seen = session.data.seen
-    if session.data.internal_error is not None:
-        exc = session.data.internal_error
-        return "internal-error", [
-            f"torchdoctor itself failed ({type(exc).__name__}: {exc}) and stopped the script; "
-            "torch was restored. Please report this with the traceback above."
-        ]
-    if ended == "stopped" or session.phase_name == "done":
-        return "complete", []
-    if ended == "interrupted":
-        return "interrupted", [f"interrupted (Ctrl-C) after {measured} measured steps"]
-    notes: list[str] = []
-    if ended == "error":
-        notes.append(
-            f"the script raised {type(error).__name__} after {measured} measured steps; "
-            f"torchdoctor saw {_seen_text(seen)}"
-        )
-        status = "script-error"
-    elif _exited_badly(ended):
-        # sys.exit(n), an argparse error of the script (2); sys.exit(0), e.g. its --help, is an end
-        return "script-error", [
-            f"the script {ended} (sys.exit) after {measured} measured steps; torchdoctor saw "
-            f"{_seen_text(seen)}"
-        ]
-    elif measured == 0:
-        status = "no-training"
-    else:
-        status = "partial"
-    if measured == 0 and ended != "error":
-        if seen["optimizer_steps"] == 0:
-            how = "ended" if ended == "finished" else ended
-            notes.append(
-                f"the script {how} without a training step: torchdoctor saw {_seen_text(seen)}"
-            )
-        else:
-            notes.append(
-                f"the script {ended} after {seen['optimizer_steps']} optimizer steps, fewer than "
-                f"the {opts.warmup} warmup steps: lower --warmup or give it more data/epochs"
-            )
-    elif session.phase_name in ("warmup", "measure") and ended != "error":
-        notes.append(
-            f"the script {ended} after {measured} of {opts.steps} measured steps "
-            "(its data or epochs ran out); the figures cover those steps only"
-        )
-    elif session.phase_name == "model-alone" and ended != "error":
-        notes.append(
-            f"the script {ended} during the model-alone phase after "
-            f"{len(record.model_alone)} of {opts.steps} steps"
-        )
-    return status, notes
-
-
-def _exited_badly(ended: str) -> bool:
-    """``sys.exit(n)`` with n other than 0 (``sys.exit("message")`` too)."""
-    return ended.startswith("exited with status") and ended != "exited with status 0"
-
-
-def _seen_text(seen: dict[str, int]) -> str:
-    steps = seen["optimizer_steps"]
-    return (
-        f"{seen['dataloader_iterators']} DataLoader iteration(s), {seen['batches']} batch(es), "
-        f"{seen['forward_calls']} model call(s), {seen['backward_calls']} backward call(s) and "
-        + (f"{steps} optimizer step(s)" if steps else "no optimizer.step()")
-    )
-
-
-def _exit_status(record: RunRecord, ended: str) -> int:
-    if record.status == "internal-error":
-        return EXIT_INTERNAL
-    if ended == "interrupted":
-        return EXIT_INTERRUPTED
-    if ended == "error" or _exited_badly(ended):
-        return EXIT_SCRIPT_ERROR
-    if record.measured_steps == 0:
-        return EXIT_NO_TRAINING
-    return EXIT_OK
 
 
 def _resolve(target: Target) -> Path:
@@ -314,7 +217,12 @@ def user_traceback(exc: BaseException) -> list[str]:
     tb = exc.__traceback__
     while tb is not None and _is_ours(tb.tb_frame.f_code.co_filename):
         tb = tb.tb_next
-    return traceback.format_exception(type(exc), exc, tb)
+    shown = traceback.TracebackException(type(exc), exc, tb)
+    # Our wrappers between the user's call and torch's (the backward hook): not theirs to read.
+    shown.stack = traceback.StackSummary.from_list(
+        [f for f in shown.stack if not _is_ours(f.filename)]
+    )
+    return list(shown.format())
 
 
 def _find_module(name: str) -> Any:
@@ -336,6 +244,60 @@ def _is_ours(filename: str) -> bool:
     return filename.startswith(str(PACKAGE_DIR)) or filename.endswith(
         ("runpy.py", "<frozen runpy>")
     )
+
+
+class watch:  # noqa: N801 - used like a function: ``with torchdoctor.watch(steps=20) as run:``
+    """Measure the training loop inside a ``with`` block; the record is in ``run.record``.
+
+    The block is stopped (by an exception the ``with`` swallows) after warmup, measured,
+    model-alone and loader-alone steps, exactly as ``torchdoctor run`` stops a script.
+
+    Args:
+        steps: measured steps (one step is one ``optimizer.step()``).
+        warmup: steps run before measuring.
+        counterfactuals: also run the model-alone and loader-alone phases.
+        progress: called as ``progress(phase, done, total)``.
+
+    Example:
+        >>> with torchdoctor.watch(steps=20) as run:  # doctest: +SKIP
+        ...     train(model, loader)
+        >>> run.record.verdict.kind  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        steps: int = 20,
+        warmup: int = 5,
+        counterfactuals: bool = True,
+        progress: ProgressFn | None = None,
+    ) -> None:
+        self._session = CaptureSession(
+            RunOptions(steps=steps, warmup=warmup, counterfactuals=counterfactuals),
+            progress=progress,
+        )
+        self.record: RunRecord | None = None
+
+    def __enter__(self) -> watch:
+        self._session.install()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        self._session.uninstall()
+        if exc_type is None:
+            ended = "finished"
+        elif issubclass(exc_type, StopRun):
+            ended = "stopped"
+        elif issubclass(exc_type, KeyboardInterrupt):
+            ended = "interrupted"
+        else:
+            ended = "error"
+        self.record = build_record(self._session, ["<watch>"], ended, exc)
+        return ended == "stopped"
 
 
 def run_cli(target: Target, options: RunOptions) -> int:

@@ -23,6 +23,7 @@ parser.add_argument("--slow-rank", type=int, default=-1, help="only this rank's 
 parser.add_argument("--no-sampler", action="store_true")
 parser.add_argument("--accumulate", type=int, default=1)
 parser.add_argument("--find-unused", action="store_true")
+parser.add_argument("--fsdp", action="store_true", help="FSDP2's fully_shard instead of DDP")
 parser.add_argument("--raise-on-rank", type=int, default=-1)
 parser.add_argument("--raise-at", type=int, default=3)
 parser.add_argument("--exit-on-rank", type=int, default=-1, help="os._exit(3) at --raise-at")
@@ -49,7 +50,15 @@ class Samples(Dataset):
 
 
 model = nn.Sequential(nn.Linear(32, args.hidden), nn.ReLU(), nn.Linear(args.hidden, 4))
-ddp = DDP(model, find_unused_parameters=args.find_unused)
+if args.fsdp:
+    from torch.distributed.fsdp import fully_shard
+
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer)
+    ddp = fully_shard(model)
+else:
+    ddp = DDP(model, find_unused_parameters=args.find_unused)
 data = Samples()
 sampler = None if args.no_sampler else DistributedSampler(data)
 loader = DataLoader(data, batch_size=8, sampler=sampler, shuffle=False)

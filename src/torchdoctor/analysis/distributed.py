@@ -14,6 +14,7 @@ the job's.
 from __future__ import annotations
 
 import copy
+import math
 import statistics
 
 from ..record import (
@@ -36,11 +37,16 @@ from ..record import (
 from .verdict import _NEXT_COMPUTE, _NEXT_HOST, _next_input, summarise
 
 #: A rank whose own work per step is this many times the median of the other ranks' is a
-#: straggler (and the others wait for it).
+#: straggler (and the others wait for it), ...
 STRAGGLER_RATIO = 1.25
+#: ... and its own work must exceed theirs by this many standard errors of the two means.
+NOISE_SIGMAS = 3.0
 #: Share of the step spent in communication (or waiting in it) that makes a balanced job
 #: communication-bound.
 COMM_BOUND_SHARE = 0.30
+
+#: Share of communication in a balanced job's step from which DDP's bucket settings are advised.
+BUCKET_ADVICE_SHARE = 0.15
 
 #: What the straggler's slowest part says bounds the job.
 _PART_KIND = {
@@ -109,7 +115,8 @@ def combine(
         report.bounding_rank = straggler.rank
     _comm_made_free(report)
 
-    bounding = next(rec for rec in by_rank if rank_of(rec) == _bounding(report, by_rank))
+    report.bounding_rank = _bounding(report, by_rank)
+    bounding = next(rec for rec in by_rank if rank_of(rec) == report.bounding_rank)
     job = copy.deepcopy(bounding)
     job.distributed = report
     job.status = _worst_status([r.status for r in ranks])
@@ -117,6 +124,9 @@ def combine(
     job.notes = _merged_notes(by_rank, bounding)
     if straggler is not None:
         job.findings.insert(0, straggler_finding(straggler))
+    buckets = bucket_finding(report, bounding.seen)
+    if buckets is not None:
+        job.findings.append(buckets)
     summarise(job)  # the bounding rank's own figures; the job's verdict follows
     job.verdict = job_verdict(job, report)
     return job
@@ -136,14 +146,19 @@ def find_straggler(ranks: list[RankRun]) -> Straggler | None:
     median_own = statistics.median(r.own_ms or 0.0 for r in others)
     if (slow.own_ms or 0.0) < STRAGGLER_RATIO * median_own or median_own <= 0:
         return None
+    # One slow step on a busy machine moves a mean of a few: the gap must stand out of the noise.
+    noise = math.hypot(_standard_error(slow), statistics.median(map(_standard_error, others)))
+    if (slow.own_ms or 0.0) - median_own <= NOISE_SIGMAS * noise:
+        return None
     slow.role = STRAGGLER
     for r in others:
         r.role = WAITS
     waits = [_wait_ms(r) for r in others]
+    excess = (slow.own_ms or 0.0) - median_own
     return Straggler(
         rank=slow.rank,
-        part=_slowest_part(slow, others),
-        excess_ms=round((slow.own_ms or 0.0) - median_own, 3),
+        part=_slowest_part(slow, others, excess),
+        excess_ms=round(excess, 3),
         victims=[r.rank for r in others],
         wait_ms=round(sum(waits) / len(waits), 3),
     )
@@ -162,6 +177,32 @@ def straggler_finding(s: Straggler) -> Finding:
         cost_ms=s.excess_ms,
         severity="critical",
         detail={"rank": s.rank, "part": s.part, "victims": s.victims},
+    )
+
+
+def bucket_finding(report: DistributedReport, seen: dict) -> Finding | None:
+    """DDP's bucket settings, where a balanced job's measured communication is exposed."""
+    share = _comm_share(report)
+    if report.stragglers or share is None or share < BUCKET_ADVICE_SHARE or "ddp_at" not in seen:
+        return None
+    file, _, line = str(seen["ddp_at"]).rpartition(":")
+    tips = [
+        f"DDP(..., bucket_cap_mb=N): now {seen.get('ddp_bucket_cap_mb', 25):g} MB; smaller "
+        "buckets start the all-reduce earlier in backward, larger ones send fewer messages"
+    ]
+    if not seen.get("ddp_gradient_as_bucket_view"):
+        tips.append("gradient_as_bucket_view=True (gradients live in the buckets: no copy)")
+    return Finding(
+        kind="ddp.buckets",
+        title=(
+            f"communication is exposed: {share * 100:.0f}% of the step is spent in the "
+            "all-reduce (or waiting in it) rather than hidden behind backward"
+        ),
+        fix="; ".join(tips),
+        file=file or None,
+        line=int(line) if line.isdigit() else None,
+        cost_ms=report.ranks[0].comm_ms if report.ranks else None,
+        severity="info" if share < COMM_BOUND_SHARE else "warning",
     )
 
 
@@ -191,12 +232,12 @@ def job_verdict(job: RunRecord, report: DistributedReport) -> Verdict:
                 f"; with communication made free (no_sync) the step takes "
                 f"{report.no_sync_step_ms:.1f} ms, a ceiling of {report.comm_ceiling:.2f}x"
             )
-        return Verdict(
-            COMMUNICATION_BOUND,
-            why,
-            NEXT_COMMUNICATION,
-            {**_shares(job), "communication": round(comm_share, 4)},
-        )
+        # Communication sits inside backward (and forward): carved out of compute, so the
+        # shares still sum to one.
+        shares = _shares(job)
+        shares["compute"] = round(max(shares.get("compute", 0.0) - comm_share, 0.0), 4)
+        shares["communication"] = round(comm_share, 4)
+        return Verdict(COMMUNICATION_BOUND, why, NEXT_COMMUNICATION, shares)
     if own is None:
         return Verdict("UNKNOWN", "no rank measured a training step", "see the notes", {})
     balanced = f"the {report.world_size} ranks are balanced"
@@ -251,21 +292,34 @@ def _own_work(ranks: list[RankRun]) -> None:
         r.own_ms = round(r.step_ms.mean - wait, 3)
 
 
+def _standard_error(r: RankRun) -> float:
+    """Of the mean the rank's own work comes from (its no-sync steps, else its steps)."""
+    values = r.no_sync or r.steps.step_ms
+    if len(values) < 2:
+        return 0.0
+    return statistics.stdev(values) / math.sqrt(len(values))
+
+
 def _wait_ms(r: RankRun) -> float:
     if r.comm_ms is not None:
         return r.comm_ms
     return max((r.step_ms.mean if r.step_ms else 0.0) - (r.own_ms or 0.0), 0.0)
 
 
-def _slowest_part(slow: RankRun, others: list[RankRun]) -> str:
-    """The part (outside backward, where the others' wait sits) the straggler spends most over."""
+#: A part outside backward explains a straggler when it holds at least this share of its excess.
+_PART_SHARE = 0.3
+
+
+def _slowest_part(slow: RankRun, others: list[RankRun], excess_ms: float) -> str:
+    """The part the straggler spends most over the others in; backward, where the others' wait
+    sits too, when no other part holds a fair share of its excess."""
     excess = {
         p: _part(slow, p) - statistics.median(_part(o, p) for o in others)
         for p in STEP_PARTS
         if p != "backward"
     }
     part, ms = max(excess.items(), key=lambda kv: kv[1])
-    return part if ms > 0 else "backward"
+    return part if ms > 0 and ms >= _PART_SHARE * excess_ms else "backward"
 
 
 def _comm_made_free(report: DistributedReport) -> None:
@@ -335,7 +389,15 @@ def _worst_status(statuses: list[str]) -> str:
     bad = [s for s in statuses if s != "complete"]
     if not bad:
         return "complete"
-    for s in ("internal-error", "script-error", "killed", "timed-out", "interrupted"):
+    for s in (
+        "internal-error",
+        "script-error",
+        "killed",
+        "timed-out",
+        "interrupted",
+        "partial",
+        "no-training",
+    ):
         if s in bad:
             return s
     return bad[0] if bad[0] in STATUSES else "partial"

@@ -46,6 +46,9 @@ class CaptureData:
     #: Wall time of each step watched by the sync finder (not timed otherwise), in ms.
     sync_sample_ms: list[float] = field(default_factory=list)
     sync_findings: list[Finding] = field(default_factory=list)
+    #: The data-parallel wrappers' findings and DDP's settings, noted after the measured steps.
+    parallel_findings: list[Finding] = field(default_factory=list)
+    ddp_settings: dict[str, Any] = field(default_factory=dict)
     trace_paths: list[str] = field(default_factory=list)
     #: The whole-step worker sweep's result (``record.WorkerSweep``), when it ran.
     worker_sweep: WorkerSweep | None = None

@@ -284,6 +284,8 @@ class CaptureSession(StepHooks):
 
     def _end(self, phase: Phase) -> None:
         phase.finish(self)
+        if phase.measuring:
+            self._note_parallel()
         self._started.remove(phase)
         phase.close(self)
 
@@ -291,6 +293,21 @@ class CaptureSession(StepHooks):
         """On every ending: close the phases started and not ended (the script stopped early)."""
         while self._started:
             self._started.pop().close(self)
+
+    def _note_parallel(self) -> None:
+        """The data-parallel findings, read while the script's modules are alive (they are gone
+        once the script is stopped)."""
+        roots = self.root_modules()
+        loader = self.loaders.main_settings()
+        self.data.ddp_settings = self.parallel.ddp_settings(roots)
+        self.data.parallel_findings = self.parallel.findings(
+            roots,
+            self.loaders.main_loader(),
+            loader.created_at if loader is not None else None,
+            self.ranks.world_size,
+            self.ranks.local_rank,
+            len(self.data.measured),
+        )
 
     # --- results ----------------------------------------------------------------------------
 

@@ -76,9 +76,11 @@ class DistributedReport:
     skew_ms: float | None = None
     #: The job's step with communication made free: the slowest rank's mean no-sync step.
     no_sync_step_ms: float | None = None
-    #: Mean step ÷ mean no-sync step: the most that hiding communication could give.
+    #: The job's step (the largest rank's mean step: the ranks step together) ÷
+    #: ``no_sync_step_ms``: the most that hiding communication could give.
     comm_ceiling: float | None = None
-    #: Mean no-sync step ÷ mean step: the share of the step each rank spends on its own work.
+    #: ``no_sync_step_ms`` ÷ the job's step (at most 1): the share of the job's step that is
+    #: the slowest rank's own work; 1 is linear scaling.
     scaling_efficiency: float | None = None
     #: Ranks the record has nothing from (their process ended before they sent anything).
     missing_ranks: list[int] = field(default_factory=list)

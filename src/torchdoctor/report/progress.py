@@ -14,6 +14,7 @@ _LABELS = {
     "trace": "recording a profiler trace (untimed)",
     "measure": "measuring steps",
     "model-alone": "model alone (data made free)",
+    "no-sync": "no gradient all-reduce (communication made free)",
     "loader-alone": "loader alone (no model)",
     "worker-sweep": "worker sweep (settings of num_workers)",
     "loader-doctor": "loader doctor (transform costs, memory)",

@@ -9,6 +9,7 @@ import pytest
 from paths import TESTS
 from torchdoctor.analysis.syncs import KINDS as SYNC_KINDS
 from torchdoctor.record import (
+    DISTRIBUTED_FINDING_KINDS,
     FINDING_KINDS,
     LOADER_FINDING_KINDS,
     SEVERITIES,
@@ -42,6 +43,7 @@ def _listed(label: str) -> list[str]:
         ("Sync finding kinds", SYNC_FINDING_KINDS),
         ("Loader finding kinds", LOADER_FINDING_KINDS),
         ("Trace finding kinds", TRACE_FINDING_KINDS),
+        ("Distributed finding kinds", DISTRIBUTED_FINDING_KINDS),
     ],
 )
 def test_the_doc_lists_the_kinds_of_the_code(label, code):

@@ -1,0 +1,101 @@
+"""How a captured script ended, in the record's words: its status, the notes that explain it, and
+the exit status of ``torchdoctor run``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ._errors import (
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_NO_TRAINING,
+    EXIT_OK,
+    EXIT_SCRIPT_ERROR,
+)
+from .record import RunRecord
+
+if TYPE_CHECKING:
+    from .capture import CaptureSession
+
+
+def status_of(
+    session: CaptureSession, record: RunRecord, ended: str, error: BaseException | None
+) -> tuple[str, list[str]]:
+    opts = session.options
+    measured = record.measured_steps
+    seen = session.data.seen
+    if session.data.internal_error is not None:
+        exc = session.data.internal_error
+        return "internal-error", [
+            f"torchdoctor itself failed ({type(exc).__name__}: {exc}) and stopped the script; "
+            "torch was restored. Please report this with the traceback above."
+        ]
+    if ended == "stopped" or session.phase_name == "done":
+        return "complete", []
+    if ended == "interrupted":
+        return "interrupted", [f"interrupted (Ctrl-C) after {measured} measured steps"]
+    notes: list[str] = []
+    if ended == "error":
+        notes.append(
+            f"the script raised {type(error).__name__} after {measured} measured steps; "
+            f"torchdoctor saw {_seen_text(seen)}"
+        )
+        status = "script-error"
+    elif _exited_badly(ended):
+        # sys.exit(n), an argparse error of the script (2); sys.exit(0), e.g. its --help, is an end
+        return "script-error", [
+            f"the script {ended} (sys.exit) after {measured} measured steps; torchdoctor saw "
+            f"{_seen_text(seen)}"
+        ]
+    elif measured == 0:
+        status = "no-training"
+    else:
+        status = "partial"
+    if measured == 0 and ended != "error":
+        if seen["optimizer_steps"] == 0:
+            how = "ended" if ended == "finished" else ended
+            notes.append(
+                f"the script {how} without a training step: torchdoctor saw {_seen_text(seen)}"
+            )
+        else:
+            notes.append(
+                f"the script {ended} after {seen['optimizer_steps']} optimizer steps, fewer than "
+                f"the {opts.warmup} warmup steps: lower --warmup or give it more data/epochs"
+            )
+    elif session.phase_name in ("warmup", "measure") and ended != "error":
+        notes.append(
+            f"the script {ended} after {measured} of {opts.steps} measured steps "
+            "(its data or epochs ran out); the figures cover those steps only"
+        )
+    elif session.phase_name == "model-alone" and ended != "error":
+        notes.append(
+            f"the script {ended} during the model-alone phase after "
+            f"{len(record.model_alone)} of {opts.steps} steps"
+        )
+    return status, notes
+
+
+def _exited_badly(ended: str) -> bool:
+    """``sys.exit(n)`` with n other than 0 (``sys.exit("message")`` too)."""
+    return ended.startswith("exited with status") and ended != "exited with status 0"
+
+
+def _seen_text(seen: dict[str, int]) -> str:
+    steps = seen["optimizer_steps"]
+    return (
+        f"{seen['dataloader_iterators']} DataLoader iteration(s), {seen['batches']} batch(es), "
+        f"{seen['forward_calls']} model call(s), {seen['backward_calls']} backward call(s) and "
+        + (f"{steps} optimizer step(s)" if steps else "no optimizer.step()")
+    )
+
+
+def exit_status_of(record: RunRecord, ended: str) -> int:
+    if record.status == "internal-error":
+        return EXIT_INTERNAL
+    if ended == "interrupted":
+        return EXIT_INTERRUPTED
+    if ended == "error" or _exited_badly(ended):
+        return EXIT_SCRIPT_ERROR
+    if record.measured_steps == 0:
+        return EXIT_NO_TRAINING
+    return EXIT_OK

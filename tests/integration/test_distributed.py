@@ -1,0 +1,313 @@
+"""Distributed jobs for real: ranks launched by torch.distributed.run, gloo on CPU, one report.
+
+Each test runs the command a user types (``torchdoctor run --nproc-per-node 2 ...``, or torchrun
+running ``-m torchdoctor run``) on ``tests/scenarios/ddp_train.py``: a small DDP job whose costs
+and mistakes are injected per rank (a rank with slow samples, a rank that raises or exits).
+Every test also checks that no process of the job outlives the command. The machine has two
+cores, so each rank runs one thread and the model is small.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+import torchdoctor
+from paths import SCENARIOS
+
+pytestmark = pytest.mark.integration
+
+JOB = str(SCENARIOS / "ddp_train.py")
+SRC = str(Path(torchdoctor.__file__).resolve().parent.parent)
+#: Enough steps for a mean, few enough for two ranks on two cores.
+QUICK = ("--steps", "6", "--warmup", "2")
+#: A rank's samples this slow make it the straggler beyond any doubt (8 samples per batch).
+SLOW_SAMPLE_MS = "20"
+
+
+def torchdoctor_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "torchdoctor", *args]
+
+
+def run(cmd: list[str], cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run(
+        cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def tagged(tag: str) -> list[int]:
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if tag in " ".join(p.info["cmdline"] or []):
+                found.append(p.pid)
+        except psutil.Error:
+            continue
+    return found
+
+
+def assert_no_orphans(tag: str) -> None:
+    deadline = time.monotonic() + 5.0
+    while tagged(tag) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not tagged(tag), "processes of the job outlived torchdoctor"
+
+
+@pytest.fixture(scope="module")
+def straggler_job(tmp_path_factory):
+    """One job where rank 1's samples are slow: its output and its record."""
+    tmp = tmp_path_factory.mktemp("straggler")
+    tag = uuid.uuid4().hex
+    res = run(
+        torchdoctor_cmd(
+            "run", "--nproc-per-node", "2", *QUICK, "--json", "r.json", "--",
+            JOB, "--slow-rank", "1", "--getitem-ms", SLOW_SAMPLE_MS, "--tag", tag,
+        ),
+        tmp,
+    )  # fmt: skip
+    return res, tmp / "r.json", tag
+
+
+def test_straggler_is_named_and_the_job_is_input_bound(straggler_job):
+    res, path, tag = straggler_job
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.count("Verdict") == 1, "one report for the job, not one per rank"
+    record = json.loads(path.read_text())
+    job = record["distributed"]
+    assert job["world_size"] == 2 and job["bounding_rank"] == 1
+    assert record["verdict"]["kind"] == "INPUT-BOUND"
+    assert record["verdict"]["why"].startswith("rank 1 is a straggler")
+    (straggler,) = job["stragglers"]
+    assert straggler["rank"] == 1 and straggler["victims"] == [0]
+    assert straggler["part"] == "data_wait"
+    roles = {r["rank"]: r["role"] for r in job["ranks"]}
+    assert roles == {0: "waits", 1: "straggler"}
+    # Communication made free on both ranks: the waiting rank's wait is its communication.
+    for rank in job["ranks"]:
+        assert len(rank["no_sync"]) == 6 and rank["status"] == "complete"
+    waiting = job["ranks"][0]
+    assert waiting["comm_ms"] > 0.5 * straggler["excess_ms"]
+    assert job["comm_ceiling"] is not None and job["scaling_efficiency"] is not None
+    assert record["findings"][0]["kind"] == "straggler"
+    assert_no_orphans(tag)
+
+
+def test_straggler_report_names_the_ranks(straggler_job):
+    res, _, _ = straggler_job
+    out = " ".join(res.stdout.split())
+    assert "job: 2 ranks on 1 node(s)" in out
+    assert "rank 1 is a straggler" in out
+    assert "step breakdown of rank 1 (the straggler)" in out
+
+
+def test_balanced_job_has_no_straggler_and_its_mistakes_are_found(tmp_path):
+    tag = uuid.uuid4().hex
+    res = run(
+        torchdoctor_cmd(
+            "run", "--nproc-per-node", "2", "--steps", "8", "--warmup", "2", "--json", "r.json",
+            "--", JOB, "--no-sampler", "--find-unused", "--accumulate", "2", "--hidden", "1024",
+            "--tag", tag,
+        ),
+        tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    record = json.loads((tmp_path / "r.json").read_text())
+    assert record["distributed"]["stragglers"] == []
+    assert "straggler" not in record["verdict"]["why"]
+    kinds = {f["kind"] for f in record["findings"]}
+    assert {
+        "ddp.no-distributed-sampler",
+        "ddp.find-unused-parameters",
+        "ddp.accumulation-sync",
+    } <= kinds
+    sampler = next(f for f in record["findings"] if f["kind"] == "ddp.no-distributed-sampler")
+    assert sampler["file"].endswith("ddp_train.py") and sampler["line"]
+    assert_no_orphans(tag)
+
+
+def test_a_rank_that_raises_ends_the_job_with_its_traceback(tmp_path):
+    tag = uuid.uuid4().hex
+    res = run(
+        torchdoctor_cmd(
+            "run", "--nproc-per-node", "2", *QUICK, "--json", "r.json", "--",
+            JOB, "--raise-on-rank", "1", "--raise-at", "6", "--tag", tag,
+        ),
+        tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 1, res.stderr[-3000:]
+    record = json.loads((tmp_path / "r.json").read_text())
+    assert record["status"] == "script-error"
+    assert record["notes"][0].startswith("rank 1 failed first")
+    ranks = {r["rank"]: r for r in record["distributed"]["ranks"]}
+    assert "failed on purpose" in "".join(ranks[1]["error"])
+    assert ranks[0]["error"] == [] and "rank 1 failed" in ranks[0]["ended"]
+    assert "rank 1 raised" in res.stdout
+    assert "_step_hooks.py" not in res.stdout + res.stderr, "torchdoctor's frames in a traceback"
+    assert_no_orphans(tag)
+
+
+def test_a_rank_whose_process_dies_ends_the_job(tmp_path):
+    tag = uuid.uuid4().hex
+    res = run(
+        torchdoctor_cmd(
+            "run", "--nproc-per-node", "2", *QUICK, "--json", "r.json", "--",
+            JOB, "--exit-on-rank", "0", "--raise-at", "6", "--tag", tag,
+        ),
+        tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 1, res.stderr[-3000:]
+    record = json.loads((tmp_path / "r.json").read_text())
+    assert record["notes"][0].startswith("rank 0 failed first")
+    ranks = {r["rank"]: r for r in record["distributed"]["ranks"]}
+    assert ranks[0]["status"] == "killed"
+    assert_no_orphans(tag)
+
+
+def test_ctrl_c_stops_every_rank_with_a_partial_report(tmp_path):
+    tag = uuid.uuid4().hex
+    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.Popen(
+        torchdoctor_cmd(
+            "run", "--nproc-per-node", "2", "--steps", "200", "--warmup", "2", "--json", "r.json",
+            "--", JOB, "--slow-rank", "1", "--getitem-ms", SLOW_SAMPLE_MS, "--tag", tag,
+        ),
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        _wait_for_phase(proc, "measuring")
+        time.sleep(2.0)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err[-3000:]
+    record = json.loads((tmp_path / "r.json").read_text())
+    assert record["status"] == "interrupted"
+    assert 0 < record["measured_steps"] < 200
+    assert "Traceback" not in err, "the launcher's or a rank's traceback on Ctrl-C"
+    assert_no_orphans(tag)
+
+
+def test_two_nodes_through_the_c10d_rendezvous(tmp_path):
+    """Two torchdoctor commands, one rank each, meet at a rendezvous on 127.0.0.1."""
+    tag = uuid.uuid4().hex
+    endpoint = f"127.0.0.1:{_free_port()}"
+    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    nodes = [
+        subprocess.Popen(
+            torchdoctor_cmd(
+                "run",
+                "--nproc-per-node",
+                "1",
+                "--nnodes",
+                "2",
+                "--rdzv-endpoint",
+                endpoint,
+                *QUICK,
+                "--quiet",
+                "--json",
+                f"node{i}.json",
+                "--",
+                JOB,
+                "--tag",
+                tag,
+            ),
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        for i in range(2)
+    ]
+    outs = [node.communicate(timeout=240) for node in nodes]
+    assert [n.returncode for n in nodes] == [0, 0], [err[-2000:] for _, err in outs]
+    written = sorted(tmp_path.glob("node*.json"))
+    assert len(written) == 1, "only the node that hosts rank 0 writes the job's record"
+    reported = [out for out, _ in outs if "Verdict" in out]
+    assert len(reported) == 1, "one report for the job"
+    record = json.loads(written[0].read_text())
+    job = record["distributed"]
+    assert job["world_size"] == 2 and job["nnodes"] == 2
+    assert sorted(r["rank"] for r in job["ranks"]) == [0, 1]
+    assert_no_orphans(tag)
+
+
+def test_torchrun_running_torchdoctor_gives_one_report_for_fsdp2(tmp_path):
+    """``torchrun -m torchdoctor run`` works the same; FSDP2 (fully_shard) runs on CPU too."""
+    tag = uuid.uuid4().hex
+    res = run(
+        [
+            sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+            "2", "-m", "torchdoctor", "run", *QUICK, "--json", "r.json", "--", JOB, "--fsdp",
+            "--slow-rank", "0", "--getitem-ms", SLOW_SAMPLE_MS, "--tag", tag,
+        ],
+        tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.count("Verdict") == 1
+    record = json.loads((tmp_path / "r.json").read_text())
+    assert record["verdict"]["kind"] == "INPUT-BOUND"
+    assert record["distributed"]["stragglers"][0]["rank"] == 0
+    # FSDP2 has no DDP no_sync(): the wait is estimated from the ranks' backward and forward.
+    assert all(r["no_sync"] == [] for r in record["distributed"]["ranks"])
+    assert any("communication-free phase skipped" in n for n in record["notes"])
+    assert_no_orphans(tag)
+
+
+def _wait_for_phase(proc: subprocess.Popen, phase: str, timeout: float = 120) -> None:
+    """Read the progress lines on stderr until ``phase`` starts."""
+    assert proc.stderr is not None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        if phase in line:
+            return
+    raise AssertionError(f"the job never reached the {phase} phase")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+DATA_PARALLEL = """
+import torch
+from torch import nn
+
+model = nn.DataParallel(nn.Linear(8, 2))  # on CPU it calls the module directly
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(64, 8)), 8)
+for epoch in range(100):
+    for (x,) in loader:
+        model(x).sum().backward()
+        opt.step()
+        opt.zero_grad()
+"""
+
+
+def test_data_parallel_is_found_at_its_line_in_one_process(tmp_path):
+    from torchdoctor.options import RunOptions
+    from torchdoctor.runner import Target, run_target
+
+    script = tmp_path / "dp.py"
+    script.write_text(DATA_PARALLEL)
+    outcome = run_target(Target(script=str(script)), RunOptions(steps=3, warmup=1))
+    (finding,) = [f for f in outcome.record.findings if f.kind == "ddp.data-parallel"]
+    assert (Path(finding.file).name, finding.line) == ("dp.py", 5)
+    assert "DistributedDataParallel" in finding.fix
+    assert outcome.record.distributed is None
