@@ -29,6 +29,7 @@ parser.add_argument("--raise-at", type=int, default=3)
 parser.add_argument("--exit-on-rank", type=int, default=-1, help="os._exit(3) at --raise-at")
 parser.add_argument("--epochs", type=int, default=100)
 parser.add_argument("--hidden", type=int, default=256)
+parser.add_argument("--timing-file", help="each rank appends its step times (ms) to PATH.RANK")
 parser.add_argument("--tag", default="", help="ignored; lets a test find this run's processes")
 args = parser.parse_args()
 
@@ -64,6 +65,8 @@ sampler = None if args.no_sampler else DistributedSampler(data)
 loader = DataLoader(data, batch_size=8, sampler=sampler, shuffle=False)
 opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
 step = 0
+timing = open(f"{args.timing_file}.{rank}", "w") if args.timing_file else None  # noqa: SIM115
+last = time.perf_counter()
 for epoch in range(args.epochs):
     if sampler is not None:
         sampler.set_epoch(epoch)
@@ -78,4 +81,9 @@ for epoch in range(args.epochs):
             opt.step()
             opt.zero_grad()
             step += 1
+            if timing is not None:
+                now = time.perf_counter()
+                timing.write(f"{(now - last) * 1000:.4f}\n")
+                timing.flush()
+                last = now
 dist.destroy_process_group()

@@ -39,6 +39,8 @@ from .verdict import _NEXT_COMPUTE, _NEXT_HOST, _next_input, summarise
 #: A rank whose own work per step is this many times the median of the other ranks' is a
 #: straggler (and the others wait for it), ...
 STRAGGLER_RATIO = 1.25
+#: ... by at least this share of the job's step (what waiting for it costs every rank), ...
+STRAGGLER_STEP_SHARE = 0.10
 #: ... and its own work must exceed theirs by this many standard errors of the two means.
 NOISE_SIGMAS = 3.0
 #: Share of the step spent in communication (or waiting in it) that makes a balanced job
@@ -145,6 +147,10 @@ def find_straggler(ranks: list[RankRun]) -> Straggler | None:
     others = [r for r in measured if r is not slow]
     median_own = statistics.median(r.own_ms or 0.0 for r in others)
     if (slow.own_ms or 0.0) < STRAGGLER_RATIO * median_own or median_own <= 0:
+        return None
+    # A gap that costs the job little is no straggler (ranks sharing cores drift by a few %).
+    job_step = max(r.step_ms.mean for r in measured if r.step_ms is not None)
+    if (slow.own_ms or 0.0) - median_own < STRAGGLER_STEP_SHARE * job_step:
         return None
     # One slow step on a busy machine moves a mean of a few: the gap must stand out of the noise.
     noise = math.hypot(_standard_error(slow), statistics.median(map(_standard_error, others)))

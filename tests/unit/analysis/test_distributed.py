@@ -119,3 +119,11 @@ def test_exposed_communication_advises_ddp_buckets_where_ddp_is_built():
     for r in quiet:
         r.seen.update(ddp_at="/job/train.py:42")
     assert not [f for f in combine(quiet).findings if f.kind == "ddp.buckets"]
+
+
+def test_a_gap_that_costs_the_job_little_is_no_straggler():
+    # Measured on this machine: balanced ranks sharing 2 cores, own work 1.35 vs 1.75 ms in a
+    # 6 ms step (communication-bound): 1.3x, yet waiting for it costs the job under 10%.
+    job = combine([rank_record(0, 0.1, 4.0, 1.35), rank_record(1, 0.1, 4.0, 1.75)])
+    assert job.distributed.stragglers == []
+    assert job.verdict.kind == "COMMUNICATION-BOUND"
