@@ -44,9 +44,10 @@ def test_every_flag_reaches_its_field_and_leaves_the_script_alone():
 
 
 def test_the_value_taking_flags_come_from_the_parser():
-    # The set the hand-kept list held before the flags were built from RunOptions, and the
-    # bound added since.
+    # The set the hand-kept list held before the flags were built from RunOptions, the bound
+    # and the launch flags added since.
     takes_value = {"--steps", "--warmup", "--json", "--sync-steps", "--trace", "--max-seconds"}
+    takes_value |= {"--nproc-per-node", "--nnodes", "--node-rank", "--rdzv-endpoint"}
     commands = cli._script_commands(cli.build_parser())
     assert commands == {"run": takes_value, "loader": takes_value}
 
