@@ -59,7 +59,8 @@ _PART_KIND = {
     "optimizer": COMPUTE_BOUND,
     "other": HOST_BOUND,
 }
-_PART_WORDS = {
+#: How a step part reads in a sentence ("mostly waiting for data").
+PART_WORDS = {
     "data_wait": "waiting for data",
     "to_device": "copying batches to the device",
     "forward": "forward",
@@ -176,7 +177,7 @@ def straggler_finding(s: Straggler) -> Finding:
         kind="straggler",
         title=(
             f"rank {s.rank} is a straggler: its own work per step is {s.excess_ms:.1f} ms longer "
-            f"than the other ranks' (mostly {_PART_WORDS.get(s.part, s.part)}); rank(s) {victims} "
+            f"than the other ranks' (mostly {PART_WORDS.get(s.part, s.part)}); rank(s) {victims} "
             f"wait {s.wait_ms:.1f} ms per step for it in the collectives"
         ),
         fix=_straggler_fix(s.part),
@@ -220,7 +221,7 @@ def job_verdict(job: RunRecord, report: DistributedReport) -> Verdict:
         kind = _PART_KIND.get(s.part, COMPUTE_BOUND)
         why = (
             f"rank {s.rank} is a straggler: it spends {s.excess_ms:.1f} ms per step more than the "
-            f"other ranks on its own work, mostly {_PART_WORDS.get(s.part, s.part)}, and every "
+            f"other ranks on its own work, mostly {PART_WORDS.get(s.part, s.part)}, and every "
             f"other rank waits for it in the all-reduce ({s.wait_ms:.1f} ms per step)"
         )
         if own is not None and own.kind == kind:

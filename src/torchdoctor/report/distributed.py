@@ -14,6 +14,7 @@ from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.table import Table
 from rich.text import Text
 
+from ..analysis.distributed import PART_WORDS
 from ..record import STEP_PARTS, STRAGGLER, WAITS, DistributedReport, RankRun, RunRecord, Stat
 from ._style import BAD, verdict_look
 
@@ -25,15 +26,6 @@ _PART_HEADER = {
     "backward": "bwd",
     "optimizer": "optim",
     "other": "other",
-}
-#: How the straggler's slowest part reads in a sentence.
-_PART_WORDS = {
-    "data_wait": "waiting for data",
-    "to_device": "copying batches to the device",
-    "forward": "forward",
-    "backward": "backward",
-    "optimizer": "the optimizer",
-    "other": "host work between the calls",
 }
 #: Lines of a failed rank's traceback that are shown (its end, where the error is).
 TRACEBACK_LINES = 15
@@ -214,7 +206,7 @@ def _summary_lines(job: DistributedReport) -> list[Text]:
         victims = ", ".join(str(v) for v in s.victims)
         line = Text("straggler: ", style=f"bold {BAD}")
         line.append(
-            f"rank {s.rank}, slowest in {_PART_WORDS.get(s.part, s.part)}, "
+            f"rank {s.rank}, slowest in {PART_WORDS.get(s.part, s.part)}, "
             f"{s.excess_ms:.1f} ms more own work per step than the other ranks; "
             f"rank(s) {victims} wait {s.wait_ms:.1f} ms per step for it"
         )
