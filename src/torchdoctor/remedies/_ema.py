@@ -107,7 +107,7 @@ class EMA:
             to_average: dict[tuple[torch.device, torch.dtype], tuple[list, list]] = {}
             to_copy: dict[tuple[torch.device, torch.dtype], tuple[list, list]] = {}
             for name, target in averaged.items():
-                source = live[name].detach()
+                source = live[name]  # no detach needed: nothing is recorded under no_grad
                 groups = to_average if _is_averaged(target) else to_copy
                 targets, sources = groups.setdefault((target.device, target.dtype), ([], []))
                 targets.append(target)
