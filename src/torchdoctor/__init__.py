@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from .loader import clone_loader, diagnose_loader
     from .record import RunRecord
     from .remedies import (
+        EMA,
         CachedDataset,
         CacheError,
         DevicePrefetcher,
@@ -36,6 +37,7 @@ __all__ = [
     "CacheError",
     "CachedDataset",
     "DevicePrefetcher",
+    "EMA",
     "ImageOptions",
     "Normalize",
     "RunRecord",
@@ -60,6 +62,7 @@ _EXPORTS = {
     "CacheError": "torchdoctor.remedies",
     "CachedDataset": "torchdoctor.remedies",
     "DevicePrefetcher": "torchdoctor.remedies",
+    "EMA": "torchdoctor.remedies",
     "ImageOptions": "torchdoctor.remedies",
     "Normalize": "torchdoctor.remedies",
     "build_cache": "torchdoctor.remedies",
