@@ -12,9 +12,19 @@ def warm_up_torch() -> None:
     """Import what torch imports lazily and which rebinds torch attributes as a side effect.
 
     Importing ``torch._dynamo`` (which an optimizer step may do) wraps ``torch.manual_seed``;
-    doing it once up front keeps that out of every test's before/after comparison.
+    doing it once up front keeps that out of every test's before/after comparison. The first
+    ``torch.compile`` patches ``nn.Module.__init__`` and ``__setstate__`` for good (dynamo's
+    generation tagging), and the first ``torch.save`` of a tensor gives ``Tensor`` a
+    ``__slotnames__``: both are torch's own one-time setup, done here first too.
     """
-    import torch._dynamo  # noqa: F401
+    import io
+
+    import torch
+    import torch._dynamo
+    from torch._dynamo.mutation_guard import install_generation_tagging_init
+
+    install_generation_tagging_init()
+    torch.save(torch.zeros(1), io.BytesIO())
 
 
 def snapshot() -> dict[str, object]:

@@ -32,6 +32,7 @@ __all__ = [
     "non_negative_int",
     "positive_float",
     "positive_int",
+    "trial_list",
 ]
 
 #: When the loader doctor (worker sweep, transform costs, memory) runs: ``"auto"`` when the
@@ -56,6 +57,24 @@ def positive_float(text: str) -> float:
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError("must be a number of seconds above 0")
     return value
+
+
+#: ``--try``'s levers, in the order they run (``all``).
+TRIAL_NAMES = ("amp", "channels-last", "foreach", "threads", "batch-size", "compile")
+
+
+def trial_list(text: str) -> tuple[str, ...]:
+    """An argparse ``type``: ``all`` or a comma list of :data:`TRIAL_NAMES`, in their order."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if names == ["all"]:
+        return TRIAL_NAMES
+    unknown = [n for n in names if n not in TRIAL_NAMES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown trial {', '.join(unknown) if unknown else repr(text)}: use all or some of "
+            + ", ".join(TRIAL_NAMES)
+        )
+    return tuple(n for n in TRIAL_NAMES if n in names)
 
 
 def non_negative_int(text: str) -> int:
@@ -119,6 +138,8 @@ class RunOptions:
             (the ``--fix`` re-run); held as a read-only mapping.
         threads_override: ``torch.set_num_threads(threads_override)`` at the start of the run,
             held against the script's own calls (the ``--fix`` re-run); ``None``: left alone.
+        trials: levers ``--try`` measures (:data:`TRIAL_NAMES`), in order.
+        flops: count one step's FLOPs and the device utilisation.
         nproc_per_node: launch this many ranks per node through torch.distributed.run.
         nnodes: nodes of a launched job (torchrun's ``--nnodes``).
         node_rank: this node's rank in a launched job.
@@ -181,6 +202,25 @@ class RunOptions:
             "what was measured (default %(default)s; the --fix re-run gets its own)",
             type=positive_float,
             metavar="S",
+        ),
+    )
+    trials: tuple[str, ...] = _flag(
+        (),
+        Flag(
+            "--try",
+            "measure levers in the script's own loop, each against its measured steps: a comma "
+            "list of amp, channels-last, foreach, threads, batch-size, compile, or all "
+            "(docs/trials.md)",
+            type=trial_list,
+            metavar="LIST",
+        ),
+    )
+    flops: bool = _flag(
+        False,
+        Flag(
+            "--flops",
+            "count one step's FLOPs and the utilisation of the device's peak (implied by --try)",
+            action="store_true",
         ),
     )
     nproc_per_node: int | None = _flag(

@@ -167,6 +167,7 @@ def build_record(
     record.built_inputs = session.inputs.described()
     record.threads_override = opts.threads_override
     record.no_sync = [round(session.step_ms(step), 4) for step in session.data.no_sync]
+    _attach_trials(record, session)
     record.seen.update(session.data.ddp_settings)
     record.findings.extend(session.data.parallel_findings)
     record.findings.extend(session.data.sync_findings)
@@ -188,6 +189,18 @@ def build_record(
     record.notes.extend(more_notes)
     summarise(record)
     return record
+
+
+def _attach_trials(record: RunRecord, session: CaptureSession) -> None:
+    """``--try``'s trials and the step's FLOPs, against the measured steps."""
+    from .analysis.trials import flops_of, trials_of
+
+    summarise(record)  # the baseline's figures
+    if session.data.trials:
+        record.trials = trials_of(record, session.data.trials)
+    device = record.env.device_name if record.env is not None else ""
+    record.flops = flops_of(record, session.data.flops, device)
+    record.flops_per_step = record.flops.per_step if record.flops is not None else None
 
 
 def _attach_trace(record: RunRecord, paths: list[str]) -> None:

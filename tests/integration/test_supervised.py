@@ -157,7 +157,9 @@ def test_sigterm_to_torchdoctor_keeps_the_record(tmp_path):
 
 
 def test_a_closed_pipe_loses_the_text_not_the_record(tmp_path):
-    case = Case("head", "slow_steps.py", ["--steps", "3", "--no-counterfactuals"], 0, "complete", "")
+    case = Case(
+        "head", "slow_steps.py", ["--steps", "3", "--no-counterfactuals"], 0, "complete", ""
+    )
     cmd, env, record, pidfile = _run(tmp_path, case)
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     proc.stdout.readline()  # like `| head -1`: read a line, then close the pipe

@@ -32,8 +32,9 @@ def test_every_flag_reaches_its_field_and_leaves_the_script_alone():
     expected = {}
     for f, flag in flags():
         if flag.action == "store":
-            argv += [flag.name, "3"]
-            expected[f.name] = flag.type("3") if flag.type else "3"
+            value = "amp" if flag.name == "--try" else "3"  # a value the flag's type takes
+            argv += [flag.name, value]
+            expected[f.name] = flag.type(value) if flag.type else value
         else:
             argv.append(flag.name)
             expected[f.name] = flag.action == "store_true"
@@ -47,7 +48,7 @@ def test_the_value_taking_flags_come_from_the_parser():
     # The set the hand-kept list held before the flags were built from RunOptions, the bound
     # and the launch flags added since.
     takes_value = {"--steps", "--warmup", "--json", "--sync-steps", "--trace", "--max-seconds"}
-    takes_value |= {"--nproc-per-node", "--nnodes", "--node-rank", "--rdzv-endpoint"}
+    takes_value |= {"--nproc-per-node", "--nnodes", "--node-rank", "--rdzv-endpoint", "--try"}
     commands = cli._script_commands(cli.build_parser())
     assert commands == {"run": takes_value, "loader": takes_value}
 

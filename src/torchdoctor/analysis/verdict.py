@@ -94,8 +94,20 @@ def decide(record: RunRecord) -> Verdict:
     if input_bound:
         return Verdict(INPUT_BOUND, _why_input(record, shares, step), _next_input(record), shares)
     if host_bound:
-        return Verdict(HOST_BOUND, _why_host(record, shares, step, has_loader), _NEXT_HOST, shares)
-    return Verdict(COMPUTE_BOUND, _why_compute(record, shares, step), _NEXT_COMPUTE, shares)
+        why = _why_host(record, shares, step, has_loader)
+        return Verdict(HOST_BOUND, why, _with_trials(record, _NEXT_HOST), shares)
+    why = _why_compute(record, shares, step)
+    return Verdict(COMPUTE_BOUND, why, _with_trials(record, _NEXT_COMPUTE), shares)
+
+
+def _with_trials(record: RunRecord, advice: str) -> str:
+    """The trials measured, best first, before the advice; or how to measure them."""
+    from .trials import next_with_trials
+
+    measured = next_with_trials(record)
+    if measured is not None:
+        return f"{measured}; {advice}"
+    return f"{advice}; measure them in your own loop: torchdoctor run --try all"
 
 
 def _why_input(record: RunRecord, shares: dict[str, float], step: float) -> str:

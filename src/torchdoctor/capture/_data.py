@@ -59,5 +59,9 @@ class CaptureData:
     notes: list[str] = field(default_factory=list)
     #: What the capture saw: counts of loaders, optimizers, steps, module calls.
     seen: dict[str, int] = field(default_factory=_seen)
+    #: ``--try``: each lever setting's steps (``phases.trials.TrialRun``), in the order run.
+    trials: list[Any] = field(default_factory=list)
+    #: One step's FLOPs, parameters, dtype and the measured matmul peak (``phases.flops``).
+    flops: dict[str, Any] | None = None
     #: torchdoctor's own failure, when it stopped the script because of one.
     internal_error: Exception | None = None

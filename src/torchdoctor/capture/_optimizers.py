@@ -22,6 +22,11 @@ class OptimizerTracker:
         #: Steps of other optimizers since the primary one last stepped, by id.
         self._other_steps: dict[int, int] = {}
 
+    @property
+    def primary(self) -> Any:
+        """The optimizer whose ``step()`` ends a training step, if it is alive."""
+        return self._primary() if self._primary is not None else None
+
     def seen(self, optimizer: Any) -> None:
         if optimizer not in self._known:
             self._known.add(optimizer)

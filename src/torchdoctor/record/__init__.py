@@ -74,6 +74,7 @@ from ._verdict import Verdict
 # isort: split
 # The job section holds the run's StepSeries and Stat: imported after _run, which imports it.
 from ._ranks import STRAGGLER, WAITS, DistributedReport, RankRun, Straggler
+from ._trials import Flops, Trial, TrialPoint
 
 __all__ = [
     "BATCH_SIZE_ARGUMENT",
@@ -83,6 +84,9 @@ __all__ = [
     "STRAGGLER",
     "WAITS",
     "DistributedReport",
+    "Flops",
+    "Trial",
+    "TrialPoint",
     "RankRun",
     "Straggler",
     "COMPUTE_BOUND",

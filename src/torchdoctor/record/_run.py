@@ -247,6 +247,15 @@ class RunRecord:
     no_sync: list[float] = field(default_factory=list)
     #: A distributed job: every rank, stragglers, communication (docs/distributed.md).
     distributed: DistributedReport | None = None
+    #: ``run --try``: each lever measured in the script's loop, best first (docs/trials.md).
+    trials: list[Trial] = field(default_factory=list)
+    #: The trials' baseline: steps of the script as it runs, taken right before the first lever
+    #: and right after the last (ms).
+    trial_baseline: list[float] = field(default_factory=list)
+    #: FLOPs of one step (``FlopCounterMode``), when counted (``--try``, ``--flops``).
+    flops_per_step: float | None = None
+    #: The step's FLOPs, achieved FLOP/s and utilisation against a peak.
+    flops: Flops | None = None
 
     @property
     def measured_steps(self) -> int:
@@ -286,3 +295,4 @@ class RunRecord:
 # section's RankRun holds a StepSeries, so _ranks too comes after.
 from ._fix import FixTrial  # noqa: E402
 from ._ranks import DistributedReport  # noqa: E402
+from ._trials import Flops, Trial  # noqa: E402

@@ -18,6 +18,7 @@ from ..record import (
 from ._style import BAD, GOOD, severity_look, verdict_look
 from .distributed import breakdown_title, ranks_section
 from .loader import loader_section
+from .trials import trials_section
 
 _PART_LABEL = {
     "data_wait": "data wait",
@@ -41,6 +42,9 @@ def render(record: RunRecord, console: Console | None = None, title: str | None 
     if record.measured_steps:
         console.print(_breakdown_table(record))
         console.print(_counterfactual_table(record))
+    trials = trials_section(record)
+    if trials is not None:
+        console.print(trials)
     section = loader_section(
         record.loader_report, current_workers=record.loader.num_workers if record.loader else None
     )

@@ -14,10 +14,6 @@ from torch import nn
 import torchdoctor
 from torchdoctor import EMA
 
-# The first pickling of a tensor in a process caches copyreg's ``__slotnames__`` on torch.Tensor,
-# which the hygiene fixture would take for a patch made by the save/load test: pickle one now.
-torch.save(torch.zeros(1), io.BytesIO())
-
 
 class Net(nn.Module):
     """A linear layer and a BatchNorm: float parameters, float buffers and an int64 buffer."""

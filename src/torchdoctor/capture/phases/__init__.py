@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from .base import NOT_SERVED, Done, Phase
+from .flops import FlopsPhase
 from .loader_alone import LoaderAlonePhase, measure_loader_alone
 from .loader_doctor import LoaderDoctorPhase
 from .measure import MeasurePhase
@@ -11,6 +12,7 @@ from .model_alone import ModelAlonePhase
 from .no_sync import NoSyncPhase
 from .sync_sample import SyncSamplePhase
 from .trace import TracePhase
+from .trials import TrialsPhase
 from .warmup import WarmupPhase
 from .worker_sweep import WorkerSweepPhase
 
@@ -22,6 +24,8 @@ PHASES: tuple[type[Phase], ...] = (
     MeasurePhase,
     ModelAlonePhase,
     NoSyncPhase,
+    FlopsPhase,
+    TrialsPhase,
     WorkerSweepPhase,
     LoaderAlonePhase,
     LoaderDoctorPhase,
@@ -31,6 +35,7 @@ __all__ = [
     "NOT_SERVED",
     "PHASES",
     "Done",
+    "FlopsPhase",
     "LoaderAlonePhase",
     "LoaderDoctorPhase",
     "MeasurePhase",
@@ -39,6 +44,7 @@ __all__ = [
     "Phase",
     "SyncSamplePhase",
     "TracePhase",
+    "TrialsPhase",
     "WarmupPhase",
     "WorkerSweepPhase",
     "measure_loader_alone",

@@ -1,0 +1,194 @@
+"""Trials and FLOPs into the record: speedups with their spread, utilisation, the Next line (pure).
+
+A trial's **speedup** is the baseline's mean step ÷ the trial's mean step (for ``batch-size``,
+samples/s at the picked size ÷ samples/s as the script runs). The baseline is the script as it
+runs, measured right before the first lever and right after the last one. Its **spread** is a
+90% bootstrap interval of that ratio, resampling both series' steps. A trial is worth pasting
+when the interval's low end is above 1.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from typing import Any
+
+from ..record import Flops, RunRecord, Stat, Trial, TrialPoint
+
+#: Bootstrap resamples of a speedup's interval (seeded: the same steps give the same interval).
+BOOTSTRAP_ROUNDS = 1000
+#: Dense peak FLOP/s of known accelerators by dtype, from their makers' data sheets.
+PEAKS: dict[tuple[str, str], float] = {
+    ("H100", "bfloat16"): 989e12,
+    ("H100", "float16"): 989e12,
+    ("H100", "float32"): 67e12,
+    ("H200", "bfloat16"): 989e12,
+    ("H200", "float16"): 989e12,
+    ("H200", "float32"): 67e12,
+    ("A100", "bfloat16"): 312e12,
+    ("A100", "float16"): 312e12,
+    ("A100", "float32"): 19.5e12,
+    ("L4", "bfloat16"): 121e12,
+    ("L4", "float16"): 121e12,
+    ("L4", "float32"): 30.3e12,
+    ("V100", "float16"): 125e12,
+    ("V100", "float32"): 15.7e12,
+    ("T4", "float16"): 65e12,
+    ("T4", "float32"): 8.1e12,
+}
+
+
+def interval(base: list[float], trial: list[float], seed: int = 0) -> list[float]:
+    """90% bootstrap interval of ``mean(base) / mean(trial)``."""
+    if len(base) < 2 or len(trial) < 2:
+        return []
+    rng = random.Random(seed)
+    ratios = []
+    for _ in range(BOOTSTRAP_ROUNDS):
+        b = statistics.fmean(rng.choices(base, k=len(base)))
+        t = statistics.fmean(rng.choices(trial, k=len(trial)))
+        if t > 0:
+            ratios.append(b / t)
+    ratios.sort()
+    if not ratios:
+        return []
+    lo = ratios[int(0.05 * (len(ratios) - 1))]
+    hi = ratios[int(0.95 * (len(ratios) - 1))]
+    return [round(lo, 3), round(hi, 3)]
+
+
+def trials_of(record: RunRecord, runs: list[Any]) -> list[Trial]:
+    """The record's trials from the phase's runs (``capture.phases.trials.TrialRun``), each
+    with the texts its lever gave while it was live (``run.texts``)."""
+    baseline = [r for r in runs if r.lever.name == "baseline" and r.steps_ms]
+    base = [x for r in baseline for x in r.steps_ms] or list(record.steps.step_ms)
+    record.trial_baseline = [round(x, 4) for x in base]
+    batch = record.loader.batch_size if record.loader is not None else None
+    batches = [b for r in baseline for b in r.batches] or record.steps.batches
+    per_step = statistics.fmean(batches) if batches else 1.0
+    out: list[Trial] = []
+    by_name: dict[str, list[Any]] = {}
+    for run in runs:
+        if run.lever.name != "baseline":
+            by_name.setdefault(run.lever.name, []).append(run)
+    for name, group in by_name.items():
+        texts = group[-1].texts
+        measured = [r for r in group if r.steps_ms]
+        if not measured:
+            reason = next((r.skipped for r in group if r.skipped), "no step was measured")
+            out.append(Trial(name=name, changed=texts.get("changed", name), status="skipped",
+                             reason=reason or ""))  # fmt: skip
+            continue
+        if name == "batch-size" and batch:
+            out.append(_batch_trial(name, measured, base, batch, per_step, texts))
+            continue
+        best = min(measured, key=lambda r: statistics.fmean(r.steps_ms))
+        t = best.texts
+        trial = Trial(
+            name=name,
+            changed=t.get("changed", name),
+            status="failed" if t.get("error") else "measured",
+            reason=t.get("error") or "",
+            steps=[round(x, 4) for x in best.steps_ms],
+            step_ms=Stat.of(best.steps_ms),
+            warmup_ms=[round(x, 4) for x in best.warmup_ms],
+            speedup=_ratio(base, best.steps_ms),
+            spread=interval(base, best.steps_ms),
+            pick=best.setting or None,
+            code=t.get("code", ""),
+            caveats=list(t.get("caveats", [])),
+        )
+        if t.get("graph_breaks"):
+            trial.detail["graph_breaks"] = t["graph_breaks"]
+        if len(measured) > 1:
+            trial.points = [
+                TrialPoint(setting=r.setting, step_ms=Stat.of(r.steps_ms), memory_mb=r.memory_mb)
+                for r in measured
+            ]
+        out.append(trial)
+    out.sort(key=lambda t: -(t.speedup or 0.0))
+    return out
+
+
+def flops_of(record: RunRecord, counted: dict[str, Any] | None, device_name: str) -> Flops | None:
+    """The step's FLOPs, achieved FLOP/s and utilisation against the table's or a measured peak."""
+    if not counted or not counted.get("per_step"):
+        return None
+    dtype = counted.get("dtype", "float32")
+    flops = Flops(per_step=counted["per_step"], params=counted.get("params"), dtype=dtype)
+    if record.step_ms is not None and record.step_ms.mean > 0:
+        flops.achieved_flops_per_s = flops.per_step / (record.step_ms.mean / 1000.0)
+    known = next(
+        (v for (name, dt), v in PEAKS.items() if name in device_name and dt == dtype), None
+    )
+    if known is not None:
+        flops.peak_flops_per_s = known
+        flops.peak_source = f"table: {device_name} {dtype} dense peak"
+    elif counted.get("measured_peak"):
+        flops.peak_flops_per_s = counted["measured_peak"]["flops_per_s"]
+        flops.peak_source = counted["measured_peak"]["source"]
+    if flops.achieved_flops_per_s and flops.peak_flops_per_s:
+        flops.utilisation = round(flops.achieved_flops_per_s / flops.peak_flops_per_s, 4)
+    return flops
+
+
+def next_with_trials(record: RunRecord) -> str | None:
+    """The verdict's Next for a compute- or host-bound run: the trials, best first."""
+    measured = [t for t in record.trials if t.status == "measured" and t.speedup is not None]
+    if not record.trials:
+        return None
+    if not measured:
+        return "no trial could be measured here (see the trials table)"
+    parts = []
+    for t in measured:
+        spread = f" [{t.spread[0]:.2f}-{t.spread[1]:.2f}]" if t.spread else ""
+        gain = "worth it" if t.spread and t.spread[0] > 1.0 else "no clear gain"
+        parts.append(f"{t.name} {t.speedup:.2f}x{spread} ({gain})")
+    return "measured trials, best first: " + ", ".join(parts)
+
+
+def _ratio(base: list[float], trial: list[float]) -> float | None:
+    if not base or not trial or statistics.fmean(trial) <= 0:
+        return None
+    return round(statistics.fmean(base) / statistics.fmean(trial), 3)
+
+
+def _batch_trial(
+    name: str,
+    runs: list[Any],
+    base: list[float],
+    batch: int,
+    per_step: float,
+    texts: dict[str, Any],
+) -> Trial:
+    base_rate = batch * per_step * 1000.0 / statistics.fmean(base) if base else 0.0
+    points = []
+    for r in runs:
+        rate = int(r.setting) * statistics.fmean(r.batches) * 1000.0 / statistics.fmean(r.steps_ms)
+        points.append(
+            TrialPoint(
+                setting=r.setting,
+                step_ms=Stat.of(r.steps_ms),
+                samples_per_s=round(rate, 2),
+                memory_mb=r.memory_mb,
+            )
+        )
+    best_i = max(range(len(points)), key=lambda i: points[i].samples_per_s or 0.0)
+    best, run = points[best_i], runs[best_i]
+    # The samples/s ratio's spread: the step-time ratio's, scaled by the batch ratio.
+    scale = int(run.setting) * statistics.fmean(run.batches) / (batch * per_step)
+    spread = [round(x * scale, 3) for x in interval(base, run.steps_ms)]
+    return Trial(
+        name=name,
+        changed=f"DataLoader(batch_size={run.setting}) (from {batch})",
+        steps=[round(x, 4) for x in run.steps_ms],
+        step_ms=Stat.of(run.steps_ms),
+        warmup_ms=[round(x, 4) for x in run.warmup_ms],
+        speedup=round((best.samples_per_s or 0.0) / base_rate, 3) if base_rate else None,
+        spread=spread,
+        pick=run.setting,
+        points=points,
+        code=f"DataLoader(..., batch_size={run.setting})  # and scale the learning rate",
+        caveats=list(texts.get("caveats", [])),
+        detail={"baseline_samples_per_s": round(base_rate, 2)},
+    )

@@ -1,0 +1,189 @@
+"""Measured trials (``run --try``): each lever in the script's own loop, against its measured steps.
+
+Runs after every counterfactual, since trials change what the step computes. Each lever (and
+each of its settings) gets a child Patcher: applied between two steps, its own warm-up steps, its
+measured steps, undone before the next. The results are ``session.data.trials`` (raw steps);
+``analysis.trials`` turns them into speedups with their spread.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._trials import LEVERS, PLATEAU_GAIN, Baseline, Lever
+from .base import NOT_SERVED, Phase
+
+#: Measured steps per setting of a lever that tries several.
+STEPS_PER_SETTING = 8
+
+
+@dataclass
+class TrialRun:
+    """One setting of one lever, as measured (plain values; the record is made later)."""
+
+    lever: Lever
+    setting: str
+    warmup_ms: list[float] = field(default_factory=list)
+    steps_ms: list[float] = field(default_factory=list)
+    batches: list[int] = field(default_factory=list)
+    memory_mb: float | None = None
+    skipped: str | None = None
+    #: ``changed``, ``code``, ``caveats`` and a failed lever's ``error``, read while it was live.
+    texts: dict[str, Any] = field(default_factory=dict)
+
+
+class TrialsPhase(Phase):
+    name = "trials"
+    #: The batch-size lever iterates clones of the script's loader: they are not the script's.
+    owns_loaders = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._queue: list[TrialRun] = []
+        self._run: TrialRun | None = None
+        self._patcher: Any = None
+        self._memory: Any = None
+
+    def wanted(self, session) -> bool:
+        names = session.options.trials
+        if not names:
+            return False
+        if session.ranks.launched:
+            session.data.notes.append("trials skipped: --try runs on one process, not in a job")
+            return False
+        return bool(session.data.measured)
+
+    def total(self, session) -> int:
+        return len(self._queue) + len(session.data.trials)
+
+    def start(self, session) -> None:
+        baseline = Baseline()
+        self._queue.append(TrialRun(baseline, ""))
+        for name in session.options.trials:
+            lever = LEVERS[name]()
+            reason = lever.skip_reason(session)
+            if reason is not None:
+                session.data.trials.append(
+                    TrialRun(lever, "", skipped=reason, texts=_texts(session, lever, ""))
+                )
+                continue
+            self._queue.extend(TrialRun(lever, s) for s in lever.settings(session))
+        self._queue.append(TrialRun(baseline, ""))
+        self._next(session)
+
+    def next_batch(self, session, dataset_key):
+        run = self._run
+        if run is None or run.lever.name != "batch-size" or dataset_key != session.main_dataset:
+            return NOT_SERVED
+        session.push("data_wait")
+        try:
+            return run.lever.next_batch(session.original_next)  # type: ignore[attr-defined]
+        finally:
+            session.pop("data_wait")
+
+    def on_step(self, session, step) -> bool:
+        run = self._run
+        if run is None:
+            return True
+        ms = session.step_ms(step)
+        if len(run.warmup_ms) < run.lever.warmup:
+            run.warmup_ms.append(ms)
+            return False
+        run.steps_ms.append(ms)
+        run.batches.append(step.batches)
+        if len(run.steps_ms) < self._steps(session, run):
+            return False
+        self._finish_run(session)
+        session.progress(self.name, len(session.data.trials), self.total(session))
+        return self._next(session)
+
+    def close(self, session) -> None:
+        patcher, self._patcher = self._patcher, None
+        if patcher is not None:
+            patcher.restore()
+        self._run = None
+
+    # --- the queue ----------------------------------------------------------------------------
+
+    def _steps(self, session, run: TrialRun) -> int:
+        several = len(run.lever.settings(session)) > 1 or isinstance(run.lever, Baseline)
+        return min(session.options.steps, STEPS_PER_SETTING) if several else session.options.steps
+
+    def _next(self, session) -> bool:
+        """Start the next run; True when none is left."""
+        while self._queue:
+            run = self._queue.pop(0)
+            if run.lever.name == "batch-size" and self._plateaued(session, run):
+                continue
+            self._patcher = session.patcher.child()
+            self._memory = _MemoryPeak(session)
+            try:
+                run.lever.apply(session, self._patcher, run.setting)
+            except Exception as exc:  # noqa: BLE001 - a lever that cannot apply is a failed trial
+                self._patcher.restore()
+                run.skipped = f"could not apply it: {type(exc).__name__}: {exc}"
+                run.texts = _texts(session, run.lever, run.setting)
+                session.data.trials.append(run)
+                continue
+            self._run = run
+            if run.lever.name == "batch-size":
+                session.main_dataset = session.loaders.main_dataset_key()
+            return False
+        return True
+
+    def _finish_run(self, session) -> None:
+        run = self._run
+        assert run is not None
+        run.memory_mb = self._memory.peak_mb() if self._memory is not None else None
+        run.texts = _texts(session, run.lever, run.setting)
+        session.data.trials.append(run)
+        self.close(session)
+
+    def _plateaued(self, session, run: TrialRun) -> bool:
+        """Batch sizes stop growing once samples/s stop growing."""
+        done = [r for r in session.data.trials if r.lever is run.lever and r.steps_ms]
+        if len(done) < 2:
+            return False
+        a, b = done[-2], done[-1]
+        return _samples_per_s(b) < PLATEAU_GAIN * _samples_per_s(a)
+
+
+def _texts(session, lever: Lever, setting: str) -> dict[str, Any]:
+    texts: dict[str, Any] = {
+        "changed": lever.changed(setting),
+        "code": lever.code(session, setting),
+        "caveats": lever.caveats(session),
+    }
+    error = getattr(lever, "error", None)
+    if error:
+        texts["error"] = error
+    breaks = getattr(lever, "graph_breaks", None)
+    if breaks:
+        texts["graph_breaks"] = breaks
+    return texts
+
+
+def _samples_per_s(run: TrialRun) -> float:
+    total = sum(run.steps_ms)
+    return int(run.setting or 1) * sum(run.batches) * 1000.0 / total if total > 0 else 0.0
+
+
+class _MemoryPeak:
+    """Peak memory while a setting runs: the device's allocator, or this process's RSS."""
+
+    def __init__(self, session) -> None:
+        import torch
+
+        self._device = session.clock.device
+        self._cuda = self._device is not None and self._device.type == "cuda"
+        if self._cuda:
+            torch.cuda.reset_peak_memory_stats(self._device)
+
+    def peak_mb(self) -> float:
+        import psutil
+        import torch
+
+        if self._cuda:
+            return round(torch.cuda.max_memory_allocated(self._device) / 2**20, 1)
+        return round(psutil.Process().memory_info().rss / 2**20, 1)

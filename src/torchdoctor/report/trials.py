@@ -1,0 +1,107 @@
+"""The trials table (``run --try``) and the step's FLOPs line of the terminal report."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from ..record import Flops, RunRecord, Trial
+from ._style import BAD, GOOD
+
+#: Warm-up of a compile trial longer than this many of its steps is shown as compile time.
+_COMPILE_SHOWN = 3
+
+
+def trials_section(record: RunRecord) -> Group | None:
+    """The measured trials, best first, with the code to paste; ``None`` without trials."""
+    if not record.trials and record.flops is None:
+        return None
+    parts: list = []
+    if record.flops is not None:
+        parts.append(flops_line(record.flops))
+    if record.trials:
+        parts.append(_table(record))
+        for trial in record.trials:
+            parts.extend(_details(trial))
+    return Group(*parts)
+
+
+def flops_line(flops: Flops) -> Text:
+    text = f"FLOPs per step {_si(flops.per_step)}FLOP"
+    if flops.params is not None:
+        text += f", {_si(flops.params)} parameters"
+    if flops.achieved_flops_per_s is not None:
+        text += f"; achieved {_si(flops.achieved_flops_per_s)}FLOP/s"
+    if flops.utilisation is not None:
+        peak = "measured matmul peak" if flops.peak_source.startswith("measured") else "peak"
+        text += f" = {flops.utilisation * 100:.1f}% of the {peak} ({flops.peak_source})"
+    return Text(text)
+
+
+def _table(record: RunRecord) -> Table:
+    base = record.trial_baseline
+    title = "trials, best first (speedup = baseline mean step / trial mean step"
+    if base:
+        title += f"; baseline {sum(base) / len(base):.2f} ms over {len(base)} steps"
+    table = Table(title=title + ")", title_justify="left")
+    table.add_column("trial")
+    table.add_column("changed")
+    table.add_column("speedup", justify="right")
+    table.add_column("90% interval", justify="right")
+    table.add_column("judgement")
+    for t in record.trials:
+        interval = f"{t.spread[0]:.2f}-{t.spread[1]:.2f}" if t.spread else ""
+        speed = f"{t.speedup:.2f}x" if t.speedup is not None else ""
+        table.add_row(t.name, t.changed, speed, interval, _judgement(t))
+    return table
+
+
+def _judgement(t: Trial) -> Text:
+    if t.status == "skipped":
+        return Text(f"skipped: {t.reason}", style="dim")
+    if t.status == "failed":
+        return Text(f"failed: {t.reason}", style=BAD)
+    if t.spread and t.spread[0] > 1.0:
+        return Text("worth it", style=GOOD)
+    if t.spread and t.spread[1] < 1.0:
+        return Text("slower", style=BAD)
+    return Text("no clear gain")
+
+
+def _details(t: Trial) -> list:
+    if t.status != "measured":
+        return []
+    out: list = []
+    if t.name == "compile" and len(t.warmup_ms) >= 1 and t.step_ms is not None:
+        compile_ms = t.warmup_ms[0] - t.step_ms.mean
+        if compile_ms > _COMPILE_SHOWN * t.step_ms.mean:
+            out.append(Text(f"compile: first step {t.warmup_ms[0] / 1000:.1f} s (compile time, "
+                            "not in the speedup)"))  # fmt: skip
+    breaks = t.detail.get("graph_breaks") or []
+    for b in breaks:
+        where = f"{b['file']}:{b['line']}" if b.get("file") else "?"
+        out.append(Text(f"  graph break at {where}: {b.get('source', '')}  ({b['reason']})",
+                        style=BAD))  # fmt: skip
+    if t.points:
+        rows = ", ".join(
+            f"{p.setting}: "
+            + (f"{p.samples_per_s:.0f} samples/s" if p.samples_per_s is not None else
+               f"{p.step_ms.mean:.2f} ms" if p.step_ms else "")
+            + (f" ({p.memory_mb:.0f} MB)" if p.memory_mb is not None else "")
+            for p in t.points
+        )  # fmt: skip
+        out.append(Text(f"  {t.name}: {rows}; pick {t.pick}", style="dim"))
+    worth = t.spread and t.spread[0] > 1.0
+    if worth and t.code:
+        out.append(Text(f"  {t.name}: paste", style=GOOD))
+        out.extend(Text(f"    {line}") for line in t.code.splitlines())
+        out.extend(Text(f"    caveat: {c}", style="dim") for c in t.caveats)
+    return out
+
+
+def _si(value: float) -> str:
+    for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.2f} {unit}"
+    return f"{value:.0f} "

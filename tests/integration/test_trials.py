@@ -1,0 +1,96 @@
+"""``run --try``: levers measured in a real script's loop, and one step's FLOPs (docs/trials.md).
+
+The script is ``tests/scenarios/tiny_mlp.py``, a compute-bound loop of tiny batches from memory.
+Each test runs in this process through ``run_target`` (the hygiene fixture then proves that every
+lever was undone), except the command line's own checks.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from paths import SCENARIOS
+from torchdoctor.options import TRIAL_NAMES, RunOptions, trial_list
+from torchdoctor.runner import Target, run_target
+
+pytestmark = pytest.mark.integration
+
+MLP = str(SCENARIOS / "tiny_mlp.py")
+
+
+def trial(record, name):
+    (found,) = [t for t in record.trials if t.name == name]
+    return found
+
+
+def test_a_tiny_batch_gains_clearly_from_a_larger_one():
+    # Batches of 4 samples: per-step overhead dominates, so 2x-8x batches give far more
+    # samples per second (measured: 4-7x); the trial must pick by throughput.
+    out = run_target(Target(script=MLP), RunOptions(steps=10, warmup=2, trials=("batch-size",)))
+    t = trial(out.record, "batch-size")
+    assert t.status == "measured"
+    assert t.speedup > 2.0 and t.spread[0] > 1.0, t
+    assert [p.setting for p in t.points][:2] == ["8", "16"]
+    assert t.pick == max(t.points, key=lambda p: p.samples_per_s).setting
+    assert "scale the learning rate" in t.code and t.caveats
+    # The clones' batches are not the script's loader: its settings stay its own.
+    assert out.record.loader.batch_size == 4
+    assert "--try" not in out.record.verdict.next and "batch-size" in out.record.verdict.next
+
+
+def test_flops_of_an_mlp_equal_the_analytic_count():
+    out = run_target(Target(script=MLP), RunOptions(steps=3, warmup=1, flops=True))
+    b, d, h, k = 4, 64, 256, 10
+    forward = 2 * b * (d * h + h * k)
+    # Backward: the first layer's weight gradient only (its input needs none); both of the
+    # second layer's.
+    backward = 2 * b * d * h + 2 * (2 * b * h * k)
+    assert out.record.flops_per_step == forward + backward
+    flops = out.record.flops
+    assert flops.params == d * h + h + h * k + k
+    assert flops.peak_source.startswith("measured: best of 5 1024x1024 matmuls, float32, cpu")
+    assert 0 < flops.utilisation < 1
+    assert out.record.trials == []
+
+
+def test_a_compile_trial_names_the_graph_break_line():
+    out = run_target(
+        Target(script=MLP, argv=["--graph-break"]),
+        RunOptions(steps=4, warmup=1, trials=("compile",)),
+    )
+    t = trial(out.record, "compile")
+    assert t.status in ("measured", "failed"), t
+    lines = Path(MLP).read_text().splitlines()
+    branch = next(i for i, line in enumerate(lines, 1) if "# BRANCH" in line)
+    breaks = t.detail["graph_breaks"]
+    assert any(b["line"] == branch and b["file"].endswith("tiny_mlp.py") for b in breaks), breaks
+    assert len(t.warmup_ms) == 3  # the compile's time, apart from the step time
+
+
+def test_channels_last_is_skipped_without_convolutions_and_tried_with_them():
+    mlp = run_target(Target(script=MLP), RunOptions(steps=3, warmup=1, trials=("channels-last",)))
+    assert trial(mlp.record, "channels-last").status == "skipped"
+    cnn = run_target(
+        Target(script=MLP, argv=["--conv"]),
+        RunOptions(steps=3, warmup=1, trials=("channels-last", "amp", "foreach", "threads")),
+    )
+    for name in ("channels-last", "amp", "foreach"):
+        assert trial(cnn.record, name).status == "measured", name
+    assert "fused=True" in trial(cnn.record, "foreach").code
+    assert trial(cnn.record, "amp").caveats
+
+
+def test_a_run_that_does_not_ask_gets_no_trial_and_no_flops():
+    out = run_target(Target(script=MLP), RunOptions(steps=3, warmup=1))
+    assert out.record.trials == [] and out.record.trial_baseline == []
+    assert out.record.flops is None and out.record.flops_per_step is None
+    assert "torchdoctor run --try all" in out.record.verdict.next
+
+
+def test_the_try_list_is_checked_and_ordered():
+    assert trial_list("all") == TRIAL_NAMES
+    assert trial_list("compile,amp") == ("amp", "compile")
+    with pytest.raises(Exception, match="unknown trial fp8"):
+        trial_list("amp,fp8")
