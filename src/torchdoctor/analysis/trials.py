@@ -2,7 +2,7 @@
 
 A trial's **speedup** is the baseline's mean step ÷ the trial's mean step (for ``batch-size``,
 samples/s at the picked size ÷ samples/s as the script runs). The baseline is the script as it
-runs, measured right before the first lever and right after the last one. Its **spread** is a
+runs, measured right before each lever and right after it. Its **spread** is a
 90% bootstrap interval of that ratio, resampling both series' steps. A trial is worth pasting
 when the interval's low end is above 1.
 """
@@ -61,17 +61,22 @@ def trials_of(record: RunRecord, runs: list[Any]) -> list[Trial]:
     """The record's trials from the phase's runs (``capture.phases.trials.TrialRun``), each
     with the texts its lever gave while it was live (``run.texts``)."""
     baseline = [r for r in runs if r.lever.name == "baseline" and r.steps_ms]
-    base = [x for r in baseline for x in r.steps_ms] or list(record.steps.step_ms)
-    record.trial_baseline = [round(x, 4) for x in base]
+    record.trial_baseline = [round(x, 4) for r in baseline for x in r.steps_ms]
     batch = record.loader.batch_size if record.loader is not None else None
     batches = [b for r in baseline for b in r.batches] or record.steps.batches
     per_step = statistics.fmean(batches) if batches else 1.0
     out: list[Trial] = []
     by_name: dict[str, list[Any]] = {}
-    for run in runs:
-        if run.lever.name != "baseline":
-            by_name.setdefault(run.lever.name, []).append(run)
+    neighbours: dict[str, list[float]] = {}
+    for i, run in enumerate(runs):
+        name = run.lever.name
+        if name == "baseline":
+            continue
+        by_name.setdefault(name, []).append(run)
+        if name not in neighbours and run.steps_ms:
+            neighbours[name] = _around(runs, i)
     for name, group in by_name.items():
+        base = neighbours.get(name) or list(record.steps.step_ms)
         texts = group[-1].texts
         measured = [r for r in group if r.steps_ms]
         if not measured:
@@ -145,6 +150,13 @@ def next_with_trials(record: RunRecord) -> str | None:
         gain = "worth it" if t.spread and t.spread[0] > 1.0 else "no clear gain"
         parts.append(f"{t.name} {t.speedup:.2f}x{spread} ({gain})")
     return "measured trials, best first: " + ", ".join(parts)
+
+
+def _around(runs: list[Any], i: int) -> list[float]:
+    """The baseline steps taken right before and right after the lever whose first run is ``i``."""
+    before = next((r for r in reversed(runs[:i]) if r.lever.name == "baseline"), None)
+    after = next((r for r in runs[i:] if r.lever.name == "baseline"), None)
+    return [x for r in (before, after) if r is not None for x in r.steps_ms]
 
 
 def _ratio(base: list[float], trial: list[float]) -> float | None:

@@ -249,8 +249,8 @@ class RunRecord:
     distributed: DistributedReport | None = None
     #: ``run --try``: each lever measured in the script's loop, best first (docs/trials.md).
     trials: list[Trial] = field(default_factory=list)
-    #: The trials' baseline: steps of the script as it runs, taken right before the first lever
-    #: and right after the last (ms).
+    #: The trials' baseline: steps of the script as it runs, taken right before each lever and
+    #: after the last (ms); each lever is compared with the ones next to it.
     trial_baseline: list[float] = field(default_factory=list)
     #: FLOPs of one step (``FlopCounterMode``), when counted (``--try``, ``--flops``).
     flops_per_step: float | None = None

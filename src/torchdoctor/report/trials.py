@@ -40,11 +40,11 @@ def flops_line(flops: Flops) -> Text:
 
 
 def _table(record: RunRecord) -> Table:
-    base = record.trial_baseline
-    title = "trials, best first (speedup = baseline mean step / trial mean step"
-    if base:
-        title += f"; baseline {sum(base) / len(base):.2f} ms over {len(base)} steps"
-    table = Table(title=title + ")", title_justify="left")
+    title = (
+        "trials, best first (speedup = mean step of the script as it runs, measured just "
+        "before and after the trial / the trial's mean step)"
+    )
+    table = Table(title=title, title_justify="left")
     table.add_column("trial")
     table.add_column("changed")
     table.add_column("speedup", justify="right")

@@ -58,8 +58,9 @@ class TrialsPhase(Phase):
         return len(self._queue) + len(session.data.trials)
 
     def start(self, session) -> None:
+        # The script as it runs, before each lever and after the last: each lever is compared
+        # with the steps taken next to it (drift and bursts of load hit both alike).
         baseline = Baseline()
-        self._queue.append(TrialRun(baseline, ""))
         for name in session.options.trials:
             lever = LEVERS[name]()
             reason = lever.skip_reason(session)
@@ -68,8 +69,10 @@ class TrialsPhase(Phase):
                     TrialRun(lever, "", skipped=reason, texts=_texts(session, lever, ""))
                 )
                 continue
+            self._queue.append(TrialRun(baseline, ""))
             self._queue.extend(TrialRun(lever, s) for s in lever.settings(session))
-        self._queue.append(TrialRun(baseline, ""))
+        if self._queue:
+            self._queue.append(TrialRun(baseline, ""))
         self._next(session)
 
     def next_batch(self, session, dataset_key):
