@@ -147,7 +147,7 @@ def next_with_trials(record: RunRecord) -> str | None:
     parts = []
     for t in measured:
         spread = f" [{t.spread[0]:.2f}-{t.spread[1]:.2f}]" if t.spread else ""
-        gain = "worth it" if t.spread and t.spread[0] > 1.0 else "no clear gain"
+        gain = judgement(t)
         parts.append(f"{t.name} {t.speedup:.2f}x{spread} ({gain})")
     return "measured trials, best first: " + ", ".join(parts)
 
@@ -157,6 +157,15 @@ def _around(runs: list[Any], i: int) -> list[float]:
     before = next((r for r in reversed(runs[:i]) if r.lever.name == "baseline"), None)
     after = next((r for r in runs[i:] if r.lever.name == "baseline"), None)
     return [x for r in (before, after) if r is not None for x in r.steps_ms]
+
+
+def judgement(t: Trial) -> str:
+    """``worth it`` (the interval is above 1), ``slower`` (below 1), or ``no clear gain``."""
+    if t.spread and t.spread[0] > 1.0:
+        return "worth it"
+    if t.spread and t.spread[1] < 1.0:
+        return "slower"
+    return "no clear gain"
 
 
 def _ratio(base: list[float], trial: list[float]) -> float | None:

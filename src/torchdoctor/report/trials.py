@@ -6,6 +6,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from ..analysis.trials import judgement
 from ..record import Flops, RunRecord, Trial
 from ._style import BAD, GOOD
 
@@ -62,11 +63,8 @@ def _judgement(t: Trial) -> Text:
         return Text(f"skipped: {t.reason}", style="dim")
     if t.status == "failed":
         return Text(f"failed: {t.reason}", style=BAD)
-    if t.spread and t.spread[0] > 1.0:
-        return Text("worth it", style=GOOD)
-    if t.spread and t.spread[1] < 1.0:
-        return Text("slower", style=BAD)
-    return Text("no clear gain")
+    word = judgement(t)
+    return Text(word, style={"worth it": GOOD, "slower": BAD}.get(word, ""))
 
 
 def _details(t: Trial) -> list:
@@ -92,8 +90,7 @@ def _details(t: Trial) -> list:
             for p in t.points
         )  # fmt: skip
         out.append(Text(f"  {t.name}: {rows}; pick {t.pick}", style="dim"))
-    worth = t.spread and t.spread[0] > 1.0
-    if worth and t.code:
+    if judgement(t) == "worth it" and t.code:
         out.append(Text(f"  {t.name}: paste", style=GOOD))
         out.extend(Text(f"    {line}") for line in t.code.splitlines())
         out.extend(Text(f"    caveat: {c}", style="dim") for c in t.caveats)
