@@ -16,6 +16,8 @@ from .base import NOT_SERVED, Phase
 
 #: Measured steps per setting of a lever that tries several.
 STEPS_PER_SETTING = 8
+#: A larger batch is not tried when it would need more than this share of the device's memory.
+MEMORY_HEADROOM = 0.9
 
 
 @dataclass
@@ -144,8 +146,16 @@ class TrialsPhase(Phase):
         self.close(session)
 
     def _plateaued(self, session, run: TrialRun) -> bool:
-        """Batch sizes stop growing once samples/s stop growing."""
+        """Batch sizes stop growing once samples/s stop growing, or before the next size would
+        not fit the accelerator's memory (grown in proportion to the batch)."""
         done = [r for r in session.data.trials if r.lever is run.lever and r.steps_ms]
+        if done and done[-1].memory_mb is not None:
+            total = _device_memory_mb(session)
+            grown = done[-1].memory_mb * int(run.setting) / int(done[-1].setting)
+            if total is not None and grown > MEMORY_HEADROOM * total:
+                run.skipped = f"would need about {grown:.0f} MB of the device's {total:.0f} MB"
+                session.data.trials.append(run)
+                return True
         if len(done) < 2:
             return False
         a, b = done[-2], done[-1]
@@ -165,6 +175,15 @@ def _texts(session, lever: Lever, setting: str) -> dict[str, Any]:
     if breaks:
         texts["graph_breaks"] = breaks
     return texts
+
+
+def _device_memory_mb(session) -> float | None:
+    import torch
+
+    device = session.clock.device
+    if device is None or device.type != "cuda":
+        return None  # on CPU the process's RSS is reported, not bounded
+    return torch.cuda.get_device_properties(device).total_memory / 2**20
 
 
 def _samples_per_s(run: TrialRun) -> float:
