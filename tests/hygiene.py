@@ -42,6 +42,8 @@ def snapshot() -> dict[str, object]:
         "torch.autograd": torch.autograd,
         "torch.nn.Module": torch.nn.Module,
         "torch.optim.Optimizer": torch.optim.Optimizer,
+        # torch.compile turns off its argument checks process-wide (the compile trial's undo)
+        "torch.distributions.Distribution": torch.distributions.Distribution,
         "DataLoader": torch.utils.data.DataLoader,
         "_BaseDataLoaderIter": dataloader_mod._BaseDataLoaderIter,
         "_SingleProcessDataLoaderIter": dataloader_mod._SingleProcessDataLoaderIter,

@@ -36,7 +36,6 @@ from ._errors import (
     EXIT_OK,
     EXIT_SCRIPT_ERROR,
     EXIT_TIMED_OUT,
-    EXIT_USAGE,
     TorchdoctorError,
 )
 from ._stream import StreamReader, StreamState
@@ -83,15 +82,13 @@ def launcher_args(options: RunOptions) -> list[str]:
     if options.fix:
         raise TorchdoctorError(
             "--fix is not available with --nproc-per-node yet",
-            "run the diagnosis of the job, then --fix on one rank's script without the launcher",
-            EXIT_USAGE,
+            "run the diagnosis of the job, then --fix on one rank's script without the launcher"
         )
     multi_node = options.nnodes not in (None, "1")
     if multi_node and not options.rdzv_endpoint:
         raise TorchdoctorError(
             f"--nnodes {options.nnodes} needs the rendezvous every node joins",
-            "add --rdzv-endpoint HOST:PORT (the same on every node)",
-            EXIT_USAGE,
+            "add --rdzv-endpoint HOST:PORT (the same on every node)"
         )
     args = ["--nproc-per-node", str(options.nproc_per_node), "--max-restarts", "0"]
     if options.nnodes:
@@ -106,15 +103,58 @@ def launcher_args(options: RunOptions) -> list[str]:
     return [*args, "--no-python"]
 
 
+def check_launch(options: RunOptions) -> None:
+    """Refuse launch flags that cannot work, before anything starts.
+
+    Raises:
+        TorchdoctorError: a flag that needs another, a bad ``--nnodes``, a nested launch.
+    """
+    if not options.nproc_per_node:
+        if (options.nnodes, options.node_rank, options.rdzv_endpoint) != (None, None, None):
+            raise TorchdoctorError(
+                "--nnodes, --node-rank and --rdzv-endpoint launch a job",
+                "add --nproc-per-node N (ranks per node)",
+            )
+        return
+    if os.environ.get("TORCHELASTIC_RUN_ID") or os.environ.get("LOCAL_RANK"):
+        raise TorchdoctorError(
+            "--nproc-per-node inside a rank of a job torchrun already launched",
+            "drop --nproc-per-node (`torchrun ... -m torchdoctor run -- train.py` diagnoses the "
+            "job torchrun launched), or run torchdoctor outside torchrun",
+        )
+    nodes = _max_nodes(options.nnodes)
+    if options.node_rank is not None and options.node_rank >= nodes:
+        raise TorchdoctorError(
+            f"--node-rank {options.node_rank} in a job of {options.nnodes or 1} node(s)",
+            f"give a node rank from 0 to {nodes - 1}",
+        )
+
+
+def _max_nodes(nnodes: str | None) -> int:
+    """``--nnodes`` as torchrun reads it (``M`` or ``MIN:MAX``, each at least 1): its most."""
+    if nnodes is None:
+        return 1
+    try:
+        parts = [int(p) for p in nnodes.split(":")]
+    except ValueError:
+        parts = []
+    if len(parts) not in (1, 2) or min(parts) < 1 or parts[0] > parts[-1]:
+        raise TorchdoctorError(
+            f"--nnodes {nnodes!r} is not a number of nodes",
+            "give M (at least 1) or MIN:MAX, as torchrun takes it",
+        )
+    return parts[-1]
+
+
 def run_launched(
     target: Any, options: RunOptions, progress: Callable[[str, int, int], None] | None = None
 ) -> Supervised:
     """Launch ``target`` as a job of ranks under capture, within the bound; one record back."""
+    check_launch(options)
     if options.nnodes is None and (options.node_rank is not None or options.rdzv_endpoint):
         raise TorchdoctorError(
             "--node-rank and --rdzv-endpoint belong to a multi-node launch",
-            "add --nnodes M, or leave them out for one node",
-            EXIT_USAGE,
+            "add --nnodes M, or leave them out for one node"
         )
     head = launcher_args(options)
     with _Signals() as signals, tempfile.TemporaryDirectory(prefix="torchdoctor-") as tmp:
@@ -165,9 +205,9 @@ class _RankStreams:
             self._readers.append(reader)
 
     def _shown(self, holder: list[StreamReader], phase: str, done: int, total: int) -> None:
-        """Progress of this node's first rank only (the others' runs alongside)."""
+        """Progress of rank 0 only (the others' runs alongside); a node without it shows none."""
         hello = holder[0].state.hello if holder else None
-        if self._progress is not None and hello is not None and hello["local_rank"] == 0:
+        if self._progress is not None and hello is not None and hello["rank"] == 0:
             self._progress(phase, done, total)
 
     def close(self) -> None:
@@ -211,25 +251,29 @@ def job_outcome(
             record.command = command
             return Supervised(record, int(final["exit_status"]), reports=True)
     world = max(int(s.hello["world_size"]) for s in states if s.hello is not None)
+    # torchdoctor itself ended the job (its bound, a signal): no rank failed.
+    stopped = "timed-out" if timed_out else "interrupted" if signalled is not None else None
     records, ended, errors = [], {}, {}
     for state in states:
-        record, how = _rank_record(state, command, options, world)
+        record, how = _rank_record(state, command, options, world, stopped)
         rank = int(state.hello["rank"]) if state.hello is not None else 0
         records.append(record)
         ended[rank] = how
         if state.final is not None and state.final.get("traceback"):
             errors[rank] = list(state.final["traceback"])
-    first = _first_failure(states)
+    first = _first_failure(states) if stopped is None else None
     if first is not None:
         # The others' errors follow from it (a collective that lost its peer): not theirs.
         for rank in list(errors):
             if rank != first:
                 del errors[rank]
-                ended[rank] = f"ended when rank {first} failed (its collectives lost their peer)"
+                ended[rank] = f"ended when rank {first} did (its collectives lost their peer)"
     job = combine(records, world_size=world, ended=ended, errors=errors)
     job.command = command
     if first is not None:
-        job.notes.insert(0, f"rank {first} failed first; the launcher then ended the other ranks")
+        job.notes.insert(
+            0, f"rank {first} ended the job first; the launcher then ended the other ranks"
+        )
     status = EXIT_OK if job.measured_steps else EXIT_NO_TRAINING
     if timed_out:
         job.status, status = "timed-out", EXIT_TIMED_OUT
@@ -244,19 +288,23 @@ def job_outcome(
 
 
 def _rank_record(
-    state: StreamState, command: list[str], options: RunOptions, world: int
+    state: StreamState, command: list[str], options: RunOptions, world: int, stopped: str | None
 ) -> tuple[RunRecord, str]:
-    """One rank's record and how its process ended."""
+    """One rank's record and how its process ended (``stopped``: torchdoctor ended the job)."""
     hello = state.hello or {}
     if state.final is not None:
         record = RunRecord.from_dict(state.final["record"])
         how = "" if record.status == "complete" else f"ended {record.status}"
+    elif stopped is not None:
+        record = record_from_stream(state, command, options)
+        record.status = stopped  # type: ignore[assignment]
+        how = f"stopped by torchdoctor ({stopped})"
     else:
         record = record_from_stream(state, command, options)
         record.status = "killed"
         how = (
-            "its process ended without torchdoctor's last word (killed by the launcher after "
-            "another rank failed, a signal, os._exit or a crash in native code)"
+            "its process ended without torchdoctor's last word (a signal such as SIGKILL or the "
+            "OOM killer, os._exit, or a crash in native code)"
         )
     if record.env is None:
         record.env = Environment(
@@ -276,20 +324,31 @@ def _rank_record(
     return record, how
 
 
+#: What a rank's collective raises when a peer rank went away (gloo, NCCL): a consequence.
+_PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "remote process exited")
+
+
 def _first_failure(states: list[StreamState]) -> int | None:
-    """The rank whose script failed (or whose process ended unannounced) first."""
-    failures = []
+    """The rank that ended the job: its script raised, exited before the others were done, or
+    its process ended unannounced. A rank whose collective lost its peer only follows one; the
+    earliest of the others is the cause (a dead rank's stream may close late: its DataLoader
+    workers hold the socket until they notice)."""
+    causes, followers = [], []
     for state in states:
         final = state.final
         if final is None:
             at = state.closed_at
-        elif final["record"].get("status") in ("script-error", "internal-error"):
+        elif final["record"].get("status") != "complete":
             at = state.final_at
         else:
             continue
-        if at is not None and state.hello is not None:
-            failures.append((at, int(state.hello["rank"])))
-    return min(failures)[1] if failures else None
+        if at is None or state.hello is None:
+            continue
+        lines = "".join(final.get("traceback", [])) if final is not None else ""
+        lost = any(sign in lines for sign in _PEER_LOST)
+        (followers if lost else causes).append((at, int(state.hello["rank"])))
+    found = causes or followers
+    return min(found)[1] if found else None
 
 
 def _launcher_failed(

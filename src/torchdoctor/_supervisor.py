@@ -61,9 +61,10 @@ def run_supervised(
     """
     if target.script:
         resolve_script(target.script)  # a missing script is told at once, not after torch loads
-    if options.nproc_per_node:
-        from ._launch import run_launched
+    from ._launch import check_launch, run_launched
 
+    check_launch(options)
+    if options.nproc_per_node:
         return run_launched(target, options, progress)
     spec = child_spec(target, options)
     with _Signals() as signals, tempfile.TemporaryDirectory(prefix="torchdoctor-") as tmp:

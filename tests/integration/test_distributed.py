@@ -123,14 +123,16 @@ def test_balanced_job_has_no_straggler_and_its_mistakes_are_found(tmp_path):
     )  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
     record = json.loads((tmp_path / "r.json").read_text())
-    assert record["distributed"]["stragglers"] == []
+    ranks = [(r["rank"], r["own_ms"], r["step_ms"] and r["step_ms"]["mean"], r["no_sync"])
+             for r in record["distributed"]["ranks"]]  # fmt: skip
+    assert record["distributed"]["stragglers"] == [], ranks
     assert "straggler" not in record["verdict"]["why"]
     kinds = {f["kind"] for f in record["findings"]}
     assert {
         "ddp.no-distributed-sampler",
         "ddp.find-unused-parameters",
         "ddp.accumulation-sync",
-    } <= kinds
+    } <= kinds, (kinds, record["notes"])
     sampler = next(f for f in record["findings"] if f["kind"] == "ddp.no-distributed-sampler")
     assert sampler["file"].endswith("ddp_train.py") and sampler["line"]
     assert_no_orphans(tag)
@@ -148,10 +150,10 @@ def test_a_rank_that_raises_ends_the_job_with_its_traceback(tmp_path):
     assert res.returncode == 1, res.stderr[-3000:]
     record = json.loads((tmp_path / "r.json").read_text())
     assert record["status"] == "script-error"
-    assert record["notes"][0].startswith("rank 1 failed first")
+    assert record["notes"][0].startswith("rank 1 ended the job first")
     ranks = {r["rank"]: r for r in record["distributed"]["ranks"]}
     assert "failed on purpose" in "".join(ranks[1]["error"])
-    assert ranks[0]["error"] == [] and "rank 1 failed" in ranks[0]["ended"]
+    assert ranks[0]["error"] == [] and "when rank 1 did" in ranks[0]["ended"]
     assert "rank 1 raised" in res.stdout
     assert "_step_hooks.py" not in res.stdout + res.stderr, "torchdoctor's frames in a traceback"
     assert_no_orphans(tag)
@@ -168,7 +170,7 @@ def test_a_rank_whose_process_dies_ends_the_job(tmp_path):
     )  # fmt: skip
     assert res.returncode == 1, res.stderr[-3000:]
     record = json.loads((tmp_path / "r.json").read_text())
-    assert record["notes"][0].startswith("rank 0 failed first")
+    assert record["notes"][0].startswith("rank 0 ended the job first")
     ranks = {r["rank"]: r for r in record["distributed"]["ranks"]}
     assert ranks[0]["status"] == "killed"
     assert_no_orphans(tag)
@@ -311,3 +313,28 @@ def test_data_parallel_is_found_at_its_line_in_one_process(tmp_path):
     assert (Path(finding.file).name, finding.line) == ("dp.py", 5)
     assert "DistributedDataParallel" in finding.fix
     assert outcome.record.distributed is None
+
+
+@pytest.mark.parametrize(
+    ("flags", "env", "message"),
+    [
+        (["--nnodes", "2"], {}, "--nnodes, --node-rank and --rdzv-endpoint launch a job"),
+        (["--nproc-per-node", "2", "--nnodes", "2"], {}, "needs the rendezvous"),
+        (["--nproc-per-node", "2", "--nnodes", "0"], {}, "is not a number of nodes"),
+        (["--nproc-per-node", "2", "--nnodes", "2", "--node-rank", "5",
+          "--rdzv-endpoint", "127.0.0.1:1"], {}, "--node-rank 5 in a job of 2"),  # fmt: skip
+        (["--nproc-per-node", "2", "--fix"], {}, "--fix is not available"),
+        (["--nproc-per-node", "2"], {"LOCAL_RANK": "0"}, "inside a rank of a job torchrun"),
+    ],
+)
+def test_launch_flags_that_cannot_work_are_usage_errors(
+    flags, env, message, tmp_path, monkeypatch, capsys
+):
+    from torchdoctor.cli import main
+
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", *flags, "--", JOB]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert message in err and "fix:" in err and "Traceback" not in err

@@ -43,6 +43,8 @@ STRAGGLER_RATIO = 1.25
 STRAGGLER_STEP_SHARE = 0.10
 #: ... and its own work must exceed theirs by this many standard errors of the two means.
 NOISE_SIGMAS = 3.0
+#: Measured steps each rank needs before any is called a straggler.
+MIN_STEPS = 3
 #: Share of the step spent in communication (or waiting in it) that makes a balanced job
 #: communication-bound.
 COMM_BOUND_SHARE = 0.30
@@ -102,10 +104,11 @@ def combine(
         summarise(rec)
     ranks = [_rank_run(rec, (ended or {}).get(rank_of(rec), ""), errors) for rec in by_rank]
     _own_work(ranks)
+    backends = [str(r.seen["backend"]) for r in by_rank if r.seen.get("backend")]
     report = DistributedReport(
         world_size=world,
         nnodes=nnodes,
-        backend=backend,
+        backend=backend or (backends[0] if backends else ""),
         ranks=ranks,
         missing_ranks=sorted(set(range(world)) - {r.rank for r in ranks}),
     )
@@ -127,6 +130,12 @@ def combine(
     job.notes = _merged_notes(by_rank, bounding)
     if straggler is not None:
         job.findings.insert(0, straggler_finding(straggler))
+    if world > 1 and not backends and any(r.steps.step_ms for r in by_rank):
+        job.notes.insert(
+            0,
+            f"the {world} ranks never initialised torch.distributed (no init_process_group): "
+            "each trained alone, on all of its data, with nothing shared between them",
+        )
     buckets = bucket_finding(report, bounding.seen)
     if buckets is not None:
         job.findings.append(buckets)
@@ -141,7 +150,7 @@ def rank_of(record: RunRecord) -> int:
 
 def find_straggler(ranks: list[RankRun]) -> Straggler | None:
     """The rank whose own work is at least :data:`STRAGGLER_RATIO` times the others' median."""
-    measured = [r for r in ranks if r.own_ms is not None and r.steps.step_ms]
+    measured = [r for r in ranks if r.own_ms is not None and len(r.steps.step_ms) >= MIN_STEPS]
     if len(measured) < 2:
         return None
     slow = max(measured, key=lambda r: r.own_ms or 0.0)
@@ -229,7 +238,8 @@ def job_verdict(job: RunRecord, report: DistributedReport) -> Verdict:
         return Verdict(kind, why, f"on rank {s.rank}: {_next_for(kind, job, own)}", _shares(job))
     comm_share = _comm_share(report)
     if comm_share is not None and comm_share >= COMM_BOUND_SHARE:
-        step = job.step_ms.mean if job.step_ms else 0.0
+        # The job's step: the ranks step together, so the largest mean (the ceiling's too).
+        step = max((r.step_ms.mean for r in report.ranks if r.step_ms), default=0.0)
         why = (
             f"the ranks spend {comm_share * 100:.0f}% of a mean {step:.1f} ms step in "
             f"communication (or waiting in it)"
@@ -245,8 +255,13 @@ def job_verdict(job: RunRecord, report: DistributedReport) -> Verdict:
         shares["compute"] = round(max(shares.get("compute", 0.0) - comm_share, 0.0), 4)
         shares["communication"] = round(comm_share, 4)
         return Verdict(COMMUNICATION_BOUND, why, NEXT_COMMUNICATION, shares)
-    if own is None:
-        return Verdict("UNKNOWN", "no rank measured a training step", "see the notes", {})
+    if own is None or own.kind == "UNKNOWN" or not any(r.steps.step_ms for r in report.ranks):
+        return Verdict(
+            "UNKNOWN",
+            "no rank measured a training step",
+            own.next if own is not None else "see what each rank's notes say torchdoctor saw",
+            {},
+        )
     balanced = f"the {report.world_size} ranks are balanced"
     if report.skew_ms is not None:
         balanced += f" (own work differs by {report.skew_ms:.1f} ms per step)"

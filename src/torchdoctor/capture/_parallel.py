@@ -67,15 +67,21 @@ class ParallelWatch:
         return self._sites.get(module)
 
     def ddp_settings(self, roots: list[Any]) -> dict[str, Any]:
-        """The first DDP module's settings, for the record's ``seen`` (the job's advice)."""
+        """The process group's backend and the first DDP module's settings, for the record's
+        ``seen`` (the job's section and advice)."""
+        out: dict[str, Any] = {}
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            out["backend"] = str(dist.get_backend())
         for module in roots:
             if isinstance(module, DistributedDataParallel):
                 return {
+                    **out,
                     "ddp_at": self.site(module) or "",
                     "ddp_bucket_cap_mb": round(module.bucket_bytes_cap / 2**20, 3),
                     "ddp_gradient_as_bucket_view": bool(module.gradient_as_bucket_view),
                 }
-        return {}
+        return out
 
     def findings(
         self,
@@ -136,6 +142,8 @@ def _sharded(loader: Any) -> bool:
     """Whether the loader's sampler chain splits the data across ranks."""
     if isinstance(loader.dataset, torch.utils.data.IterableDataset):
         return True  # an iterable dataset shards itself (or not): nothing to tell here
+    if isinstance(loader.dataset, torch.utils.data.Subset):
+        return True  # a shard made by hand (Subset(data, range(rank, n, world)))
     for _, sampler in sampler_chain(loader):
         if hasattr(sampler, "num_replicas") or hasattr(sampler, "num_processes"):
             return True

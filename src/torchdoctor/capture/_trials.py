@@ -175,6 +175,11 @@ class Compile(Lever):
     def apply(self, session, patcher, setting) -> None:
         (module,) = session.root_modules()
         eager = module.forward
+        # Compiling turns off torch.distributions' argument checks for the whole process:
+        # they are back as they were once the trial is undone.
+        dist_cls = torch.distributions.Distribution
+        checks = dist_cls._validate_args
+        patcher.on_restore(lambda: dist_cls.set_default_validate_args(checks))
         compiled = torch.compile(eager)
 
         def forward(*args, **kwargs):

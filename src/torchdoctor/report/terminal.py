@@ -130,12 +130,21 @@ def stop_line(record: RunRecord) -> str:
             text += f" and {record.loader_alone.batches} loader-alone batches"
         return text + "."
     return {
-        "partial": f"the script ended on its own; {measured} steps were measured.",
-        "interrupted": f"interrupted; partial report of {measured} measured steps.",
-        "script-error": f"the script failed; {measured} steps were measured before the error.",
+        "partial": f"the script ended on its own; {_steps(measured)} measured.",
+        "interrupted": f"interrupted; partial report of {_steps(measured, 'measured ')}.",
+        "script-error": f"the script failed; {_steps(measured)} measured before the error.",
         "no-training": "no training step was measured.",
         "internal-error": "torchdoctor failed and stopped the script; see the note below.",
+        "killed": f"the script's process was killed; {_steps(measured)} measured before.",
+        "timed-out": f"stopped at the --max-seconds bound; {_steps(measured)} measured.",
     }.get(record.status, record.status)
+
+
+def _steps(n: int, kind: str = "") -> str:
+    """``1 step was`` / ``3 steps were`` (or ``1 measured step``, with ``kind``)."""
+    if kind:
+        return f"{n} {kind}step" + ("" if n == 1 else "s")
+    return f"{n} step was" if n == 1 else f"{n} steps were"
 
 
 def _header(record: RunRecord, title: str | None) -> Text:
@@ -161,7 +170,13 @@ def _verdict_panel(record: RunRecord) -> Panel:
         shares = "  ".join(f"{k} {val * 100:.0f}%" for k, val in v.shares.items())
         grid.add_row("Shares", shares)
     if record.ceiling_speedup is not None:
-        grid.add_row("Ceiling", f"{record.ceiling_speedup:.2f}x faster if data cost nothing")
+        ceiling = record.ceiling_speedup
+        grid.add_row(
+            "Ceiling",
+            f"{ceiling:.2f}x faster if data cost nothing"
+            if ceiling >= 1.05
+            else f"none: with data made free the step is no faster ({ceiling:.2f}x)",
+        )
     return Panel(grid, title="diagnosis", title_align="left", border_style="cyan")
 
 

@@ -127,3 +127,11 @@ def test_a_gap_that_costs_the_job_little_is_no_straggler():
     job = combine([rank_record(0, 0.1, 4.0, 1.35), rank_record(1, 0.1, 4.0, 1.75)])
     assert job.distributed.stragglers == []
     assert job.verdict.kind == "COMMUNICATION-BOUND"
+
+
+def test_a_rank_with_too_few_steps_names_no_straggler():
+    slow = rank_record(1, 40.0, 3.0, 44.0)
+    for name in ("step_ms", "data_wait_ms", "to_device_ms", "forward_ms", "backward_ms",
+                 "optimizer_ms", "other_ms", "batches"):  # fmt: skip
+        del getattr(slow.steps, name)[2:]
+    assert combine([rank_record(0, 0.1, 45.0, 4.0), slow]).distributed.stragglers == []
