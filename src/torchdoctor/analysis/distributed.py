@@ -34,6 +34,14 @@ from ..record import (
     Straggler,
     Verdict,
 )
+from .job_findings import (
+    _PART_KIND,
+    COMM_BOUND_SHARE,
+    PART_WORDS,
+    bucket_finding,
+    comm_share,
+    straggler_finding,
+)
 from .verdict import _NEXT_COMPUTE, _NEXT_HOST, _next_input, summarise
 
 #: A rank whose own work per step is this many times the median of the other ranks' is a
@@ -45,31 +53,6 @@ STRAGGLER_STEP_SHARE = 0.10
 NOISE_SIGMAS = 3.0
 #: Measured steps each rank needs before any is called a straggler.
 MIN_STEPS = 3
-#: Share of the step spent in communication (or waiting in it) that makes a balanced job
-#: communication-bound.
-COMM_BOUND_SHARE = 0.30
-
-#: Share of communication in a balanced job's step from which DDP's bucket settings are advised.
-BUCKET_ADVICE_SHARE = 0.15
-
-#: What the straggler's slowest part says bounds the job.
-_PART_KIND = {
-    "data_wait": INPUT_BOUND,
-    "to_device": INPUT_BOUND,
-    "forward": COMPUTE_BOUND,
-    "backward": COMPUTE_BOUND,
-    "optimizer": COMPUTE_BOUND,
-    "other": HOST_BOUND,
-}
-#: How a step part reads in a sentence ("mostly waiting for data").
-PART_WORDS = {
-    "data_wait": "waiting for data",
-    "to_device": "copying batches to the device",
-    "forward": "forward",
-    "backward": "backward",
-    "optimizer": "the optimizer",
-    "other": "host work between the calls",
-}
 
 #: Where a balanced job's communication can be hidden or shrunk.
 NEXT_COMMUNICATION = (
@@ -180,48 +163,6 @@ def find_straggler(ranks: list[RankRun]) -> Straggler | None:
     )
 
 
-def straggler_finding(s: Straggler) -> Finding:
-    victims = ", ".join(str(v) for v in s.victims)
-    return Finding(
-        kind="straggler",
-        title=(
-            f"rank {s.rank} is a straggler: its own work per step is {s.excess_ms:.1f} ms longer "
-            f"than the other ranks' (mostly {PART_WORDS.get(s.part, s.part)}); rank(s) {victims} "
-            f"wait {s.wait_ms:.1f} ms per step for it in the collectives"
-        ),
-        fix=_straggler_fix(s.part),
-        cost_ms=s.excess_ms,
-        severity="critical",
-        detail={"rank": s.rank, "part": s.part, "victims": s.victims},
-    )
-
-
-def bucket_finding(report: DistributedReport, seen: dict) -> Finding | None:
-    """DDP's bucket settings, where a balanced job's measured communication is exposed."""
-    share = _comm_share(report)
-    if report.stragglers or share is None or share < BUCKET_ADVICE_SHARE or "ddp_at" not in seen:
-        return None
-    file, _, line = str(seen["ddp_at"]).rpartition(":")
-    tips = [
-        f"DDP(..., bucket_cap_mb=N): now {seen.get('ddp_bucket_cap_mb', 25):g} MB; smaller "
-        "buckets start the all-reduce earlier in backward, larger ones send fewer messages"
-    ]
-    if not seen.get("ddp_gradient_as_bucket_view"):
-        tips.append("gradient_as_bucket_view=True (gradients live in the buckets: no copy)")
-    return Finding(
-        kind="ddp.buckets",
-        title=(
-            f"communication is exposed: {share * 100:.0f}% of the step is spent in the "
-            "all-reduce (or waiting in it) rather than hidden behind backward"
-        ),
-        fix="; ".join(tips),
-        file=file or None,
-        line=int(line) if line.isdigit() else None,
-        cost_ms=report.ranks[0].comm_ms if report.ranks else None,
-        severity="info" if share < COMM_BOUND_SHARE else "warning",
-    )
-
-
 def job_verdict(job: RunRecord, report: DistributedReport) -> Verdict:
     """The job's verdict: the straggler's bottleneck, communication, or the ranks' shared one."""
     own = job.verdict
@@ -236,12 +177,12 @@ def job_verdict(job: RunRecord, report: DistributedReport) -> Verdict:
         if own is not None and own.kind == kind:
             why += f"; on rank {s.rank}: {own.why}"
         return Verdict(kind, why, f"on rank {s.rank}: {_next_for(kind, job, own)}", _shares(job))
-    comm_share = _comm_share(report)
-    if comm_share is not None and comm_share >= COMM_BOUND_SHARE:
+    share = comm_share(report)
+    if share is not None and share >= COMM_BOUND_SHARE:
         # The job's step: the ranks step together, so the largest mean (the ceiling's too).
         step = max((r.step_ms.mean for r in report.ranks if r.step_ms), default=0.0)
         why = (
-            f"the ranks spend {comm_share * 100:.0f}% of a mean {step:.1f} ms step in "
+            f"the ranks spend {share * 100:.0f}% of a mean {step:.1f} ms step in "
             f"communication (or waiting in it)"
         )
         if report.no_sync_step_ms is not None and report.comm_ceiling is not None:
@@ -252,8 +193,8 @@ def job_verdict(job: RunRecord, report: DistributedReport) -> Verdict:
         # Communication sits inside backward (and forward): carved out of compute, so the
         # shares still sum to one.
         shares = _shares(job)
-        shares["compute"] = round(max(shares.get("compute", 0.0) - comm_share, 0.0), 4)
-        shares["communication"] = round(comm_share, 4)
+        shares["compute"] = round(max(shares.get("compute", 0.0) - share, 0.0), 4)
+        shares["communication"] = round(share, 4)
         return Verdict(COMMUNICATION_BOUND, why, NEXT_COMMUNICATION, shares)
     if own is None or own.kind == "UNKNOWN" or not any(r.steps.step_ms for r in report.ranks):
         return Verdict(
@@ -356,15 +297,6 @@ def _comm_made_free(report: DistributedReport) -> None:
         report.scaling_efficiency = round(min(free / step, 1.0), 3)
 
 
-def _comm_share(report: DistributedReport) -> float | None:
-    shares = [
-        r.comm_ms / r.step_ms.mean
-        for r in report.ranks
-        if r.comm_ms is not None and r.step_ms is not None and r.step_ms.mean > 0
-    ]
-    return sum(shares) / len(shares) if shares else None
-
-
 def _bounding(report: DistributedReport, by_rank: list[RunRecord]) -> int:
     ranks = {rank_of(r) for r in by_rank}
     return report.bounding_rank if report.bounding_rank in ranks else rank_of(by_rank[0])
@@ -385,25 +317,6 @@ def _next_for(kind: str, job: RunRecord, own: Verdict | None) -> str:
     if kind == INPUT_BOUND:
         return _next_input(job)
     return _NEXT_HOST if kind == HOST_BOUND else _NEXT_COMPUTE
-
-
-#: What to do about a straggler, by the bottleneck its slowest part says (``analyze`` uses these
-#: too).
-STRAGGLER_FIX = {
-    INPUT_BOUND: (
-        "make this rank's input as fast as the others': its samples cost more (data skew, a "
-        "slower disk or transform) or its loader has fewer workers; see its loader's advice"
-    ),
-    HOST_BOUND: "move this rank's extra per-step Python work (logging, checks, saving) off the step",
-    COMPUTE_BOUND: (
-        "give this rank the same work and device as the others: uneven batch shapes, a slower "
-        "or shared device, or extra work only this rank does (evaluation, checkpointing)"
-    ),
-}
-
-
-def _straggler_fix(part: str) -> str:
-    return STRAGGLER_FIX[_PART_KIND.get(part, COMPUTE_BOUND)]
 
 
 def _worst_status(statuses: list[str]) -> str:

@@ -32,7 +32,8 @@ from ..record import (
     RankSkew,
     Verdict,
 )
-from .distributed import NEXT_COMMUNICATION, STRAGGLER_FIX
+from .distributed import NEXT_COMMUNICATION
+from .job_findings import STRAGGLER_FIX
 from .trace_comm import PART_WORDS, STRAGGLER_RATIO
 from .trace_gpu import CONSECUTIVE_KERNEL_DELAY_US
 from .trace_host import (

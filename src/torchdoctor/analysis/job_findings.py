@@ -1,0 +1,101 @@
+"""The findings a distributed job's record gets from its ranks together: the straggler, and
+DDP's bucket settings where communication is exposed (docs/distributed.md)."""
+
+from __future__ import annotations
+
+from ..record import COMPUTE_BOUND, HOST_BOUND, INPUT_BOUND, DistributedReport, Finding, Straggler
+
+#: Share of the step spent in communication (or waiting in it) that makes a balanced job
+#: communication-bound.
+COMM_BOUND_SHARE = 0.30
+#: What the straggler's slowest part says bounds the job.
+_PART_KIND = {
+    "data_wait": INPUT_BOUND,
+    "to_device": INPUT_BOUND,
+    "forward": COMPUTE_BOUND,
+    "backward": COMPUTE_BOUND,
+    "optimizer": COMPUTE_BOUND,
+    "other": HOST_BOUND,
+}
+#: How a step part reads in a sentence ("mostly waiting for data").
+PART_WORDS = {
+    "data_wait": "waiting for data",
+    "to_device": "copying batches to the device",
+    "forward": "forward",
+    "backward": "backward",
+    "optimizer": "the optimizer",
+    "other": "host work between the calls",
+}
+
+#: Share of communication in a balanced job's step from which DDP's bucket settings are advised.
+BUCKET_ADVICE_SHARE = 0.15
+
+
+#: What to do about a straggler, by the bottleneck its slowest part says (``analyze`` uses these
+#: too).
+STRAGGLER_FIX = {
+    INPUT_BOUND: (
+        "make this rank's input as fast as the others': its samples cost more (data skew, a "
+        "slower disk or transform) or its loader has fewer workers; see its loader's advice"
+    ),
+    HOST_BOUND: "move this rank's extra per-step Python work (logging, checks, saving) off the step",
+    COMPUTE_BOUND: (
+        "give this rank the same work and device as the others: uneven batch shapes, a slower "
+        "or shared device, or extra work only this rank does (evaluation, checkpointing)"
+    ),
+}
+
+
+def _straggler_fix(part: str) -> str:
+    return STRAGGLER_FIX[_PART_KIND.get(part, COMPUTE_BOUND)]
+
+
+def straggler_finding(s: Straggler) -> Finding:
+    victims = ", ".join(str(v) for v in s.victims)
+    return Finding(
+        kind="straggler",
+        title=(
+            f"rank {s.rank} is a straggler: its own work per step is {s.excess_ms:.1f} ms longer "
+            f"than the other ranks' (mostly {PART_WORDS.get(s.part, s.part)}); rank(s) {victims} "
+            f"wait {s.wait_ms:.1f} ms per step for it in the collectives"
+        ),
+        fix=_straggler_fix(s.part),
+        cost_ms=s.excess_ms,
+        severity="critical",
+        detail={"rank": s.rank, "part": s.part, "victims": s.victims},
+    )
+
+
+def bucket_finding(report: DistributedReport, seen: dict) -> Finding | None:
+    """DDP's bucket settings, where a balanced job's measured communication is exposed."""
+    share = comm_share(report)
+    if report.stragglers or share is None or share < BUCKET_ADVICE_SHARE or "ddp_at" not in seen:
+        return None
+    file, _, line = str(seen["ddp_at"]).rpartition(":")
+    tips = [
+        f"DDP(..., bucket_cap_mb=N): now {seen.get('ddp_bucket_cap_mb', 25):g} MB; smaller "
+        "buckets start the all-reduce earlier in backward, larger ones send fewer messages"
+    ]
+    if not seen.get("ddp_gradient_as_bucket_view"):
+        tips.append("gradient_as_bucket_view=True (gradients live in the buckets: no copy)")
+    return Finding(
+        kind="ddp.buckets",
+        title=(
+            f"communication is exposed: {share * 100:.0f}% of the step is spent in the "
+            "all-reduce (or waiting in it) rather than hidden behind backward"
+        ),
+        fix="; ".join(tips),
+        file=file or None,
+        line=int(line) if line.isdigit() else None,
+        cost_ms=report.ranks[0].comm_ms if report.ranks else None,
+        severity="info" if share < COMM_BOUND_SHARE else "warning",
+    )
+
+
+def comm_share(report: DistributedReport) -> float | None:
+    shares = [
+        r.comm_ms / r.step_ms.mean
+        for r in report.ranks
+        if r.comm_ms is not None and r.step_ms is not None and r.step_ms.mean > 0
+    ]
+    return sum(shares) / len(shares) if shares else None
