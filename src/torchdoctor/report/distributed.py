@@ -14,7 +14,7 @@ from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.table import Table
 from rich.text import Text
 
-from ..analysis.distributed import PART_WORDS
+from ..analysis.job_findings import PART_WORDS
 from ..record import STEP_PARTS, STRAGGLER, WAITS, DistributedReport, RankRun, RunRecord, Stat
 from ._style import BAD, verdict_look
 
