@@ -48,7 +48,7 @@ from .verdict import _NEXT_COMPUTE, _NEXT_HOST, _next_input, summarise
 #: straggler (and the others wait for it), ...
 STRAGGLER_RATIO = 1.25
 #: ... by at least this share of the job's step (what waiting for it costs every rank), ...
-STRAGGLER_STEP_SHARE = 0.10
+STRAGGLER_STEP_SHARE = 0.20
 #: ... and its own work must exceed theirs by this many standard errors of the two means.
 NOISE_SIGMAS = 3.0
 #: Measured steps each rank needs before any is called a straggler.
