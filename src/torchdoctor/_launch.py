@@ -82,13 +82,13 @@ def launcher_args(options: RunOptions) -> list[str]:
     if options.fix:
         raise TorchdoctorError(
             "--fix is not available with --nproc-per-node yet",
-            "run the diagnosis of the job, then --fix on one rank's script without the launcher"
+            "run the diagnosis of the job, then --fix on one rank's script without the launcher",
         )
     multi_node = options.nnodes not in (None, "1")
     if multi_node and not options.rdzv_endpoint:
         raise TorchdoctorError(
             f"--nnodes {options.nnodes} needs the rendezvous every node joins",
-            "add --rdzv-endpoint HOST:PORT (the same on every node)"
+            "add --rdzv-endpoint HOST:PORT (the same on every node)",
         )
     args = ["--nproc-per-node", str(options.nproc_per_node), "--max-restarts", "0"]
     if options.nnodes:
@@ -154,7 +154,7 @@ def run_launched(
     if options.nnodes is None and (options.node_rank is not None or options.rdzv_endpoint):
         raise TorchdoctorError(
             "--node-rank and --rdzv-endpoint belong to a multi-node launch",
-            "add --nnodes M, or leave them out for one node"
+            "add --nnodes M, or leave them out for one node",
         )
     head = launcher_args(options)
     with _Signals() as signals, tempfile.TemporaryDirectory(prefix="torchdoctor-") as tmp:

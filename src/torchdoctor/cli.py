@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 
 from . import __version__
 from ._cli_cache import add_cache
+from ._cli_compare import add_compare
 from ._errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, TorchdoctorError
 from ._paths import check_output_dir, check_output_file
 from .options import add_flags, from_args, positive_int
@@ -210,6 +211,12 @@ def _checked_outputs(args: argparse.Namespace) -> dict[str, str]:
         checked["json_path"] = check_output_file(args.json_path, "--json")
     if args.trace_dir is not None:
         checked["trace_dir"] = check_output_dir(args.trace_dir, "--trace")
+    if args.html_path is not None:
+        checked["html_path"] = check_output_file(args.html_path, "--html", example="run.html")
+    if args.timeline_path is not None:
+        checked["timeline_path"] = check_output_file(
+            args.timeline_path, "--timeline", example="timeline.json"
+        )
     return checked
 
 
@@ -235,6 +242,9 @@ def _parse_target(rest: list[str]):
 def _add_report(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="re-render a saved run record (JSON) without re-running")
     p.add_argument("path", help="a record written by `torchdoctor run --json PATH`")
+    p.add_argument(
+        "--html", metavar="PATH", help="write it as one self-contained HTML page to PATH instead"
+    )
     p.set_defaults(handler=_cmd_report)
 
 
@@ -248,8 +258,16 @@ def _cmd_report(args: argparse.Namespace) -> int:
         raise TorchdoctorError(
             str(exc), "pass a file written by `torchdoctor run --json`"
         ) from None
+    if args.html is not None:
+        check_output_file(args.html, "--html", example="run.html")
     try:
-        render(record)
+        if args.html is not None:
+            from .report.html import write_html
+
+            write_html(record, args.html)
+            print(f"HTML report written to {args.html}")
+        else:
+            render(record)
     except (TypeError, ValueError, KeyError, IndexError, AttributeError, ArithmeticError) as exc:
         # The loader checks the type of every typed field, not every value (NaN, 1e300) nor the
         # free-form ``seen`` and ``detail``: an edited file can still hold what cannot be shown.
@@ -278,6 +296,7 @@ def _add_analyze(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("traces", nargs="+", metavar="TRACE_OR_DIR", help="trace files or directories")
     p.add_argument("--json", metavar="PATH", help="write the analysis record as JSON to PATH")
+    p.add_argument("--html", metavar="PATH", help="also write the report as an HTML page")
     p.add_argument(
         "--include-last-step",
         action="store_true",
@@ -292,6 +311,8 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
 
     if args.json is not None:
         check_output_file(args.json, "--json", example="analysis.json")
+    if args.html is not None:
+        check_output_file(args.html, "--html", example="analysis.html")
     record = analyze_trace(
         args.traces,
         include_last_step=args.include_last_step,
@@ -300,6 +321,11 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     render_trace_report(record)
     if args.json:
         record.save(args.json)
+    if args.html:
+        from .report.html import write_html
+
+        write_html(record, args.html)
+        print(f"HTML report written to {args.html}")
     return 0
 
 
@@ -314,6 +340,12 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", metavar="DIR", help="write DIR/before.json and DIR/after.json")
     p.add_argument("--steps", type=positive_int, default=20, help="measured steps per run")
     p.add_argument("--workdir", metavar="DIR", help="where to generate the demo images")
+    p.add_argument(
+        "--html",
+        metavar="PATH",
+        default="torchdoctor-demo.html",
+        help="the HTML page with both diagnoses and the measured speedup (default %(default)s)",
+    )
     p.set_defaults(handler=_cmd_demo)
 
 
@@ -323,7 +355,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     for path, flag in ((args.json, "--json"), (args.workdir, "--workdir")):
         if path is not None:
             check_output_dir(path, flag)
-    return run_demo(json_dir=args.json, steps=args.steps, workdir=args.workdir)
+    html = check_output_file(args.html, "--html", example="demo.html")
+    return run_demo(json_dir=args.json, steps=args.steps, workdir=args.workdir, html=html)
 
 
 SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
@@ -332,5 +365,6 @@ SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_report,
     _add_analyze,
     _add_demo,
+    add_compare,
     add_cache,
 ]

@@ -64,9 +64,25 @@ class DemoResult:
         return self.before is not None and self.after is not None
 
 
-def run_demo(json_dir: str | None = None, steps: int = 20, workdir: str | None = None) -> int:
-    """Run the whole demo; returns an exit status."""
-    return EXIT_OK if demo(json_dir, steps, workdir).ok else 1
+def run_demo(
+    json_dir: str | None = None,
+    steps: int = 20,
+    workdir: str | None = None,
+    html: str | None = None,
+) -> int:
+    """Run the whole demo; returns an exit status. With ``html``, also writes a page with both
+    diagnoses and the measured speedup there."""
+    result = demo(json_dir, steps, workdir)
+    if result.ok and html is not None:
+        from .analysis.compare import compare
+        from .report.compare import write_comparison_html
+
+        assert result.before is not None and result.after is not None
+        path = write_comparison_html(
+            compare(result.before, result.after), result.before, result.after, html
+        )
+        Console().print(f"HTML report (both diagnoses and the speedup): {path.resolve()}")
+    return EXIT_OK if result.ok else 1
 
 
 def demo(

@@ -138,6 +138,9 @@ class RunOptions:
             (the ``--fix`` re-run); held as a read-only mapping.
         threads_override: ``torch.set_num_threads(threads_override)`` at the start of the run,
             held against the script's own calls (the ``--fix`` re-run); ``None``: left alone.
+        html_path: write the report as a self-contained HTML page here.
+        timeline_path: write the steps' parts as a Chrome/Perfetto trace here (by the script's
+            process, when the run ends).
         trials: levers ``--try`` measures (:data:`TRIAL_NAMES`), in order.
         flops: count one step's FLOPs and the device utilisation.
         nproc_per_node: launch this many ranks per node through torch.distributed.run.
@@ -202,6 +205,25 @@ class RunOptions:
             "what was measured (default %(default)s; the --fix re-run gets its own)",
             type=positive_float,
             metavar="S",
+        ),
+    )
+    html_path: str | None = _flag(
+        None,
+        Flag(
+            "--html",
+            "also write the report as one self-contained HTML page to PATH (docs/report.md)",
+            type=str,
+            metavar="PATH",
+        ),
+    )
+    timeline_path: str | None = _flag(
+        None,
+        Flag(
+            "--timeline",
+            "write the measured, model-alone and no-sync steps' parts as a Chrome/Perfetto "
+            "trace JSON to PATH",
+            type=str,
+            metavar="PATH",
         ),
     )
     trials: tuple[str, ...] = _flag(

@@ -99,10 +99,32 @@ def run_target(
         sys.argv[:] = saved_argv
         sys.path[:] = saved_path
     record = build_record(session, target.describe(), ended, error)
+    if options.timeline_path:
+        _write_timeline(session, options.timeline_path, record)
     status = exit_status_of(record, ended)
     if session.ranks.launched:
         record = _job_record(session, record, ended)
     return RunOutcome(record, status, error or session.data.internal_error)
+
+
+def _write_timeline(session: CaptureSession, path: str, record: RunRecord) -> None:
+    """The kept steps' parts as a Chrome/Perfetto trace (on a job, each rank its own file)."""
+    from .capture import write_timeline
+
+    if session.ranks.launched:
+        stem, dot, ext = path.rpartition(".")
+        path = (
+            f"{stem}.rank{session.ranks.rank}.{ext}" if dot else f"{path}.rank{session.ranks.rank}"
+        )
+    phases = [
+        ("measure", session.data.measured),
+        ("model-alone", session.data.model_alone),
+        ("no-sync", session.data.no_sync),
+    ]
+    try:
+        write_timeline(path, phases)
+    except OSError as exc:
+        record.notes.append(f"the timeline could not be written to {path}: {exc}")
 
 
 def _job_record(session: CaptureSession, record: RunRecord, ended: str) -> RunRecord:
@@ -346,10 +368,18 @@ def run_cli(target: Target, options: RunOptions) -> int:
             status = EXIT_INTERRUPTED  # Ctrl-C or SIGTERM during the re-run ends the command
     if options.json_path:
         record.save(options.json_path)
+    if options.html_path:
+        from .report.html import write_html
+
+        write_html(record, options.html_path)
     with _printing():
         render(record)  # with the fix trial's panel, when there is one
         if options.json_path:
             print(f"run record written to {options.json_path}")
+        if options.html_path:
+            print(f"HTML report written to {options.html_path}")
+        if options.timeline_path and Path(options.timeline_path).exists():
+            print(f"timeline written to {options.timeline_path} (open it in ui.perfetto.dev)")
     return status
 
 

@@ -321,8 +321,20 @@ def test_data_parallel_is_found_at_its_line_in_one_process(tmp_path):
         (["--nnodes", "2"], {}, "--nnodes, --node-rank and --rdzv-endpoint launch a job"),
         (["--nproc-per-node", "2", "--nnodes", "2"], {}, "needs the rendezvous"),
         (["--nproc-per-node", "2", "--nnodes", "0"], {}, "is not a number of nodes"),
-        (["--nproc-per-node", "2", "--nnodes", "2", "--node-rank", "5",
-          "--rdzv-endpoint", "127.0.0.1:1"], {}, "--node-rank 5 in a job of 2"),  # fmt: skip
+        (
+            [
+                "--nproc-per-node",
+                "2",
+                "--nnodes",
+                "2",
+                "--node-rank",
+                "5",
+                "--rdzv-endpoint",
+                "127.0.0.1:1",
+            ],
+            {},
+            "--node-rank 5 in a job of 2",
+        ),  # fmt: skip
         (["--nproc-per-node", "2", "--fix"], {}, "--fix is not available"),
         (["--nproc-per-node", "2"], {"LOCAL_RANK": "0"}, "inside a rank of a job torchrun"),
     ],

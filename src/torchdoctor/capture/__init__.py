@@ -7,6 +7,7 @@ from ._data import StepMarks
 from ._environment import detect_environment
 from ._inloop_sweep import InLoopSweep
 from ._patch import Patcher
+from ._perfetto import timeline, write_timeline
 from ._session import CaptureSession, Listener, ProgressFn, StopRun, active_session
 from ._timeline import parts_from_marks
 from .phases import Phase
@@ -29,5 +30,7 @@ __all__ = [
     "active_session",
     "detect_environment",
     "find_syncs",
+    "timeline",
     "watch_syncs",
+    "write_timeline",
 ]

@@ -53,7 +53,7 @@ from ._run import (  # FixTrial too: _run must be imported before _fix (see _run
     StepSeries,
     SystemUsage,
 )
-from ._serial import SCHEMA_VERSION, RecordError, write_json_atomic
+from ._serial import SCHEMA_VERSION, RecordError, write_json_atomic, write_text_atomic
 from ._trace import (
     CommOverlap,
     IdleBreakdown,
@@ -146,4 +146,5 @@ __all__ = [
     "WorkerMemorySeries",
     "WorkerSweep",
     "write_json_atomic",
+    "write_text_atomic",
 ]

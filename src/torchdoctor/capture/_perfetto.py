@@ -1,0 +1,67 @@
+"""``run --timeline PATH``: the steps' parts as a Chrome trace (Perfetto and chrome://tracing open it).
+
+One process, one track (thread) per step part kind, one track for the steps and one for the
+phases, with every part of every kept step as a complete event (``"ph": "X"``) at the time it
+happened on this process's clock (``time.perf_counter_ns``, in µs). The steps kept are those of
+the measured, model-alone and no-sync phases, so a user can set them beside a profiler trace of
+the same run.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from ..record import STEP_PARTS, write_json_atomic
+
+#: Track ids: the phases, the steps, then one per part.
+_PHASES_TID, _STEPS_TID = 1, 2
+_PART_TID = {part: 10 + i for i, part in enumerate(STEP_PARTS)}
+
+
+def timeline(phases: list[tuple[str, list[Any]]], pid: int | None = None) -> dict[str, Any]:
+    """The trace of ``(phase name, its StepMarks)`` pairs."""
+    pid = pid if pid is not None else os.getpid()
+    events: list[dict[str, Any]] = [
+        _meta(pid, _PHASES_TID, "phases"),
+        _meta(pid, _STEPS_TID, "steps"),
+        *(_meta(pid, tid, part.replace("_", " ")) for part, tid in _PART_TID.items()),
+    ]
+    for phase, steps in phases:
+        marks = [m for step in steps for m in step.marks[:1] + step.marks[-1:]]
+        if not marks:
+            continue
+        events.append(_span(pid, _PHASES_TID, phase, marks[0].host_ns, marks[-1].host_ns, "phase"))
+        for i, step in enumerate(steps, 1):
+            if len(step.marks) < 2:
+                continue
+            first, last = step.marks[0].host_ns, step.marks[-1].host_ns
+            events.append(_span(pid, _STEPS_TID, f"{phase} step {i}", first, last, "step"))
+            for prev, mark in zip(step.marks, step.marks[1:]):
+                part = mark.label if mark.label in _PART_TID else "other"
+                if mark.host_ns > prev.host_ns:
+                    events.append(
+                        _span(pid, _PART_TID[part], part, prev.host_ns, mark.host_ns, "part")
+                    )
+    return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+
+def write_timeline(path: str | os.PathLike[str], phases: list[tuple[str, list[Any]]]) -> Path:
+    return write_json_atomic(path, timeline(phases))
+
+
+def _meta(pid: int, tid: int, name: str) -> dict[str, Any]:
+    return {"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}}
+
+
+def _span(pid: int, tid: int, name: str, start_ns: int, end_ns: int, cat: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "cat": cat,
+        "ph": "X",
+        "pid": pid,
+        "tid": tid,
+        "ts": start_ns / 1000.0,
+        "dur": (end_ns - start_ns) / 1000.0,
+    }

@@ -1,0 +1,78 @@
+"""``torchdoctor compare``: the judgement in the terminal, and as a page with both records."""
+
+from __future__ import annotations
+
+import os
+from html import escape
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ..analysis.compare import IMPROVED, REGRESSED, Comparison
+from ..record import RunRecord, write_text_atomic
+from ._style import BAD, GOOD
+from .html import page, record_body
+
+_LOOK = {IMPROVED: GOOD, REGRESSED: BAD}
+
+
+def headline(c: Comparison) -> str:
+    """``IMPROVED 4.81x [4.52-5.10] (mean step 56.4 -> 11.7 ms)``."""
+    unit = "samples/s" if c.measure == "samples/s" else "mean step"
+    return (
+        f"{c.kind} {c.speedup:.2f}x [{c.interval[0]:.2f}-{c.interval[1]:.2f}] "
+        f"({unit}; mean step {c.a_step_ms:.1f} -> {c.b_step_ms:.1f} ms over {c.a_steps} and "
+        f"{c.b_steps} steps)"
+    )
+
+
+def render_comparison(c: Comparison, console: Console | None = None) -> None:
+    console = console or Console()
+    console.print(Text(headline(c), style=_LOOK.get(c.kind, "bold")))
+    if c.a_verdict or c.b_verdict:
+        console.print(f"verdict: {c.a_verdict or '?'} -> {c.b_verdict or '?'}")
+    if c.parts:
+        table = Table(title="per part (mean ms per step)", title_justify="left")
+        table.add_column("part")
+        table.add_column("A", justify="right")
+        table.add_column("B", justify="right")
+        table.add_column("change", justify="right")
+        for p in c.parts:
+            table.add_row(p.part, f"{p.a_ms:.2f}", f"{p.b_ms:.2f}", f"{p.change_ms:+.2f}")
+        console.print(table)
+    for note in c.notes:
+        console.print(Text(f"note: {note}", style="dim"))
+
+
+def comparison_html(c: Comparison, a: RunRecord, b: RunRecord) -> str:
+    cls = {IMPROVED: "good", REGRESSED: "bad"}.get(c.kind, "")
+    rows = "".join(
+        f"<tr><td>{escape(p.part)}</td><td class='n'>{p.a_ms:.2f}</td>"
+        f"<td class='n'>{p.b_ms:.2f}</td><td class='n'>{p.change_ms:+.2f}</td></tr>"
+        for p in c.parts
+    )
+    notes = "".join(f"<p class='muted'>{escape(n)}</p>" for n in c.notes)
+    body = (
+        "<h1>torchdoctor compare</h1>"
+        f'<section id="judgement" class="card"><div class="kind {cls}">{escape(c.kind)}</div>'
+        f"<p>{escape(headline(c))}</p><p>verdict: {escape(c.a_verdict)} → "
+        f"{escape(c.b_verdict)}</p>{notes}</section>"
+        + (
+            "<section id='parts'><h2>Per part (mean ms per step)</h2><table><tr><th>part</th>"
+            f"<th class='n'>A</th><th class='n'>B</th><th class='n'>change</th></tr>{rows}"
+            "</table></section>"
+            if rows
+            else ""
+        )
+        + f"<div id='a'>{record_body(a, 'A: ' + ' '.join(a.command), level=2)}</div>"
+        + f"<div id='b'>{record_body(b, 'B: ' + ' '.join(b.command), level=2)}</div>"
+    )
+    return page("compare", body)
+
+
+def write_comparison_html(
+    c: Comparison, a: RunRecord, b: RunRecord, path: str | os.PathLike[str]
+) -> Path:
+    return write_text_atomic(path, comparison_html(c, a, b))

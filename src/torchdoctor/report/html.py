@@ -1,0 +1,329 @@
+"""The HTML report: one self-contained page from a record (docs/report.md).
+
+Everything is inline: CSS with a light and a dark palette (``prefers-color-scheme``), charts as
+SVG drawn by :mod:`._svg`, no script, no font, no image file. A Content-Security-Policy of
+``default-src 'none'`` lets the browser load nothing else, so the page opens offline and makes
+no request. It reads the record and nothing live, like the terminal report.
+"""
+
+from __future__ import annotations
+
+import os
+from html import escape
+from pathlib import Path
+
+from ..record import STEP_PARTS, RunRecord, write_text_atomic
+from . import _svg
+from .terminal import stop_line
+
+_CSS = """
+:root { --bg:#fff; --fg:#1d1f23; --muted:#5d6470; --card:#f4f5f7; --line:#d5d8de;
+  --c-data:#d99a00; --c-copy:#b86e00; --c-fwd:#2f7ed8; --c-bwd:#6a4fc9; --c-opt:#1f9e74;
+  --c-other:#8a8f98; --good:#137a47; --bad:#c0392b; --c-free:#1f9e74; }
+@media (prefers-color-scheme: dark) { :root { --bg:#15171b; --fg:#e6e8eb; --muted:#9aa1ab;
+  --card:#1f2228; --line:#343842; --good:#4cc38a; --bad:#ef6f5e; } }
+body { background:var(--bg); color:var(--fg); font:15px/1.45 system-ui, sans-serif;
+  margin:0 auto; max-width:1100px; padding:16px 20px 40px; }
+h1 { font-size:20px; margin:0 0 4px; } h2 { font-size:16px; margin:26px 0 8px; }
+.muted { color:var(--muted); } code, pre { font:13px/1.4 ui-monospace, monospace; }
+pre { background:var(--card); padding:8px 10px; border-radius:6px; overflow-x:auto; }
+section { border-top:1px solid var(--line); }
+.card { background:var(--card); border-radius:8px; padding:12px 16px; }
+.kind { font-weight:700; font-size:18px; }
+.INPUT-BOUND { color:#b07b00; } .COMPUTE-BOUND { color:var(--good); }
+.HOST-BOUND { color:#a0369b; } .COMMUNICATION-BOUND { color:#2f6fd8; }
+table { border-collapse:collapse; width:100%; font-size:14px; }
+th, td { text-align:left; padding:4px 8px; border-bottom:1px solid var(--line); vertical-align:top; }
+td.n, th.n { text-align:right; font-variant-numeric:tabular-nums; }
+.good { color:var(--good); font-weight:600; } .bad { color:var(--bad); font-weight:600; }
+svg.chart { display:block; max-width:100%; }
+svg .axis { fill:var(--muted); font-size:11px; } svg .label, svg .value { fill:var(--fg);
+  font-size:12px; } svg .grid { stroke:var(--line); } svg .dot { fill:var(--c-fwd); }
+svg .pick { fill:var(--good); }
+"""
+_CSP = "default-src 'none'; style-src 'unsafe-inline'"
+
+
+def render_html(record: RunRecord, title: str | None = None) -> str:
+    """The whole page for ``record``."""
+    heading = title or " ".join(record.command) or "torchdoctor"
+    return page(heading, record_body(record, heading))
+
+
+def page(title: str, body: str) -> str:
+    """A self-contained page around ``body``."""
+    return (
+        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>torchdoctor: {escape(title)}</title><style>{_CSS}</style></head>"
+        f"<body>{body}</body></html>\n"
+    )
+
+
+def record_body(record: RunRecord, heading: str, level: int = 1) -> str:
+    """Every section of one record (``level`` 2 when it sits inside a comparison)."""
+    body = [
+        f"<h{level}>torchdoctor: {escape(heading)}</h{level}>",
+        f'<p class="muted">{escape(stop_line(record))}</p>',
+        _verdict(record),
+    ]
+    for section in (
+        _steps(record),
+        _counterfactuals(record),
+        _ranks(record),
+        _trials(record),
+        _sweep(record),
+        _transforms(record),
+        _memory(record),
+        _trace(record),
+        _findings(record),
+        _environment(record),
+        _notes(record),
+    ):
+        if section:
+            body.append(section)
+    return "".join(body)
+
+
+def write_html(record: RunRecord, path: str | os.PathLike[str], title: str | None = None) -> Path:
+    """Write the page atomically; returns its path."""
+    return write_text_atomic(path, render_html(record, title))
+
+
+# --- sections ----------------------------------------------------------------------------------
+
+
+def _section(ident: str, title: str, inner: str) -> str:
+    return f'<section id="{ident}"><h2>{escape(title)}</h2>{inner}</section>'
+
+
+def _verdict(record: RunRecord) -> str:
+    v = record.verdict
+    if v is None:
+        return ""
+    shares = " · ".join(f"{escape(k)} {val * 100:.0f}%" for k, val in v.shares.items())
+    ceiling = (
+        f"<p>Ceiling: {record.ceiling_speedup:.2f}x faster if data cost nothing</p>"
+        if record.ceiling_speedup is not None
+        else ""
+    )
+    return (
+        f'<section id="verdict" class="card"><div class="kind {escape(v.kind)}">'
+        f"{escape(v.kind)}</div><p><b>Why</b> {escape(v.why)}</p>"
+        f"<p><b>Next</b> {escape(v.next)}</p>"
+        + (f'<p class="muted">{shares}</p>' if shares else "")
+        + ceiling
+        + "</section>"
+    )
+
+
+def _steps(record: RunRecord) -> str:
+    series = record.steps
+    if not series.step_ms:
+        return ""
+    # An analyze record keeps only each step's total: its parts are the trace section's.
+    steps = [
+        {p: series.part(p)[i] if i < len(series.part(p)) else 0.0 for p in STEP_PARTS}
+        for i in range(len(series))
+    ]
+    if not any(any(s.values()) for s in steps):
+        steps = [{"other": ms} for ms in series.step_ms]
+    rows = "".join(
+        f"<tr><td>{escape(p.replace('_', ' '))}</td><td class='n'>{s.mean:.2f}</td>"
+        f"<td class='n'>{s.median:.2f}</td><td class='n'>{s.p90:.2f}</td></tr>"
+        for p, s in record.parts_ms.items()
+    )
+    table = (
+        "<table><tr><th>part</th><th class='n'>mean ms</th><th class='n'>median</th>"
+        f"<th class='n'>p90</th></tr>{rows}</table>"
+    )
+    title = f"Every measured step ({len(series)}), by part"
+    if record.distributed is not None:
+        title += f" (rank {record.distributed.bounding_rank})"
+    return _section("steps", title, _svg.stacked_steps(steps, STEP_PARTS) + table)
+
+
+def _counterfactuals(record: RunRecord) -> str:
+    if record.step_ms is None:
+        return ""
+    rows = [("step, as the script runs", record.step_ms.mean, "var(--c-fwd)")]
+    if record.model_alone_step_ms is not None:
+        rows.append(
+            ("data made free (model alone)", record.model_alone_step_ms.mean, "var(--c-free)")
+        )
+    d = record.distributed
+    if d is not None and d.no_sync_step_ms is not None:
+        rows.append(("communication made free (no-sync)", d.no_sync_step_ms, "var(--c-opt)"))
+    if len(rows) == 1:
+        return ""
+    return _section("counterfactuals", "Counterfactuals (mean step)", _svg.bars(rows, "ms"))
+
+
+def _ranks(record: RunRecord) -> str:
+    d = record.distributed
+    if d is None:
+        return ""
+    head = "".join(f"<th class='n'>{escape(p.replace('_', ' '))}</th>" for p in STEP_PARTS)
+    rows = []
+    for r in d.ranks:
+        parts = "".join(
+            f"<td class='n'>{r.parts_ms[p].mean:.2f}</td>" if p in r.parts_ms else "<td></td>"
+            for p in STEP_PARTS
+        )
+        role = "straggler" if r.role == "straggler" else r.role
+        rows.append(
+            f"<tr><td>{r.rank}</td><td>{escape(r.status)}</td>"
+            f"<td class='n'>{r.step_ms.mean if r.step_ms else 0:.2f}</td>{parts}"
+            f"<td class='n'>{_num(r.no_sync_step_ms.mean if r.no_sync_step_ms else None)}</td>"
+            f"<td class='n'>{_num(r.own_ms)}</td>"
+            f"<td class='{'bad' if r.role == 'straggler' else ''}'>{escape(role)}</td></tr>"
+        )
+    lines = [
+        f"<p>{d.world_size} ranks on {d.nnodes} node(s), backend {escape(d.backend or '?')}</p>"
+    ]
+    for s in d.stragglers:
+        lines.append(
+            f"<p class='bad'>rank {s.rank} is a straggler: {s.excess_ms:.1f} ms more own work per "
+            f"step (mostly {escape(s.part.replace('_', ' '))}); rank(s) "
+            f"{', '.join(map(str, s.victims))} wait {s.wait_ms:.1f} ms per step</p>"
+        )
+    if d.comm_ceiling is not None:
+        lines.append(f"<p>communication made free: {d.comm_ceiling:.2f}x ceiling</p>")
+    for r in d.ranks:
+        if r.error:
+            lines.append(f"<p>rank {r.rank} raised:</p><pre>{escape(''.join(r.error[-15:]))}</pre>")
+    table = (
+        f"<table><tr><th>rank</th><th>status</th><th class='n'>step</th>{head}"
+        f"<th class='n'>no-sync</th><th class='n'>own work</th><th>role</th></tr>"
+        f"{''.join(rows)}</table>"
+    )
+    return _section("ranks", "Ranks of the job (mean ms per step)", "".join(lines) + table)
+
+
+def _trials(record: RunRecord) -> str:
+    if not record.trials and record.flops is None:
+        return ""
+    out = []
+    if record.flops is not None:
+        from .trials import flops_line
+
+        out.append(f"<p>{escape(flops_line(record.flops).plain)}</p>")
+    if record.trials:
+        from ..analysis.trials import judgement
+
+        rows = []
+        for t in record.trials:
+            spread = f"{t.spread[0]:.2f}–{t.spread[1]:.2f}" if t.spread else ""
+            word = t.status if t.status != "measured" else judgement(t)
+            cls = {"worth it": "good", "slower": "bad", "failed": "bad"}.get(word, "")
+            code = f"<pre>{escape(t.code)}</pre>" if word == "worth it" and t.code else ""
+            rows.append(
+                f"<tr><td>{escape(t.name)}</td><td>{escape(t.changed)}</td>"
+                f"<td class='n'>{_num(t.speedup, 'x')}</td><td class='n'>{spread}</td>"
+                f"<td class='{cls}'>{escape(word)} {escape(t.reason)}</td><td>{code}</td></tr>"
+            )
+        out.append(
+            "<table><tr><th>trial</th><th>changed</th><th class='n'>speedup</th>"
+            "<th class='n'>90% interval</th><th>judgement</th><th>code</th></tr>"
+            f"{''.join(rows)}</table>"
+        )
+    return _section("trials", "Trials and FLOPs", "".join(out))
+
+
+def _sweep(record: RunRecord) -> str:
+    sweep = record.loader_report.worker_sweep if record.loader_report else None
+    if sweep is None or not sweep.points:
+        return ""
+    points = [(float(p.num_workers), p.batches_per_s) for p in sweep.points]
+    chart = _svg.line(points, "num_workers", "batches/s", mark=float(sweep.best_workers))
+    return _section(
+        "sweep",
+        f"num_workers sweep ({sweep.measures}; pick {sweep.best_workers})",
+        chart,
+    )
+
+
+def _transforms(record: RunRecord) -> str:
+    costs = record.loader_report.transforms if record.loader_report else []
+    if not costs:
+        return ""
+    rows = [(c.name, c.ms_per_batch, "var(--c-data)") for c in costs[:12]]
+    return _section("transforms", "Time to make a batch", _svg.bars(rows, "ms/batch"))
+
+
+def _memory(record: RunRecord) -> str:
+    rows = []
+    if record.system is not None:
+        rows.append(("main process RSS (max)", record.system.main_rss_mb_max, "var(--c-fwd)"))
+        if record.system.workers:
+            rows.append(("workers RSS (max)", record.system.workers_rss_mb_max, "var(--c-data)"))
+        if record.system.gpu_mem_mb_max is not None:
+            rows.append(("device memory (max)", record.system.gpu_mem_mb_max, "var(--c-bwd)"))
+    mem = record.loader_report.memory if record.loader_report else None
+    if mem is not None:
+        rows.append(("batches in flight", mem.bytes_in_flight / 2**20, "var(--c-copy)"))
+    return _section("memory", "Memory", _svg.bars(rows, "MB")) if rows else ""
+
+
+def _trace(record: RunRecord) -> str:
+    trace = record.trace
+    if trace is None or not trace.analysed:
+        return ""
+    rows = "".join(
+        f"<tr><td>{escape(r.label)}</td><td class='n'>{r.step_wall_ms:.2f}</td>"
+        f"<td>{escape(', '.join(f'{k} {v * 100:.0f}%' for k, v in r.step_shares.items()))}</td></tr>"
+        for r in trace.ranks
+    )
+    files = escape(", ".join(trace.files))
+    return _section(
+        "trace",
+        "Profiler trace",
+        f"<p class='muted'>{files}</p><table><tr><th>rank</th><th class='n'>step ms</th>"
+        f"<th>shares</th></tr>{rows}</table>",
+    )
+
+
+def _findings(record: RunRecord) -> str:
+    if not record.findings:
+        return ""
+    items = []
+    for f in record.findings:
+        where = f" <code>{escape(f.file)}:{f.line}</code>" if f.file else ""
+        source = f"<pre>{escape(f.source)}</pre>" if f.source else ""
+        items.append(
+            f"<li><b>[{escape(f.severity)}]</b> {escape(f.title)}{where}{source}"
+            f"<div>fix:</div><pre>{escape(f.fix)}</pre></li>"
+        )
+    return _section("findings", "Findings", f"<ol>{''.join(items)}</ol>")
+
+
+def _environment(record: RunRecord) -> str:
+    env = record.env
+    if env is None:
+        return ""
+    rows = [
+        ("torch", f"{env.torch_version} (Python {env.python_version})"),
+        ("device", f"{env.device} — {env.device_name}"),
+        ("clock", env.clock),
+        ("cores", f"{env.cpu_logical} logical; torch threads {env.torch_threads}"),
+    ]
+    if env.world_size > 1:
+        rows.append(("distributed", f"rank {env.rank} of {env.world_size}"))
+    if record.loader is not None:
+        lo = record.loader
+        rows.append(("loader", f"{lo.dataset}, batch_size={lo.batch_size}, "
+                               f"num_workers={lo.num_workers}, pin_memory={lo.pin_memory}"))  # fmt: skip
+    body = "".join(f"<tr><th>{escape(k)}</th><td>{escape(str(v))}</td></tr>" for k, v in rows)
+    return _section("environment", "Environment", f"<table>{body}</table>")
+
+
+def _notes(record: RunRecord) -> str:
+    if not record.notes:
+        return ""
+    items = "".join(f"<li>{escape(n)}</li>" for n in record.notes)
+    return _section("notes", "Notes", f"<ul class='muted'>{items}</ul>")
+
+
+def _num(value: float | None, unit: str = "") -> str:
+    return "" if value is None else f"{value:.2f}{unit}"
