@@ -49,6 +49,7 @@ def test_the_value_taking_flags_come_from_the_parser():
     # and the launch flags added since.
     takes_value = {"--steps", "--warmup", "--json", "--sync-steps", "--trace", "--max-seconds"}
     takes_value |= {"--nproc-per-node", "--nnodes", "--node-rank", "--rdzv-endpoint", "--try"}
+    takes_value |= {"--html", "--timeline"}
     commands = cli._script_commands(cli.build_parser())
     assert commands == {"run": takes_value, "loader": takes_value}
 
