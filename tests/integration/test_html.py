@@ -151,3 +151,28 @@ def test_the_timeline_holds_every_measured_part(runs):
         if e.get("cat") == "part" and e["name"] == "data_wait" and first <= e["ts"] < last
     )  # fmt: skip
     assert waits / 1000 == pytest.approx(sum(record.steps.data_wait_ms), rel=0.01)
+
+
+def test_analyze_records_compare_too():
+    from torchdoctor.analysis.compare import step_times
+
+    for trace in sorted(HTA_TRACES.glob("**/*.json*")):
+        a = analyze_trace([str(trace)], command=["analyze", str(trace)])
+        if len(step_times(a)) >= 2:
+            break
+    else:
+        pytest.fail("no checked-in trace has two steps")
+    b = analyze_trace([str(trace)], command=["analyze", str(trace)])
+    result = compare(a, b)
+    assert result.kind == NO_CHANGE and result.speedup == 1.0 and result.a_steps >= 2
+
+
+def test_the_demo_writes_its_page_and_prints_where(tmp_path, capsys):
+    pytest.importorskip("PIL")
+    page = tmp_path / "demo.html"
+    assert main(["demo", "--steps", "6", "--html", str(page)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert str(page.resolve()) in out
+    view = browser_view(page)
+    assert_offline(view, page)
+    assert "IMPROVED" in view["text"] and "COMPUTE-BOUND" in view["text"]

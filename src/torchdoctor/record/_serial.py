@@ -42,18 +42,7 @@ class RecordError(ValueError):
 
 def write_json_atomic(path: str | os.PathLike[str], data: Any) -> Path:
     """Write ``data`` as JSON to ``path`` through a temp file and a rename."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=1, default=_json_default)
-            fh.write("\n")
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return p
+    return write_text_atomic(path, json.dumps(data, indent=1, default=_json_default) + "\n")
 
 
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
