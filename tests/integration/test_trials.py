@@ -55,7 +55,10 @@ def test_flops_of_an_mlp_equal_the_analytic_count():
     assert out.record.trials == []
 
 
-def test_a_compile_trial_names_the_graph_break_line():
+def test_a_compile_trial_names_the_graph_break_line(tmp_path, monkeypatch):
+    # A cold cache, as on a fresh machine: inductor then starts compile workers, which the
+    # trial must end (the hygiene fixture fails a test that leaves a thread behind).
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     out = run_target(
         Target(script=MLP, argv=["--graph-break"]),
         RunOptions(steps=4, warmup=1, trials=("compile",)),

@@ -193,6 +193,7 @@ class Compile(Lever):
             return eager(*args, **kwargs)
 
         patcher.set(module, "forward", forward)
+        patcher.on_restore(_stop_compile_workers)
         patcher.on_restore(torch._dynamo.reset)
         patcher.on_restore(self._forget)
         self._eager = eager
@@ -335,6 +336,19 @@ class BatchSize(Lever):
 LEVERS: dict[str, type[Lever]] = {
     cls.name: cls for cls in (Amp, ChannelsLast, Compile, Foreach, Threads, BatchSize)
 }
+
+
+def _stop_compile_workers() -> None:
+    """End the threads and processes inductor started to compile (a cold cache starts them):
+    the trial is over, and nothing of it may be left running."""
+    try:
+        from torch._inductor.async_compile import AsyncCompile, shutdown_compile_workers
+    except ImportError:  # pragma: no cover - another torch's layout: nothing known to stop
+        return
+    shutdown_compile_workers()
+    if AsyncCompile.pool.cache_info().currsize:
+        AsyncCompile.pool().shutdown(wait=True)
+        AsyncCompile.pool.cache_clear()
 
 
 def _explain(eager: Callable[..., Any], module: Any, args: Any, kwargs: Any) -> list[dict]:
