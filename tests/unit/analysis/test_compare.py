@@ -1,0 +1,38 @@
+"""The compare rule on per-step times made to order (``analysis.compare``)."""
+
+from __future__ import annotations
+
+from torchdoctor.analysis.compare import IMPROVED, NO_CHANGE, REGRESSED, block_spread, compare
+from torchdoctor.analysis.verdict import summarise
+from torchdoctor.record import RunRecord
+
+
+def record(steps: list[float]) -> RunRecord:
+    r = RunRecord()
+    for ms in steps:
+        r.steps.add_step({"data_wait": ms * 0.8, "forward": ms * 0.2}, 1)
+    summarise(r)
+    return r
+
+
+STEADY = [10.0, 10.2, 9.9, 10.1, 10.0, 9.8, 10.1, 10.2, 9.9, 10.0, 10.1, 9.9]
+
+
+def test_a_steady_2x_is_improved_and_the_reverse_regressed():
+    half = [x / 2 for x in STEADY]
+    assert compare(record(STEADY), record(half)).kind == IMPROVED
+    assert compare(record(half), record(STEADY)).kind == REGRESSED
+
+
+def test_a_burst_of_load_in_one_run_is_no_change():
+    # Measured in CI: the same script twice came out 0.88x; a burst lengthened one run's steps.
+    burst = STEADY[:8] + [16.0, 15.0, 14.0, 15.0]
+    assert block_spread(burst) > 0.13
+    result = compare(record(STEADY), record(burst))
+    assert result.speedup < 0.9 and result.interval[1] < 1.0  # beyond the step-to-step noise
+    assert result.kind == NO_CHANGE and result.notes
+
+
+def test_a_steady_12_percent_change_counts():
+    slower = [x * 1.12 for x in STEADY]
+    assert compare(record(slower), record(STEADY)).kind == IMPROVED
