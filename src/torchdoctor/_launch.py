@@ -74,22 +74,8 @@ LAUNCH_CODE = (
 
 
 def launcher_args(options: RunOptions) -> list[str]:
-    """torch.distributed.run's arguments for ``options`` (before the worker's command).
-
-    Raises:
-        TorchdoctorError: a multi-node launch without a rendezvous endpoint, or ``--fix``.
-    """
-    if options.fix:
-        raise TorchdoctorError(
-            "--fix is not available with --nproc-per-node yet",
-            "run the diagnosis of the job, then --fix on one rank's script without the launcher",
-        )
-    multi_node = options.nnodes not in (None, "1")
-    if multi_node and not options.rdzv_endpoint:
-        raise TorchdoctorError(
-            f"--nnodes {options.nnodes} needs the rendezvous every node joins",
-            "add --rdzv-endpoint HOST:PORT (the same on every node)",
-        )
+    """torch.distributed.run's arguments for ``options`` (checked by :func:`check_launch`),
+    before the worker's command."""
     args = ["--nproc-per-node", str(options.nproc_per_node), "--max-restarts", "0"]
     if options.nnodes:
         args += ["--nnodes", options.nnodes]
@@ -104,10 +90,12 @@ def launcher_args(options: RunOptions) -> list[str]:
 
 
 def check_launch(options: RunOptions) -> None:
-    """Refuse launch flags that cannot work, before anything starts.
+    """Refuse launch flags that cannot work, before anything starts (the one place they are
+    checked).
 
     Raises:
-        TorchdoctorError: a flag that needs another, a bad ``--nnodes``, a nested launch.
+        TorchdoctorError: a flag that needs another, a bad ``--nnodes``, a nested launch,
+            ``--fix``.
     """
     if not options.nproc_per_node:
         if (options.nnodes, options.node_rank, options.rdzv_endpoint) != (None, None, None):
@@ -122,11 +110,26 @@ def check_launch(options: RunOptions) -> None:
             "drop --nproc-per-node (`torchrun ... -m torchdoctor run -- train.py` diagnoses the "
             "job torchrun launched), or run torchdoctor outside torchrun",
         )
+    if options.fix:
+        raise TorchdoctorError(
+            "--fix is not available with --nproc-per-node yet",
+            "run the diagnosis of the job, then --fix on one rank's script without the launcher",
+        )
+    if options.nnodes is None and (options.node_rank is not None or options.rdzv_endpoint):
+        raise TorchdoctorError(
+            "--node-rank and --rdzv-endpoint belong to a multi-node launch",
+            "add --nnodes M, or leave them out for one node",
+        )
     nodes = _max_nodes(options.nnodes)
     if options.node_rank is not None and options.node_rank >= nodes:
         raise TorchdoctorError(
             f"--node-rank {options.node_rank} in a job of {options.nnodes or 1} node(s)",
             f"give a node rank from 0 to {nodes - 1}",
+        )
+    if options.nnodes not in (None, "1") and not options.rdzv_endpoint:
+        raise TorchdoctorError(
+            f"--nnodes {options.nnodes} needs the rendezvous every node joins",
+            "add --rdzv-endpoint HOST:PORT (the same on every node)",
         )
 
 
@@ -149,13 +152,10 @@ def _max_nodes(nnodes: str | None) -> int:
 def run_launched(
     target: Any, options: RunOptions, progress: Callable[[str, int, int], None] | None = None
 ) -> Supervised:
-    """Launch ``target`` as a job of ranks under capture, within the bound; one record back."""
-    check_launch(options)
-    if options.nnodes is None and (options.node_rank is not None or options.rdzv_endpoint):
-        raise TorchdoctorError(
-            "--node-rank and --rdzv-endpoint belong to a multi-node launch",
-            "add --nnodes M, or leave them out for one node",
-        )
+    """Launch ``target`` as a job of ranks under capture, within the bound; one record back.
+
+    The caller (``run_supervised``) has checked the options with :func:`check_launch`.
+    """
     head = launcher_args(options)
     with _Signals() as signals, tempfile.TemporaryDirectory(prefix="torchdoctor-") as tmp:
         spec_path = Path(tmp) / "spec.json"
