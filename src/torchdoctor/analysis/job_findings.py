@@ -3,7 +3,15 @@ DDP's bucket settings where communication is exposed (docs/distributed.md)."""
 
 from __future__ import annotations
 
-from ..record import COMPUTE_BOUND, HOST_BOUND, INPUT_BOUND, DistributedReport, Finding, Straggler
+from ..record import (
+    COMPUTE_BOUND,
+    HOST_BOUND,
+    INPUT_BOUND,
+    DistributedReport,
+    Finding,
+    Straggler,
+    split_where,
+)
 
 #: Share of the step spent in communication (or waiting in it) that makes a balanced job
 #: communication-bound.
@@ -71,7 +79,7 @@ def bucket_finding(report: DistributedReport, seen: dict) -> Finding | None:
     share = comm_share(report)
     if report.stragglers or share is None or share < BUCKET_ADVICE_SHARE or "ddp_at" not in seen:
         return None
-    file, _, line = str(seen["ddp_at"]).rpartition(":")
+    file, line = split_where(str(seen["ddp_at"]))
     tips = [
         f"DDP(..., bucket_cap_mb=N): now {seen.get('ddp_bucket_cap_mb', 25):g} MB; smaller "
         "buckets start the all-reduce earlier in backward, larger ones send fewer messages"
@@ -85,8 +93,8 @@ def bucket_finding(report: DistributedReport, seen: dict) -> Finding | None:
             "all-reduce (or waiting in it) rather than hidden behind backward"
         ),
         fix="; ".join(tips),
-        file=file or None,
-        line=int(line) if line.isdigit() else None,
+        file=file,
+        line=line,
         cost_ms=report.ranks[0].comm_ms if report.ranks else None,
         severity="info" if share < COMM_BOUND_SHARE else "warning",
     )

@@ -9,11 +9,11 @@ when the interval's low end is above 1.
 
 from __future__ import annotations
 
-import random
 import statistics
 from typing import Any
 
 from ..record import Flops, RunRecord, Stat, Trial, TrialPoint
+from .compare import interval as mean_ratio_interval
 
 #: Bootstrap resamples of a speedup's interval (seeded: the same steps give the same interval).
 BOOTSTRAP_ROUNDS = 1000
@@ -39,22 +39,18 @@ PEAKS: dict[tuple[str, str], float] = {
 
 
 def interval(base: list[float], trial: list[float], seed: int = 0) -> list[float]:
-    """90% bootstrap interval of ``mean(base) / mean(trial)``."""
+    """90% bootstrap interval of ``mean(base) / mean(trial)``, rounded; ``[]`` with under 2
+    steps on a side."""
     if len(base) < 2 or len(trial) < 2:
         return []
-    rng = random.Random(seed)
-    ratios = []
-    for _ in range(BOOTSTRAP_ROUNDS):
-        b = statistics.fmean(rng.choices(base, k=len(base)))
-        t = statistics.fmean(rng.choices(trial, k=len(trial)))
-        if t > 0:
-            ratios.append(b / t)
-    ratios.sort()
-    if not ratios:
-        return []
-    lo = ratios[int(0.05 * (len(ratios) - 1))]
-    hi = ratios[int(0.95 * (len(ratios) - 1))]
+    lo, hi = mean_ratio_interval(base, trial, seed=seed, rounds=BOOTSTRAP_ROUNDS)
     return [round(lo, 3), round(hi, 3)]
+
+
+def samples_per_s(run: Any) -> float:
+    """Samples per second of a batch-size setting's run (its batch size is its setting)."""
+    total = sum(run.steps_ms)
+    return int(run.setting or 1) * sum(run.batches) * 1000.0 / total if total > 0 else 0.0
 
 
 def trials_of(record: RunRecord, runs: list[Any]) -> list[Trial]:
@@ -185,7 +181,7 @@ def _batch_trial(
     base_rate = batch * per_step * 1000.0 / statistics.fmean(base) if base else 0.0
     points = []
     for r in runs:
-        rate = int(r.setting) * statistics.fmean(r.batches) * 1000.0 / statistics.fmean(r.steps_ms)
+        rate = samples_per_s(r)
         points.append(
             TrialPoint(
                 setting=r.setting,

@@ -17,7 +17,7 @@ import torch
 from torch.nn.parallel import DataParallel, DistributedDataParallel
 
 from ..loader import sampler_chain
-from ..record import Finding
+from ..record import Finding, split_where
 from ._frames import user_site
 from ._patch import Patcher
 
@@ -162,10 +162,7 @@ def _device_count() -> int:
 
 
 def _finding(kind: str, where: str | None, text: tuple[str, str]) -> Finding:
-    file, line = None, None
-    if where and ":" in where:
-        file, _, number = where.rpartition(":")
-        line = int(number) if number.isdigit() else None
+    file, line = split_where(where)
     title, fix = text
     return Finding(kind=kind, title=title, fix=fix, file=file, line=line, severity="warning")  # type: ignore[arg-type]
 

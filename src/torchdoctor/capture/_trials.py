@@ -36,7 +36,6 @@ class Lever:
 
     name = ""
     warmup = 2
-    numerics = False
 
     def skip_reason(self, session: Any) -> str | None:
         return None
@@ -73,7 +72,6 @@ class Baseline(Lever):
 
 class Amp(Lever):
     name = "amp"
-    numerics = True
 
     def _dtype(self, session: Any) -> torch.dtype:
         device = session.clock.device
@@ -226,7 +224,6 @@ class Compile(Lever):
 
 class Foreach(Lever):
     name = "foreach"
-    numerics = False
 
     def skip_reason(self, session) -> str | None:
         if session.optimizers.primary is None:
@@ -291,7 +288,6 @@ class Threads(Lever):
 
 class BatchSize(Lever):
     name = "batch-size"
-    numerics = True
 
     def skip_reason(self, session) -> str | None:
         loader = session.loaders.main_loader()

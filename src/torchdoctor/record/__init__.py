@@ -52,6 +52,7 @@ from ._run import (  # FixTrial too: _run must be imported before _fix (see _run
     Stat,
     StepSeries,
     SystemUsage,
+    split_where,
 )
 from ._serial import SCHEMA_VERSION, RecordError, write_json_atomic, write_text_atomic
 from ._trace import (
@@ -145,6 +146,7 @@ __all__ = [
     "VerdictKind",
     "WorkerMemorySeries",
     "WorkerSweep",
+    "split_where",
     "write_json_atomic",
     "write_text_atomic",
 ]

@@ -112,6 +112,15 @@ class Finding:
             raise ValueError(f"unknown severity {self.severity!r} (one of {SEVERITIES})")
 
 
+def split_where(where: str | None) -> tuple[str | None, int | None]:
+    """A place in the script as the record writes it (``"file:line"``, e.g.
+    ``LoaderSettings.created_at``) as a finding's ``(file, line)``; ``None`` for what is missing."""
+    if not where or ":" not in where:
+        return None, None
+    file, _, number = where.rpartition(":")
+    return file or None, int(number) if number.isdigit() else None
+
+
 #: ``LoaderSettings.batch_size_source`` when the DataLoader's own ``batch_size`` argument gives
 #: it, and when it was measured off the batches.
 BATCH_SIZE_ARGUMENT = "batch_size"

@@ -171,13 +171,12 @@ def _ranks(record: RunRecord) -> str:
             f"<td class='n'>{r.parts_ms[p].mean:.2f}</td>" if p in r.parts_ms else "<td></td>"
             for p in STEP_PARTS
         )
-        role = "straggler" if r.role == "straggler" else r.role
         rows.append(
             f"<tr><td>{r.rank}</td><td>{escape(r.status)}</td>"
             f"<td class='n'>{r.step_ms.mean if r.step_ms else 0:.2f}</td>{parts}"
             f"<td class='n'>{_num(r.no_sync_step_ms.mean if r.no_sync_step_ms else None)}</td>"
             f"<td class='n'>{_num(r.own_ms)}</td>"
-            f"<td class='{'bad' if r.role == 'straggler' else ''}'>{escape(role)}</td></tr>"
+            f"<td class='{'bad' if r.role == 'straggler' else ''}'>{escape(r.role)}</td></tr>"
         )
     lines = [
         f"<p>{d.world_size} ranks on {d.nnodes} node(s), backend {escape(d.backend or '?')}</p>"

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...analysis.trials import samples_per_s
 from .._trials import LEVERS, PLATEAU_GAIN, Baseline, Lever
 from .base import NOT_SERVED, Phase
 
@@ -26,6 +27,8 @@ class TrialRun:
 
     lever: Lever
     setting: str
+    #: Measured steps it takes (after the lever's warm-up).
+    steps: int = 0
     warmup_ms: list[float] = field(default_factory=list)
     steps_ms: list[float] = field(default_factory=list)
     batches: list[int] = field(default_factory=list)
@@ -63,6 +66,8 @@ class TrialsPhase(Phase):
         # The script as it runs, before each lever and after the last: each lever is compared
         # with the steps taken next to it (drift and bursts of load hit both alike).
         baseline = Baseline()
+        steps = session.options.steps
+        short = min(steps, STEPS_PER_SETTING)  # a setting of several, or a baseline
         for name in session.options.trials:
             lever = LEVERS[name]()
             reason = lever.skip_reason(session)
@@ -71,10 +76,13 @@ class TrialsPhase(Phase):
                     TrialRun(lever, "", skipped=reason, texts=_texts(session, lever, ""))
                 )
                 continue
-            self._queue.append(TrialRun(baseline, ""))
-            self._queue.extend(TrialRun(lever, s) for s in lever.settings(session))
+            settings = lever.settings(session)
+            self._queue.append(TrialRun(baseline, "", short))
+            self._queue.extend(
+                TrialRun(lever, s, short if len(settings) > 1 else steps) for s in settings
+            )
         if self._queue:
-            self._queue.append(TrialRun(baseline, ""))
+            self._queue.append(TrialRun(baseline, "", short))
         self._next(session)
 
     def next_batch(self, session, dataset_key):
@@ -97,7 +105,7 @@ class TrialsPhase(Phase):
             return False
         run.steps_ms.append(ms)
         run.batches.append(step.batches)
-        if len(run.steps_ms) < self._steps(session, run):
+        if len(run.steps_ms) < run.steps:
             return False
         self._finish_run(session)
         session.progress(self.name, len(session.data.trials), self.total(session))
@@ -110,10 +118,6 @@ class TrialsPhase(Phase):
         self._run = None
 
     # --- the queue ----------------------------------------------------------------------------
-
-    def _steps(self, session, run: TrialRun) -> int:
-        several = len(run.lever.settings(session)) > 1 or isinstance(run.lever, Baseline)
-        return min(session.options.steps, STEPS_PER_SETTING) if several else session.options.steps
 
     def _next(self, session) -> bool:
         """Start the next run; True when none is left."""
@@ -159,7 +163,7 @@ class TrialsPhase(Phase):
         if len(done) < 2:
             return False
         a, b = done[-2], done[-1]
-        return _samples_per_s(b) < PLATEAU_GAIN * _samples_per_s(a)
+        return samples_per_s(b) < PLATEAU_GAIN * samples_per_s(a)
 
 
 def _texts(session, lever: Lever, setting: str) -> dict[str, Any]:
@@ -184,11 +188,6 @@ def _device_memory_mb(session) -> float | None:
     if device is None or device.type != "cuda":
         return None  # on CPU the process's RSS is reported, not bounded
     return torch.cuda.get_device_properties(device).total_memory / 2**20
-
-
-def _samples_per_s(run: TrialRun) -> float:
-    total = sum(run.steps_ms)
-    return int(run.setting or 1) * sum(run.batches) * 1000.0 / total if total > 0 else 0.0
 
 
 class _MemoryPeak:
