@@ -46,6 +46,19 @@ def run(cmd: list[str], cwd: Path, timeout: float = 240) -> subprocess.Completed
     )
 
 
+def job(tmp: Path, *job_args: str, flags: tuple[str, ...] = QUICK):
+    """``torchdoctor run --nproc-per-node 2 FLAGS --json r.json -- ddp_train.py JOB_ARGS``:
+    its output, its record (``None`` if none was written), and the tag its processes carry."""
+    tag = uuid.uuid4().hex
+    res = run(
+        torchdoctor_cmd("run", "--nproc-per-node", "2", *flags, "--json", "r.json", "--",
+                        JOB, *job_args, "--tag", tag),
+        tmp,
+    )  # fmt: skip
+    path = tmp / "r.json"
+    return res, json.loads(path.read_text()) if path.exists() else None, tag
+
+
 def tagged(tag: str) -> list[int]:
     found = []
     for p in psutil.process_iter(["cmdline"]):
@@ -67,23 +80,14 @@ def assert_no_orphans(tag: str) -> None:
 @pytest.fixture(scope="module")
 def straggler_job(tmp_path_factory):
     """One job where rank 1's samples are slow: its output and its record."""
-    tmp = tmp_path_factory.mktemp("straggler")
-    tag = uuid.uuid4().hex
-    res = run(
-        torchdoctor_cmd(
-            "run", "--nproc-per-node", "2", *QUICK, "--json", "r.json", "--",
-            JOB, "--slow-rank", "1", "--getitem-ms", SLOW_SAMPLE_MS, "--tag", tag,
-        ),
-        tmp,
-    )  # fmt: skip
-    return res, tmp / "r.json", tag
+    return job(tmp_path_factory.mktemp("straggler"), "--slow-rank", "1", "--getitem-ms",
+               SLOW_SAMPLE_MS)  # fmt: skip
 
 
 def test_straggler_is_named_and_the_job_is_input_bound(straggler_job):
-    res, path, tag = straggler_job
+    res, record, tag = straggler_job
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stdout.count("Verdict") == 1, "one report for the job, not one per rank"
-    record = json.loads(path.read_text())
     job = record["distributed"]
     assert job["world_size"] == 2 and job["bounding_rank"] == 1
     assert record["verdict"]["kind"] == "INPUT-BOUND"
@@ -112,17 +116,11 @@ def test_straggler_report_names_the_ranks(straggler_job):
 
 
 def test_balanced_job_has_no_straggler_and_its_mistakes_are_found(tmp_path):
-    tag = uuid.uuid4().hex
-    res = run(
-        torchdoctor_cmd(
-            "run", "--nproc-per-node", "2", "--steps", "8", "--warmup", "2", "--json", "r.json",
-            "--", JOB, "--no-sampler", "--find-unused", "--accumulate", "2", "--hidden", "1024",
-            "--tag", tag,
-        ),
-        tmp_path,
+    res, record, tag = job(
+        tmp_path, "--no-sampler", "--find-unused", "--accumulate", "2", "--hidden", "1024",
+        flags=("--steps", "8", "--warmup", "2"),
     )  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
-    record = json.loads((tmp_path / "r.json").read_text())
     ranks = [(r["rank"], r["own_ms"], r["step_ms"] and r["step_ms"]["mean"], r["no_sync"])
              for r in record["distributed"]["ranks"]]  # fmt: skip
     assert record["distributed"]["stragglers"] == [], ranks
@@ -139,16 +137,8 @@ def test_balanced_job_has_no_straggler_and_its_mistakes_are_found(tmp_path):
 
 
 def test_a_rank_that_raises_ends_the_job_with_its_traceback(tmp_path):
-    tag = uuid.uuid4().hex
-    res = run(
-        torchdoctor_cmd(
-            "run", "--nproc-per-node", "2", *QUICK, "--json", "r.json", "--",
-            JOB, "--raise-on-rank", "1", "--raise-at", "6", "--tag", tag,
-        ),
-        tmp_path,
-    )  # fmt: skip
+    res, record, tag = job(tmp_path, "--raise-on-rank", "1", "--raise-at", "6")
     assert res.returncode == 1, res.stderr[-3000:]
-    record = json.loads((tmp_path / "r.json").read_text())
     assert record["status"] == "script-error"
     assert record["notes"][0].startswith("rank 1 ended the job first")
     ranks = {r["rank"]: r for r in record["distributed"]["ranks"]}
@@ -160,16 +150,8 @@ def test_a_rank_that_raises_ends_the_job_with_its_traceback(tmp_path):
 
 
 def test_a_rank_whose_process_dies_ends_the_job(tmp_path):
-    tag = uuid.uuid4().hex
-    res = run(
-        torchdoctor_cmd(
-            "run", "--nproc-per-node", "2", *QUICK, "--json", "r.json", "--",
-            JOB, "--exit-on-rank", "0", "--raise-at", "6", "--tag", tag,
-        ),
-        tmp_path,
-    )  # fmt: skip
+    res, record, tag = job(tmp_path, "--exit-on-rank", "0", "--raise-at", "6")
     assert res.returncode == 1, res.stderr[-3000:]
-    record = json.loads((tmp_path / "r.json").read_text())
     assert record["notes"][0].startswith("rank 0 ended the job first")
     ranks = {r["rank"]: r for r in record["distributed"]["ranks"]}
     assert ranks[0]["status"] == "killed"
