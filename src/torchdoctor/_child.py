@@ -74,10 +74,14 @@ def _run(spec: dict[str, Any], writer: StreamWriter) -> int:
 
     def listen(event: str, session: Any, phase: Any, step: Any) -> None:
         live["session"] = session
-        if event == "phase":
+        # A snapshot at each phase's start, and in the trials phase each time a lever's run
+        # ends (its steps are not streamed one by one): what was measured survives a kill.
+        trials = len(session.data.trials)
+        if event == "phase" or trials != live.get("trials", trials):
             record = build_record(session, command, "running", snapshot=True)
             writer.send("snapshot", record=record.to_dict())
-        elif phase.name in STREAMED_PHASES:
+        live["trials"] = trials
+        if event == "step" and phase.name in STREAMED_PHASES:
             parts = parts_from_marks(step.marks)
             writer.send("step", phase=phase.name, parts=parts, batches=step.batches)
 

@@ -37,11 +37,26 @@ class Case:
     env: dict[str, str] = field(default_factory=dict)
     #: The script's own arguments.
     args: list[str] = field(default_factory=list)
+    #: ``run --try`` levers the record must still hold.
+    trials_at_least: int = 0
 
 
 CASES = [
     Case("os._exit", "os_exit.py", [], 1, "killed", "ended with status 0 without", 3),
     Case("SIGKILL", "sigkill_self.py", [], 1, "killed", "killed by SIGKILL", 3),
+    Case(
+        # 1 warmup + 2 sync + 20 measured + 1 FLOPs step, then a baseline (10) and foreach (22):
+        # killed in the next baseline, the foreach trial already measured.
+        "SIGKILL during the trials",
+        "sigkill_self.py",
+        ["--try", "foreach", "--no-counterfactuals"],
+        1,
+        "killed",
+        "killed by SIGKILL",
+        20,
+        env={"KILL_AT": "60"},
+        trials_at_least=1,
+    ),
     Case(
         "never steps",
         "never_steps.py",
@@ -135,6 +150,7 @@ def test_the_record_survives(tmp_path, case):
     assert data["status"] == case.status
     assert not case.note or any(case.note in n for n in data["notes"]), data["notes"]
     assert len(data["steps"]["step_ms"]) >= case.measured_at_least
+    assert len([t for t in data["trials"] if t["status"] == "measured"]) >= case.trials_at_least
     assert "Traceback" not in done.stderr
     assert _script_gone(pidfile)
 
