@@ -30,6 +30,7 @@ parser.add_argument("--exit-on-rank", type=int, default=-1, help="os._exit(3) at
 parser.add_argument("--epochs", type=int, default=100)
 parser.add_argument("--hidden", type=int, default=256)
 parser.add_argument("--timing-file", help="each rank appends its step times (ms) to PATH.RANK")
+parser.add_argument("--module-keyword", action="store_true", help="DDP(module=model), as Lightning")
 parser.add_argument("--tag", default="", help="ignored; lets a test find this run's processes")
 args = parser.parse_args()
 
@@ -59,7 +60,10 @@ if args.fsdp:
             fully_shard(layer)
     ddp = fully_shard(model)
 else:
-    ddp = DDP(model, find_unused_parameters=args.find_unused)
+    if args.module_keyword:
+        ddp = DDP(module=model, find_unused_parameters=args.find_unused)
+    else:
+        ddp = DDP(model, find_unused_parameters=args.find_unused)
 data = Samples()
 sampler = None if args.no_sampler else DistributedSampler(data)
 loader = DataLoader(data, batch_size=8, sampler=sampler, shuffle=False)

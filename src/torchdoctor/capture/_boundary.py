@@ -27,6 +27,11 @@ CLEARS_TO_DECIDE = 2
 #: Calls of the outermost module with gradients on, and no backward call, before each call is
 #: taken as a step.
 FORWARDS_TO_DECIDE = 8
+#: Batches a DataLoader must have delivered before calls of the model decide the boundary.
+BATCHES_TO_DECIDE = 3
+#: How much more evidence a fallback needs once the script has built an optimizer (it may be
+#: about to step it, after warm-up iterations or a long accumulation).
+OPTIMIZER_BUILT_FACTOR = 4
 
 
 class StepBoundary:
@@ -43,21 +48,43 @@ class StepBoundary:
         self._clear_at: list[int] = []
         self._in_step = 0
         self._grad_forwards = 0
+        #: The script built an optimizer (``torch.optim.Optimizer.__init__`` seen).
+        self.optimizer_built = False
+        #: What decided the boundary, in words, for the record.
+        self.evidence = ""
 
     # --- what the session tells -------------------------------------------------------------
 
-    def optimizer_stepped(self) -> bool:
+    def optimizer_stepped(self, name: str = "optimizer") -> bool:
         """An optimizer ended a step; True when that moves the boundary from another kind."""
         moved = self.kind not in (None, "optimizer")
+        if self.kind != "optimizer":
+            self.evidence = f"{name}.step() returned"
         self.kind = "optimizer"
         return moved
 
-    def forward_starting(self, grad_enabled: bool, backward_seen: bool) -> bool:
-        """An outermost module call starts; True when it begins a new step."""
-        if self.kind is None and grad_enabled and not backward_seen:
+    def forward_starting(
+        self,
+        grad_enabled: bool,
+        backward_seen: bool,
+        trainable: bool = True,
+        batches: int | None = None,
+    ) -> bool:
+        """An outermost module call starts; True when it begins a new step.
+
+        ``trainable``: the module has parameters that require gradients; ``batches``: batches
+        drawn from DataLoaders so far, or ``None`` when the script draws none.
+        """
+        if self.kind is None and grad_enabled and not backward_seen and trainable:
             self._grad_forwards += 1
-            if self._grad_forwards >= FORWARDS_TO_DECIDE:
+            needed = FORWARDS_TO_DECIDE * self._factor()
+            if self._grad_forwards >= needed and (batches is None or batches >= BATCHES_TO_DECIDE):
                 self.kind = "forward"
+                drawn = "" if batches is None else f" over {batches} batches"
+                self.evidence = (
+                    f"{self._grad_forwards} calls of a trainable outermost module with gradients "
+                    f"on{drawn}, and no backward call or optimizer.step()"
+                )
         return self.kind == "forward"
 
     def backward_starting(self) -> bool:
@@ -65,12 +92,23 @@ class StepBoundary:
         self._backwards += 1
         if self.kind in (None, "forward") and self._grads_changed():
             self._clear_at.append(self._backwards)
-            if len(self._clear_at) >= CLEARS_TO_DECIDE:
+            if len(self._clear_at) >= CLEARS_TO_DECIDE * self._factor():
                 self.kind = "backward"
                 self.backwards_per_step = max(1, self._clear_at[-1] - self._clear_at[-2])
                 self._in_step = 0
+                built = (
+                    " (an optimizer was built but never stepped)" if self.optimizer_built else ""
+                )
+                self.evidence = (
+                    f"the gradients were cleared or rewritten between backward calls "
+                    f"{len(self._clear_at)} times in {self._backwards} backward calls, and no "
+                    f"optimizer.step(){built}"
+                )
                 return True
         return False
+
+    def _factor(self) -> int:
+        return OPTIMIZER_BUILT_FACTOR if self.optimizer_built else 1
 
     def backward_ended(self, parameters: Callable[[], Iterable[Any]]) -> bool:
         """An outermost backward call returned; True when it ends a step.

@@ -7,6 +7,7 @@ table; every patch goes through the session's ``Patcher`` and is undone by its r
 from __future__ import annotations
 
 import inspect
+import multiprocessing.process as _mp_process
 import sys
 from typing import TYPE_CHECKING
 
@@ -31,10 +32,19 @@ def patch_torch(session: CaptureSession) -> None:
     orig_cuda = torch.Tensor.cuda
     orig_backward = torch.autograd.backward
     orig_grad = torch.autograd.grad
+    orig_optimizer_init = torch.optim.Optimizer.__init__
+    orig_process_start = _mp_process.BaseProcess.start
 
     init_signature = inspect.signature(orig_init)
+    # Every wrapper takes its leading argument positionally only and passes the rest through
+    # untouched, so no keyword the original accepts can collide with a name of ours
+    # (tests/unit/capture/test_signatures.py calls each one every way its original accepts).
+    # Outside the script's own thread (DataLoader workers forked from it, helper threads) each
+    # is the original: nothing is measured there and nothing is raised.
 
-    def dataloader_init(loader, *args, **kwargs):
+    def dataloader_init(loader, /, *args, **kwargs):
+        if session.foreign():
+            return orig_init(loader, *args, **kwargs)
         if not session.phase.owns_loaders:
             if session.options.loader_overrides:
                 # Name every argument so an override cannot collide with a positional one.
@@ -48,30 +58,36 @@ def patch_torch(session: CaptureSession) -> None:
                 session.loaders.created(loader, f"{site.file}:{site.line}")
         return orig_init(loader, *args, **kwargs)
 
-    def dataloader_iter(loader):
+    def dataloader_iter(loader, /):
         it = orig_iter(loader)
+        if session.foreign():
+            return it
         session._check_done()
         if not session.phase.owns_loaders:  # else: torchdoctor's own clones
             session.loaders.iterated(loader, it)
         return it
 
-    def iterator_next(it):
+    def iterator_next(it, /):
+        if session.foreign():
+            return orig_next(it)
         return session._next_batch(it, orig_next)
 
     def is_batch_copy(tensor) -> bool:  # a batch's copy, or any copy a batch builder makes
         return bool(session._building or (session._batch_ids and id(tensor) in session._batch_ids))
 
-    def tensor_to(tensor, *args, **kwargs):
-        if is_batch_copy(tensor):
+    def tensor_to(tensor, /, *args, **kwargs):
+        if is_batch_copy(tensor) and not session.foreign():
             return session._timed("to_device", orig_to, tensor, *args, **kwargs)
         return orig_to(tensor, *args, **kwargs)
 
-    def tensor_cuda(tensor, *args, **kwargs):
-        if is_batch_copy(tensor):
+    def tensor_cuda(tensor, /, *args, **kwargs):
+        if is_batch_copy(tensor) and not session.foreign():
             return session._timed("to_device", orig_cuda, tensor, *args, **kwargs)
         return orig_cuda(tensor, *args, **kwargs)
 
     def autograd_backward(*args, **kwargs):
+        if session.foreign():
+            return orig_backward(*args, **kwargs)
         session.data.seen["backward_calls"] += 1
         if session._backward_depth:  # a backward inside backward (reentrant checkpointing)
             return orig_backward(*args, **kwargs)
@@ -85,9 +101,25 @@ def patch_torch(session: CaptureSession) -> None:
         return result
 
     def autograd_grad(*args, **kwargs):  # loops that take gradients with autograd.grad
+        if session.foreign():
+            return orig_grad(*args, **kwargs)
         session.data.seen["backward_calls"] += 1
         return session._timed("backward", orig_grad, *args, **kwargs)
 
+    def optimizer_init(optimizer, /, *args, **kwargs):
+        # An optimizer built and not yet stepped: the loss-delimited fallbacks wait for more
+        # evidence (it may step after warm-up iterations or a long accumulation).
+        if not session.foreign():
+            session.boundary.optimizer_built = True
+        return orig_optimizer_init(optimizer, *args, **kwargs)
+
+    def process_start(process, /):
+        if not session.foreign():
+            session.processes.started(process)
+        return orig_process_start(process)
+
+    p.set(torch.optim.Optimizer, "__init__", optimizer_init)
+    p.set(_mp_process.BaseProcess, "start", process_start)
     p.set(DataLoader, "__init__", dataloader_init)
     p.set(DataLoader, "__iter__", dataloader_iter)
     p.set(_dl_mod._BaseDataLoaderIter, "__next__", iterator_next)

@@ -220,7 +220,7 @@ def _wrapper(builder: Builder, session: CaptureSession) -> Callable[..., Any]:
 
 def _build(session: CaptureSession, builder: Builder, args: tuple, kwargs: dict) -> Any:
     """A builder's call: replayed in the model-alone phase, else timed as ``data_wait``."""
-    if builder.depth:  # a builder that calls itself: its outermost call is the one timed
+    if builder.depth or session.foreign():  # a builder that calls itself, or another thread's
         return builder.fn(*args, **kwargs)
     session._settle()
     session._check_done()

@@ -35,15 +35,17 @@ class ParallelWatch:
 
     def install(self, patcher: Patcher) -> None:
         for cls in (DataParallel, DistributedDataParallel):
-            original = cls.__init__
+            patcher.set(cls, "__init__", self._noting_site(cls.__init__))
 
-            def init(module, *args, _original=original, **kwargs):
-                site = user_site(sys._getframe(1))
-                if site is not None:
-                    self._sites[module] = f"{site.file}:{site.line}"
-                return _original(module, *args, **kwargs)
+    def _noting_site(self, original: Any) -> Any:
+        # ``self`` positional-only: DDP is often built as DistributedDataParallel(module=model).
+        def init(wrapper, /, *args, **kwargs):
+            site = user_site(sys._getframe(1))
+            if site is not None:
+                self._sites[wrapper] = f"{site.file}:{site.line}"
+            return original(wrapper, *args, **kwargs)
 
-            patcher.set(cls, "__init__", init)
+        return init
 
     def forward_starting(self, module: Any, measuring: bool) -> None:
         if (

@@ -21,12 +21,15 @@ is raised into the script. What was measured sits in :attr:`CaptureSession.data`
 from __future__ import annotations
 
 import gc
+import os
+import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+import torch.autograd.profiler as _autograd_profiler
 import torch.nn.modules.module as _module_mod
 import torch.optim.optimizer as _optim_mod
 import torch.utils.data.dataloader as _dl_mod
@@ -43,6 +46,7 @@ from ._loaders import LoaderTracker, ReplayStore
 from ._optimizers import OptimizerTracker
 from ._parallel import ParallelWatch
 from ._patch import Patcher
+from ._processes import ProcessWatch
 from ._ranks import Ranks
 from ._sampler import SystemSampler
 from ._step_hooks import StepHooks, StopRun
@@ -90,6 +94,7 @@ class CaptureSession(StepHooks):
         #: This process's rank in a job launched by torchrun, and the job's own gloo group.
         self.ranks = Ranks(timeout_s=options.max_seconds)
         self.parallel = ParallelWatch()
+        self.processes = ProcessWatch(self.data.seen, self.data.notes)
         self.table: list[Phase] = [cls() for cls in phases]
         self.phase: Phase = self.table[0]
         self._started: list[Phase] = []
@@ -109,9 +114,24 @@ class CaptureSession(StepHooks):
         self._optimizer_depth = 0
         self._backward_depth = 0
         self._step_pending = False
+        #: Inside the DataLoader's ``__next__`` (its transforms are input, not the model), and
+        #: module calls ignored for it.
+        self._producing = 0
+        self._quiet_depth = 0
+        #: The boundary's notes, removed when it moves.
+        self._boundary_notes: list[str] = []
+        #: Modules timed through their ``forward`` (loops that call ``self.forward(x)``).
+        self._direct_forwards: list[str] = []
+        self._direct_searched: weakref.WeakSet = weakref.WeakSet()
+        self._direct_note = False
+        #: Steps of the current measuring phase the script's own profiler recorded.
+        self._script_profiled = 0
         self._step_batches = 0
         self._batch_ids: set[int] = set()
         self._labels: list[Any] = []
+        #: The thread that runs the script's training loop: the only one the hooks measure and
+        #: the only one :class:`StopRun` is raised in. ``None`` in a process forked from it.
+        self._owner_thread: int | None = threading.get_ident()
         self.started_ns = clock_ns()
 
     # --- install / uninstall ----------------------------------------------------------------
@@ -122,6 +142,7 @@ class CaptureSession(StepHooks):
         if _session is not None:
             raise RuntimeError("a torchdoctor capture is already active in this process")
         _session = self
+        self._owner_thread = threading.get_ident()
         self.patcher.on_restore(_clear_session)
         self.patcher.own_process()
         try:
@@ -156,6 +177,11 @@ class CaptureSession(StepHooks):
         errors = self.patcher.restore()
         self.shutdown_workers()
         return errors
+
+    def foreign(self) -> bool:
+        """Whether the caller is outside the script's training thread: a DataLoader worker (a
+        process forked from the script's), or a thread of the script's or of torch's."""
+        return threading.get_ident() != self._owner_thread
 
     @property
     def installed(self) -> bool:
@@ -274,6 +300,8 @@ class CaptureSession(StepHooks):
         if isinstance(phase, Done):
             return
         self.inputs.step_ended(step.batches, phase.name, in_model=lambda: self._module_depth > 0)
+        if phase.measuring and self.profiler is None and _autograd_profiler._is_profiler_enabled:
+            self._script_profiled += 1  # the script's own torch.profiler records this step
         done = phase.on_step(self, step)
         if self._listener is not None:
             self._listener("step", self, phase, step)
@@ -286,8 +314,19 @@ class CaptureSession(StepHooks):
         phase.finish(self)
         if phase.measuring:
             self._note_parallel()
+            self._note_script_profiler(phase)
         self._started.remove(phase)
         phase.close(self)
+
+    def _note_script_profiler(self, phase: Phase) -> None:
+        if self._script_profiled:
+            self.data.notes.append(
+                f"the script's own torch.profiler was recording during {self._script_profiled} "
+                f"of the {len(self.data.measured)} measured steps: their times include the profiler's cost, so "
+                "the figures overstate the step (run without the profiler to measure training "
+                "alone, or let torchdoctor record the trace: --trace DIR)"
+            )
+            self._script_profiled = 0
 
     def _close_phases(self) -> None:
         """On every ending: close the phases started and not ended (the script stopped early)."""
@@ -339,3 +378,15 @@ class CaptureSession(StepHooks):
 def _clear_session() -> None:
     global _session
     _session = None
+
+
+def _after_fork_in_child() -> None:
+    """A process forked from the script's (a DataLoader worker, a ``multiprocessing`` child)
+    inherits the patched torch: there every hook passes the call through (the forking thread
+    keeps its ident in the child, so the thread check alone would not tell)."""
+    if _session is not None:
+        _session._owner_thread = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -17,6 +17,45 @@ from ._boundary import graph_leaves
 from .phases import NOT_SERVED, Done
 
 
+def _trainable(module: Any) -> bool:
+    """Whether a module has a parameter that takes gradients (a transform or a loss has none)."""
+    return any(p.requires_grad for p in module.parameters())
+
+
+def trained_modules(optimizer: Any) -> list[Any]:
+    """The outermost modules all of whose trainable parameters ``optimizer`` updates.
+
+    Found once per optimizer, among the live modules (a walk of the garbage collector's objects).
+    """
+    import gc
+
+    params = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    candidates = []
+    module_type = torch.nn.Module
+    for obj in gc.get_objects():
+        # issubclass of the type: isinstance would read ``__class__``, a property on some
+        # lazily deprecated objects that warns
+        if issubclass(type(obj), module_type):
+            own = [id(p) for p in obj.parameters() if p.requires_grad]
+            if own and all(i in params for i in own):
+                candidates.append(obj)
+    inner = {id(m) for c in candidates for m in c.modules() if m is not c}
+    return [m for m in candidates if id(m) not in inner]
+
+
+def _timed_forward(session: Any, module: Any) -> Callable[..., Any]:
+    forward = module.forward
+
+    def timed_forward(*args, **kwargs):
+        session._forward_pre(module, args)
+        try:
+            return forward(*args, **kwargs)
+        finally:
+            session._forward_post(module, args, None)
+
+    return timed_forward
+
+
 class StopRun(BaseException):
     """Raised into the user's script to stop it once the measurement is done.
 
@@ -50,6 +89,13 @@ class StepHooks:
             self.pop(part)
 
     def _forward_pre(self, module, args) -> None:
+        if self.foreign():
+            return
+        if self._producing or self._building or self._quiet_depth:
+            # A module the DataLoader or a batch builder calls (a torchvision-style transform):
+            # input, not the model.
+            self._quiet_depth += 1
+            return
         if self._module_depth == 0:
             self._settle()
             self._check_done()
@@ -57,8 +103,15 @@ class StepHooks:
                 self._root_modules.add(module)
             self.data.seen["forward_calls"] += 1
             kind = self.boundary.kind
-            if kind in (None, "forward") and self.boundary.forward_starting(
-                torch.is_grad_enabled(), self.data.seen["backward_calls"] > 0
+            if (
+                kind in (None, "forward")
+                and self._optimizer_depth == 0  # an L-BFGS closure's call is part of its step
+                and self.boundary.forward_starting(
+                    torch.is_grad_enabled(),
+                    self.data.seen["backward_calls"] > 0,
+                    trainable=kind is not None or _trainable(module),
+                    batches=self.data.seen["batches"] if self.data.seen["dataloaders"] else None,
+                )
             ):
                 if kind is None:
                     self._boundary_decided()
@@ -70,11 +123,18 @@ class StepHooks:
         self._module_depth += 1
 
     def _forward_post(self, module, args, output) -> None:
+        if self.foreign():
+            return
+        if self._quiet_depth:
+            self._quiet_depth -= 1
+            return
         self._module_depth = max(self._module_depth - 1, 0)
         if self._module_depth == 0:
             self.pop("forward")
 
     def _optimizer_pre(self, optimizer, args, kwargs) -> None:
+        if self.foreign():
+            return
         self._check_done()
         self.optimizers.seen(optimizer)
         if self._optimizer_depth == 0:
@@ -83,11 +143,20 @@ class StepHooks:
         self.push("optimizer")
 
     def _optimizer_post(self, optimizer, args, kwargs) -> None:
+        if self.foreign():
+            return
         self._optimizer_depth = max(self._optimizer_depth - 1, 0)
         self.pop("optimizer")
         self.data.seen["optimizer_steps"] += 1
+        seen = self.data.seen
+        if self._optimizer_depth == 0 and (
+            self._direct_forwards or (seen["forward_calls"] == 0 and seen["backward_calls"])
+        ):
+            # Gradients came from a backward, yet no module was called: the model runs through
+            # ``self.forward(x)``.
+            self._time_direct_forwards(optimizer)
         if self._optimizer_depth == 0 and self.optimizers.is_step_end(optimizer, self.clock):
-            if self.boundary.optimizer_stepped():
+            if self.boundary.optimizer_stepped(type(optimizer).__name__):
                 self._boundary_decided(moved=True)
             self._end_step()
 
@@ -96,13 +165,15 @@ class StepHooks:
         self._check_done()
         boundary = self.boundary
         before = boundary.kind
+        if self._optimizer_depth:
+            return  # a closure's backward, inside the optimizer's step: that step is the boundary
         if before != "optimizer" and boundary.backward_starting():
             self._boundary_decided(moved=before is not None)
 
     def _backward_ended(self, tensors: Any) -> None:
         # Ended at the script's next call of interest, not here: under a torch function mode (the
         # sync finder's) backward runs with that mode taken off the stack, so no phase may end now.
-        if self.boundary.kind != "optimizer":
+        if self.boundary.kind != "optimizer" and not self._optimizer_depth:
             self._step_pending = self.boundary.backward_ended(lambda: self._parameters(tensors))
 
     def _settle(self) -> None:
@@ -124,8 +195,14 @@ class StepHooks:
         if self.boundary.kind != "optimizer":
             watched = self.boundary.watched()
             self.clock.detect(self._parameters() if watched is None else [watched])
+        # The notes describe the boundary the run ended with, not one it left behind.
+        for stale in self._boundary_notes:
+            if stale in self.data.notes:
+                self.data.notes.remove(stale)
+        self._boundary_notes = []
         if text is not None and text not in self.data.notes:
             self.data.notes.append(text)
+            self._boundary_notes.append(text)
         if moved and self.phase.name == "warmup":
             self.phase.steps_done = 0  # steps cut at the old boundary do not count
 
@@ -153,9 +230,11 @@ class StepHooks:
         batch = phase.next_batch(self, dataset_key)
         if batch is NOT_SERVED:
             self.push("data_wait")
+            self._producing += 1
             try:
                 batch = orig_next(it)
             finally:
+                self._producing -= 1
                 self.pop("data_wait")
             self.data.seen["batches"] += 1
             if phase.measuring:
@@ -168,6 +247,24 @@ class StepHooks:
 
     def _overrides_for(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         return valid_loader_kwargs({**kwargs, **self.options.loader_overrides})
+
+    def _time_direct_forwards(self, optimizer: Any) -> None:
+        """A loop whose model runs through ``self.forward(x)`` (no module call, so no module hook
+        fires): time the modules this optimizer trains by wrapping their ``forward``."""
+        if optimizer in self._direct_searched:
+            return
+        self._direct_searched.add(optimizer)
+        modules = trained_modules(optimizer)
+        for module in modules:
+            self.patcher.set(module, "forward", _timed_forward(self, module))
+            self._direct_forwards.append(type(module).__name__)
+        if modules and not self._direct_note:
+            self._direct_note = True
+            self.data.notes.append(
+                "the model is run through its forward() method, not by calling the module, so "
+                "module hooks never fire: torchdoctor timed the forward() of the modules each "
+                f"optimizer trains ({', '.join(dict.fromkeys(self._direct_forwards))})"
+            )
 
     def _check_done(self) -> None:
         if isinstance(self.phase, Done) and self.options.stop:

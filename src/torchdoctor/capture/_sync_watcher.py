@@ -297,7 +297,7 @@ class SyncWatcher(SyncRules):
         inner = torch.Tensor.__new__
         watcher = self
 
-        def tensor_new(cls: type, *args: Any, **kwargs: Any) -> Any:
+        def tensor_new(cls: type, /, *args: Any, **kwargs: Any) -> Any:
             tensor = inner(cls, *args, **kwargs)
             if cls is torch.Tensor and watcher._recording_here():
                 watcher._on_legacy_constructor(tensor, args)
@@ -332,9 +332,10 @@ class SyncWatcher(SyncRules):
         original = torch.from_numpy
         watcher = self
 
-        def from_numpy(array: Any) -> torch.Tensor:
-            tensor = original(array)
+        def from_numpy(*args: Any, **kwargs: Any) -> torch.Tensor:
+            tensor = original(*args, **kwargs)
             if watcher._recording_here():
+                array = args[0] if args else next(iter(kwargs.values()), None)
                 watcher._on_host_data(tensor, array, "torch.from_numpy")
             return tensor
 
