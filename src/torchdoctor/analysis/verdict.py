@@ -20,6 +20,10 @@ INPUT_BOUND_SHARE = 0.25
 #: A run whose step with data made free is this much faster is input-bound even when the loop
 #: barely waits: the loader's workers slow the model down by competing for the same cores.
 INPUT_BOUND_CEILING = 1.3
+#: Without workers the loader runs in the loop, so its cost shows in the wait; there the ceiling
+#: decides only where the wait is this share of the step or more (a ceiling over a loop that
+#: barely waits is run-to-run noise of two phases, not input cost).
+INPUT_CEILING_MIN_SHARE = 0.125
 #: Share of step time outside the loader, the model, backward and the optimizer (Python work,
 #: logging, host syncs between the calls) that makes a run host-bound.
 HOST_BOUND_SHARE = 0.30
@@ -65,12 +69,7 @@ def group_shares(record: RunRecord) -> dict[str, float]:
 def decide(record: RunRecord) -> Verdict:
     """The verdict, with why (the measured shares) and what to try next."""
     if not record.steps.step_ms or record.step_ms is None:
-        return Verdict(
-            kind=UNKNOWN,
-            why="no training step was measured",
-            next="check that the script reaches optimizer.step(), or loss.backward() in a loop "
-            "that updates its parameters itself (see what torchdoctor saw)",
-        )
+        return _no_step(record)
     shares = group_shares(record)
     step = record.step_ms.mean
     ceiling = record.ceiling_speedup
@@ -78,19 +77,27 @@ def decide(record: RunRecord) -> Verdict:
     has_loader = record.loader is not None and record.seen.get("batches", 0) > 0
     has_input = has_loader or bool(record.built_inputs)
 
-    # Without workers the loader runs inside the loop, so all its cost shows as data wait; the
-    # ceiling alone can only reveal input cost when workers run beside the model.
-    workers_compete = (
-        record.loader is not None
-        and record.loader.num_workers > 0
-        and ceiling is not None
+    # A measured ceiling decides with or without workers: with workers the loader's cost can hide
+    # beside the model (they compete for the cores), without them it can sit outside the wait
+    # (the model's step runs slower after the loader's work).
+    workers = record.loader is not None and record.loader.num_workers > 0
+    ceiling_says_input = (
+        ceiling is not None
         and ceiling >= INPUT_BOUND_CEILING
+        and (workers or input_share >= INPUT_CEILING_MIN_SHARE)
     )
-    input_bound = has_input and (input_share >= INPUT_BOUND_SHARE or workers_compete)
+    input_bound = has_input and (input_share >= INPUT_BOUND_SHARE or ceiling_says_input)
     host_bound = host_share >= HOST_BOUND_SHARE
     if input_bound and host_bound:
-        input_bound = input_share >= host_share or workers_compete
+        input_bound = input_share >= host_share or ceiling_says_input
         host_bound = not input_bound
+    if not input_bound and not host_bound:
+        # No bound is named for a group whose share does not lead: the group that does decides.
+        leader = max(shares, key=lambda group: shares[group])
+        if leader == "input" and input_share > 0:
+            input_bound = True
+        elif leader == "host":
+            host_bound = True
     if input_bound:
         return Verdict(INPUT_BOUND, _why_input(record, shares, step), _next_input(record), shares)
     if host_bound:
@@ -98,6 +105,26 @@ def decide(record: RunRecord) -> Verdict:
         return Verdict(HOST_BOUND, why, _with_trials(record, _NEXT_HOST), shares)
     why = _why_compute(record, shares, step)
     return Verdict(COMPUTE_BOUND, why, _with_trials(record, _NEXT_COMPUTE), shares)
+
+
+def _no_step(record: RunRecord) -> Verdict:
+    started = record.seen.get("processes_started", 0)
+    if started and not record.seen.get("optimizer_steps") and not record.seen.get("backward_calls"):
+        return Verdict(
+            kind=UNKNOWN,
+            why=f"the script's own process did not train: it started {started} process(es) of "
+            "its own (torch.multiprocessing or multiprocessing), which is where it trains, and "
+            "torchdoctor measures only the process it runs",
+            next="to diagnose the training, run its loop in the script's own process once (one "
+            "process instead of several, e.g. a --num-processes 1 option calling the training "
+            "function directly), then torchdoctor run on that",
+        )
+    return Verdict(
+        kind=UNKNOWN,
+        why="no training step was measured",
+        next="check that the script reaches optimizer.step(), or loss.backward() in a loop "
+        "that updates its parameters itself (see what torchdoctor saw)",
+    )
 
 
 def _with_trials(record: RunRecord, advice: str) -> str:
@@ -125,9 +152,13 @@ def _why_input(record: RunRecord, shares: dict[str, float], step: float) -> str:
             f"a ceiling of {record.ceiling_speedup:.2f}x from fixing the input"
         )
         if shares["input"] < INPUT_BOUND_SHARE:
+            workers = record.loader is not None and record.loader.num_workers > 0
             parts.append(
                 "the loop seldom waits, yet the model runs slower while the loader works: "
                 "its workers compete with the model for CPU"
+                if workers
+                else "the input costs more than the wait shows: the rest of the step runs "
+                "slower after the loader's work in the loop"
             )
     la = record.loader_alone
     if la is not None and la.needed_batches_per_s:

@@ -66,8 +66,36 @@ def test_ceiling_with_workers_makes_input_bound():
     assert rec.ceiling_speedup > INPUT_BOUND_CEILING
     assert rec.verdict.kind == INPUT_BOUND
     assert "compete with the model for CPU" in rec.verdict.why
-    # The same ceiling without workers is noise, not input cost.
+    # The same ceiling over a loop that barely waits, without workers, is noise.
     assert _record(0.5, 10, 1, model_alone=15, workers=0).verdict.kind == COMPUTE_BOUND
+
+
+def test_ceiling_without_workers_decides_when_the_loop_waits():
+    # 22% of the step in the wait (below the share threshold), and a 1.48x ceiling: the input
+    # bounds the run (a loop decoding large JPEGs in the main process), and the words say why.
+    rec = _record(6.4, 10, 1, model_alone=29.4 / 1.48, workers=0)
+    assert rec.verdict.shares["input"] < INPUT_BOUND_SHARE
+    assert rec.verdict.kind == INPUT_BOUND
+    assert "more than the wait shows" in rec.verdict.why
+    assert "compete" not in rec.verdict.why
+    # Without the ceiling the same shares are compute-bound.
+    assert _record(6.4, 10, 1, workers=0).verdict.kind == COMPUTE_BOUND
+
+
+def test_no_bound_is_named_for_a_group_that_does_not_lead():
+    # The input leads (no loader seen: batches came from elsewhere), compute does not.
+    rec = _record(20, 2, 5, loader=False)
+    assert rec.verdict.shares["compute"] < rec.verdict.shares["input"]
+    assert rec.verdict.kind == INPUT_BOUND
+
+
+def test_a_script_that_trains_in_processes_of_its_own_is_said_so():
+    rec = RunRecord(steps=StepSeries())
+    rec.seen = {"processes_started": 2, "optimizer_steps": 0, "backward_calls": 0}
+    summarise(rec)
+    assert rec.verdict.kind == UNKNOWN
+    assert "started 2 process(es)" in rec.verdict.why
+    assert "optimizer.step()" not in rec.verdict.next
 
 
 def test_host_bound():
