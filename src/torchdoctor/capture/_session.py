@@ -124,6 +124,8 @@ class CaptureSession(StepHooks):
         self._direct_forwards: list[str] = []
         self._direct_searched: weakref.WeakSet = weakref.WeakSet()
         self._direct_note = False
+        #: A module with trainable parameters was called from the loop (found in warmup).
+        self._trainable_root_seen = False
         #: Steps of the current measuring phase the script's own profiler recorded.
         self._script_profiled = 0
         self._step_batches = 0

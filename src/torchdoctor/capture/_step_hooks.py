@@ -101,6 +101,8 @@ class StepHooks:
             self._check_done()
             if self._global_forward_hooks and module not in self._root_modules:
                 self._root_modules.add(module)
+                if not self._trainable_root_seen and _trainable(module):
+                    self._trainable_root_seen = True
             self.data.seen["forward_calls"] += 1
             kind = self.boundary.kind
             if (
@@ -150,10 +152,10 @@ class StepHooks:
         self.data.seen["optimizer_steps"] += 1
         seen = self.data.seen
         if self._optimizer_depth == 0 and (
-            self._direct_forwards or (seen["forward_calls"] == 0 and seen["backward_calls"])
+            self._direct_forwards or (not self._trainable_root_seen and seen["backward_calls"])
         ):
-            # Gradients came from a backward, yet no module was called: the model runs through
-            # ``self.forward(x)``.
+            # Gradients came from a backward, yet no module with parameters was called (at most
+            # a ReLU inside): the model runs through ``self.forward(x)``.
             self._time_direct_forwards(optimizer)
         if self._optimizer_depth == 0 and self.optimizers.is_step_end(optimizer, self.clock):
             if self.boundary.optimizer_stepped(type(optimizer).__name__):
