@@ -192,12 +192,18 @@ def _next_input(record: RunRecord) -> str:
     elif loader is not None and loader.num_workers == 0:
         tips.append("load in parallel: DataLoader(num_workers=N) (it is 0)")
     costly = next((f for f in record.findings if f.kind == "loader.costly_transform"), None)
+    library = costly is not None and costly.detail.get("kind") == "library"
     if costly is not None:
-        tips.append(costly.title)
-    tips.append(
-        "do the deterministic work (decode, resize) once offline: `torchdoctor cache build`, "
-        "then read it with torchdoctor.CachedDataset"
-    )
+        tips.append(
+            f"{costly.title}: library code your __getitem__ calls per sample (see the finding)"
+            if library
+            else costly.title
+        )
+    if not library:
+        tips.append(
+            "do the deterministic work (decode, resize) once offline: `torchdoctor cache build`, "
+            "then read it with torchdoctor.CachedDataset"
+        )
     tips.append("keep samples uint8 and normalise on the device (torchdoctor.Normalize)")
     if record.env is not None and record.env.device != "cpu" and loader and not loader.pin_memory:
         tips.append("pin_memory=True with a DevicePrefetcher so copies overlap compute")

@@ -8,6 +8,7 @@ Pure: the measuring side (:mod:`._transforms`) times a Dataset's transforms or p
 from __future__ import annotations
 
 import os
+import sysconfig
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -65,8 +66,13 @@ def profile_costs(
     batch_size: int,
     collate_ms: float | None,
     top: int = TOP_FUNCTIONS,
+    names: Mapping[FuncKey, str] | None = None,
 ) -> list[TransformCost]:
     """Shares from a cProfile of ``__getitem__`` calls (``pstats.Stats(...).stats``).
+
+    A callee in a library (torch, an installed package, the standard library) is named by what
+    it reaches in the user's code or a known transform (``nn.Module.__call__`` -> ``Blur``); one
+    that reaches neither keeps its name, marked as the library's, with kind ``library``.
 
     The breakdown lists what the dataset's ``__getitem__`` calls directly, descending through
     ``__getitem__`` wrappers (``Subset``, a user's wrapper) to the innermost one, so the names
@@ -81,6 +87,7 @@ def profile_costs(
         batch_size: samples per batch.
         collate_ms: time of one ``collate_fn`` call, when measured.
         top: functions listed; the rest are summed as "other".
+        names: profile keys of the dataset's transforms' methods -> their class names.
     """
     callees = _callees(stats)
     node = root
@@ -103,18 +110,17 @@ def profile_costs(
         parts.append(("__getitem__", per_sample_ms * batch_size, "other", 1.0))
     kids = sorted(callees.get(node, {}).items(), key=lambda kv: -kv[1])
     listed = 0.0
+    merged: dict[tuple[str, str], list[float]] = {}
     for key, seconds in kids[:top]:
         calls = _edge_calls(stats, key, node)
-        share = seconds / node_s if node_s > 0 else 0.0
-        parts.append(
-            (
-                function_name(key),
-                share * per_sample_ms * batch_size,
-                "function",
-                calls / max(1, samples),
-            )
-        )
+        name, kind = _attributed(key, callees, names or {})
+        entry = merged.setdefault((name, kind), [0.0, 0.0])
+        entry[0] += seconds
+        entry[1] += calls
         listed += seconds
+    for (name, kind), (seconds, calls) in merged.items():
+        share = seconds / node_s if node_s > 0 else 0.0
+        parts.append((name, share * per_sample_ms * batch_size, kind, calls / max(1, samples)))
     rest = max(0.0, node_s - listed)
     if rest > 0 and node_s > 0:
         name = "other" if len(kids) > top else f"{function_name(node)} (own code)"
@@ -136,6 +142,50 @@ def function_name(key: FuncKey) -> str:
     return f"{name} ({os.path.basename(filename)}:{line})"
 
 
+def _attributed(
+    key: FuncKey, callees: Mapping[FuncKey, Mapping[FuncKey, float]], names: Mapping[FuncKey, str]
+) -> tuple[str, str]:
+    """``(name, kind)`` of a direct callee of ``__getitem__``: its transform's class, the user's
+    function it reaches through library frames, or the library function itself."""
+    if key in names:
+        return names[key], "transform"
+    if not is_library_file(key[0]):
+        return function_name(key), "function"
+    node = key
+    for _ in range(8):  # follow the costliest callee through library frames
+        kids = callees.get(node, {})
+        if not kids:
+            break
+        node = max(kids.items(), key=lambda kv: kv[1])[0]
+        if node in names:
+            return names[node], "transform"
+        if node[0] != "~" and not is_library_file(node[0]):
+            return function_name(node), "function"
+    return f"{function_name(key)}, in {_library_of(key[0])}", "library"
+
+
+_STDLIB = tuple(
+    os.path.realpath(p) for k in ("stdlib", "platstdlib") if (p := sysconfig.get_paths().get(k))
+)
+
+
+def is_library_file(filename: str) -> bool:
+    """torch, an installed package or the standard library: code the user does not edit."""
+    if filename == "~":
+        return False  # builtins are named as they are (time.sleep)
+    path = os.path.realpath(filename)
+    parts = path.split(os.sep)
+    return "site-packages" in parts or "dist-packages" in parts or path.startswith(_STDLIB)
+
+
+def _library_of(filename: str) -> str:
+    parts = os.path.realpath(filename).split(os.sep)
+    for marker in ("site-packages", "dist-packages"):
+        if marker in parts and parts.index(marker) + 1 < len(parts):
+            return parts[parts.index(marker) + 1].removesuffix(".py")
+    return "the standard library"
+
+
 def transform_findings(costs: Sequence[TransformCost]) -> list[Finding]:
     """A finding for the costliest part when it takes :data:`COSTLY_SHARE` or more of a batch."""
     if not costs:
@@ -151,6 +201,13 @@ def transform_findings(costs: Sequence[TransformCost]) -> list[Finding]:
             "# collate stack them, or do the per-batch work on the device after .to(device)\n"
             "from torch.utils.data import default_collate\n"
             "DataLoader(..., collate_fn=default_collate)"
+        )
+    elif worst.kind == "library":
+        fix = (
+            f"# {worst.name.split(',')[0]} is library code that __getitem__ calls directly, not a\n"
+            "# transform of yours: find the call in __getitem__ that reaches it (a per-sample\n"
+            "# seed or generator, a file open) and do it once per worker (worker_init_fn) or\n"
+            "# once per dataset instead of once per sample"
         )
     elif worst.kind == "outside":
         fix = (
@@ -173,7 +230,12 @@ def transform_findings(costs: Sequence[TransformCost]) -> list[Finding]:
             fix=fix,
             cost_ms=worst.ms_per_batch,
             severity="warning" if worst.share >= 0.5 else "info",
-            detail={"name": worst.name, "share": worst.share, "transforms": table},
+            detail={
+                "name": worst.name,
+                "share": worst.share,
+                "kind": worst.kind,
+                "transforms": table,
+            },
         )
     ]
 

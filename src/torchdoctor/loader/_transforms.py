@@ -78,14 +78,40 @@ def find_transform_pipelines(dataset: Any) -> list[Pipeline]:
 
 
 def is_compose_like(obj: Any) -> bool:
-    """Callable with a non-empty ``transforms`` list/tuple of callables."""
+    """Callable with a non-empty ``transforms`` list/tuple of callables, or an ``nn.Sequential``
+    of modules (transforms that are modules, chained as torchvision's v2 allows)."""
     if not callable(obj) or isinstance(obj, type):
         return False
+    if _is_sequential(obj):
+        return len(obj) > 0
     try:
         inner = obj.__dict__.get("transforms") if hasattr(obj, "__dict__") else None
     except Exception:
         return False
     return isinstance(inner, (list, tuple)) and len(inner) > 0 and all(callable(t) for t in inner)
+
+
+def _is_sequential(obj: Any) -> bool:
+    from torch.nn import Sequential
+
+    return isinstance(obj, Sequential)
+
+
+def _members(compose: Any) -> list[Any] | tuple[Any, ...]:
+    """The transforms a Compose-like object calls, in order."""
+    return list(compose) if _is_sequential(compose) else compose.transforms
+
+
+def _instrumented(compose: Any, wrapped: list[Any]) -> Any:
+    """A shallow copy of ``compose`` that calls ``wrapped`` instead of its transforms."""
+    copied = copy.copy(compose)
+    if _is_sequential(compose):
+        # Sequential.forward iterates ``_modules``; a fresh dict keeps the original's intact.
+        copied.__dict__["_modules"] = {str(i): t for i, t in enumerate(wrapped)}
+    else:
+        inner = compose.transforms
+        copied.transforms = tuple(wrapped) if isinstance(inner, tuple) else wrapped
+    return copied
 
 
 def measure_getitem_costs(
@@ -122,7 +148,55 @@ def measure_getitem_costs(
     if drawn.transform_ms is not None:
         return transform_costs(drawn.transform_ms, drawn.getitem_ms, batch_size, collate_ms)
     stats, root = drawn.profile or ({}, _key(_get_samples))
-    return profile_costs(stats, root, drawn.getitem_ms, len(drawn.samples), batch_size, collate_ms)
+    return profile_costs(
+        stats,
+        root,
+        drawn.getitem_ms,
+        len(drawn.samples),
+        batch_size,
+        collate_ms,
+        names=transform_names(dataset),
+    )
+
+
+def transform_names(dataset: Any) -> dict[tuple[str, int, str], str]:
+    """Profile keys of the callable objects reachable from ``dataset`` -> their class's name:
+    a profile names ``ToTensor.__call__`` or a module transform's ``forward`` by its code, and
+    the user knows it by its class."""
+    names: dict[tuple[str, int, str], str] = {}
+    seen: set[int] = {id(dataset)}
+    frontier: list[Any] = [dataset]
+    for _ in range(SEARCH_DEPTH + 1):
+        next_frontier = []
+        for obj in frontier:
+            for _name, value in _instance_attrs(obj):
+                if id(value) in seen or isinstance(value, type):
+                    continue
+                seen.add(id(value))
+                _name_callable(value, names)
+                children = _members(value) if is_compose_like(value) else ()
+                children = list(children) + list(getattr(value, "_modules", {}).values())
+                for child in children:
+                    if id(child) not in seen:
+                        seen.add(id(child))
+                        _name_callable(child, names)
+                        next_frontier.append(child)
+                if _searchable(value) or _is_sequential(value):
+                    next_frontier.append(value)
+        frontier = next_frontier
+    return names
+
+
+def _name_callable(obj: Any, names: dict[tuple[str, int, str], str]) -> None:
+    kind = type(obj)
+    if kind.__module__ == "builtins" or not callable(obj):
+        return
+    for attr in ("forward", "__call__"):
+        # Only a method the class defines itself names it (``nn.Module.__call__`` and a base
+        # class's ``forward`` are shared by many classes).
+        fn = vars(kind).get(attr)
+        if getattr(fn, "__code__", None) is not None:
+            names.setdefault(_key(fn), kind.__name__)
 
 
 @dataclass
@@ -157,13 +231,12 @@ def _timed_transforms(dataset: Any, samples: int, clock: Clock) -> _Drawn | None
     prefix = len(pipelines) > 1
     try:
         for pipe in pipelines:
-            inner = pipe.compose.transforms
+            inner = _members(pipe.compose)
             label = pipe.label if prefix else None
             wrapped = [
                 _Timed(t, _transform_name(t, i, inner, label), clock) for i, t in enumerate(inner)
             ]
-            instrumented = copy.copy(pipe.compose)
-            instrumented.transforms = tuple(wrapped) if isinstance(inner, tuple) else wrapped
+            instrumented = _instrumented(pipe.compose, wrapped)
             timers.extend(wrapped)
             replacements.append((pipe, instrumented))
         copied = _copy_with_replacements(dataset, replacements)

@@ -93,7 +93,8 @@ class TransformCost:
     #: Share of the time to make one batch (``batch_size`` samples + collate), 0..1.
     share: float
     ms_per_batch: float
-    #: "transform", "outside", "function" (from a profile), "other" or "collate".
+    #: "transform", "outside", "function" (from a profile), "library" (library code called
+    #: from ``__getitem__``, from a profile), "other" or "collate".
     kind: str = "transform"
     #: Calls per sample (a transform applied twice, a function called in a loop).
     calls_per_sample: float | None = None
