@@ -29,6 +29,8 @@ def warm_up_torch() -> None:
 
 def snapshot() -> dict[str, object]:
     """Identity of every attribute of the torch namespaces and classes we touch, and hook counts."""
+    import multiprocessing.process as mp_process
+
     import torch
     import torch.nn.modules.module as module_mod
     import torch.optim.optimizer as optimizer_mod
@@ -49,6 +51,9 @@ def snapshot() -> dict[str, object]:
         "_SingleProcessDataLoaderIter": dataloader_mod._SingleProcessDataLoaderIter,
         "_MultiProcessingDataLoaderIter": dataloader_mod._MultiProcessingDataLoaderIter,
         "torch.cuda": torch.cuda,
+        "DistributedDataParallel": torch.nn.parallel.DistributedDataParallel,
+        "DataParallel": torch.nn.parallel.DataParallel,
+        "multiprocessing.BaseProcess": mp_process.BaseProcess,
     }
     out: dict[str, object] = {}
     for owner_name, owner in owners.items():

@@ -184,6 +184,7 @@ def build_record(
     )
     record.loader_overrides = dict(opts.loader_overrides)
     record.step_boundary = session.boundary.kind or "optimizer"
+    record.step_boundary_evidence = session.boundary.evidence
     if record.step_boundary == "backward":
         record.backwards_per_step = session.boundary.backwards_per_step
     record.built_inputs = session.inputs.described()

@@ -116,8 +116,10 @@ def test_straggler_report_names_the_ranks(straggler_job):
 
 
 def test_balanced_job_has_no_straggler_and_its_mistakes_are_found(tmp_path):
+    # DDP built as DistributedDataParallel(module=model, ...), as Lightning builds it.
     res, record, tag = job(
         tmp_path, "--no-sampler", "--find-unused", "--accumulate", "2", "--hidden", "1024",
+        "--module-keyword",
         flags=("--steps", "8", "--warmup", "2"),
     )  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]

@@ -247,6 +247,9 @@ class RunRecord:
     step_boundary: StepBoundaryKind = "optimizer"
     #: Backward calls per step when ``step_boundary`` is ``backward``.
     backwards_per_step: int | None = None
+    #: What decided the boundary, in words (``SGD.step() returned``; for a fallback, the calls
+    #: seen and that no optimizer stepped).
+    step_boundary_evidence: str = ""
     #: The script's own functions that build its batches inside the loop (no DataLoader), as
     #: ``name (file:line)``; their time is the step's ``data_wait``.
     built_inputs: list[str] = field(default_factory=list)
