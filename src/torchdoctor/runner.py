@@ -24,7 +24,14 @@ from ._errors import (
 )
 from ._paths import resolve_script
 from .analysis.verdict import summarise
-from .capture import CaptureSession, Listener, ProgressFn, StopRun, detect_environment
+from .capture import (
+    PASS_THROUGH_CODE,
+    CaptureSession,
+    Listener,
+    ProgressFn,
+    StopRun,
+    detect_environment,
+)
 from .loader import fix_trial
 from .options import RunOptions
 from .record import FixTrial, RunRecord, TraceReport
@@ -94,6 +101,9 @@ def run_target(
         except BaseException as exc:  # noqa: BLE001 - the user's error is reported, not ours
             ended = "error"
             error = exc
+            if raised_by_torchdoctor(exc) and session.data.internal_error is None:
+                # Our hook failed inside the script's call: our bug, never the script's.
+                session.data.internal_error = exc  # type: ignore[assignment]
     finally:
         session.uninstall()
         sys.argv[:] = saved_argv
@@ -274,6 +284,22 @@ def _find_module(name: str) -> Any:
     finally:
         sys.path.remove(os.getcwd())
     return spec
+
+
+def raised_by_torchdoctor(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised in torchdoctor's own code (its innermost frame is ours), not
+    in the script, torch or a library that our wrappers called on the script's behalf."""
+    tb = exc.__traceback__
+    if tb is None or not isinstance(exc, Exception):
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb.tb_frame.f_code in PASS_THROUGH_CODE:
+        return False  # an original written in C raised (the script's arguments to Tensor.to)
+    filename = tb.tb_frame.f_code.co_filename
+    return filename.startswith(str(PACKAGE_DIR)) and not filename.startswith(
+        str(PACKAGE_DIR / "scenarios")  # the demo's script plays a user's part
+    )
 
 
 def _is_ours(filename: str) -> bool:

@@ -6,7 +6,7 @@ The loader doctor's measurements (clones, sweeps, transform costs, worker memory
 from ._data import StepMarks
 from ._environment import detect_environment
 from ._inloop_sweep import InLoopSweep
-from ._patch import Patcher
+from ._patch import PASS_THROUGH_CODE, Patcher
 from ._perfetto import timeline, write_timeline
 from ._session import CaptureSession, Listener, ProgressFn, StopRun, active_session
 from ._timeline import parts_from_marks
@@ -15,6 +15,7 @@ from .profiler import StepProfiler
 from .syncs import SyncEvent, SyncWatcher, find_syncs, watch_syncs
 
 __all__ = [
+    "PASS_THROUGH_CODE",
     "CaptureSession",
     "InLoopSweep",
     "Listener",

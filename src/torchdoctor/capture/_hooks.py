@@ -16,6 +16,7 @@ import torch.utils.data.dataloader as _dl_mod
 from torch.utils.data import DataLoader
 
 from ._frames import user_site
+from ._patch import passes_through
 
 if TYPE_CHECKING:
     from ._session import CaptureSession
@@ -75,11 +76,13 @@ def patch_torch(session: CaptureSession) -> None:
     def is_batch_copy(tensor) -> bool:  # a batch's copy, or any copy a batch builder makes
         return bool(session._building or (session._batch_ids and id(tensor) in session._batch_ids))
 
+    @passes_through
     def tensor_to(tensor, /, *args, **kwargs):
         if is_batch_copy(tensor) and not session.foreign():
             return session._timed("to_device", orig_to, tensor, *args, **kwargs)
         return orig_to(tensor, *args, **kwargs)
 
+    @passes_through
     def tensor_cuda(tensor, /, *args, **kwargs):
         if is_batch_copy(tensor) and not session.foreign():
             return session._timed("to_device", orig_cuda, tensor, *args, **kwargs)

@@ -15,6 +15,18 @@ from typing import Any
 
 _MISSING = object()
 
+#: Code of our wrappers that call an original written in C (``Tensor.to``): an exception raised
+#: there comes from the original (the script's arguments), though its innermost Python frame is
+#: ours. See :func:`passes_through`.
+PASS_THROUGH_CODE: set[Any] = set()
+
+
+def passes_through(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark ``fn`` as a wrapper whose exceptions are its original's (a C function's)."""
+    PASS_THROUGH_CODE.add(fn.__code__)
+    return fn
+
+
 #: The patcher that owns this process's patches while a capture session is installed.
 _owner: Patcher | None = None
 

@@ -14,6 +14,7 @@ import torch
 from .._batches import tensor_ids
 from ..loader import valid_loader_kwargs
 from ._boundary import graph_leaves
+from ._patch import passes_through
 from .phases import NOT_SERVED, Done
 
 
@@ -75,6 +76,7 @@ class StepHooks:
 
     # --- hooks ------------------------------------------------------------------------------
 
+    @passes_through
     def _timed(self, part: str, fn: Callable, *args, **kwargs):
         self._check_done()
         self.push(part)

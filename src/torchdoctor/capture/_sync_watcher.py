@@ -38,7 +38,7 @@ from .._batches import tensors_in
 from ..analysis.syncs import sync_findings
 from ..record import Finding
 from ._frames import Site, user_site
-from ._patch import Patcher
+from ._patch import Patcher, passes_through
 from ._sync_ops import Origin, SyncMode, batch_origin, fingerprint, remove_function_mode
 from ._sync_rules import SyncRules
 
@@ -297,6 +297,7 @@ class SyncWatcher(SyncRules):
         inner = torch.Tensor.__new__
         watcher = self
 
+        @passes_through
         def tensor_new(cls: type, /, *args: Any, **kwargs: Any) -> Any:
             tensor = inner(cls, *args, **kwargs)
             if cls is torch.Tensor and watcher._recording_here():
@@ -309,6 +310,7 @@ class SyncWatcher(SyncRules):
         original = torch.cuda.synchronize
         watcher = self
 
+        @passes_through
         def synchronize(*args: Any, **kwargs: Any) -> Any:
             if not watcher._recording_here():
                 return original(*args, **kwargs)
@@ -332,6 +334,7 @@ class SyncWatcher(SyncRules):
         original = torch.from_numpy
         watcher = self
 
+        @passes_through
         def from_numpy(*args: Any, **kwargs: Any) -> torch.Tensor:
             tensor = original(*args, **kwargs)
             if watcher._recording_here():
