@@ -139,3 +139,22 @@ def test_a_prefetching_wrapper_around_a_dataloader():
     # 8 samples x 6 ms of decoding on two workers against a sub-millisecond model
     assert rec.verdict.kind == "INPUT-BOUND", rec.verdict.why
     assert rec.loader is not None and rec.loader.num_workers == 2
+
+
+def test_lightning_ddp_under_torchrun(tmp_path):
+    # Lightning builds DistributedDataParallel(module=...) and re-creates the DataLoader from the
+    # names of DataLoader.__init__'s parameters to inject its DistributedSampler: both go through
+    # torchdoctor's wrappers.
+    pytest.importorskip("pytorch_lightning")
+    record = tmp_path / "r.json"
+    res = subprocess.run(
+        [sys.executable, "-m", "torchdoctor", "run", "--nproc-per-node", "2", "--steps", "6",
+         "--warmup", "2", "--json", str(record), "--", str(SHAPES / "lightning_ddp.py")],
+        cwd=tmp_path, capture_output=True, text=True, timeout=400, check=False,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    rec = json.loads(record.read_text())
+    assert rec["status"] == "complete" and rec["step_boundary"] == "optimizer"
+    assert rec["seen"]["ddp_at"].endswith("lightning_ddp.py:58")
+    assert len(rec["distributed"]["ranks"]) == 2
+    assert rec["verdict"]["kind"] != "UNKNOWN"

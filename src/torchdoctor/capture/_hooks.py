@@ -6,6 +6,7 @@ table; every patch goes through the session's ``Patcher`` and is undone by its r
 
 from __future__ import annotations
 
+import functools
 import inspect
 import multiprocessing.process as _mp_process
 import sys
@@ -43,6 +44,9 @@ def patch_torch(session: CaptureSession) -> None:
     # Outside the script's own thread (DataLoader workers forked from it, helper threads) each
     # is the original: nothing is measured there and nothing is raised.
 
+    # functools.wraps: ``inspect.signature`` of each wrapper is its original's (Lightning reads
+    # DataLoader.__init__'s parameter names to re-create a loader with its sampler).
+    @functools.wraps(orig_init)
     def dataloader_init(loader, /, *args, **kwargs):
         if session.foreign():
             return orig_init(loader, *args, **kwargs)
@@ -59,6 +63,7 @@ def patch_torch(session: CaptureSession) -> None:
                 session.loaders.created(loader, f"{site.file}:{site.line}")
         return orig_init(loader, *args, **kwargs)
 
+    @functools.wraps(orig_iter)
     def dataloader_iter(loader, /):
         it = orig_iter(loader)
         if session.foreign():
@@ -68,6 +73,7 @@ def patch_torch(session: CaptureSession) -> None:
             session.loaders.iterated(loader, it)
         return it
 
+    @functools.wraps(orig_next)
     def iterator_next(it, /):
         if session.foreign():
             return orig_next(it)
@@ -77,17 +83,20 @@ def patch_torch(session: CaptureSession) -> None:
         return bool(session._building or (session._batch_ids and id(tensor) in session._batch_ids))
 
     @passes_through
+    @functools.wraps(orig_to)
     def tensor_to(tensor, /, *args, **kwargs):
         if is_batch_copy(tensor) and not session.foreign():
             return session._timed("to_device", orig_to, tensor, *args, **kwargs)
         return orig_to(tensor, *args, **kwargs)
 
     @passes_through
+    @functools.wraps(orig_cuda)
     def tensor_cuda(tensor, /, *args, **kwargs):
         if is_batch_copy(tensor) and not session.foreign():
             return session._timed("to_device", orig_cuda, tensor, *args, **kwargs)
         return orig_cuda(tensor, *args, **kwargs)
 
+    @functools.wraps(orig_backward)
     def autograd_backward(*args, **kwargs):
         if session.foreign():
             return orig_backward(*args, **kwargs)
@@ -103,12 +112,14 @@ def patch_torch(session: CaptureSession) -> None:
         session._backward_ended(args[0] if args else kwargs.get("tensors"))
         return result
 
+    @functools.wraps(orig_grad)
     def autograd_grad(*args, **kwargs):  # loops that take gradients with autograd.grad
         if session.foreign():
             return orig_grad(*args, **kwargs)
         session.data.seen["backward_calls"] += 1
         return session._timed("backward", orig_grad, *args, **kwargs)
 
+    @functools.wraps(orig_optimizer_init)
     def optimizer_init(optimizer, /, *args, **kwargs):
         # An optimizer built and not yet stepped: the loss-delimited fallbacks wait for more
         # evidence (it may step after warm-up iterations or a long accumulation).
@@ -116,6 +127,7 @@ def patch_torch(session: CaptureSession) -> None:
             session.boundary.optimizer_built = True
         return orig_optimizer_init(optimizer, *args, **kwargs)
 
+    @functools.wraps(orig_process_start)
     def process_start(process, /):
         if not session.foreign():
             session.processes.started(process)

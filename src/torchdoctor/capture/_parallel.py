@@ -9,6 +9,7 @@ rank on another rank's device, accumulation that all-reduces every micro-step, a
 
 from __future__ import annotations
 
+import functools
 import sys
 import weakref
 from typing import Any
@@ -39,6 +40,7 @@ class ParallelWatch:
 
     def _noting_site(self, original: Any) -> Any:
         # ``self`` positional-only: DDP is often built as DistributedDataParallel(module=model).
+        @functools.wraps(original)
         def init(wrapper, /, *args, **kwargs):
             site = user_site(sys._getframe(1))
             if site is not None:

@@ -57,12 +57,28 @@ def test_the_list_covers_every_patch(session):
 @pytest.mark.parametrize("owner,name", PATCHED, ids=[f"{o.__name__}.{n}" for o, n in PATCHED])
 def test_no_wrapper_names_a_parameter_a_caller_could_pass_by_keyword(session, owner, name):
     wrapper = getattr(owner, name)
-    for param in inspect.signature(wrapper).parameters.values():
+    for param in inspect.signature(wrapper, follow_wrapped=False).parameters.values():
         assert param.kind in (
             param.POSITIONAL_ONLY,
             param.VAR_POSITIONAL,
             param.VAR_KEYWORD,
         ), f"{owner.__name__}.{name} wrapper takes {param.name!r} by keyword"
+
+
+@pytest.mark.parametrize("owner,name", PATCHED, ids=[f"{o.__name__}.{n}" for o, n in PATCHED])
+def test_each_wrapper_shows_its_originals_signature(session, owner, name):
+    # Libraries read parameter names off these (Lightning re-creates a DataLoader from the
+    # names of DataLoader.__init__'s parameters to inject its sampler).
+    wrapper = getattr(owner, name)
+    original = session.patcher.original(wrapper)
+    assert wrapper is not original
+    try:
+        expected = inspect.signature(original)
+    except ValueError:  # a C method without a signature: the wrapper has none either
+        with pytest.raises(ValueError):
+            inspect.signature(wrapper)
+        return
+    assert inspect.signature(wrapper) == expected
 
 
 def test_ddp_and_data_parallel_built_with_keywords(session):
