@@ -25,12 +25,12 @@ from ._errors import (
 from ._paths import resolve_script
 from .analysis.verdict import summarise
 from .capture import (
-    PASS_THROUGH_CODE,
     CaptureSession,
     Listener,
     ProgressFn,
     StopRun,
     detect_environment,
+    raised_by_torchdoctor,
 )
 from .loader import fix_trial
 from .options import RunOptions
@@ -284,22 +284,6 @@ def _find_module(name: str) -> Any:
     finally:
         sys.path.remove(os.getcwd())
     return spec
-
-
-def raised_by_torchdoctor(exc: BaseException) -> bool:
-    """Whether ``exc`` was raised in torchdoctor's own code (its innermost frame is ours), not
-    in the script, torch or a library that our wrappers called on the script's behalf."""
-    tb = exc.__traceback__
-    if tb is None or not isinstance(exc, Exception):
-        return False
-    while tb.tb_next is not None:
-        tb = tb.tb_next
-    if tb.tb_frame.f_code in PASS_THROUGH_CODE:
-        return False  # an original written in C raised (the script's arguments to Tensor.to)
-    filename = tb.tb_frame.f_code.co_filename
-    return filename.startswith(str(PACKAGE_DIR)) and not filename.startswith(
-        str(PACKAGE_DIR / "scenarios")  # the demo's script plays a user's part
-    )
 
 
 def _is_ours(filename: str) -> bool:

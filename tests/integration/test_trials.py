@@ -97,3 +97,84 @@ def test_the_try_list_is_checked_and_ordered():
     assert trial_list("compile,amp") == ("amp", "compile")
     with pytest.raises(Exception, match="unknown trial fp8"):
         trial_list("amp,fp8")
+
+
+SHAPES = SCENARIOS / "trial_shapes"
+
+
+def _threads_kept(fn):
+    """The scenario scripts set one torch thread, as users' scripts do: put it back after."""
+    import torch
+
+    threads = torch.get_num_threads()
+    try:
+        return fn()
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_a_custom_optimizer_and_an_lstm_get_every_trial_or_a_reason():
+    out = _threads_kept(
+        lambda: run_target(
+            Target(script=str(SHAPES / "custom_optimizer_lstm.py")),
+            RunOptions(steps=6, warmup=2, trials=("amp", "compile", "foreach", "batch-size")),
+        )
+    )
+    rec = out.record
+    assert rec.status == "complete", rec.notes  # never an internal error
+    assert {t.name for t in rec.trials} == {"amp", "compile", "foreach", "batch-size"}
+    foreach = trial(rec, "foreach")
+    assert foreach.status == "skipped" and "torch.optim" in foreach.reason
+    compile_ = trial(rec, "compile")
+    assert compile_.status in ("measured", "failed")
+    if compile_.status == "failed":
+        assert "no graph" in compile_.reason or compile_.reason
+    # An LSTM's arithmetic is not in FlopCounterMode's table: the count says it is partial.
+    assert rec.flops is not None and rec.flops.partial
+    assert any("rnn" in u["op"] for u in rec.flops.uncounted), rec.flops.uncounted
+
+
+def test_an_autocast_script_is_not_told_to_add_autocast_and_its_names_are_used():
+    out = _threads_kept(
+        lambda: run_target(
+            Target(script=str(SHAPES / "autocast_clipping.py")),
+            RunOptions(steps=6, warmup=2, trials=("amp", "foreach", "batch-size", "compile")),
+        )
+    )
+    rec = out.record
+    assert rec.status == "complete", rec.notes
+    amp = trial(rec, "amp")
+    assert amp.status == "skipped" and amp.reason.startswith("already in use"), amp
+    assert rec.flops.dtype == "bfloat16"  # autocast's, not the parameters' float32
+    foreach = trial(rec, "foreach")
+    assert foreach.code.startswith("opt = torch.optim.AdamW(m.parameters()"), foreach.code
+    # The loss module (lf) is not a second model: compile is tried on m.
+    compile_ = trial(rec, "compile")
+    assert compile_.status in ("measured", "failed") and compile_.code == "m = torch.compile(m)"
+    # The DataLoader built in the for statement each epoch feeds the batch-size trial.
+    assert trial(rec, "batch-size").status == "measured"
+    assert rec.loader_alone is not None
+
+
+def test_fp16_autocast_with_a_grad_scaler_is_told_to_switch_to_bf16():
+    out = _threads_kept(
+        lambda: run_target(
+            Target(script=str(SHAPES / "autocast_clipping.py"), argv=["--dtype", "float16"]),
+            RunOptions(steps=4, warmup=2, trials=("amp",)),
+        )
+    )
+    amp = trial(out.record, "amp")
+    assert amp.status == "skipped"
+    assert "torch.float16" in amp.reason and "bfloat16" in amp.reason
+
+
+def test_amp_code_is_the_scripts_own_line():
+    out = _threads_kept(
+        lambda: run_target(
+            Target(script=str(SHAPES / "autocast_clipping.py"), argv=["--no-autocast"]),
+            RunOptions(steps=4, warmup=2, trials=("amp",)),
+        )
+    )
+    amp = trial(out.record, "amp")
+    assert amp.status == "measured"
+    assert "loss = lf(m(x), y)  # autocast_clipping.py:" in amp.code, amp.code

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import random
 import statistics
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -134,14 +135,19 @@ def block_spread(steps: list[float]) -> float:
 
 
 def interval(
-    a: list[float], b: list[float], seed: int = 0, rounds: int = ROUNDS
+    a: list[float],
+    b: list[float],
+    seed: int = 0,
+    rounds: int = ROUNDS,
+    statistic: Callable[[list[float]], float] = statistics.fmean,
 ) -> tuple[float, float]:
-    """90% bootstrap interval of ``mean(a) / mean(b)`` (``run --try``'s speedups use it too)."""
+    """90% bootstrap interval of ``statistic(a) / statistic(b)``: means for two runs, medians
+    for ``run --try``'s trials (a few outlier steps must not swing them)."""
     rng = random.Random(seed)
     ratios = []
     for _ in range(rounds):
-        num = statistics.fmean(rng.choices(a, k=len(a)))
-        den = statistics.fmean(rng.choices(b, k=len(b)))
+        num = statistic(rng.choices(a, k=len(a)))
+        den = statistic(rng.choices(b, k=len(b)))
         if den > 0:
             ratios.append(num / den)
     ratios.sort()

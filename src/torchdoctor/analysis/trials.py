@@ -1,10 +1,16 @@
 """Trials and FLOPs into the record: speedups with their spread, utilisation, the Next line (pure).
 
-A trial's **speedup** is the baseline's mean step ÷ the trial's mean step (for ``batch-size``,
-samples/s at the picked size ÷ samples/s as the script runs). The baseline is the script as it
-runs, measured right before each lever and right after it. Its **spread** is a
-90% bootstrap interval of that ratio, resampling both series' steps. A trial is worth pasting
-when the interval's low end is above 1.
+A trial's **speedup** is the baseline's median step ÷ the trial's median step (for
+``batch-size``, samples/s at the picked size ÷ samples/s as the script runs, from median steps).
+The baseline is the script as it runs, measured right before each lever and right after it.
+Its **spread** is a 90% bootstrap interval of that ratio, resampling both series' steps. Medians:
+one or two outlier steps (a burst of load, a recompile) cannot swing them; steps over
+:data:`OUTLIER_FACTOR` times their series' median are counted in the trial's ``detail``.
+
+A trial is **worth it** when the interval's low end is above 1 *and* the speedup clears the
+allowance: the larger of ``compare``'s run-to-run allowance and how far apart the baseline's
+blocks before and after the lever are (a burst of load in one of them). **Slower** is the same
+the other way; anything else is **no clear gain**, and only a trial worth it has a pick.
 """
 
 from __future__ import annotations
@@ -13,10 +19,15 @@ import statistics
 from typing import Any
 
 from ..record import Flops, RunRecord, Stat, Trial, TrialPoint
-from .compare import interval as mean_ratio_interval
+from .compare import RUN_TO_RUN
+from .compare import interval as ratio_interval
 
 #: Bootstrap resamples of a speedup's interval (seeded: the same steps give the same interval).
 BOOTSTRAP_ROUNDS = 1000
+#: Uncounted ops taking this share of the FLOP step's op time make the count partial.
+UNCOUNTED_SHARE = 0.10
+#: A step this many times its series' median is an outlier (reported, and outvoted by medians).
+OUTLIER_FACTOR = 3.0
 #: Dense peak FLOP/s of known accelerators by dtype, from their makers' data sheets.
 PEAKS: dict[tuple[str, str], float] = {
     ("H100", "bfloat16"): 989e12,
@@ -39,18 +50,32 @@ PEAKS: dict[tuple[str, str], float] = {
 
 
 def interval(base: list[float], trial: list[float], seed: int = 0) -> list[float]:
-    """90% bootstrap interval of ``mean(base) / mean(trial)``, rounded; ``[]`` with under 2
+    """90% bootstrap interval of ``median(base) / median(trial)``, rounded; ``[]`` with under 2
     steps on a side."""
     if len(base) < 2 or len(trial) < 2:
         return []
-    lo, hi = mean_ratio_interval(base, trial, seed=seed, rounds=BOOTSTRAP_ROUNDS)
+    lo, hi = ratio_interval(
+        base, trial, seed=seed, rounds=BOOTSTRAP_ROUNDS, statistic=statistics.median
+    )
     return [round(lo, 3), round(hi, 3)]
 
 
 def samples_per_s(run: Any) -> float:
-    """Samples per second of a batch-size setting's run (its batch size is its setting)."""
-    total = sum(run.steps_ms)
-    return int(run.setting or 1) * sum(run.batches) * 1000.0 / total if total > 0 else 0.0
+    """Samples per second of a batch-size setting's run (its batch size is its setting), from
+    its median step."""
+    if not run.steps_ms:
+        return 0.0
+    median = statistics.median(run.steps_ms)
+    per_step = statistics.fmean(run.batches) if run.batches else 1.0
+    return int(run.setting or 1) * per_step * 1000.0 / median if median > 0 else 0.0
+
+
+def outliers(steps: list[float]) -> int:
+    """Steps over :data:`OUTLIER_FACTOR` times the series' median."""
+    if len(steps) < 3:
+        return 0
+    median = statistics.median(steps)
+    return sum(1 for x in steps if x > OUTLIER_FACTOR * median)
 
 
 def trials_of(record: RunRecord, runs: list[Any]) -> list[Trial]:
@@ -63,7 +88,7 @@ def trials_of(record: RunRecord, runs: list[Any]) -> list[Trial]:
     per_step = statistics.fmean(batches) if batches else 1.0
     out: list[Trial] = []
     by_name: dict[str, list[Any]] = {}
-    neighbours: dict[str, list[float]] = {}
+    neighbours: dict[str, list[list[float]]] = {}
     for i, run in enumerate(runs):
         name = run.lever.name
         if name == "baseline":
@@ -72,7 +97,9 @@ def trials_of(record: RunRecord, runs: list[Any]) -> list[Trial]:
         if name not in neighbours and run.steps_ms:
             neighbours[name] = _around(runs, i)
     for name, group in by_name.items():
-        base = neighbours.get(name) or list(record.steps.step_ms)
+        blocks = neighbours.get(name) or [list(record.steps.step_ms)]
+        base = [x for block in blocks for x in block]
+        allowance = max(RUN_TO_RUN, _block_spread(blocks))
         texts = group[-1].texts
         measured = [r for r in group if r.steps_ms]
         if not measured:
@@ -81,9 +108,11 @@ def trials_of(record: RunRecord, runs: list[Any]) -> list[Trial]:
                              reason=reason or ""))  # fmt: skip
             continue
         if name == "batch-size" and batch:
-            out.append(_batch_trial(name, measured, base, batch, per_step, texts))
+            trial = _batch_trial(name, measured, base, batch, per_step, texts)
+            _judged(trial, allowance, base, measured)
+            out.append(trial)
             continue
-        best = min(measured, key=lambda r: statistics.fmean(r.steps_ms))
+        best = min(measured, key=lambda r: statistics.median(r.steps_ms))
         t = best.texts
         trial = Trial(
             name=name,
@@ -106,6 +135,7 @@ def trials_of(record: RunRecord, runs: list[Any]) -> list[Trial]:
                 TrialPoint(setting=r.setting, step_ms=Stat.of(r.steps_ms), memory_mb=r.memory_mb)
                 for r in measured
             ]
+        _judged(trial, allowance, base, [best])
         out.append(trial)
     out.sort(key=lambda t: -(t.speedup or 0.0))
     return out
@@ -117,6 +147,10 @@ def flops_of(record: RunRecord, counted: dict[str, Any] | None, device_name: str
         return None
     dtype = counted.get("dtype", "float32")
     flops = Flops(per_step=counted["per_step"], params=counted.get("params"), dtype=dtype)
+    flops.uncounted = list(counted.get("uncounted") or [])
+    flops.partial = any(
+        u.get("share") is None or u["share"] >= UNCOUNTED_SHARE for u in flops.uncounted
+    )
     if record.step_ms is not None and record.step_ms.mean > 0:
         flops.achieved_flops_per_s = flops.per_step / (record.step_ms.mean / 1000.0)
     known = next(
@@ -148,26 +182,48 @@ def next_with_trials(record: RunRecord) -> str | None:
     return "measured trials, best first: " + ", ".join(parts)
 
 
-def _around(runs: list[Any], i: int) -> list[float]:
-    """The baseline steps taken right before and right after the lever whose first run is ``i``."""
+def _around(runs: list[Any], i: int) -> list[list[float]]:
+    """The baseline blocks taken right before and right after the lever whose first run is
+    ``i``."""
     before = next((r for r in reversed(runs[:i]) if r.lever.name == "baseline"), None)
     after = next((r for r in runs[i:] if r.lever.name == "baseline"), None)
-    return [x for r in (before, after) if r is not None for x in r.steps_ms]
+    return [list(r.steps_ms) for r in (before, after) if r is not None and r.steps_ms]
+
+
+def _block_spread(blocks: list[list[float]]) -> float:
+    """How far apart the baseline blocks' medians are (largest ÷ smallest, less 1)."""
+    medians = [statistics.median(b) for b in blocks if len(b) >= 2]
+    if len(medians) < 2 or min(medians) <= 0:
+        return 0.0
+    return max(medians) / min(medians) - 1.0
+
+
+def _judged(trial: Trial, allowance: float, base: list[float], runs: list[Any]) -> None:
+    """Record the allowance and the outliers; a trial not worth it has no pick."""
+    trial.detail["allowance"] = round(allowance, 3)
+    spikes = outliers(base) + sum(outliers(r.steps_ms) for r in runs)
+    if spikes:
+        trial.detail["outlier_steps"] = spikes
+    if judgement(trial) != "worth it":
+        trial.pick = None
 
 
 def judgement(t: Trial) -> str:
-    """``worth it`` (the interval is above 1), ``slower`` (below 1), or ``no clear gain``."""
-    if t.spread and t.spread[0] > 1.0:
-        return "worth it"
-    if t.spread and t.spread[1] < 1.0:
-        return "slower"
+    """``worth it`` (the interval is above 1 and the speedup clears the allowance), ``slower``
+    (the same, below), or ``no clear gain``."""
+    allowance = t.detail.get("allowance", 0.0)
+    if t.speedup is not None and t.spread:
+        if t.spread[0] > 1.0 and t.speedup >= 1.0 + allowance:
+            return "worth it"
+        if t.spread[1] < 1.0 and t.speedup <= 1.0 / (1.0 + allowance):
+            return "slower"
     return "no clear gain"
 
 
 def _ratio(base: list[float], trial: list[float]) -> float | None:
-    if not base or not trial or statistics.fmean(trial) <= 0:
+    if not base or not trial or statistics.median(trial) <= 0:
         return None
-    return round(statistics.fmean(base) / statistics.fmean(trial), 3)
+    return round(statistics.median(base) / statistics.median(trial), 3)
 
 
 def _batch_trial(
@@ -178,7 +234,7 @@ def _batch_trial(
     per_step: float,
     texts: dict[str, Any],
 ) -> Trial:
-    base_rate = batch * per_step * 1000.0 / statistics.fmean(base) if base else 0.0
+    base_rate = batch * per_step * 1000.0 / statistics.median(base) if base else 0.0
     points = []
     for r in runs:
         rate = samples_per_s(r)

@@ -6,7 +6,7 @@ The loader doctor's measurements (clones, sweeps, transform costs, worker memory
 from ._data import StepMarks
 from ._environment import detect_environment
 from ._inloop_sweep import InLoopSweep
-from ._patch import PASS_THROUGH_CODE, Patcher
+from ._patch import Patcher, raised_by_torchdoctor
 from ._perfetto import timeline, write_timeline
 from ._session import CaptureSession, Listener, ProgressFn, StopRun, active_session
 from ._timeline import parts_from_marks
@@ -15,7 +15,6 @@ from .profiler import StepProfiler
 from .syncs import SyncEvent, SyncWatcher, find_syncs, watch_syncs
 
 __all__ = [
-    "PASS_THROUGH_CODE",
     "CaptureSession",
     "InLoopSweep",
     "Listener",
@@ -31,6 +30,7 @@ __all__ = [
     "active_session",
     "detect_environment",
     "find_syncs",
+    "raised_by_torchdoctor",
     "timeline",
     "watch_syncs",
     "write_timeline",

@@ -26,12 +26,15 @@ class LoaderTracker:
     """The DataLoaders the script builds and iterates, and which one feeds its training steps.
 
     Loaders are keyed by their dataset: a script that rebuilds its loader every epoch (same
-    dataset) keeps one entry, its newest loader.
+    dataset) keeps one entry, its newest loader. That loader is held strongly until the run
+    ends: one built in the ``for`` statement (``for x, y in DataLoader(ds, ...)``) is referenced
+    by nothing else once its iterator exists, and the trials, the worker sweep and the
+    loader-alone phase need it.
     """
 
     def __init__(self, seen: dict[str, int]) -> None:
         self._seen = seen
-        self._loaders: dict[int, weakref.ref] = {}  # id(dataset) -> newest loader over it
+        self._loaders: dict[int, DataLoader] = {}  # id(dataset) -> newest loader over it
         self._settings: dict[int, LoaderSettings] = {}
         self._created_at: dict[int, str] = {}  # id(DataLoader) -> "file:line"
         self._iterators: weakref.WeakSet = weakref.WeakSet()
@@ -43,9 +46,9 @@ class LoaderTracker:
 
     def iterated(self, loader: DataLoader, it: Any) -> None:
         key = id(loader.dataset)
-        if key not in self._loaders or self._loaders[key]() is not loader:
+        if self._loaders.get(key) is not loader:
             self._seen["dataloaders"] += 1
-        self._loaders[key] = weakref.ref(loader)
+        self._loaders[key] = loader
         settings = loader_settings(loader)
         settings.created_at = self._created_at.get(id(loader))
         self._settings[key] = settings
@@ -84,17 +87,19 @@ class LoaderTracker:
 
     def main_loader(self) -> DataLoader | None:
         key = self.main_dataset_key()
-        ref = self._loaders.get(key) if key is not None else None
-        return ref() if ref is not None else None
+        return self._loaders.get(key) if key is not None else None
 
     def shutdown_workers(self) -> None:
         """Stop the worker processes of every DataLoader iterator the script created."""
         for it in list(self._iterators):
             shutdown_workers(it)
-        for ref in list(self._loaders.values()):
-            loader = ref()
-            if loader is not None and getattr(loader, "_iterator", None) is not None:
+        for loader in list(self._loaders.values()):
+            if getattr(loader, "_iterator", None) is not None:
                 shutdown_workers(loader._iterator)
+
+    def release(self) -> None:
+        """Let go of the script's loaders (the run is over)."""
+        self._loaders.clear()
 
 
 class ReplayStore:

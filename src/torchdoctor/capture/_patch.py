@@ -27,6 +27,22 @@ def passes_through(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
+def raised_by_torchdoctor(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised in torchdoctor's own code (its innermost frame is ours), not
+    in the script, torch or a library that our wrappers called on the script's behalf."""
+    from ._frames import file_kind
+
+    tb = exc.__traceback__
+    if tb is None or not isinstance(exc, Exception):
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb.tb_frame.f_code in PASS_THROUGH_CODE:
+        return False  # an original written in C raised (the script's arguments to Tensor.to)
+    # The demo's scenario plays a user's part: file_kind counts it as the user's.
+    return file_kind(tb.tb_frame.f_code.co_filename) == "torchdoctor"
+
+
 #: The patcher that owns this process's patches while a capture session is installed.
 _owner: Patcher | None = None
 

@@ -49,6 +49,7 @@ from ._patch import Patcher
 from ._processes import ProcessWatch
 from ._ranks import Ranks
 from ._sampler import SystemSampler
+from ._script_state import ScriptState
 from ._step_hooks import StepHooks, StopRun
 from ._threads import hold_threads
 from ._timeline import StepTimeline, parts_from_marks
@@ -95,6 +96,8 @@ class CaptureSession(StepHooks):
         self.ranks = Ranks(timeout_s=options.max_seconds)
         self.parallel = ParallelWatch()
         self.processes = ProcessWatch(self.data.seen, self.data.notes)
+        #: What the script already does (autocast, names), so a trial never advises it.
+        self.state = ScriptState()
         self.table: list[Phase] = [cls() for cls in phases]
         self.phase: Phase = self.table[0]
         self._started: list[Phase] = []
@@ -178,6 +181,7 @@ class CaptureSession(StepHooks):
         """Undo every patch and hook, and shut down DataLoader workers this run started."""
         errors = self.patcher.restore()
         self.shutdown_workers()
+        self.loaders.release()
         return errors
 
     def foreign(self) -> bool:

@@ -121,6 +121,9 @@ class StepHooks:
                     self._boundary_decided()
                 self._end_step()
             self.parallel.forward_starting(module, self.phase.measuring)
+            if self.phase.measuring and not self.state.forward_probed and _trainable(module):
+                device = self.clock.device
+                self.state.probe_forward(module, device.type if device is not None else "cpu")
             if self.inputs.searching:
                 self.inputs.model_called(args, self.patcher, self)
             self.push("forward")
@@ -143,6 +146,12 @@ class StepHooks:
         self.optimizers.seen(optimizer)
         if self._optimizer_depth == 0:
             self.parallel.optimizer_stepping(self.root_modules(), self.phase.measuring)
+            if (
+                self.phase.measuring
+                and not self.state.optimizer_probed
+                and optimizer is self.optimizers.primary
+            ):
+                self.state.probe_optimizer(optimizer)
         self._optimizer_depth += 1
         self.push("optimizer")
 

@@ -7,8 +7,9 @@ warm-up and measured steps, and is undone before the next one. What each changes
   its forward hook (bf16 where the device has it, else fp16);
 - ``channels-last``: the model's 4-D parameters and the forward's 4-D inputs in
   ``channels_last`` (undone by converting back);
-- ``compile``: the outermost module's ``forward`` replaced by ``torch.compile(forward)``; a
-  compile that fails falls back to the eager forward and marks the trial failed;
+- ``compile`` (:mod:`._compile_lever`): the model's ``forward`` replaced by
+  ``torch.compile(forward)``; a compile that fails falls back to the eager forward and marks the
+  trial failed;
 - ``foreach``: the primary optimizer's groups set to ``fused=True`` where the optimizer has it
   (``foreach=True`` otherwise, or when the fused step fails);
 - ``threads``: ``torch.set_num_threads(k)`` for a few ``k``;
@@ -73,6 +74,18 @@ class Baseline(Lever):
 class Amp(Lever):
     name = "amp"
 
+    def skip_reason(self, session: Any) -> str | None:
+        dtype = session.state.autocast_dtype
+        if dtype is None:
+            return None
+        text = f"already in use: the model's forward runs under torch.autocast(dtype=torch.{dtype})"
+        if dtype == "float16" and self._dtype(session) == torch.bfloat16:
+            text += (
+                "; this device has bf16, which needs no GradScaler: switch dtype=torch.float16 "
+                "to torch.bfloat16 in your autocast"
+            )
+        return text
+
     def _dtype(self, session: Any) -> torch.dtype:
         device = session.clock.device
         if device is not None and device.type == "cuda" and not torch.cuda.is_bf16_supported():
@@ -106,7 +119,7 @@ class Amp(Lever):
         dtype = str(self._dtype(session)).replace("torch.", "")
         return (
             f"with torch.autocast(device_type={device_type!r}, dtype=torch.{dtype}):\n"
-            "    loss = loss_fn(model(x), y)"
+            f"    {_model_line(session)}"
         )
 
     def caveats(self, session) -> list[str]:
@@ -125,8 +138,11 @@ class ChannelsLast(Lever):
     name = "channels-last"
 
     def skip_reason(self, session) -> str | None:
-        if not any(_has_conv2d(m) for m in session.root_modules()):
+        convs = [c for m in session.root_modules() for c in m.modules() if _is_conv2d(c)]
+        if not convs:
             return "no 2-D convolution in the model: channels_last changes nothing"
+        if all(c.weight.is_contiguous(memory_format=torch.channels_last) for c in convs):
+            return "already in use: the model's convolutions are in torch.channels_last"
         return None
 
     def apply(self, session, patcher, setting) -> None:
@@ -150,88 +166,33 @@ class ChannelsLast(Lever):
         return "model and 4-D inputs in torch.channels_last"
 
     def code(self, session, setting) -> str:
+        model = session.state.model_name()
         return (
-            "model = model.to(memory_format=torch.channels_last)\n"
-            "x = x.to(device, memory_format=torch.channels_last)"
+            f"{model} = {model}.to(memory_format=torch.channels_last)\n"
+            "x = x.to(device, memory_format=torch.channels_last)  # the model's 4-D input"
         )
-
-
-class Compile(Lever):
-    name = "compile"
-    warmup = 3
-
-    def __init__(self) -> None:
-        self.error: str | None = None
-        self._call: tuple[Any, Any, Any] | None = None
-        self._breaks: list[dict[str, Any]] | None = None
-
-    def skip_reason(self, session) -> str | None:
-        if len(session.root_modules()) != 1:
-            return "compile is tried on one outermost module; this loop calls several"
-        return None
-
-    def apply(self, session, patcher, setting) -> None:
-        (module,) = session.root_modules()
-        eager = module.forward
-        # Compiling turns off torch.distributions' argument checks for the whole process:
-        # they are back as they were once the trial is undone.
-        dist_cls = torch.distributions.Distribution
-        checks = dist_cls._validate_args
-        patcher.on_restore(lambda: dist_cls.set_default_validate_args(checks))
-        compiled = torch.compile(eager)
-
-        def forward(*args, **kwargs):
-            if self._call is None:
-                self._call = (module, args, kwargs)  # to explain its graph breaks afterwards
-            if self.error is None:
-                try:
-                    return compiled(*args, **kwargs)
-                except Exception as exc:  # noqa: BLE001 - the trial failed, the run goes on
-                    self.error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
-            return eager(*args, **kwargs)
-
-        patcher.set(module, "forward", forward)
-        patcher.on_restore(_stop_compile_workers)
-        patcher.on_restore(torch._dynamo.reset)
-        patcher.on_restore(self._forget)
-        self._eager = eager
-
-    def _forget(self) -> None:
-        self._call = None
-
-    @property
-    def graph_breaks(self) -> list[dict[str, Any]]:
-        """Where dynamo broke the graph: the reason and the script's line, from
-        ``torch._dynamo.explain`` of one forward (in eval mode, without grad: no buffer moves)."""
-        if self._breaks is None:
-            self._breaks = []
-            if self._call is not None:
-                self._breaks = _explain(self._eager, *self._call)
-        return self._breaks
-
-    def changed(self, setting: str) -> str:
-        return "the outermost module's forward through torch.compile"
-
-    def code(self, session, setting) -> str:
-        return "model = torch.compile(model)"
-
-    def caveats(self, session) -> list[str]:
-        return [
-            "the first steps compile (their time is the warm-up, reported apart); a new input "
-            "shape recompiles"
-        ]
 
 
 class Foreach(Lever):
     name = "foreach"
 
     def skip_reason(self, session) -> str | None:
-        if session.optimizers.primary is None:
-            return "no optimizer"
+        optimizer = session.optimizers.primary
+        if optimizer is None:
+            return (
+                "no torch.optim optimizer steps in this loop (fused and foreach steps are "
+                "torch.optim's; a custom optimizer or a hand-written update has neither)"
+            )
+        groups = [optimizer.defaults, *optimizer.param_groups]
+        for flag in ("fused", "foreach"):
+            if any(group.get(flag) for group in groups):
+                return f"already in use: {type(optimizer).__name__}(..., {flag}=True)"
+        if not {"fused", "foreach"} & set(optimizer.defaults):
+            return f"{type(optimizer).__name__} has neither a fused nor a foreach step"
         return None
 
     def _fused(self, optimizer: Any) -> bool:
-        return "fused" in optimizer.defaults
+        return optimizer is not None and "fused" in optimizer.defaults
 
     def apply(self, session, patcher, setting) -> None:
         optimizer = session.optimizers.primary
@@ -260,9 +221,12 @@ class Foreach(Lever):
 
     def code(self, session, setting) -> str:
         optimizer = session.optimizers.primary
-        kind = type(optimizer).__name__ if optimizer is not None else "Optimizer"
+        if optimizer is None:
+            return ""
+        kind = type(optimizer).__name__
         flag = getattr(self, "used", "fused" if self._fused(optimizer) else "foreach")
-        return f"optimizer = torch.optim.{kind}(model.parameters(), ..., {flag}=True)"
+        name, model = session.state.optimizer_name(), session.state.model_name()
+        return f"{name} = torch.optim.{kind}({model}.parameters(), ..., {flag}=True)"
 
 
 class Threads(Lever):
@@ -329,54 +293,21 @@ class BatchSize(Lever):
         ]
 
 
-LEVERS: dict[str, type[Lever]] = {
-    cls.name: cls for cls in (Amp, ChannelsLast, Compile, Foreach, Threads, BatchSize)
-}
+def _is_conv2d(module: Any) -> bool:
+    return isinstance(module, torch.nn.Conv2d)
 
 
-def _stop_compile_workers() -> None:
-    """End the threads and processes inductor started to compile (a cold cache starts them):
-    the trial is over, and nothing of it may be left running."""
-    try:
-        from torch._inductor.async_compile import AsyncCompile, shutdown_compile_workers
-    except ImportError:  # pragma: no cover - another torch's layout: nothing known to stop
-        return
-    shutdown_compile_workers()
-    if AsyncCompile.pool.cache_info().currsize:
-        AsyncCompile.pool().shutdown(wait=True)
-        AsyncCompile.pool.cache_clear()
+def trained_roots(session: Any) -> list[Any]:
+    """The outermost modules with trainable parameters: the model(s), not a loss module."""
+    return [m for m in session.root_modules() if any(p.requires_grad for p in m.parameters())]
 
 
-def _explain(eager: Callable[..., Any], module: Any, args: Any, kwargs: Any) -> list[dict]:
-    from ._frames import is_user_file
-
-    training = module.training
-    try:
-        module.eval()
-        with torch.no_grad():
-            out = torch._dynamo.explain(eager)(*args, **kwargs)
-    except Exception as exc:  # noqa: BLE001 - the explanation is extra; the trial stands
-        return [{"reason": f"could not explain: {type(exc).__name__}: {exc}"[:300]}]
-    finally:
-        module.train(training)
-        torch._dynamo.reset()
-    found = []
-    for reason in out.break_reasons:
-        user = [f for f in reason.user_stack if is_user_file(f.filename)]
-        where = user[-1] if user else (reason.user_stack[-1] if reason.user_stack else None)
-        found.append(
-            {
-                "reason": str(reason.reason).splitlines()[0][:200],
-                "file": where.filename if where is not None else None,
-                "line": where.lineno if where is not None else None,
-                "source": (where.line or "").strip() if where is not None else "",
-            }
-        )
-    return found
-
-
-def _has_conv2d(module: Any) -> bool:
-    return any(isinstance(m, torch.nn.Conv2d) for m in module.modules())
+def _model_line(session: Any) -> str:
+    """The script's line that calls its model, with where it is; a placeholder otherwise."""
+    site = session.state.model
+    if site is None or not site.source:
+        return "loss = loss_fn(model(x), y)  # your forward and loss"
+    return f"{site.source}  # {os.path.basename(site.file)}:{site.line}"
 
 
 def _set_item(patcher: Patcher, mapping: dict, key: str, value: Any) -> None:

@@ -65,6 +65,11 @@ class Flops:
     peak_flops_per_s: float | None = None
     #: How the peak was obtained: ``"table: <device> <dtype>"`` or ``"measured: <matmul> ..."``.
     peak_source: str = ""
-    #: ``achieved ÷ peak`` (0..1).
+    #: ``achieved ÷ peak`` (0..1); a lower bound when ``partial``.
     utilisation: float | None = None
     dtype: str = ""
+    #: Ops with arithmetic the counter has no formula for (recurrent layers, extensions'
+    #: ops): ``[{"op", "share"}]``, share of the step's op time (``None`` on an accelerator).
+    uncounted: list[dict[str, Any]] = field(default_factory=list)
+    #: The count misses arithmetic that matters (:data:`analysis.trials.UNCOUNTED_SHARE`).
+    partial: bool = False

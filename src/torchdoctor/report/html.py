@@ -35,6 +35,9 @@ section { border-top:1px solid var(--line); }
 table { border-collapse:collapse; width:100%; font-size:14px; }
 th, td { text-align:left; padding:4px 8px; border-bottom:1px solid var(--line); vertical-align:top; }
 td.n, th.n { text-align:right; font-variant-numeric:tabular-nums; }
+table.trials td { overflow-wrap:anywhere; } table.trials td.j { min-width:16em; }
+table.trials tr.more td { border-bottom:none; padding-top:0; }
+table.trials pre { white-space:pre-wrap; overflow-wrap:anywhere; margin:4px 0; }
 .good { color:var(--good); font-weight:600; } .bad { color:var(--bad); font-weight:600; }
 svg.chart { display:block; max-width:100%; }
 svg .axis { fill:var(--muted); font-size:11px; } svg .label, svg .value { fill:var(--fg);
@@ -200,6 +203,25 @@ def _ranks(record: RunRecord) -> str:
     return _section("ranks", "Ranks of the job (mean ms per step)", "".join(lines) + table)
 
 
+def _trial_detail(t, word: str) -> str:
+    """Under a trial's row: its compile time, graph breaks and the code to paste."""
+    parts = []
+    if t.name == "compile" and t.warmup_ms and t.step_ms is not None:
+        compile_s = (t.warmup_ms[0] - t.step_ms.mean) / 1000.0
+        if compile_s > 0.05:
+            parts.append(f"<p class='muted'>compile: first step {t.warmup_ms[0] / 1000:.1f} s "
+                         "(compile time, not in the speedup)</p>")  # fmt: skip
+    for b in t.detail.get("graph_breaks") or []:
+        where = f"{b['file']}:{b['line']}" if b.get("file") else "?"
+        parts.append(
+            f"<p class='bad'>graph break at {escape(where)}: <code>"
+            f"{escape(b.get('source', ''))}</code> ({escape(b['reason'])})</p>"
+        )
+    if word == "worth it" and t.code:
+        parts.append(f"<pre>{escape(t.code)}</pre>")
+    return "".join(parts)
+
+
 def _trials(record: RunRecord) -> str:
     if not record.trials and record.flops is None:
         return ""
@@ -216,15 +238,18 @@ def _trials(record: RunRecord) -> str:
             spread = f"{t.spread[0]:.2f}–{t.spread[1]:.2f}" if t.spread else ""
             word = t.status if t.status != "measured" else judgement(t)
             cls = {"worth it": "good", "slower": "bad", "failed": "bad"}.get(word, "")
-            code = f"<pre>{escape(t.code)}</pre>" if word == "worth it" and t.code else ""
+            said = f"{word}: {t.reason}" if t.reason else word
             rows.append(
                 f"<tr><td>{escape(t.name)}</td><td>{escape(t.changed)}</td>"
                 f"<td class='n'>{_num(t.speedup, 'x')}</td><td class='n'>{spread}</td>"
-                f"<td class='{cls}'>{escape(word)} {escape(t.reason)}</td><td>{code}</td></tr>"
+                f"<td class='j {cls}'>{escape(said)}</td></tr>"
             )
+            more = _trial_detail(t, word)
+            if more:
+                rows.append(f"<tr class='more'><td></td><td colspan='4'>{more}</td></tr>")
         out.append(
-            "<table><tr><th>trial</th><th>changed</th><th class='n'>speedup</th>"
-            "<th class='n'>90% interval</th><th>judgement</th><th>code</th></tr>"
+            "<table class='trials'><tr><th>trial</th><th>changed</th><th class='n'>speedup</th>"
+            "<th class='n'>90% interval</th><th>judgement</th></tr>"
             f"{''.join(rows)}</table>"
         )
     return _section("trials", "Trials and FLOPs", "".join(out))

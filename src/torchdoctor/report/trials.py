@@ -29,21 +29,32 @@ def trials_section(record: RunRecord) -> Group | None:
 
 
 def flops_line(flops: Flops) -> Text:
-    text = f"FLOPs per step {_si(flops.per_step)}FLOP"
+    counted = "FLOPs counted per step" if flops.partial else "FLOPs per step"
+    text = f"{counted} {_si(flops.per_step)}FLOP ({flops.dtype})"
     if flops.params is not None:
         text += f", {_si(flops.params)} parameters"
     if flops.achieved_flops_per_s is not None:
         text += f"; achieved {_si(flops.achieved_flops_per_s)}FLOP/s"
     if flops.utilisation is not None:
         peak = "measured matmul peak" if flops.peak_source.startswith("measured") else "peak"
-        text += f" = {flops.utilisation * 100:.1f}% of the {peak} ({flops.peak_source})"
+        at_least = "at least " if flops.partial else ""
+        text += f" = {at_least}{flops.utilisation * 100:.1f}% of the {peak} ({flops.peak_source})"
+    if flops.partial:
+        ops = ", ".join(
+            u["op"] + (f" {u['share'] * 100:.0f}%" if u.get("share") is not None else "")
+            for u in flops.uncounted
+        )
+        text += (
+            f"; partial: the counter has no formula for {ops} (share of the step's op time), "
+            "so the model's arithmetic is more than counted"
+        )
     return Text(text)
 
 
 def _table(record: RunRecord) -> Table:
     title = (
-        "trials, best first (speedup = mean step of the script as it runs, measured just "
-        "before and after the trial / the trial's mean step)"
+        "trials, best first (speedup = median step of the script as it runs, measured just "
+        "before and after the trial / the trial's median step)"
     )
     table = Table(title=title, title_justify="left")
     table.add_column("trial")
@@ -89,7 +100,8 @@ def _details(t: Trial) -> list:
             + (f" ({p.memory_mb:.0f} MB)" if p.memory_mb is not None else "")
             for p in t.points
         )  # fmt: skip
-        out.append(Text(f"  {t.name}: {rows}; pick {t.pick}", style="dim"))
+        pick = f"; pick {t.pick}" if t.pick else "; no pick (no setting is worth it)"
+        out.append(Text(f"  {t.name}: {rows}{pick}", style="dim"))
     if judgement(t) == "worth it" and t.code:
         out.append(Text(f"  {t.name}: paste", style=GOOD))
         out.extend(Text(f"    {line}") for line in t.code.splitlines())

@@ -183,7 +183,13 @@ def test_unwraps_data_parallel_on_cpu():
 def test_unwraps_compiled_module_without_compiling():
     # torch.compile is lazy: wrapping compiles nothing until the first forward, which never runs.
     plain = Net().double()
-    wrapped = torch.compile(plain)
+    # torch.compile turns torch.distributions' argument checks off process-wide: the test's
+    # own call, put back so the hygiene fixture sees torch as it was.
+    checks = torch.distributions.Distribution._validate_args
+    try:
+        wrapped = torch.compile(plain)
+    finally:
+        torch.distributions.Distribution.set_default_validate_args(checks)
     ema = EMA(wrapped, decay=0.0, warmup_steps=0)
     _check_unwrapped(ema, plain, wrapped)
 

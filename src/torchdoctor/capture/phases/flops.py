@@ -2,7 +2,11 @@
 
 The step runs under ``torch.utils.flop_counter.FlopCounterMode`` (forward and backward, as the
 script calls them); the count and the outermost modules' parameter count go to
-``session.data.flops``. The peak comes from a table of known accelerators
+``session.data.flops``. Ops with arithmetic that the counter has no formula for (recurrent
+layers: ``mkldnn_rnn_layer``, ``_cudnn_rnn``; ops of extensions) are listed with their share of
+the step's op time (on the CPU; by name only on an accelerator, where the host does not see
+their time): when they matter, the count is partial. The dtype is the one the model computes
+in: autocast's when the script's forward runs under it. The peak comes from a table of known accelerators
 (:mod:`torchdoctor.analysis.trials`); on any other device it is **measured**: the best of a few
 square matmuls in the model's dtype on the same device, done between two steps.
 """
@@ -13,6 +17,7 @@ import time
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from .base import Phase
 
@@ -39,10 +44,16 @@ class FlopsPhase(Phase):
 
         self._mode = FlopCounterMode(display=False)
         self._mode.__enter__()
+        device = session.clock.device
+        self._uncounted = _Uncounted(
+            set(self._mode.flop_registry), timed=device is None or device.type == "cpu"
+        )
+        self._uncounted.__enter__()
 
     def on_step(self, session, step) -> bool:
         mode, self._mode = self._mode, None
         if mode is not None:
+            uncounted = self._close_uncounted()
             mode.__exit__(None, None, None)
             params = sum(p.numel() for m in session.root_modules() for p in m.parameters())
             dtype = _model_dtype(session)
@@ -51,13 +62,69 @@ class FlopsPhase(Phase):
                 "params": params,
                 "dtype": str(dtype).replace("torch.", ""),
                 "measured_peak": measured_peak(session.clock.device, dtype),
+                "uncounted": uncounted.listed() if uncounted is not None else [],
             }
         return super().on_step(session, step)
 
     def close(self, session) -> None:
         mode, self._mode = self._mode, None
         if mode is not None:
+            self._close_uncounted()
             mode.__exit__(None, None, None)
+
+    def _close_uncounted(self) -> _Uncounted | None:
+        uncounted, self._uncounted = getattr(self, "_uncounted", None), None
+        if uncounted is not None:
+            uncounted.__exit__(None, None, None)
+        return uncounted
+
+
+#: Op names with arithmetic the FLOP counter has no formula for: recurrent layers' kernels.
+_HEAVY_WORDS = ("rnn", "lstm", "gru")
+#: Namespaces of ops that do no arithmetic of the model's: profiler ranges (the optimizer's
+#: record_function), collectives.
+_BOOKKEEPING = ("profiler", "c10d", "_c10d_functional", "_c10d_functional_autograd")
+
+
+class _Uncounted(TorchDispatchMode):
+    """Times every op of the step and keeps those with uncounted arithmetic."""
+
+    def __init__(self, counted: set[Any], timed: bool) -> None:
+        super().__init__()
+        self._counted = counted
+        self._timed = timed
+        self.total_s = 0.0
+        self.ops: dict[str, float] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        start = time.perf_counter() if self._timed else 0.0
+        out = func(*args, **(kwargs or {}))
+        spent = time.perf_counter() - start if self._timed else 0.0
+        self.total_s += spent
+        packet = func.overloadpacket
+        if packet not in self._counted and _heavy(packet):
+            name = str(packet)
+            self.ops[name] = self.ops.get(name, 0.0) + spent
+        return out
+
+    def listed(self) -> list[dict[str, Any]]:
+        """``[{op, share}]``, costliest first (share ``None`` where untimed)."""
+        out = [
+            {
+                "op": op,
+                "share": round(s / self.total_s, 4) if self._timed and self.total_s else None,
+            }
+            for op, s in self.ops.items()
+        ]
+        return sorted(out, key=lambda d: -(d["share"] or 0.0))
+
+
+def _heavy(packet: Any) -> bool:
+    namespace = getattr(packet, "_qualified_op_name", str(packet)).split("::")[0].split(".")[0]
+    name = str(packet).lower()
+    if namespace in _BOOKKEEPING:
+        return False
+    return namespace not in ("aten", "prims", "prim") or any(w in name for w in _HEAVY_WORDS)
 
 
 def measured_peak(device: Any, dtype: torch.dtype) -> dict[str, Any]:
@@ -85,6 +152,10 @@ def measured_peak(device: Any, dtype: torch.dtype) -> dict[str, Any]:
 
 
 def _model_dtype(session) -> torch.dtype:
+    """autocast's dtype where the script's forward runs under it, else the parameters'."""
+    autocast = session.state.autocast_dtype
+    if autocast is not None and hasattr(torch, autocast):
+        return getattr(torch, autocast)
     for module in session.root_modules():
         for p in module.parameters():
             if p.is_floating_point():

@@ -12,9 +12,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...analysis.trials import samples_per_s
-from .._trials import LEVERS, PLATEAU_GAIN, Baseline, Lever
+from .._compile_lever import Compile
+from .._trials import (
+    PLATEAU_GAIN,
+    Amp,
+    Baseline,
+    BatchSize,
+    ChannelsLast,
+    Foreach,
+    Lever,
+    Threads,
+)
 from .base import NOT_SERVED, Phase
 
+LEVERS: dict[str, type[Lever]] = {
+    cls.name: cls for cls in (Amp, ChannelsLast, Compile, Foreach, Threads, BatchSize)
+}
 #: Measured steps per setting of a lever that tries several.
 STEPS_PER_SETTING = 8
 #: A larger batch is not tried when it would need more than this share of the device's memory.
@@ -70,13 +83,18 @@ class TrialsPhase(Phase):
         short = min(steps, STEPS_PER_SETTING)  # a setting of several, or a baseline
         for name in session.options.trials:
             lever = LEVERS[name]()
-            reason = lever.skip_reason(session)
+            reason = _skip_reason(session, lever)
             if reason is not None:
                 session.data.trials.append(
                     TrialRun(lever, "", skipped=reason, texts=_texts(session, lever, ""))
                 )
                 continue
-            settings = lever.settings(session)
+            try:
+                settings = lever.settings(session)
+            except Exception as exc:  # noqa: BLE001 - see _skip_reason
+                reason = f"could not list its settings: {type(exc).__name__}: {exc}"[:300]
+                session.data.trials.append(TrialRun(lever, "", skipped=reason, texts={}))
+                continue
             self._queue.append(TrialRun(baseline, "", short))
             self._queue.extend(
                 TrialRun(lever, s, short if len(settings) > 1 else steps) for s in settings
@@ -167,18 +185,30 @@ class TrialsPhase(Phase):
 
 
 def _texts(session, lever: Lever, setting: str) -> dict[str, Any]:
-    texts: dict[str, Any] = {
-        "changed": lever.changed(setting),
-        "code": lever.code(session, setting),
-        "caveats": lever.caveats(session),
-    }
+    """What the report says of a lever's run, read while it is live; a lever whose texts fail
+    is a failed trial, never torchdoctor's end."""
+    try:
+        breaks = getattr(lever, "graph_breaks", None)  # may find that nothing compiled
+        texts: dict[str, Any] = {
+            "changed": lever.changed(setting),
+            "code": lever.code(session, setting),
+            "caveats": lever.caveats(session),
+        }
+    except Exception as exc:  # noqa: BLE001 - one lever's failure is its trial's, not the run's
+        return {"changed": lever.name, "error": f"{type(exc).__name__}: {exc}"[:300]}
     error = getattr(lever, "error", None)
     if error:
         texts["error"] = error
-    breaks = getattr(lever, "graph_breaks", None)
     if breaks:
         texts["graph_breaks"] = breaks
     return texts
+
+
+def _skip_reason(session, lever: Lever) -> str | None:
+    try:
+        return lever.skip_reason(session)
+    except Exception as exc:  # noqa: BLE001 - a lever that cannot tell is skipped, with why
+        return f"could not check whether it applies: {type(exc).__name__}: {exc}"[:300]
 
 
 def _device_memory_mb(session) -> float | None:

@@ -1,0 +1,88 @@
+"""What the script already does, read once while its steps are measured, so a trial never
+advises it: autocast around the model's forward (and its dtype), the model's call site and the
+names the script gives its model and optimizer (for code written for this script).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ._frames import is_user_file, statement_at
+
+
+@dataclass
+class CallSite:
+    """Where the script calls its model or steps its optimizer, and its name for it there."""
+
+    file: str
+    line: int
+    source: str
+    #: The script's variable bound to the object in that frame (``m``, ``self.model``).
+    name: str | None
+
+
+class ScriptState:
+    """Probed once, from the measured steps' hooks (one check of a flag per call after that)."""
+
+    def __init__(self) -> None:
+        #: The dtype the model's forward computes in under the script's own ``torch.autocast``.
+        self.autocast_dtype: str | None = None
+        self.model: CallSite | None = None
+        self.optimizer: CallSite | None = None
+        self.forward_probed = False
+        self.optimizer_probed = False
+
+    def probe_forward(self, module: Any, device_type: str) -> None:
+        """At a measured call of a trainable outermost module (the model)."""
+        self.forward_probed = True
+        try:
+            if torch.is_autocast_enabled(device_type):
+                self.autocast_dtype = str(torch.get_autocast_dtype(device_type)).replace(
+                    "torch.", ""
+                )
+        except (RuntimeError, TypeError):  # a device type autocast does not know
+            pass
+        self.model = _call_site(module)
+
+    def probe_optimizer(self, optimizer: Any) -> None:
+        self.optimizer_probed = True
+        self.optimizer = _call_site(optimizer)
+
+    def model_name(self) -> str:
+        return self.model.name if self.model is not None and self.model.name else "model"
+
+    def optimizer_name(self) -> str:
+        found = self.optimizer.name if self.optimizer is not None else None
+        return found or "optimizer"
+
+
+def _call_site(obj: Any) -> CallSite | None:
+    """The innermost user frame above the hook, and the name ``obj`` has there."""
+    frame = sys._getframe(2)
+    while frame is not None and not is_user_file(frame.f_code.co_filename):
+        frame = frame.f_back
+    if frame is None:
+        return None
+    filename, line = frame.f_code.co_filename, frame.f_lineno
+    return CallSite(filename, line, statement_at(filename, line), _name_of(obj, frame))
+
+
+def _name_of(obj: Any, frame: Any) -> str | None:
+    """``obj``'s name in ``frame``: a local or global variable, or an attribute of ``self``."""
+    for scope in (frame.f_locals, frame.f_globals):
+        for name, value in list(scope.items()):
+            if value is obj and not name.startswith("__"):
+                return name
+    owner = frame.f_locals.get("self")
+    if owner is not None:
+        for name, value in list(getattr(owner, "__dict__", {}).items()):
+            if value is obj:
+                return f"self.{name}"
+        for name, value in list(getattr(owner, "_modules", {}).items()):
+            if value is obj:
+                return f"self.{name}"
+    return None

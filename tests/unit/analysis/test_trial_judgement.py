@@ -1,0 +1,95 @@
+"""Trial judgements from synthetic runs: robust to outliers and bursts of load, an allowance as
+compare's, no pick unless worth it, failures and skips kept with their reason."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from torchdoctor.analysis.trials import RUN_TO_RUN, judgement, trials_of
+from torchdoctor.record import RunRecord, StepSeries
+
+
+@dataclass
+class Lever:
+    name: str
+
+
+@dataclass
+class Run:
+    lever: Lever
+    setting: str = ""
+    steps_ms: list[float] = field(default_factory=list)
+    batches: list[int] = field(default_factory=list)
+    warmup_ms: list[float] = field(default_factory=list)
+    memory_mb: float | None = None
+    skipped: str | None = None
+    texts: dict[str, Any] = field(default_factory=dict)
+
+
+BASE = Lever("baseline")
+
+
+def _runs(before, trial, after, name="threads", setting="2", texts=None):
+    lever = Lever(name)
+    return [
+        Run(BASE, steps_ms=before, batches=[1] * len(before)),
+        Run(lever, setting, steps_ms=trial, batches=[1] * len(trial),
+            texts=texts or {"changed": name, "code": "x"}),
+        Run(BASE, steps_ms=after, batches=[1] * len(after)),
+    ]  # fmt: skip
+
+
+def _trial(runs):
+    record = RunRecord(steps=StepSeries())
+    (trial,) = trials_of(record, runs)
+    return trial
+
+
+def test_two_outlier_baseline_steps_do_not_make_a_gain():
+    # The trial's steps equal the baseline's median; two baseline steps took 129 and 260 ms
+    # (a recompile, a burst): a ratio of means called this 14.95x "worth it".
+    steady = [1.75, 1.7, 1.8, 1.76, 1.74, 1.77, 1.73, 1.78]
+    trial = _trial(_runs([129.0, 260.0, *steady[2:]], list(steady), steady))
+    assert judgement(trial) == "no clear gain", trial
+    assert 0.9 < trial.speedup < 1.15
+    assert trial.pick is None
+    assert trial.detail["outlier_steps"] == 2
+
+
+def test_a_burst_in_one_baseline_block_widens_the_allowance():
+    # Baseline blocks 10 ms and 14 ms apart: a 1.2x "gain" against them is within that spread.
+    before = [10.0, 10.1, 9.9, 10.0, 10.2, 9.8, 10.0, 10.1]
+    after = [x * 1.4 for x in before]
+    trial = _trial(_runs(before, [x / 1.0 for x in [10.0] * 8], after))
+    assert trial.detail["allowance"] >= 0.39
+    assert judgement(trial) == "no clear gain"
+    assert trial.pick is None
+
+
+def test_a_clear_gain_is_worth_it_and_keeps_its_pick():
+    base = [10.0, 10.2, 9.9, 10.1, 10.0, 9.8, 10.1, 10.0]
+    trial = _trial(_runs(base, [x / 2 for x in base], base))
+    assert judgement(trial) == "worth it"
+    assert trial.pick == "2"
+    assert trial.detail["allowance"] == RUN_TO_RUN
+
+
+def test_a_small_gain_inside_the_allowance_is_not_worth_it():
+    base = [10.0, 10.01, 9.99, 10.0, 10.02, 9.98, 10.0, 10.0]
+    trial = _trial(_runs(base, [x / 1.05 for x in base], base))
+    assert trial.spread[0] > 1.0  # beyond the steps' own noise...
+    assert judgement(trial) == "no clear gain"  # ...but not beyond run-to-run drift
+
+
+def test_slower_needs_the_allowance_too():
+    base = [10.0, 10.01, 9.99, 10.0, 10.02, 9.98, 10.0, 10.0]
+    assert judgement(_trial(_runs(base, [x * 1.05 for x in base], base))) == "no clear gain"
+    assert judgement(_trial(_runs(base, [x * 1.5 for x in base], base))) == "slower"
+
+
+def test_a_failed_lever_keeps_its_reason():
+    base = [10.0] * 8
+    texts = {"changed": "compile", "code": "m = torch.compile(m)", "error": "built no graph"}
+    trial = _trial(_runs(base, [10.0] * 8, base, name="compile", setting="", texts=texts))
+    assert trial.status == "failed" and trial.reason == "built no graph"
