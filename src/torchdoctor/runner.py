@@ -203,6 +203,7 @@ def build_record(
     _attach_trials(record, session)
     record.seen.update(session.data.ddp_settings)
     record.findings.extend(session.data.parallel_findings)
+    record.findings.extend(session.data.loop_findings)
     record.findings.extend(session.data.sync_findings)
     if session.data.sync_sample_ms:
         record.overhead_ms["sync_sampled_step_ms"] = round(

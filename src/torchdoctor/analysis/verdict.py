@@ -108,6 +108,13 @@ def decide(record: RunRecord) -> Verdict:
 
 
 def _no_step(record: RunRecord) -> Verdict:
+    if record.status == "script-error":
+        return Verdict(
+            kind=UNKNOWN,
+            why="the script failed before a training step was measured",
+            next="fix the script's error (its traceback is above, and in the notes) and run "
+            "torchdoctor again",
+        )
     started = record.seen.get("processes_started", 0)
     if started and not record.seen.get("optimizer_steps") and not record.seen.get("backward_calls"):
         return Verdict(

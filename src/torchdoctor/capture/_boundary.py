@@ -29,6 +29,9 @@ CLEARS_TO_DECIDE = 2
 FORWARDS_TO_DECIDE = 8
 #: Batches a DataLoader must have delivered before calls of the model decide the boundary.
 BATCHES_TO_DECIDE = 3
+#: Backward calls with no optimizer step and gradients never cleared (they accumulate) before
+#: each backward call is taken as a step: a loop that never updates its parameters.
+BACKWARDS_TO_DECIDE = 16
 #: How much more evidence a fallback needs once the script has built an optimizer (it may be
 #: about to step it, after warm-up iterations or a long accumulation).
 OPTIMIZER_BUILT_FACTOR = 4
@@ -52,6 +55,10 @@ class StepBoundary:
         self.optimizer_built = False
         #: What decided the boundary, in words, for the record.
         self.evidence = ""
+        #: The loop's backward calls never led to a parameter change (no optimizer.step(), no
+        #: in-place update): decided with the ``backward`` fallback of a loop that never clears.
+        self.never_updates = False
+        self._param_values: Any = None
 
     # --- what the session tells -------------------------------------------------------------
 
@@ -90,6 +97,23 @@ class StepBoundary:
     def backward_starting(self) -> bool:
         """An outermost backward call starts; True when it settles a loop without an optimizer."""
         self._backwards += 1
+        if (
+            self.kind in (None, "forward")
+            and not self._clear_at
+            and self._backwards >= BACKWARDS_TO_DECIDE * self._factor()
+        ):
+            # Backward after backward, gradients never cleared, no optimizer: nothing trains.
+            # Each call is a step, so the run still measures what the loop costs.
+            self.kind = "backward"
+            self.backwards_per_step = 1
+            self._in_step = 0
+            self.never_updates = not self._params_changed()
+            changed = "changed" if not self.never_updates else "never changed"
+            self.evidence = (
+                f"{self._backwards} backward calls without an optimizer.step(), the gradients "
+                f"never cleared between them, and the parameters {changed}"
+            )
+            return True
         if self.kind in (None, "forward") and self._grads_changed():
             self._clear_at.append(self._backwards)
             if len(self._clear_at) >= CLEARS_TO_DECIDE * self._factor():
@@ -142,6 +166,11 @@ class StepBoundary:
 
     def describe(self) -> str | None:
         """What the report says of a boundary other than the optimizer's, or ``None``."""
+        if self.kind == "backward" and self.never_updates:
+            return (
+                "no optimizer.step() seen and the parameters never change: a step is one "
+                "backward call of the loss (the loop computes gradients and trains nothing)"
+            )
         if self.kind == "backward":
             per = self.backwards_per_step
             calls = "call" if per == 1 else f"{per} calls"
@@ -169,7 +198,16 @@ class StepBoundary:
             if param is None:
                 return
             self._param = weakref.ref(param)
+            self._param_values = _sample(param)
         self._grad_state = _grad_state(param)
+
+    def _params_changed(self) -> bool:
+        """Whether the watched parameter's first values moved since it was first seen (an
+        update through ``p.data`` bumps no version counter, so the values are compared)."""
+        param = self._param() if self._param is not None else None
+        if param is None or self._param_values is None:
+            return False
+        return not bool((_sample(param) == self._param_values).all())
 
 
 def _grad_state(param: Any) -> tuple[int, int]:
@@ -179,6 +217,11 @@ def _grad_state(param: Any) -> tuple[int, int]:
     if grad is None:
         return (0, -1)
     return (id(grad), grad._version)
+
+
+def _sample(param: Any) -> Any:
+    """A copy of a parameter's first few values (cheap, once per check)."""
+    return param.detach().reshape(-1)[:8].clone()
 
 
 def graph_leaves(tensors: Any, limit: int = 10_000) -> Iterator[Any]:

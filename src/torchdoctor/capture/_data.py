@@ -49,6 +49,8 @@ class CaptureData:
     #: The data-parallel wrappers' findings and DDP's settings, noted after the measured steps.
     parallel_findings: list[Finding] = field(default_factory=list)
     ddp_settings: dict[str, Any] = field(default_factory=dict)
+    #: What the loop itself does wrong (a loop whose parameters never change).
+    loop_findings: list[Finding] = field(default_factory=list)
     trace_paths: list[str] = field(default_factory=list)
     #: The whole-step worker sweep's result (``record.WorkerSweep``), when it ran.
     worker_sweep: WorkerSweep | None = None

@@ -60,6 +60,11 @@ class ScriptState:
         return found or "optimizer"
 
 
+def call_site(obj: Any = None) -> CallSite | None:
+    """The innermost user frame above the caller, and the name ``obj`` has there."""
+    return _call_site(obj)
+
+
 def _call_site(obj: Any) -> CallSite | None:
     """The innermost user frame above the hook, and the name ``obj`` has there."""
     frame = sys._getframe(2)
@@ -68,7 +73,8 @@ def _call_site(obj: Any) -> CallSite | None:
     if frame is None:
         return None
     filename, line = frame.f_code.co_filename, frame.f_lineno
-    return CallSite(filename, line, statement_at(filename, line), _name_of(obj, frame))
+    name = _name_of(obj, frame) if obj is not None else None
+    return CallSite(filename, line, statement_at(filename, line), name)
 
 
 def _name_of(obj: Any, frame: Any) -> str | None:

@@ -13,9 +13,29 @@ import torch
 
 from .._batches import tensor_ids
 from ..loader import valid_loader_kwargs
+from ..record import Finding
 from ._boundary import graph_leaves
 from ._patch import passes_through
+from ._script_state import call_site
 from .phases import NOT_SERVED, Done
+
+
+def never_updates_finding(site: Any) -> Finding:
+    """A loop whose backward calls never change a parameter: it trains nothing."""
+    return Finding(
+        kind="loop.never-updates",
+        title="parameters never change: no optimizer.step() and no in-place update after the "
+        "backward calls",
+        fix="# build an optimizer and step it after the backward, or update the parameters\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.01)\n"
+        "loss.backward()\n"
+        "optimizer.step()\n"
+        "optimizer.zero_grad()",
+        file=site.file if site is not None else None,
+        line=site.line if site is not None else None,
+        source=site.source if site is not None else None,
+        severity="critical",
+    )
 
 
 def _trainable(module: Any) -> bool:
@@ -218,6 +238,8 @@ class StepHooks:
             self._boundary_notes.append(text)
         if moved and self.phase.name == "warmup":
             self.phase.steps_done = 0  # steps cut at the old boundary do not count
+        if self.boundary.never_updates and not self.data.loop_findings:
+            self.data.loop_findings.append(never_updates_finding(call_site()))
 
     def _end_step(self) -> None:
         try:

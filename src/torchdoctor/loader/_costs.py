@@ -106,6 +106,16 @@ def profile_costs(
         node_s = _cumtime(stats, node)
     per_sample_ms = getitem_ms_per_sample
     parts: list[tuple[str, float, str, float | None]] = []
+    if node != root and is_library_file(node[0]):
+        # The dataset's __getitem__ is a library's own (TensorDataset's indexing): no transform
+        # of the user's runs, so its inside is not broken down nor advised on.
+        parts.append(
+            (f"{function_name(node)}, {_library_of(node[0])}'s own dataset code",
+             per_sample_ms * batch_size, "dataset-library", 1.0)
+        )  # fmt: skip
+        if collate_ms is not None:
+            parts.append((COLLATE, collate_ms, "collate", None))
+        return _with_shares(parts)
     if node_s <= 0:  # no profile (another profiler was active): the total only
         parts.append(("__getitem__", per_sample_ms * batch_size, "other", 1.0))
     kids = sorted(callees.get(node, {}).items(), key=lambda kv: -kv[1])
@@ -191,8 +201,8 @@ def transform_findings(costs: Sequence[TransformCost]) -> list[Finding]:
     if not costs:
         return []
     worst = max(costs, key=lambda c: c.share)
-    if worst.share < COSTLY_SHARE:
-        return []
+    if worst.share < COSTLY_SHARE or worst.kind == "dataset-library":
+        return []  # a library's own dataset (TensorDataset) has no transform to change
     table = [{"name": c.name, "share": round(c.share, 4), "kind": c.kind} for c in costs]
     title = f"{worst.name} takes {100 * worst.share:.0f}% of the time to make a batch"
     if worst.kind == "collate":

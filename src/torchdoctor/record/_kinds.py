@@ -78,7 +78,11 @@ DistributedFindingKind = Literal[
     "ddp.find-unused-parameters",
     "ddp.buckets",
 ]
-FindingKind = Literal[SyncFindingKind, LoaderFindingKind, TraceFindingKind, DistributedFindingKind]
+#: What the training loop itself does wrong (docs/how-it-works.md).
+LoopFindingKind = Literal["loop.never-updates"]
+FindingKind = Literal[
+    SyncFindingKind, LoaderFindingKind, TraceFindingKind, DistributedFindingKind, LoopFindingKind
+]
 
 INPUT_BOUND: VerdictKind = "INPUT-BOUND"
 COMPUTE_BOUND: VerdictKind = "COMPUTE-BOUND"
@@ -94,6 +98,11 @@ SYNC_FINDING_KINDS: tuple[str, ...] = get_args(SyncFindingKind)
 LOADER_FINDING_KINDS: tuple[str, ...] = get_args(LoaderFindingKind)
 TRACE_FINDING_KINDS: tuple[str, ...] = get_args(TraceFindingKind)
 DISTRIBUTED_FINDING_KINDS: tuple[str, ...] = get_args(DistributedFindingKind)
+LOOP_FINDING_KINDS: tuple[str, ...] = get_args(LoopFindingKind)
 FINDING_KINDS: tuple[str, ...] = (
-    SYNC_FINDING_KINDS + LOADER_FINDING_KINDS + TRACE_FINDING_KINDS + DISTRIBUTED_FINDING_KINDS
+    SYNC_FINDING_KINDS
+    + LOADER_FINDING_KINDS
+    + TRACE_FINDING_KINDS
+    + DISTRIBUTED_FINDING_KINDS
+    + LOOP_FINDING_KINDS
 )

@@ -94,7 +94,8 @@ class TransformCost:
     share: float
     ms_per_batch: float
     #: "transform", "outside", "function" (from a profile), "library" (library code called
-    #: from ``__getitem__``, from a profile), "other" or "collate".
+    #: from ``__getitem__``, from a profile), "dataset-library" (the dataset's own
+    #: ``__getitem__`` is a library's, such as TensorDataset's), "other" or "collate".
     kind: str = "transform"
     #: Calls per sample (a transform applied twice, a function called in a loop).
     calls_per_sample: float | None = None

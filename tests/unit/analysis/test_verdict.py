@@ -142,3 +142,12 @@ def test_next_follows_a_sweep_that_found_no_gain():
     summarise(rec)
     assert "workers do not pay here" in rec.verdict.next
     assert "num_workers=N" not in rec.verdict.next
+
+
+def test_a_script_that_failed_is_told_about_its_error_not_optimizer_step():
+    rec = RunRecord(steps=StepSeries())
+    rec.status = "script-error"
+    summarise(rec)
+    assert rec.verdict.kind == UNKNOWN
+    assert "failed" in rec.verdict.why
+    assert "optimizer.step()" not in rec.verdict.next

@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from torchdoctor.capture import StopRun
 from torchdoctor.capture._boundary import (
+    BACKWARDS_TO_DECIDE,
     BATCHES_TO_DECIDE,
     CLEARS_TO_DECIDE,
     FORWARDS_TO_DECIDE,
@@ -187,5 +188,41 @@ def test_the_notes_describe_the_boundary_the_run_ended_with():
         assert session.boundary.kind == "optimizer"
         assert not any("no optimizer.step() and no backward" in n for n in session.data.notes)
         assert any("moved to optimizer.step()" in n for n in session.data.notes)
+    finally:
+        session.uninstall()
+
+
+def test_a_loop_that_never_updates_is_stepped_by_backward_and_told_so():
+    session = _session()
+    try:
+        model = nn.Linear(4, 1)
+        x = torch.randn(8, 4)
+        before = model.weight.detach().clone()
+        for _ in range(BACKWARDS_TO_DECIDE + 4):
+            model(x).sum().backward()  # BACKWARD
+        assert torch.equal(model.weight, before)
+        assert session.boundary.kind == "backward" and session.boundary.never_updates
+        assert session.table[0].steps_done >= 3
+        (finding,) = session.data.loop_findings
+        assert finding.kind == "loop.never-updates"
+        lines = open(__file__).read().splitlines()
+        assert "# BACKWARD" in lines[finding.line - 1]
+        assert any("trains nothing" in n for n in session.data.notes)
+    finally:
+        session.uninstall()
+
+
+def test_a_loop_whose_gradients_accumulate_but_which_updates_by_hand_is_not_never_updates():
+    session = _session()
+    try:
+        model = nn.Linear(4, 1)
+        x = torch.randn(8, 4)
+        for _ in range(BACKWARDS_TO_DECIDE + 4):
+            model(x).sum().backward()
+            with torch.no_grad():
+                model.weight.data.add_(-0.01)  # an update through .data, gradients kept
+        assert session.boundary.kind == "backward"
+        assert not session.boundary.never_updates
+        assert session.data.loop_findings == []
     finally:
         session.uninstall()

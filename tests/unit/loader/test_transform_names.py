@@ -84,3 +84,5 @@ def test_torchs_own_getitem_is_not_the_users_transform():
     assert not [c for c in costs if c.kind in ("function", "transform")], [
         (c.name, c.kind) for c in costs
     ]
+    assert [c.kind for c in costs][0] == "dataset-library"
+    assert transform_findings(costs) == []  # nothing of the user's to change

@@ -12,6 +12,7 @@ from torchdoctor.record import (
     DISTRIBUTED_FINDING_KINDS,
     FINDING_KINDS,
     LOADER_FINDING_KINDS,
+    LOOP_FINDING_KINDS,
     SEVERITIES,
     STATUSES,
     STEP_BOUNDARY_KINDS,
@@ -44,6 +45,7 @@ def _listed(label: str) -> list[str]:
         ("Loader finding kinds", LOADER_FINDING_KINDS),
         ("Trace finding kinds", TRACE_FINDING_KINDS),
         ("Distributed finding kinds", DISTRIBUTED_FINDING_KINDS),
+        ("Loop finding kinds", LOOP_FINDING_KINDS),
     ],
 )
 def test_the_doc_lists_the_kinds_of_the_code(label, code):
