@@ -253,10 +253,26 @@ _NEXT_HOST = (
 )
 
 
+#: A data-free step less than this much faster is no gain (the two phases' noise).
+CEILING_NO_GAIN = 1.05
+
+
+def ceiling_words(ceiling: float) -> str:
+    """The ceiling in words, the same in the terminal and on the page: never "0.71x faster"."""
+    if ceiling >= CEILING_NO_GAIN:
+        return f"{ceiling:.2f}x faster if data cost nothing"
+    return f"no gain from faster data: with data made free the step is no faster ({ceiling:.2f}x)"
+
+
 def _why_compute(record: RunRecord, shares: dict[str, float], step: float) -> str:
     text = f"forward, backward and optimizer take {_pct(shares['compute'])} of a mean {step:.1f} ms step"
-    if record.ceiling_speedup is not None:
-        text += f"; with data made free the step is only {record.ceiling_speedup:.2f}x faster"
+    ceiling = record.ceiling_speedup
+    if ceiling is not None:
+        text += (
+            f"; with data made free the step is only {ceiling:.2f}x faster"
+            if ceiling >= CEILING_NO_GAIN
+            else "; with data made free the step is no faster"
+        )
     return text
 
 

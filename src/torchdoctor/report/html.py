@@ -12,6 +12,7 @@ import os
 from html import escape
 from pathlib import Path
 
+from ..analysis.verdict import ceiling_words
 from ..record import STEP_PARTS, RunRecord, write_text_atomic
 from . import _svg
 from .terminal import stop_line
@@ -107,7 +108,7 @@ def _verdict(record: RunRecord) -> str:
         return ""
     shares = " · ".join(f"{escape(k)} {val * 100:.0f}%" for k, val in v.shares.items())
     ceiling = (
-        f"<p>Ceiling: {record.ceiling_speedup:.2f}x faster if data cost nothing</p>"
+        f"<p>Ceiling: {escape(ceiling_words(record.ceiling_speedup))}</p>"
         if record.ceiling_speedup is not None
         else ""
     )

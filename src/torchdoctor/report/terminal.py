@@ -7,6 +7,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from ..analysis.verdict import ceiling_words
 from ..record import (
     BATCH_SIZE_ARGUMENT,
     BATCH_SIZE_MEASURED,
@@ -170,13 +171,7 @@ def _verdict_panel(record: RunRecord) -> Panel:
         shares = "  ".join(f"{k} {val * 100:.0f}%" for k, val in v.shares.items())
         grid.add_row("Shares", shares)
     if record.ceiling_speedup is not None:
-        ceiling = record.ceiling_speedup
-        grid.add_row(
-            "Ceiling",
-            f"{ceiling:.2f}x faster if data cost nothing"
-            if ceiling >= 1.05
-            else f"none: with data made free the step is no faster ({ceiling:.2f}x)",
-        )
+        grid.add_row("Ceiling", ceiling_words(record.ceiling_speedup))
     return Panel(grid, title="diagnosis", title_align="left", border_style="cyan")
 
 
