@@ -14,10 +14,18 @@ the allowance either way:
 - ``NO CHANGE`` otherwise.
 
 ``analyze`` records compare the same way, from their first rank's per-step wall times.
+
+**What is compared** comes first: when the two records differ in script, arguments, device,
+world size, batch size or kind (a run against an ``analyze`` of a trace), ``differences`` says
+so, and for a different script, device or kind the judgement is not a like-for-like one
+(``like_for_like`` is false: the report leads with that warning). Records whose step times are
+impossible (not finite, zero or negative, or longer than a day) are refused.
 """
 
 from __future__ import annotations
 
+import math
+import os
 import random
 import statistics
 from collections.abc import Callable
@@ -32,6 +40,8 @@ RUN_TO_RUN = 0.10
 BLOCKS = 3
 #: Bootstrap resamples (seeded: the same records always give the same interval).
 ROUNDS = 2000
+#: A step longer than a day is no measurement.
+MAX_STEP_MS = 86_400_000.0
 
 IMPROVED, REGRESSED, NO_CHANGE = "IMPROVED", "REGRESSED", "NO CHANGE"
 
@@ -68,6 +78,10 @@ class Comparison:
     notes: list[str] = field(default_factory=list)
     a_command: list[str] = field(default_factory=list)
     b_command: list[str] = field(default_factory=list)
+    #: How the two records differ besides the change being judged (script, device, ...).
+    differences: list[str] = field(default_factory=list)
+    #: False when they differ in script, device or kind: the speedup is no like-for-like change.
+    like_for_like: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -83,6 +97,13 @@ def compare(a: RunRecord, b: RunRecord) -> Comparison:
     for name, steps in (("A", a_steps), ("B", b_steps)):
         if len(steps) < 2:
             raise CompareError(f"record {name} has {len(steps)} measured step(s); 2 are needed")
+        bad = [x for x in steps if not (math.isfinite(x) and 0.0 < x <= MAX_STEP_MS)]
+        if bad:
+            raise CompareError(
+                f"record {name} has impossible step times ({bad[0]!r} ms among "
+                f"{len(bad)} of {len(steps)}): it is damaged or was not written by torchdoctor"
+            )
+    differences, like = _differences(a, b)
     scale, measure, notes = _scale(a, b)
     speedup = scale * statistics.fmean(a_steps) / statistics.fmean(b_steps)
     lo, hi = (scale * x for x in interval(a_steps, b_steps))
@@ -113,7 +134,61 @@ def compare(a: RunRecord, b: RunRecord) -> Comparison:
         notes=notes,
         a_command=list(a.command),
         b_command=list(b.command),
+        differences=differences,
+        like_for_like=like,
     )
+
+
+def _differences(a: RunRecord, b: RunRecord) -> tuple[list[str], bool]:
+    """What differs between the two records besides the change being judged, and whether the
+    comparison is still like for like (same script, device and kind of record)."""
+    out: list[str] = []
+    like = True
+    kind_a, kind_b = _kind(a), _kind(b)
+    if kind_a != kind_b:
+        out.append(f"different kinds of record: A is {kind_a}, B is {kind_b}")
+        like = False
+    script_a, script_b = _script(a), _script(b)
+    if script_a and script_b and script_a != script_b:
+        out.append(f"different scripts: A ran {script_a}, B ran {script_b}")
+        like = False
+    elif a.command[1:] != b.command[1:] and script_a == script_b and kind_a == kind_b == "a run":
+        out.append(
+            f"different arguments: A {' '.join(a.command[1:]) or '(none)'}, "
+            f"B {' '.join(b.command[1:]) or '(none)'}"
+        )
+    dev_a = a.env.device if a.env is not None else ""
+    dev_b = b.env.device if b.env is not None else ""
+    if dev_a and dev_b and dev_a != dev_b:
+        out.append(f"different devices: A on {dev_a}, B on {dev_b}")
+        like = False
+    world_a, world_b = _world(a), _world(b)
+    if world_a != world_b:
+        out.append(f"different world sizes: A {world_a} process(es), B {world_b}")
+    batch_a = a.loader.batch_size if a.loader is not None else None
+    batch_b = b.loader.batch_size if b.loader is not None else None
+    if batch_a and batch_b and batch_a != batch_b:
+        out.append(f"different batch sizes: A {batch_a}, B {batch_b}")
+    return out, like
+
+
+def _kind(record: RunRecord) -> str:
+    return "a trace analysis" if not record.steps.step_ms and record.trace else "a run"
+
+
+def _script(record: RunRecord) -> str:
+    """The script (or module) a run ran, as its file name; an analysis's first trace."""
+    command = [c for c in record.command if c not in ("torchdoctor", "run", "loader")]
+    for i, word in enumerate(command):
+        if word == "-m" and i + 1 < len(command):
+            return command[i + 1]
+        if word.endswith(".py"):
+            return os.path.basename(word)
+    return ""
+
+
+def _world(record: RunRecord) -> int:
+    return record.distributed.world_size if record.distributed is not None else 1
 
 
 def step_times(record: RunRecord) -> list[float]:
@@ -170,9 +245,10 @@ def _scale(a: RunRecord, b: RunRecord) -> tuple[float, str, list[str]]:
 
 
 def _samples_per_step(record: RunRecord) -> float | None:
+    """Samples one step trains: every rank's, in a job (2 ranks of batch 16 train 32)."""
     if record.loader is None or record.loader.batch_size is None or not record.steps.batches:
         return None
-    return record.loader.batch_size * statistics.fmean(record.steps.batches)
+    return record.loader.batch_size * statistics.fmean(record.steps.batches) * _world(record)
 
 
 def _parts(a: RunRecord, b: RunRecord) -> list[PartChange]:

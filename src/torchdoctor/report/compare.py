@@ -28,9 +28,25 @@ def headline(c: Comparison) -> str:
     )
 
 
+def warning(c: Comparison) -> str | None:
+    """What the judgement must be read with, first: the records are not like for like."""
+    if c.like_for_like:
+        return None
+    return (
+        "not a like-for-like comparison: "
+        + "; ".join(c.differences)
+        + ". The speedup below compares different work, not a change to one script"
+    )
+
+
 def render_comparison(c: Comparison, console: Console | None = None) -> None:
     console = console or Console()
-    console.print(Text(headline(c), style=_LOOK.get(c.kind, "bold")))
+    caution = warning(c)
+    if caution:
+        console.print(Text(f"warning: {caution}", style=BAD))
+    console.print(Text(headline(c), style=_LOOK.get(c.kind, "bold") if not caution else "bold"))
+    for diff in c.differences if not caution else []:
+        console.print(Text(f"note: {diff}", style="dim"))
     if c.a_verdict or c.b_verdict:
         console.print(f"verdict: {c.a_verdict or '?'} -> {c.b_verdict or '?'}")
     if c.parts:
@@ -53,10 +69,16 @@ def comparison_html(c: Comparison, a: RunRecord, b: RunRecord) -> str:
         f"<td class='n'>{p.b_ms:.2f}</td><td class='n'>{p.change_ms:+.2f}</td></tr>"
         for p in c.parts
     )
-    notes = "".join(f"<p class='muted'>{escape(n)}</p>" for n in c.notes)
+    caution = warning(c)
+    if caution:
+        cls = "bad"
+    lead = f"<p class='bad'>{escape(caution)}</p>" if caution else ""
+    said = [] if caution else list(c.differences)
+    notes = "".join(f"<p class='muted'>{escape(n)}</p>" for n in [*said, *c.notes])
     body = (
         "<h1>torchdoctor compare</h1>"
-        f'<section id="judgement" class="card"><div class="kind {cls}">{escape(c.kind)}</div>'
+        f'<section id="judgement" class="card">{lead}<div class="kind {cls}">'
+        f"{escape(c.kind)}</div>"
         f"<p>{escape(headline(c))}</p><p>verdict: {escape(c.a_verdict)} → "
         f"{escape(c.b_verdict)}</p>{notes}</section>"
         + (
