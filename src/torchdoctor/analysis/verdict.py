@@ -45,8 +45,14 @@ def summarise(record: RunRecord) -> None:
     record.ceiling_speedup = None
     # Ratios of mean step times: they are ratios of throughput. With DataLoader workers batches
     # arrive in rounds (several at once, then a wait), and a median step misses the waits.
+    record.ceiling_interval = []
     if record.step_ms and record.model_alone_step_ms and record.model_alone_step_ms.mean > 0:
         record.ceiling_speedup = round(record.step_ms.mean / record.model_alone_step_ms.mean, 3)
+        if len(steps.step_ms) >= 2 and len(record.model_alone) >= 2:
+            from .compare import interval
+
+            lo, hi = interval(list(steps.step_ms), list(record.model_alone), rounds=500)
+            record.ceiling_interval = [round(lo, 3), round(hi, 3)]
     if record.loader_alone and record.model_alone_step_ms and record.model_alone_step_ms.mean:
         per_step = _mean(steps.batches) or 1.0
         record.loader_alone.needed_batches_per_s = round(
@@ -257,11 +263,29 @@ _NEXT_HOST = (
 CEILING_NO_GAIN = 1.05
 
 
-def ceiling_words(ceiling: float) -> str:
-    """The ceiling in words, the same in the terminal and on the page: never "0.71x faster"."""
-    if ceiling >= CEILING_NO_GAIN:
-        return f"{ceiling:.2f}x faster if data cost nothing"
-    return f"no gain from faster data: with data made free the step is no faster ({ceiling:.2f}x)"
+def ceiling_words(record: RunRecord) -> str:
+    """The ceiling in words, the same in the terminal and on the page: never "0.71x faster",
+    with its interval, and flagged when the input's share cannot explain it."""
+    ceiling = record.ceiling_speedup
+    if ceiling is None:
+        return ""
+    if ceiling < CEILING_NO_GAIN:
+        return (
+            f"no gain from faster data: with data made free the step is no faster ({ceiling:.2f}x)"
+        )
+    spread = record.ceiling_interval
+    text = f"{ceiling:.2f}x faster if data cost nothing"
+    if spread:
+        text = f"{ceiling:.2f}x [{spread[0]:.2f}-{spread[1]:.2f}] faster if data cost nothing"
+    verdict = record.verdict.kind if record.verdict is not None else ""
+    input_share = record.verdict.shares.get("input", 0.0) if record.verdict is not None else 0.0
+    workers = record.loader is not None and record.loader.num_workers > 0
+    if verdict != INPUT_BOUND and ceiling >= INPUT_BOUND_CEILING and not workers:
+        text += (
+            f" (more than the input's {_pct(input_share)} of the step explains: the data-free "
+            "steps ran under less load, noise)"
+        )
+    return text
 
 
 def _why_compute(record: RunRecord, shares: dict[str, float], step: float) -> str:

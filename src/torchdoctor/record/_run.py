@@ -225,6 +225,8 @@ class RunRecord:
     model_alone_step_ms: Stat | None = None
     loader_alone: LoaderAlone | None = None
     ceiling_speedup: float | None = None
+    #: A 90% bootstrap interval of ``ceiling_speedup`` (``[low, high]``), from both phases' steps.
+    ceiling_interval: list[float] = field(default_factory=list)
     verdict: Verdict | None = None
     findings: list[Finding] = field(default_factory=list)
     system: SystemUsage | None = None

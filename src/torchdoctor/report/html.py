@@ -108,7 +108,7 @@ def _verdict(record: RunRecord) -> str:
         return ""
     shares = " · ".join(f"{escape(k)} {val * 100:.0f}%" for k, val in v.shares.items())
     ceiling = (
-        f"<p>Ceiling: {escape(ceiling_words(record.ceiling_speedup))}</p>"
+        f"<p>Ceiling: {escape(ceiling_words(record))}</p>"
         if record.ceiling_speedup is not None
         else ""
     )

@@ -171,7 +171,7 @@ def _verdict_panel(record: RunRecord) -> Panel:
         shares = "  ".join(f"{k} {val * 100:.0f}%" for k, val in v.shares.items())
         grid.add_row("Shares", shares)
     if record.ceiling_speedup is not None:
-        grid.add_row("Ceiling", ceiling_words(record.ceiling_speedup))
+        grid.add_row("Ceiling", ceiling_words(record))
     return Panel(grid, title="diagnosis", title_align="left", border_style="cyan")
 
 

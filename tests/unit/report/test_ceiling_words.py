@@ -49,5 +49,8 @@ def test_a_ceiling_below_one_is_no_gain_everywhere():
 
 def test_a_real_ceiling_reads_the_same_in_both():
     rec = _record(model_alone_ms=5.0)
-    words = f"{rec.ceiling_speedup:.2f}x faster if data cost nothing"
+    lo, hi = rec.ceiling_interval
+    words = f"{rec.ceiling_speedup:.2f}x [{lo:.2f}-{hi:.2f}] faster if data cost nothing"
     assert words in _terminal(rec) and words in render_html(rec)
+    # 2% of the step in input cannot make the step 2x faster: the words say it is noise
+    assert "noise" in words + _terminal(rec)
