@@ -148,11 +148,12 @@ class BuiltInputs:
         sys.setprofile(self._on_event)
 
     def _note_not_found(self) -> None:
-        self._notes.append(
-            "the loop draws no batch from a DataLoader, and no function of the script returned "
-            "the model's input: time spent making batches in the loop counts as other (make "
-            "them in a function, e.g. get_batch(), to have it timed as input)"
-        )
+        self._notes.append(NOT_FOUND_NOTE)
+
+    def batches_drawn(self) -> None:
+        """The measured steps drew DataLoader batches after all: the note is no longer true."""
+        if NOT_FOUND_NOTE in self._notes:
+            self._notes.remove(NOT_FOUND_NOTE)
 
     def _on_event(self, frame: Any, event: str, arg: Any) -> None:
         if event != "return" or arg is None:
@@ -208,6 +209,13 @@ class BuiltInputs:
 
     def described(self) -> list[str]:
         return [b.describe() for b in self.builders]
+
+
+NOT_FOUND_NOTE = (
+    "the loop draws no batch from a DataLoader, and no function of the script returned the "
+    "model's input: time spent making batches in the loop counts as other (make them in a "
+    "function, e.g. get_batch(), to have it timed as input)"
+)
 
 
 def _wrapper(builder: Builder, session: CaptureSession) -> Callable[..., Any]:

@@ -321,6 +321,8 @@ class CaptureSession(StepHooks):
         if phase.measuring:
             self._note_parallel()
             self._note_script_profiler(phase)
+            if any(step.batches for step in self.data.measured):
+                self.inputs.batches_drawn()  # notes describe the run as it ended
         self._started.remove(phase)
         phase.close(self)
 

@@ -226,3 +226,24 @@ def test_a_loop_whose_gradients_accumulate_but_which_updates_by_hand_is_not_neve
         assert session.data.loop_findings == []
     finally:
         session.uninstall()
+
+
+def test_a_no_batch_note_from_early_steps_is_gone_once_batches_flow():
+    # Two dry-run steps on a made-up batch (no DataLoader), then the real loop: the warmup's
+    # search for a batch builder found none, but the measured steps draw batches.
+    session = _session(steps=3, warmup=3)
+    try:
+        model = nn.Linear(4, 2)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(2):
+            optimizer.zero_grad()
+            model(torch.zeros(2, 4)).sum().backward()
+            optimizer.step()
+        for x, y in DataLoader(Images(), batch_size=8):
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+        assert len(session.data.measured) == 3
+        assert not any("draws no batch" in n for n in session.data.notes), session.data.notes
+    finally:
+        session.uninstall()
