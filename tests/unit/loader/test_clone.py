@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, SequentialSampler
 
-from torchdoctor.loader import clone_loader, loader_settings, preserved_random_state, sample_batch
+from torchdoctor.loader import (
+    clone_loader,
+    loader_settings,
+    preserved_random_state,
+    sample_batch,
+    shutdown_workers,
+)
 
 
 class Squares(Dataset):
@@ -141,3 +148,18 @@ def test_a_clone_without_workers_drops_the_worker_only_settings():
     assert (clone.num_workers, clone.persistent_workers, clone.prefetch_factor) == (0, False, None)
     assert [b.tolist()[0] for b in clone] == [[0, 0], [4, 16]]
     assert loader.persistent_workers and loader.prefetch_factor == 3  # the user's is unchanged
+
+
+def test_stopping_workers_that_die_while_stopped_is_no_error():
+    # torch's SIGCHLD handler raises in the joining thread when a spawned worker aborts on being
+    # stopped mid-batch; the iterator's own cleanup has run by then.
+    class Iterator:
+        def __init__(self, message):
+            self.message = message
+
+        def _shutdown_workers(self):
+            raise RuntimeError(self.message)
+
+    shutdown_workers(Iterator("DataLoader worker (pid 9) is killed by signal: Aborted. "))
+    with pytest.raises(RuntimeError, match="something else"):
+        shutdown_workers(Iterator("something else"))
