@@ -18,15 +18,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ._stream import StreamWriter
+from ._stream import LOGGED_PHASES, StepLog, StreamWriter, lower_thread_priority
 
 #: Seconds between two reports of what the capture saw (for a script that never steps).
 SEEN_INTERVAL_S = 1.0
+#: Seconds between two progress messages within a phase (a phase's start and end always go).
+PROGRESS_INTERVAL_S = 0.25
 #: Seconds a script may keep running after torchdoctor stopped it (it swallowed the stop with
 #: ``except BaseException``) before this process sends the record and ends itself.
 SWALLOWED_STOP_GRACE_S = 3.0
-#: Phases whose steps are streamed one by one (the others only count in snapshots).
-STREAMED_PHASES = ("measure", "model-alone", "no-sync")
 
 
 #: A rank of a launched job finds the supervisor's socket here (torchrun closes other fds).
@@ -49,14 +49,14 @@ def main(argv: list[str]) -> int:
             pid=os.getpid(),
         )
     try:
-        return _run(spec, writer)
+        return _run(spec, writer, str(Path(spec_path).parent / f"steps.{os.getpid()}"))
     except KeyboardInterrupt:  # before the script started (importing torch): nothing measured
         return 130
     finally:
         writer.close()
 
 
-def _run(spec: dict[str, Any], writer: StreamWriter) -> int:
+def _run(spec: dict[str, Any], writer: StreamWriter, log_path: str) -> int:
     # Imported here: torch is loaded only once the pipe is open, so an import failure is streamed.
     from ._errors import EXIT_INTERNAL, TorchdoctorError
     from .capture import parts_from_marks
@@ -68,8 +68,16 @@ def _run(spec: dict[str, Any], writer: StreamWriter) -> int:
     command = target.describe()
     live: dict[str, Any] = {}
     stop = threading.Event()
+    # Room for every step of the logged phases (each takes at most --steps), with slack.
+    log = StepLog(log_path, capacity=len(LOGGED_PHASES) * options.steps + 64)
+    writer.send("steplog", path=log.path)
+    shown: list[Any] = [None, 0.0]  # the phase last shown, and when
 
     def progress(phase: str, done: int, total: int) -> None:
+        now = time.monotonic()
+        if phase == shown[0] and 0 < done < total and now - shown[1] < PROGRESS_INTERVAL_S:
+            return  # a step's progress waits: no message, no wake-up, in the step
+        shown[0], shown[1] = phase, now
         writer.send("progress", phase=phase, done=done, total=total)
 
     def listen(event: str, session: Any, phase: Any, step: Any) -> None:
@@ -79,15 +87,15 @@ def _run(spec: dict[str, Any], writer: StreamWriter) -> int:
         trials = len(session.data.trials)
         if event == "phase" or trials != live.get("trials", trials):
             record = build_record(session, command, "running", snapshot=True)
-            writer.send("snapshot", record=record.to_dict())
+            writer.send("snapshot", record=record.to_dict(), logged=log.count)
         live["trials"] = trials
-        if event == "step" and phase.name in STREAMED_PHASES:
-            parts = parts_from_marks(step.marks)
-            writer.send("step", phase=phase.name, parts=parts, batches=step.batches)
+        if event == "step" and phase.name in LOGGED_PHASES:
+            log.append(phase.name, step.batches, parts_from_marks(step.marks))
 
     parent = os.getppid()
 
     def report_seen() -> None:
+        lower_thread_priority()
         done_at = None
         while not stop.wait(SEEN_INTERVAL_S):
             if os.getppid() != parent:

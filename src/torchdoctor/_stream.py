@@ -3,11 +3,12 @@
 One JSON object per line on a pipe the supervisor opened. What is sent, and why it is enough to
 rebuild a record when the script's process dies at any moment:
 
-- ``progress``: the phase and its progress, for the display (the supervisor draws it);
+- ``steplog``: first, the path of the process's step log (:class:`StepLog`): each measured,
+  model-alone and no-sync step's parts are written there as it ends, not sent, so a step costs
+  no message and wakes nobody, and steps taken since the last snapshot are not lost;
 - ``snapshot``: the whole record so far, at each phase's start (cheap there: between two steps of
-  the script, outside any timed step);
-- ``step``: one measured or model-alone step's parts (a few numbers, sent as it ends), so steps
-  taken since the last snapshot are not lost;
+  the script, outside any timed step), with how many steps the log held then;
+- ``progress``: the phase and its progress, for the display, at most a few times a second;
 - ``seen``: what the capture saw so far, once a second from a thread, so even a script that never
   steps leaves a trace of what it did;
 - ``final``: the finished record and the exit status, the last word of a script that ended in a
@@ -21,12 +22,87 @@ The writer never raises: a supervisor that went away must not break the user's s
 from __future__ import annotations
 
 import json
+import mmap
 import os
+import struct
+import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from .record import STEP_PARTS
+
+#: Phases whose steps go into the step log (the others only count in snapshots).
+LOGGED_PHASES = ("measure", "model-alone", "no-sync")
+_HEADER = struct.Struct("<Q")  # steps written so far
+_STEP = struct.Struct("<II" + "d" * len(STEP_PARTS))  # phase, batches, the parts in ms
+
+
+class StepLog:
+    """The steps of the logged phases, written into a file the supervisor reads afterwards.
+
+    The file is mapped into memory: a step is one ``pack_into`` (no system call, no message, no
+    wake-up of another process, nothing kept), and its pages belong to the kernel, so what was
+    written survives the process being killed. The count in the header is written after the
+    step, so a reader never sees half of one. Steps beyond ``capacity`` are not logged (the
+    snapshots and the final record still have them).
+    """
+
+    def __init__(self, path: str, capacity: int) -> None:
+        self.path = path
+        self.count = 0
+        self._capacity = capacity
+        size = _HEADER.size + capacity * _STEP.size
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.ftruncate(fd, size)
+            self._map = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+
+    def append(self, phase: str, batches: int, parts: dict[str, float]) -> None:
+        """Log one step (``parts`` in :data:`~torchdoctor.record.STEP_PARTS` order)."""
+        if self.count >= self._capacity:
+            return
+        offset = _HEADER.size + self.count * _STEP.size
+        _STEP.pack_into(self._map, offset, LOGGED_PHASES.index(phase), batches, *parts.values())
+        self.count += 1
+        _HEADER.pack_into(self._map, 0, self.count)
+
+
+def read_step_log(path: str, start: int = 0) -> list[tuple[str, dict[str, float], int]]:
+    """``(phase, parts_ms, batches)`` of the logged steps from the ``start``-th on; none when
+    the file is missing or unreadable (the process died before making it)."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+        (count,) = _HEADER.unpack_from(data, 0)
+        count = min(count, (len(data) - _HEADER.size) // _STEP.size)
+    except (OSError, struct.error):
+        return []
+    out = []
+    for i in range(start, count):
+        phase, batches, *values = _STEP.unpack_from(data, _HEADER.size + i * _STEP.size)
+        if phase < len(LOGGED_PHASES):
+            out.append((LOGGED_PHASES[phase], dict(zip(STEP_PARTS, values)), batches))
+    return out
+
+
+def lower_thread_priority() -> None:
+    """Give the calling thread the lowest CPU priority (nice 19) where the system allows it.
+
+    torchdoctor's own threads (sampler, stream heartbeat) then take a core only when the
+    script's threads leave it idle. Linux takes a thread id for a process id here; elsewhere
+    this would lower the whole process, so it is left alone.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except (OSError, AttributeError):
+        pass
 
 
 class StreamWriter:
@@ -63,8 +139,12 @@ class StreamState:
     """What the supervisor has received so far."""
 
     snapshot: dict[str, Any] | None = None
-    #: ``(phase, parts_ms, batches)`` of the steps that ended after the last snapshot.
+    #: ``(phase, parts_ms, batches)`` of the steps that ended after the last snapshot (read from
+    #: the step log once the writer's end closed).
     steps: list[tuple[str, dict[str, float], int]] = field(default_factory=list)
+    #: The writer's step log, and how many steps it held at the last snapshot.
+    step_log: str | None = None
+    logged_at_snapshot: int = 0
     seen: dict[str, int] | None = None
     final: dict[str, Any] | None = None
     #: The child could not run the script (``message``, ``hint``, ``internal``).
@@ -97,7 +177,10 @@ class StreamReader:
                     self._take(json.loads(line))
                 except (ValueError, TypeError, KeyError):
                     continue  # not one of ours (the pipe is ours alone): nothing to keep
-        self.state.closed_at = time.monotonic()
+        state = self.state
+        if state.step_log is not None:
+            state.steps = read_step_log(state.step_log, state.logged_at_snapshot)
+        state.closed_at = time.monotonic()
 
     def _take(self, message: dict[str, Any]) -> None:
         kind = message["t"]
@@ -107,9 +190,9 @@ class StreamReader:
                 self._progress(message["phase"], message["done"], message["total"])
         elif kind == "snapshot":
             state.snapshot = message["record"]
-            state.steps.clear()
-        elif kind == "step":
-            state.steps.append((message["phase"], message["parts"], message["batches"]))
+            state.logged_at_snapshot = int(message.get("logged", 0))
+        elif kind == "steplog":
+            state.step_log = message["path"]
         elif kind == "seen":
             state.seen = message["seen"]
         elif kind == "final":

@@ -42,8 +42,9 @@ class Case:
 
 
 CASES = [
-    Case("os._exit", "os_exit.py", [], 1, "killed", "ended with status 0 without", 3),
-    Case("SIGKILL", "sigkill_self.py", [], 1, "killed", "killed by SIGKILL", 3),
+    # Every step measured before the end is kept (the step log): 13 steps, 1 warmup, 2 watched.
+    Case("os._exit", "os_exit.py", [], 1, "killed", "ended with status 0 without", 10),
+    Case("SIGKILL", "sigkill_self.py", [], 1, "killed", "killed by SIGKILL", 13),
     Case(
         # 1 warmup + 2 sync + 20 measured + 1 FLOPs step, then a baseline (10) and foreach (22):
         # killed in the next baseline, the foreach trial already measured.

@@ -38,8 +38,12 @@ class ChildrenMemory:
         return len(self.rss_mb)
 
 
-def sample_children(process: psutil.Process, *, uss: bool = False) -> ChildrenMemory:
-    """The memory of each live child of ``process`` (children of children included).
+def sample_children(
+    process: psutil.Process, *, uss: bool = False, children: list[psutil.Process] | None = None
+) -> ChildrenMemory:
+    """The memory of each live child of ``process`` (children of children included), or of
+    ``children`` when given (finding them reads every process's /proc entry: a caller sampling
+    often finds them less often).
 
     A child that exits while being read, is not ours to read, or has no resident memory yet
     (starting or exiting) is left out.
@@ -48,7 +52,7 @@ def sample_children(process: psutil.Process, *, uss: bool = False) -> ChildrenMe
         psutil.Error: ``process`` itself is gone.
     """
     out = ChildrenMemory()
-    for child in process.children(recursive=True):
+    for child in process.children(recursive=True) if children is None else children:
         try:
             info = child.memory_full_info() if uss else child.memory_info()
         except (psutil.Error, OSError):

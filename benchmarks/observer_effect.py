@@ -1,0 +1,107 @@
+"""What torchdoctor adds to each step, on the script's own clock.
+
+The job (``benchmarks/_timed_job.py``) times each of its whole steps with ``perf_counter``. It
+runs plain and under ``torchdoctor run``, alternately (ABBA), as one process and as a 2-rank DDP
+job (gloo) launched by torchrun; with one torch thread per process and with torch's default. For
+each round the extra time per step is the median step over the steps torchdoctor measures minus
+the median over the same step numbers of the plain run; the figure printed is the median over
+the rounds, per rank, beside the plain step.
+
+    PYTHONPATH=src python benchmarks/observer_effect.py [--rounds 3] [--jobs one,ddp]
+        [--threads 1,default] [--hidden 256]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+JOB = Path(__file__).resolve().parent / "_timed_job.py"
+WARMUP, SYNC_STEPS, STEPS = 5, 2, 40
+#: Step numbers torchdoctor measures: after its warmup and the sync finder's steps.
+WINDOW = slice(WARMUP + SYNC_STEPS, WARMUP + SYNC_STEPS + STEPS)
+
+
+def run_once(tmp: Path, name: str, job: str, threads: str, hidden: int, captured: bool):
+    """Run the job once; returns ({rank: median window step ms}, record or None)."""
+    timing = tmp / name
+    script = [str(JOB), "--timing-file", str(timing), "--hidden", str(hidden),
+              "--threads", "0" if threads == "default" else threads]  # fmt: skip
+    ranks = 2 if job == "ddp" else 1
+    record = tmp / f"{name}.json"
+    if captured:
+        cmd = [sys.executable, "-m", "torchdoctor", "run", "--steps", str(STEPS),
+               "--warmup", str(WARMUP), "--sync-steps", str(SYNC_STEPS), "--quiet",
+               "--json", str(record)]  # fmt: skip
+        if job == "ddp":
+            cmd += ["--nproc-per-node", "2"]
+        cmd += ["--", *script]
+    elif job == "ddp":
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               "--nproc-per-node", "2", *script]  # fmt: skip
+    else:
+        cmd = [sys.executable, *script]
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    subprocess.run(cmd, env=env, check=True, capture_output=True, cwd=tmp)
+    medians = {r: _window_median(Path(f"{timing}.{r}")) for r in range(ranks)}
+    return medians, (json.loads(record.read_text()) if captured else None)
+
+
+def _window_median(path: Path) -> float:
+    steps = [float(x) for x in path.read_text().split()]
+    return statistics.median(steps[WINDOW])
+
+
+def measure(job: str, threads: str, rounds: int, hidden: int) -> None:
+    extra: dict[int, list[float]] = {}
+    plain: dict[int, list[float]] = {}
+    recorded = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(rounds):
+            order = (False, True) if i % 2 == 0 else (True, False)
+            medians = {}
+            for captured in order:
+                name = f"{'td' if captured else 'plain'}{i}"
+                medians[captured], rec = run_once(Path(tmp), name, job, threads, hidden, captured)
+                if rec is not None:
+                    recorded.append(rec)
+            for r, step in medians[False].items():
+                plain.setdefault(r, []).append(step)
+                extra.setdefault(r, []).append((medians[True][r] - step) * 1000)
+    label = f"{'one process' if job == 'one' else '2-rank DDP'}, torch threads {threads}"
+    for r in sorted(extra):
+        rounds_us = ", ".join(f"{e:+.0f}" for e in extra[r])
+        print(f"{label}, rank {r}: plain step {statistics.median(plain[r]):.3f} ms, "
+              f"extra per step {statistics.median(extra[r]):+.0f} us "
+              f"(median of {rounds} rounds: {rounds_us})")  # fmt: skip
+    overheads = [rec.get("overhead_ms") for rec in recorded]
+    print(f"{label}: record overhead_ms {overheads}")
+    for rec in recorded:
+        job_rec = rec.get("distributed")
+        if job_rec:
+            print(f"{label}: record verdict {rec['verdict']['kind']}, no-sync step "
+                  f"{job_rec['no_sync_step_ms']:.2f} ms, communication-free ceiling "
+                  f"{job_rec['comm_ceiling']:.2f}x")  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--jobs", default="one,ddp", help="one (one process), ddp (2 ranks)")
+    parser.add_argument("--threads", default="1,default", help="torch threads per process")
+    parser.add_argument("--hidden", type=int, default=256)
+    args = parser.parse_args()
+    for threads in args.threads.split(","):
+        for job in args.jobs.split(","):
+            measure(job, threads, args.rounds, args.hidden)
+
+
+if __name__ == "__main__":
+    main()

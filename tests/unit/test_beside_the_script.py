@@ -1,0 +1,89 @@
+"""What a supervised run's process does beside the script: the step log (steps written into a
+shared file as they end, read back by the supervisor) and its own threads' priority."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+import pytest
+
+from torchdoctor._stream import (
+    StepLog,
+    StreamReader,
+    StreamWriter,
+    lower_thread_priority,
+    read_step_log,
+)
+from torchdoctor.record import STEP_PARTS
+
+
+def _parts(ms: float) -> dict[str, float]:
+    return {part: ms * (i + 1) for i, part in enumerate(STEP_PARTS)}
+
+
+def test_logged_steps_read_back_in_order(tmp_path):
+    log = StepLog(str(tmp_path / "steps"), capacity=8)
+    log.append("measure", 1, _parts(0.5))
+    log.append("measure", 0, _parts(1.0))
+    log.append("no-sync", 2, _parts(2.0))
+    steps = read_step_log(log.path)
+    assert [(phase, batches) for phase, _, batches in steps] == [
+        ("measure", 1),
+        ("measure", 0),
+        ("no-sync", 2),
+    ]
+    assert steps[1][1] == _parts(1.0)
+    assert [s[0] for s in read_step_log(log.path, start=2)] == ["no-sync"]
+
+
+def test_a_full_log_keeps_its_first_steps(tmp_path):
+    log = StepLog(str(tmp_path / "steps"), capacity=2)
+    for ms in (1.0, 2.0, 3.0):
+        log.append("model-alone", 0, _parts(ms))
+    assert [parts["data_wait"] for _, parts, _ in read_step_log(log.path)] == [1.0, 2.0]
+
+
+def test_a_missing_or_cut_log_reads_as_what_it_holds(tmp_path):
+    assert read_step_log(str(tmp_path / "never-made")) == []
+    log = StepLog(str(tmp_path / "steps"), capacity=4)
+    for ms in (1.0, 2.0, 3.0):
+        log.append("measure", 0, _parts(ms))
+    size = os.path.getsize(log.path)
+    os.truncate(log.path, size - 2 * (size - 8) // 4 - 1)  # cut inside its second step
+    assert len(read_step_log(log.path)) == 1
+
+
+def test_the_reader_keeps_the_steps_logged_after_the_last_snapshot(tmp_path):
+    log = StepLog(str(tmp_path / "steps"), capacity=8)
+    read_fd, write_fd = os.pipe()
+    reader = StreamReader(read_fd)
+    writer = StreamWriter(write_fd)
+    writer.send("steplog", path=log.path)
+    log.append("measure", 1, _parts(1.0))
+    writer.send("snapshot", record={}, logged=log.count)
+    log.append("measure", 1, _parts(2.0))
+    log.append("model-alone", 0, _parts(3.0))
+    writer.close()  # the process ended: the reader reads the log
+    reader.join(timeout_s=10)
+    assert [(p, parts["data_wait"]) for p, parts, _ in reader.state.steps] == [
+        ("measure", 2.0),
+        ("model-alone", 3.0),
+    ]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice is Linux's")
+def test_our_threads_run_at_the_lowest_priority_and_the_scripts_do_not():
+    seen = {}
+    script = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    def ours():
+        lower_thread_priority()
+        seen["ours"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    thread = threading.Thread(target=ours)
+    thread.start()
+    thread.join()
+    assert seen["ours"] == 19
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == script  # untouched
