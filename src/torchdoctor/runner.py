@@ -7,7 +7,6 @@ import datetime as _dt
 import importlib.util
 import os
 import runpy
-import statistics
 import sys
 import traceback
 from dataclasses import dataclass, field
@@ -205,11 +204,8 @@ def build_record(
     record.findings.extend(session.data.parallel_findings)
     record.findings.extend(session.data.loop_findings)
     record.findings.extend(session.data.sync_findings)
-    if session.data.sync_sample_ms:
-        record.overhead_ms["sync_sampled_step_ms"] = round(
-            statistics.median(session.data.sync_sample_ms), 3
-        )
-        record.sync_sampled_steps = len(session.data.sync_sample_ms)
+    record.overhead_ms.update(session.overheads_ms())
+    record.sync_sampled_steps = len(session.data.sync_sample_ms)
     if session.data.loader_diagnosis is not None:
         record.loader_report = session.data.loader_diagnosis.report
         record.findings.extend(session.data.loader_diagnosis.findings)

@@ -288,6 +288,23 @@ def ceiling_words(record: RunRecord) -> str:
     return text
 
 
+#: torchdoctor's own cost is said beside the figures once it is this share of the step.
+CAPTURE_COST_SHOWN = 0.01
+
+
+def capture_cost_words(record: RunRecord) -> str:
+    """What torchdoctor's hooks cost each measured step, where it matters (1% of the step or
+    more); empty otherwise. The same words in the terminal and on the page."""
+    cost = record.overhead_ms.get("capture_per_step_ms")
+    step = record.step_ms.mean if record.step_ms is not None else 0.0
+    if not cost or step <= 0 or cost < CAPTURE_COST_SHOWN * step:
+        return ""
+    return (
+        f"torchdoctor's hooks took {cost * 1000:.0f} us of each measured step ({_pct(cost / step)} "
+        "of it), included in the step times"
+    )
+
+
 def _why_compute(record: RunRecord, shares: dict[str, float], step: float) -> str:
     text = f"forward, backward and optimizer take {_pct(shares['compute'])} of a mean {step:.1f} ms step"
     ceiling = record.ceiling_speedup

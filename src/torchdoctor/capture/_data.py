@@ -43,6 +43,9 @@ class CaptureData:
     model_alone: list[StepMarks] = field(default_factory=list)
     #: Steps under DDP's ``no_sync()`` (communication made free).
     no_sync: list[StepMarks] = field(default_factory=list)
+    #: torchdoctor's own work in its hooks during the measured steps (ns), and those steps.
+    capture_cost_ns: int = 0
+    capture_cost_steps: int = 0
     #: Wall time of each step watched by the sync finder (not timed otherwise), in ms.
     sync_sample_ms: list[float] = field(default_factory=list)
     sync_findings: list[Finding] = field(default_factory=list)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import sys
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -58,11 +59,13 @@ class ParallelWatch:
         ):
             self.synced_forwards += 1
 
-    def optimizer_stepping(self, roots: list[Any], measuring: bool) -> None:
-        """Once, in a measured step: do the gradients show unused parameters?"""
-        if not measuring or self.all_params_used is not None:
+    def optimizer_stepping(self, roots: Callable[[], list[Any]]) -> None:
+        """Once, in a measured step: do the gradients show unused parameters? (``roots`` is
+        called then only: listing the outermost modules each step would cost the step.)"""
+        if self.all_params_used is not None:
             return
-        for module in roots:
+        self.all_params_used = True  # decided now, whatever the modules: never asked again
+        for module in roots():
             if isinstance(module, DistributedDataParallel) and module.find_unused_parameters:
                 params = [p for p in module.parameters() if p.requires_grad]
                 self.all_params_used = all(p.grad is not None for p in params)

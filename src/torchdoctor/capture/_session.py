@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import gc
 import os
+import statistics
 import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
+from time import perf_counter_ns
 from typing import Any
 
 import torch
@@ -132,6 +134,8 @@ class CaptureSession(StepHooks):
         #: Steps of the current measuring phase the script's own profiler recorded.
         self._script_profiled = 0
         self._step_batches = 0
+        #: torchdoctor's own time in its hooks since the last step ended (ns; see costed).
+        self._cost_ns = 0
         self._batch_ids: set[int] = set()
         self._labels: list[Any] = []
         #: The thread that runs the script's training loop: the only one the hooks measure and
@@ -308,13 +312,21 @@ class CaptureSession(StepHooks):
         self.inputs.step_ended(step.batches, phase.name, in_model=lambda: self._module_depth > 0)
         if phase.measuring and self.profiler is None and _autograd_profiler._is_profiler_enabled:
             self._script_profiled += 1  # the script's own torch.profiler records this step
+        if phase.measuring:  # what capture cost this step (the rest of this hook: the next's)
+            self.data.capture_cost_ns += self._cost_ns
+            self.data.capture_cost_steps += 1
+        self._cost_ns = 0
         done = phase.on_step(self, step)
         if self._listener is not None:
             self._listener("step", self, phase, step)
         if not done:
             return
-        self._end(phase)
-        self._enter(self.table.index(phase) + 1)
+        started = perf_counter_ns()
+        try:
+            self._end(phase)
+            self._enter(self.table.index(phase) + 1)
+        finally:  # a phase's end and the next one's start happen between steps: no step's cost
+            self._cost_ns -= perf_counter_ns() - started
 
     def _end(self, phase: Phase) -> None:
         phase.finish(self)
@@ -357,6 +369,18 @@ class CaptureSession(StepHooks):
         )
 
     # --- results ----------------------------------------------------------------------------
+
+    def overheads_ms(self) -> dict[str, float]:
+        """What measuring cost, for the record's ``overhead_ms``: torchdoctor's own work in its
+        hooks per measured step, and the step while the sync finder watched (median)."""
+        data, out = self.data, {}
+        if data.capture_cost_steps:
+            out["capture_per_step_ms"] = round(
+                data.capture_cost_ns / 1e6 / data.capture_cost_steps, 4
+            )
+        if data.sync_sample_ms:
+            out["sync_sampled_step_ms"] = round(statistics.median(data.sync_sample_ms), 3)
+        return out
 
     def measured_series(self) -> StepSeries:
         self.clock.synchronize()

@@ -6,7 +6,9 @@ optimizer, backward and DataLoader hooks, and how a step ends from inside them.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
+from time import perf_counter_ns
 from typing import Any
 
 import torch
@@ -77,6 +79,24 @@ def _timed_forward(session: Any, module: Any) -> Callable[..., Any]:
     return timed_forward
 
 
+def costed(hook: Callable) -> Callable:
+    """Count the time a hook of the session takes into its ``_cost_ns`` (what capture costs).
+
+    A hook that runs the script's own work inside (the DataLoader's ``__next__``, a copy, a
+    backward) takes that work's time back out (:meth:`StepHooks._own`).
+    """
+
+    @functools.wraps(hook)
+    def counted(self, *args):
+        started = perf_counter_ns()
+        try:
+            return hook(self, *args)
+        finally:
+            self._cost_ns += perf_counter_ns() - started
+
+    return counted
+
+
 class StopRun(BaseException):
     """Raised into the user's script to stop it once the measurement is done.
 
@@ -98,8 +118,10 @@ class StepHooks:
 
     @passes_through
     def _timed(self, part: str, fn: Callable, *args, **kwargs):
+        started = perf_counter_ns()
         self._check_done()
         self.push(part)
+        self._cost_ns += perf_counter_ns() - started
         try:
             if part == "to_device" and self.sync_watcher is not None:
                 # The batch copy is the "to device" part, not a finding; the watcher still
@@ -108,8 +130,19 @@ class StepHooks:
                     return fn(*args, **kwargs)
             return fn(*args, **kwargs)
         finally:
+            started = perf_counter_ns()
             self.pop(part)
+            self._cost_ns += perf_counter_ns() - started
 
+    def _own(self, fn: Callable, *args) -> Any:
+        """The script's own work inside a costed hook: its time is not capture's."""
+        started = perf_counter_ns()
+        try:
+            return fn(*args)
+        finally:
+            self._cost_ns -= perf_counter_ns() - started
+
+    @costed
     def _forward_pre(self, module, args) -> None:
         if self.foreign():
             return
@@ -149,6 +182,7 @@ class StepHooks:
             self.push("forward")
         self._module_depth += 1
 
+    @costed
     def _forward_post(self, module, args, output) -> None:
         if self.foreign():
             return
@@ -159,13 +193,14 @@ class StepHooks:
         if self._module_depth == 0:
             self.pop("forward")
 
+    @costed
     def _optimizer_pre(self, optimizer, args, kwargs) -> None:
         if self.foreign():
             return
         self._check_done()
         self.optimizers.seen(optimizer)
-        if self._optimizer_depth == 0:
-            self.parallel.optimizer_stepping(self.root_modules(), self.phase.measuring)
+        if self._optimizer_depth == 0 and self.phase.measuring:
+            self.parallel.optimizer_stepping(self.root_modules)
             if (
                 self.phase.measuring
                 and not self.state.optimizer_probed
@@ -175,6 +210,7 @@ class StepHooks:
         self._optimizer_depth += 1
         self.push("optimizer")
 
+    @costed
     def _optimizer_post(self, optimizer, args, kwargs) -> None:
         if self.foreign():
             return
@@ -193,6 +229,7 @@ class StepHooks:
                 self._boundary_decided(moved=True)
             self._end_step()
 
+    @costed
     def _backward_starting(self) -> None:
         self._settle()
         self._check_done()
@@ -203,6 +240,7 @@ class StepHooks:
         if before != "optimizer" and boundary.backward_starting():
             self._boundary_decided(moved=before is not None)
 
+    @costed
     def _backward_ended(self, tensors: Any) -> None:
         # Ended at the script's next call of interest, not here: under a torch function mode (the
         # sync finder's) backward runs with that mode taken off the stack, so no phase may end now.
@@ -255,19 +293,20 @@ class StepHooks:
         self.phase = Done()
         raise StopRun() from exc
 
+    @costed
     def _next_batch(self, it, orig_next):
         self._settle()
         self._check_done()
         phase = self.phase
         if not phase.takes_steps:
-            return orig_next(it)  # torchdoctor's own clones (loader-alone, loader doctor)
+            return self._own(orig_next, it)  # torchdoctor's clones (loader-alone, loader doctor)
         dataset_key = id(getattr(it, "_dataset", it))
         batch = phase.next_batch(self, dataset_key)
         if batch is NOT_SERVED:
             self.push("data_wait")
             self._producing += 1
             try:
-                batch = orig_next(it)
+                batch = self._own(orig_next, it)
             finally:
                 self._producing -= 1
                 self.pop("data_wait")

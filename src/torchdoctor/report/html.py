@@ -12,7 +12,7 @@ import os
 from html import escape
 from pathlib import Path
 
-from ..analysis.verdict import ceiling_words
+from ..analysis.verdict import capture_cost_words, ceiling_words
 from ..record import STEP_PARTS, RunRecord, write_text_atomic
 from . import _svg
 from .terminal import stop_line
@@ -333,6 +333,8 @@ def _environment(record: RunRecord) -> str:
         ("clock", env.clock),
         ("cores", f"{env.cpu_logical} logical; torch threads {env.torch_threads}"),
     ]
+    if capture_cost_words(record):
+        rows.append(("capture", capture_cost_words(record)))
     if env.world_size > 1:
         rows.append(("distributed", f"rank {env.rank} of {env.world_size}"))
     if record.loader is not None:

@@ -7,7 +7,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from ..analysis.verdict import ceiling_words
+from ..analysis.verdict import capture_cost_words, ceiling_words
 from ..record import (
     BATCH_SIZE_ARGUMENT,
     BATCH_SIZE_MEASURED,
@@ -273,6 +273,8 @@ def _environment_table(record: RunRecord) -> Group:
         grid.add_row("torch", f"{env.torch_version} (Python {env.python_version})")
         grid.add_row("device", f"{env.device} — {env.device_name}")
         grid.add_row("clock", env.clock)
+        if capture_cost_words(record):
+            grid.add_row("capture", capture_cost_words(record))
         grid.add_row(
             "cores",
             f"{env.cpu_logical} logical, {env.cpu_physical or '?'} physical; "

@@ -1,0 +1,58 @@
+"""What capture costs is counted in the run: torchdoctor's own work in its hooks, never the
+script's work that runs inside them (the DataLoader's ``__next__``, a backward)."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+from torchdoctor.capture._session import CaptureSession
+from torchdoctor.options import RunOptions
+
+#: Injected into the script's own work: far above any hook's cost, even on a busy machine.
+SLEEP_S = 0.03
+
+
+class SlowSamples(Dataset):
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        time.sleep(SLEEP_S)  # the loader's work, inside torchdoctor's __next__ wrapper
+        return torch.randn(4), i % 2
+
+
+class SlowModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.Linear(4, 2)
+
+    def forward(self, x):
+        time.sleep(SLEEP_S)  # the model's work, between torchdoctor's forward hooks
+        return self.layer(x)
+
+
+def test_the_cost_per_step_counts_our_hooks_and_not_the_scripts_work():
+    session = CaptureSession(
+        RunOptions(steps=4, warmup=1, sync_steps=0, counterfactuals=False, stop=False)
+    )
+    session.install()
+    try:
+        model = SlowModel()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, y in DataLoader(SlowSamples(), batch_size=1):
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+            if session.phase_name == "done":
+                break
+        overheads = session.overheads_ms()
+    finally:
+        session.uninstall()
+    assert session.data.capture_cost_steps == 4
+    cost = overheads["capture_per_step_ms"]
+    # Each step slept 2 x 30 ms in the script's work: none of it is ours.
+    assert 0 < cost < SLEEP_S * 1000 / 3, overheads
