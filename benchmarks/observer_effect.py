@@ -8,7 +8,10 @@ the median over the same step numbers of the plain run; the figure printed is th
 the rounds, per rank, beside the plain step.
 
     PYTHONPATH=src python benchmarks/observer_effect.py [--rounds 3] [--jobs one,ddp]
-        [--threads 1,default] [--hidden 256]
+        [--threads 1,default] [--hidden 256] [--src DIR]
+
+``--src`` measures the torchdoctor package found in another checkout's ``src`` (a version before
+a change), with this checkout's job and benchmark.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+#: The torchdoctor measured: this checkout's, or another's (``--src``).
+SRC = ROOT / "src"
 JOB = Path(__file__).resolve().parent / "_timed_job.py"
 WARMUP, SYNC_STEPS, STEPS = 5, 2, 40
 #: Step numbers torchdoctor measures: after its warmup and the sync finder's steps.
@@ -48,7 +53,7 @@ def run_once(tmp: Path, name: str, job: str, threads: str, hidden: int, captured
                "--nproc-per-node", "2", *script]  # fmt: skip
     else:
         cmd = [sys.executable, *script]
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
     subprocess.run(cmd, env=env, check=True, capture_output=True, cwd=tmp)
     medians = {r: _window_median(Path(f"{timing}.{r}")) for r in range(ranks)}
     return medians, (json.loads(record.read_text()) if captured else None)
@@ -97,7 +102,10 @@ def main() -> None:
     parser.add_argument("--jobs", default="one,ddp", help="one (one process), ddp (2 ranks)")
     parser.add_argument("--threads", default="1,default", help="torch threads per process")
     parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--src", type=Path, help="measure the torchdoctor package in DIR")
     args = parser.parse_args()
+    global SRC
+    SRC = args.src.resolve() if args.src else SRC
     for threads in args.threads.split(","):
         for job in args.jobs.split(","):
             measure(job, threads, args.rounds, args.hidden)
