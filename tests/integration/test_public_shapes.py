@@ -9,6 +9,7 @@ optimizer where it has one, and get the verdict its injected costs make true bey
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -145,7 +146,8 @@ def test_lightning_ddp_under_torchrun(tmp_path):
     # Lightning builds DistributedDataParallel(module=...) and re-creates the DataLoader from the
     # names of DataLoader.__init__'s parameters to inject its DistributedSampler: both go through
     # torchdoctor's wrappers.
-    pytest.importorskip("pytorch_lightning")
+    if importlib.util.find_spec("pytorch_lightning") is None:  # importing it patches torch here
+        pytest.skip("needs pytorch_lightning")
     record = tmp_path / "r.json"
     res = subprocess.run(
         [sys.executable, "-m", "torchdoctor", "run", "--nproc-per-node", "2", "--steps", "6",
