@@ -289,7 +289,9 @@ def test_killed_build_is_refused_then_resumes_without_redoing_finished_shards(tm
 @pytest.mark.integration
 def test_ctrl_c_stops_a_parallel_cli_build_which_then_resumes(tmp_path):
     dest = tmp_path / "cache"
-    env = child_env(TD_SLOW_COUNT="448", TD_SLOW_DELAY_S="0.01")
+    # 448 samples at 40 ms on 2 workers: about 9 s of building, so Ctrl-C lands mid-build even
+    # when a busy machine delays this test's polling by seconds.
+    env = child_env(TD_SLOW_COUNT="448", TD_SLOW_DELAY_S="0.04")
     argv = [sys.executable, "-m", "torchdoctor", "cache", "build", "cache_sources:slow"]
     argv += [str(dest), "--workers", "2", "--quiet"]
     child = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True)
