@@ -22,6 +22,8 @@ from ._stream import LOGGED_PHASES, StepLog, StreamWriter, lower_thread_priority
 
 #: Seconds between two reports of what the capture saw (for a script that never steps).
 SEEN_INTERVAL_S = 1.0
+#: The step log holds at most this many steps (56 bytes each); later ones are only in snapshots.
+MAX_LOGGED_STEPS = 100_000
 #: Seconds between two progress messages within a phase (a phase's start and end always go).
 PROGRESS_INTERVAL_S = 0.25
 #: Seconds a script may keep running after torchdoctor stopped it (it swallowed the stop with
@@ -68,8 +70,10 @@ def _run(spec: dict[str, Any], writer: StreamWriter, log_path: str) -> int:
     command = target.describe()
     live: dict[str, Any] = {}
     stop = threading.Event()
-    # Room for every step of the logged phases (each takes at most --steps), with slack.
-    log = StepLog(log_path, capacity=len(LOGGED_PHASES) * options.steps + 64)
+    # Room for every step of the logged phases (each takes at most --steps), with slack, up to
+    # MAX_LOGGED_STEPS (a few MB).
+    capacity = min(len(LOGGED_PHASES) * options.steps + 64, MAX_LOGGED_STEPS)
+    log = StepLog(log_path, capacity=capacity)
     writer.send("steplog", path=log.path)
     shown: list[Any] = [None, 0.0]  # the phase last shown, and when
 
