@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from .analysis import analyze_trace
     from .capture import StepProfiler, SyncWatcher, find_syncs, watch_syncs
     from .loader import clone_loader, diagnose_loader
+    from .process.inprocess import watch
     from .record import RunRecord
     from .remedies import (
         EMA,
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
         cache_image_folder,
         uint8_collate,
     )
-    from .runner import watch
 
 __all__ = [
     "CacheError",
@@ -57,7 +57,7 @@ __all__ = [
 
 #: public name -> module it is imported from on first use (the same as under TYPE_CHECKING)
 _EXPORTS = {
-    "watch": "torchdoctor.runner",
+    "watch": "torchdoctor.process.inprocess",
     "RunRecord": "torchdoctor.record",
     "CacheError": "torchdoctor.remedies",
     "CachedDataset": "torchdoctor.remedies",

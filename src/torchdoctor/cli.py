@@ -194,7 +194,7 @@ def _run_options(p: argparse.ArgumentParser, loader_doctor: str) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from .runner import run_cli
+    from .process import run_cli
 
     target = _parse_target(args.target)
     return run_cli(target, from_args(args, **_checked_outputs(args)))
@@ -221,7 +221,7 @@ def _checked_outputs(args: argparse.Namespace) -> dict[str, str]:
 
 
 def _parse_target(rest: list[str]):
-    from .runner import Target
+    from .process import Target
 
     if rest and rest[0] == "--":
         rest = rest[1:]

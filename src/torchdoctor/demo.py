@@ -20,10 +20,11 @@ from rich.table import Table
 from ._errors import EXIT_OK
 from ._optional import require
 from .options import RunOptions
+from .process import Target
+from .process.inprocess import run_target, user_traceback
 from .record import RunRecord
 from .report.progress import ProgressDisplay
 from .report.terminal import render
-from .runner import Target, run_target, user_traceback
 
 DEMO_SCRIPT = Path(__file__).parent / "scenarios" / "demo_train.py"
 #: 10 classes x 48 images: 15 batches of 32 per epoch, enough for warmup and 20 measured steps.

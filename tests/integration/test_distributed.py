@@ -288,7 +288,7 @@ for epoch in range(100):
 
 def test_data_parallel_is_found_at_its_line_in_one_process(tmp_path):
     from torchdoctor.options import RunOptions
-    from torchdoctor.runner import Target, run_target
+    from torchdoctor.process import Target, run_target
 
     script = tmp_path / "dp.py"
     script.write_text(DATA_PARALLEL)

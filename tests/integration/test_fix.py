@@ -9,8 +9,9 @@ import pytest
 
 from paths import SCENARIOS
 from torchdoctor.loader import fix_settings
+from torchdoctor.options import RunOptions
+from torchdoctor.process import Target, run_target, verify_fix
 from torchdoctor.record import FixTrial, RunRecord
-from torchdoctor.runner import RunOptions, Target, run_target, verify_fix
 
 pytestmark = pytest.mark.integration
 

@@ -10,8 +10,9 @@ import sys
 import pytest
 
 from paths import SCENARIOS
+from torchdoctor.options import RunOptions
+from torchdoctor.process import Target, run_target
 from torchdoctor.record import BATCH_SIZE_MEASURED, RunRecord
-from torchdoctor.runner import RunOptions, Target, run_target
 
 pytestmark = pytest.mark.integration
 

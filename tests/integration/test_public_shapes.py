@@ -18,7 +18,8 @@ import pytest
 import torch
 
 from paths import SCENARIOS
-from torchdoctor.runner import RunOptions, Target, run_target
+from torchdoctor.options import RunOptions
+from torchdoctor.process import Target, run_target
 
 pytestmark = pytest.mark.integration
 

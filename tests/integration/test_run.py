@@ -21,8 +21,9 @@ from torchdoctor._errors import (
     EXIT_SCRIPT_ERROR,
     EXIT_USAGE,
 )
+from torchdoctor.options import RunOptions
+from torchdoctor.process import Target, run_target
 from torchdoctor.record import STEP_PARTS, RunRecord
-from torchdoctor.runner import RunOptions, Target, run_target
 
 pytestmark = pytest.mark.integration
 
@@ -295,7 +296,7 @@ def test_cli_script_raising_shows_its_own_traceback():
     assert res.returncode == EXIT_SCRIPT_ERROR
     assert "bad config: hidden size must be positive" in res.stderr
     assert 'raises_early.py", line 10' in res.stderr
-    assert "torchdoctor/runner.py" not in res.stderr and "runpy" not in res.stderr
+    assert "torchdoctor/process/" not in res.stderr and "runpy" not in res.stderr
     out = " ".join(res.stdout.split())  # rich wraps long lines
     assert "the script raised ValueError after 0 measured steps" in out
     assert "and no optimizer.step()" in out

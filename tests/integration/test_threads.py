@@ -10,7 +10,8 @@ import torch
 
 from paths import SCENARIOS
 from torchdoctor.loader import fix_settings, fix_threads
-from torchdoctor.runner import RunOptions, Target, run_target, verify_fix
+from torchdoctor.options import RunOptions
+from torchdoctor.process import Target, run_target, verify_fix
 
 pytestmark = [
     pytest.mark.integration,

@@ -13,7 +13,7 @@ import pytest
 
 from paths import SCENARIOS
 from torchdoctor.options import TRIAL_NAMES, RunOptions, trial_list
-from torchdoctor.runner import Target, run_target
+from torchdoctor.process import Target, run_target
 
 pytestmark = pytest.mark.integration
 

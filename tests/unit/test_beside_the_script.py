@@ -9,13 +9,8 @@ import threading
 
 import pytest
 
-from torchdoctor._stream import (
-    StepLog,
-    StreamReader,
-    StreamWriter,
-    lower_thread_priority,
-    read_step_log,
-)
+from torchdoctor.capture import lower_thread_priority
+from torchdoctor.process.stream import StepLog, StreamReader, StreamWriter, read_step_log
 from torchdoctor.record import STEP_PARTS
 
 

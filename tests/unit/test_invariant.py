@@ -9,7 +9,8 @@ import textwrap
 import pytest
 
 from torchdoctor.capture import _step_hooks
-from torchdoctor.runner import RunOptions, Target, run_target
+from torchdoctor.options import RunOptions
+from torchdoctor.process import Target, run_target
 
 SCRIPT = """
 import sys

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from torchdoctor._launch import _first_failure
-from torchdoctor._stream import StreamState
+from torchdoctor.process.launch import _first_failure
+from torchdoctor.process.stream import StreamState
 
 PEER_LOST = ["RuntimeError: [gloo/transport/tcp/pair.cc:553] Connection closed by peer\n"]
 

@@ -77,7 +77,7 @@ def _private_imports(path: Path, text: str | None = None) -> list[tuple[str, int
 
     A private (``_x``) module or name belongs to the package that holds it; that package and the
     packages inside it may use it (so ``torchdoctor._errors`` serves every package), nobody else:
-    ``torchdoctor.runner`` may not import ``torchdoctor.capture._session``. Each hit is
+    ``torchdoctor.cli`` may not import ``torchdoctor.capture._session``. Each hit is
     ``(module path, line, private dotted name)``.
     """
     _, package = _dotted(path)
@@ -104,7 +104,7 @@ def test_private_import_finder_tells_door_from_back_door():
         "from ._errors import EXIT_OK\n"  # the root package's: every package is inside it
         "from .capture import CaptureSession\n"  # the door
     )
-    hits = [(line, name) for _, line, name in _private_imports(SRC / "runner.py", text)]
+    hits = [(line, name) for _, line, name in _private_imports(SRC / "cli.py", text)]
     assert hits == [
         (1, "torchdoctor.capture._session"),
         (2, "torchdoctor.capture._session"),
@@ -125,6 +125,90 @@ def test_no_cross_package_private_import():
     assert not unexpected, "import these through the package's __init__:\n" + "\n".join(unexpected)
     used = {f"{path} -> {name}" for path, _, name in found}
     assert _PRIVATE_IMPORTS_ALLOWED <= used, "stale: " + str(_PRIVATE_IMPORTS_ALLOWED - used)
+
+
+def _unit(module: str) -> str:
+    """What a cycle may not join: a package below the root (``torchdoctor.capture``), a loose
+    module (``torchdoctor.cli``), or the root package itself."""
+    return ".".join(module.split(".")[:2])
+
+
+def _runtime_imports(path: Path) -> set[str]:
+    """The modules of torchdoctor that ``path`` imports when it runs (at its top or inside a
+    function; not under ``if TYPE_CHECKING:``)."""
+    text = path.read_text()
+    tree = ast.parse(text)
+    typing_only = {
+        sub.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for sub in ast.walk(node)
+        if hasattr(sub, "lineno")
+    }
+    known = {".".join(_dotted(p)[0]) for p in _modules()}
+    return {
+        ".".join(name)
+        for line, name in _imported_names(path, text)
+        if line not in typing_only and ".".join(name) in known
+    }
+
+
+def _unit_cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Groups of units that import each other, directly or round about (strongly connected
+    components of the graph of imports between units, larger than one)."""
+    graph: dict[str, set[str]] = {}
+    for module, imported in edges.items():
+        for other in imported:
+            if _unit(other) != _unit(module):
+                graph.setdefault(_unit(module), set()).add(_unit(other))
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(unit: str) -> None:
+        order[unit] = low[unit] = len(order)
+        stack.append(unit)
+        for other in graph.get(unit, ()):
+            if other not in order:
+                visit(other)
+                low[unit] = min(low[unit], low[other])
+            elif other in stack:
+                low[unit] = min(low[unit], order[other])
+        if low[unit] == order[unit]:
+            group = []
+            while True:
+                top = stack.pop()
+                group.append(top)
+                if top == unit:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for unit in sorted(graph):
+        if unit not in order:
+            visit(unit)
+    return found
+
+
+def test_the_cycle_finder_finds_cycles_between_units_only():
+    edges = {
+        "torchdoctor.cli": {"torchdoctor.process.parent"},
+        "torchdoctor.process.parent": {"torchdoctor.process.supervisor"},
+        "torchdoctor.process.supervisor": {"torchdoctor.process.parent", "torchdoctor._paths"},
+        "torchdoctor.record.x": {"torchdoctor.analysis.y"},
+        "torchdoctor.analysis.y": {"torchdoctor.report.z"},
+        "torchdoctor.report.z": {"torchdoctor.record"},
+    }
+    # Within one package a cycle is the package's own business; across three it is not.
+    assert _unit_cycles(edges) == [
+        ["torchdoctor.analysis", "torchdoctor.record", "torchdoctor.report"]
+    ]
+
+
+def test_no_import_cycle_joins_two_packages_or_a_loose_module():
+    edges = {".".join(_dotted(p)[0]): _runtime_imports(p) for p in _modules()}
+    assert _unit_cycles(edges) == []
 
 
 def _type_checking_imports() -> dict[str, str]:
@@ -173,7 +257,8 @@ def test_import_torchdoctor_does_not_import_torch():
     # from them; record, analysis and trace are pure.
     code = (
         "import sys\n"
-        "import torchdoctor, torchdoctor.cli, torchdoctor.options\n"
+        "import torchdoctor, torchdoctor.cli, torchdoctor.options, torchdoctor.process\n"
+        "import torchdoctor.process.supervisor, torchdoctor.process.launch\n"
         "import torchdoctor.record, torchdoctor.analysis, torchdoctor.trace\n"
         "torchdoctor.cli.build_parser().format_help()\n"
         "dir(torchdoctor)\n"

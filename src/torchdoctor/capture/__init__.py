@@ -8,6 +8,7 @@ from ._environment import detect_environment
 from ._inloop_sweep import InLoopSweep
 from ._patch import Patcher, raised_by_torchdoctor
 from ._perfetto import timeline, write_timeline
+from ._sampler import lower_thread_priority
 from ._session import CaptureSession, Listener, ProgressFn, StopRun, active_session
 from ._timeline import parts_from_marks
 from .phases import Phase
@@ -30,6 +31,7 @@ __all__ = [
     "active_session",
     "detect_environment",
     "find_syncs",
+    "lower_thread_priority",
     "raised_by_torchdoctor",
     "timeline",
     "watch_syncs",

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 
 import psutil
 
-from .._stream import lower_thread_priority
 from ..loader import sample_children
 from ..record import SystemUsage
 
@@ -17,6 +17,21 @@ DEFAULT_INTERVAL_S = 0.2
 #: Seconds between two searches for this process's children (DataLoader workers): a search reads
 #: every process's /proc entry (about 1 ms with 70 processes), a sample of known ones 0.05 ms.
 CHILDREN_SEARCH_S = 2.0
+
+
+def lower_thread_priority() -> None:
+    """Give the calling thread the lowest CPU priority (nice 19) where the system allows it.
+
+    torchdoctor's own threads (sampler, stream heartbeat) then take a core only when the
+    script's threads leave it idle. Linux takes a thread id for a process id here; elsewhere
+    this would lower the whole process, so it is left alone.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except (OSError, AttributeError):
+        pass
 
 
 class SystemSampler:

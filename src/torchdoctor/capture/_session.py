@@ -13,8 +13,8 @@ What is hooked, and why each is safe to undo:
 
 A step is one ``step()`` of the first optimizer seen; in loops without an optimizer, the loss's
 backward call(s), or a call of the outermost module (:mod:`._boundary`). The session runs a table of phases
-(:mod:`.phases`: warmup, sync finder, trace, measure, model-alone, worker sweep, loader-alone,
-loader doctor), handing each finished step to the current one; after the last, :class:`StopRun`
+(:data:`.phases.PHASES`: warmup, sync finder, trace, measure, model-alone, no-sync, flops,
+trials, worker sweep, loader-alone, loader doctor), handing each finished step to the current one; after the last, :class:`StopRun`
 is raised into the script. What was measured sits in :attr:`CaptureSession.data`.
 """
 

@@ -29,8 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ._child import STREAM_ENV
-from ._errors import (
+from .._errors import (
     EXIT_INTERRUPTED,
     EXIT_NO_TRAINING,
     EXIT_OK,
@@ -38,19 +37,19 @@ from ._errors import (
     EXIT_TIMED_OUT,
     TorchdoctorError,
 )
-from ._stream import StreamReader, StreamState
-from ._supervisor import (
-    _CHILD_CODE,
+from ..options import RunOptions
+from ..record import Environment, RunRecord
+from ._processes import (
+    CHILD_CODE,
+    Signals,
     Supervised,
-    _end_group,
-    _not_started,
-    _Signals,
-    _wait,
     child_spec,
+    end_group,
+    not_started,
     record_from_stream,
+    wait,
 )
-from .options import RunOptions
-from .record import Environment, RunRecord
+from .stream import STREAM_ENV, StreamReader, StreamState
 
 #: The launcher's entry: torch.distributed.run's own ``main``. Its log lines (a banner about
 #: OMP_NUM_THREADS, a box per failed worker) and the traceback of a worker's failure or of the
@@ -157,13 +156,13 @@ def run_launched(
     The caller (``run_supervised``) has checked the options with :func:`check_launch`.
     """
     head = launcher_args(options)
-    with _Signals() as signals, tempfile.TemporaryDirectory(prefix="torchdoctor-") as tmp:
+    with Signals() as signals, tempfile.TemporaryDirectory(prefix="torchdoctor-") as tmp:
         spec_path = Path(tmp) / "spec.json"
         spec_path.write_text(json.dumps(child_spec(target, options)), encoding="utf-8")
         if signals.received:
-            return _not_started(target, options, signals.received[0])
+            return not_started(target, options, signals.received[0])
         streams = _RankStreams(str(Path(tmp) / "stream.sock"), progress)
-        worker = [sys.executable, "-c", _CHILD_CODE, str(spec_path), "-"]
+        worker = [sys.executable, "-c", CHILD_CODE, str(spec_path), "-"]
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-c", LAUNCH_CODE, *head, *worker],
@@ -173,8 +172,8 @@ def run_launched(
         except OSError:
             streams.close()
             raise
-        timed_out = _wait(proc, options.max_seconds, signals)
-        _end_group(proc.pid)
+        timed_out = wait(proc, options.max_seconds, signals)
+        end_group(proc.pid)
         streams.close()
     signalled = signals.received[0] if signals.received else None
     return job_outcome(streams.states(), proc.returncode, target, options, timed_out, signalled)
@@ -217,7 +216,7 @@ class _RankStreams:
         for reader in list(self._readers):
             hello = reader.state.hello
             if hello is not None:
-                _end_group(int(hello["pid"]))  # a rank is its own session (torchrun's Popen)
+                end_group(int(hello["pid"]))  # a rank is its own session (torchrun's Popen)
         for reader in list(self._readers):
             reader.join(timeout_s=10.0)
 
@@ -234,7 +233,7 @@ def job_outcome(
     signalled: int | None,
 ) -> Supervised:
     """The job's record: rank 0's gathered one, or one put together from this node's ranks."""
-    from .analysis.distributed import combine
+    from ..analysis.distributed import combine
 
     for state in states:
         error = state.error

@@ -5,17 +5,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._errors import (
+from .._errors import (
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
     EXIT_NO_TRAINING,
     EXIT_OK,
     EXIT_SCRIPT_ERROR,
 )
-from .record import RunRecord
+from ..record import RunRecord
 
 if TYPE_CHECKING:
-    from .capture import CaptureSession
+    from ..capture import CaptureSession
 
 
 def status_of(

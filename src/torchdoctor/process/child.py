@@ -1,4 +1,5 @@
-"""The script's side of a supervised run: ``python -m torchdoctor._child SPEC FD``.
+"""The script's side of a supervised run, started as ``python -c CHILD_CODE SPEC FD`` (``-``: the
+socket in ``TORCHDOCTOR_STREAM``, a rank of a launched job).
 
 Runs the user's script under capture in this (fresh) process, exactly as ``run_target`` does
 in-process, and streams what it measures on the pipe ``FD`` (see :mod:`._stream`) to the
@@ -18,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ._stream import LOGGED_PHASES, StepLog, StreamWriter, lower_thread_priority
+from .stream import LOGGED_PHASES, STREAM_ENV, StepLog, StreamWriter
 
 #: Seconds between two reports of what the capture saw (for a script that never steps).
 SEEN_INTERVAL_S = 1.0
@@ -29,10 +30,6 @@ PROGRESS_INTERVAL_S = 0.25
 #: Seconds a script may keep running after torchdoctor stopped it (it swallowed the stop with
 #: ``except BaseException``) before this process sends the record and ends itself.
 SWALLOWED_STOP_GRACE_S = 3.0
-
-
-#: A rank of a launched job finds the supervisor's socket here (torchrun closes other fds).
-STREAM_ENV = "TORCHDOCTOR_STREAM"
 
 
 def main(argv: list[str]) -> int:
@@ -60,10 +57,12 @@ def main(argv: list[str]) -> int:
 
 def _run(spec: dict[str, Any], writer: StreamWriter, log_path: str) -> int:
     # Imported here: torch is loaded only once the pipe is open, so an import failure is streamed.
-    from ._errors import EXIT_INTERNAL, TorchdoctorError
-    from .capture import parts_from_marks
-    from .options import RunOptions
-    from .runner import Target, build_record, run_target, user_traceback
+    from .._errors import EXIT_INTERNAL, TorchdoctorError
+    from ..capture import lower_thread_priority, parts_from_marks
+    from ..options import RunOptions
+    from .build import build_record
+    from .inprocess import run_target, user_traceback
+    from .target import Target
 
     target = Target(**spec["target"])
     options = RunOptions(**spec["options"])

@@ -25,15 +25,16 @@ import json
 import mmap
 import os
 import struct
-import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .record import STEP_PARTS
+from ..record import STEP_PARTS
 
+#: A rank of a launched job finds the supervisor's socket here (torchrun closes other fds).
+STREAM_ENV = "TORCHDOCTOR_STREAM"
 #: Phases whose steps go into the step log (the others only count in snapshots).
 LOGGED_PHASES = ("measure", "model-alone", "no-sync")
 _HEADER = struct.Struct("<Q")  # steps written so far
@@ -88,21 +89,6 @@ def read_step_log(path: str, start: int = 0) -> list[tuple[str, dict[str, float]
         if phase < len(LOGGED_PHASES):
             out.append((LOGGED_PHASES[phase], dict(zip(STEP_PARTS, values)), batches))
     return out
-
-
-def lower_thread_priority() -> None:
-    """Give the calling thread the lowest CPU priority (nice 19) where the system allows it.
-
-    torchdoctor's own threads (sampler, stream heartbeat) then take a core only when the
-    script's threads leave it idle. Linux takes a thread id for a process id here; elsewhere
-    this would lower the whole process, so it is left alone.
-    """
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-    except (OSError, AttributeError):
-        pass
 
 
 class StreamWriter:

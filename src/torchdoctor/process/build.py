@@ -1,0 +1,92 @@
+"""The run record from a capture session: what was measured, how the script ended, the verdict."""
+
+from __future__ import annotations
+
+import datetime as _dt
+
+from .. import __version__
+from .._errors import TorchdoctorError
+from ..analysis.verdict import summarise
+from ..capture import CaptureSession, detect_environment
+from ..record import RunRecord, TraceReport
+from .endings import status_of
+
+
+def build_record(
+    session: CaptureSession,
+    command: list[str],
+    ended: str,
+    error: BaseException | None = None,
+    snapshot: bool = False,
+) -> RunRecord:
+    """The run record from a finished capture session.
+
+    With ``snapshot``, the record so far of a session still running: no trace analysis, and the
+    status stays ``partial`` until the supervisor learns how the run ended.
+    """
+    opts = session.options
+    record = RunRecord(
+        tool_version=__version__,
+        created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        command=command,
+        env=detect_environment(session),
+        loader=session.loaders.main_settings(),
+        warmup_steps=opts.warmup,
+        requested_steps=opts.steps,
+        steps=session.measured_series(),
+        model_alone=session.model_alone_step_ms(),
+        loader_alone=session.data.loader_alone,
+        system=session.data.system,
+        seen=dict(session.data.seen),
+        notes=list(session.data.notes),
+    )
+    record.loader_overrides = dict(opts.loader_overrides)
+    record.step_boundary = session.boundary.kind or "optimizer"
+    record.step_boundary_evidence = session.boundary.evidence
+    if record.step_boundary == "backward":
+        record.backwards_per_step = session.boundary.backwards_per_step
+    record.built_inputs = session.inputs.described()
+    record.threads_override = opts.threads_override
+    record.no_sync = [round(session.step_ms(step), 4) for step in session.data.no_sync]
+    _attach_trials(record, session)
+    record.seen.update(session.data.ddp_settings)
+    record.findings.extend(session.data.parallel_findings)
+    record.findings.extend(session.data.loop_findings)
+    record.findings.extend(session.data.sync_findings)
+    record.overhead_ms.update(session.overheads_ms())
+    record.sync_sampled_steps = len(session.data.sync_sample_ms)
+    if session.data.loader_diagnosis is not None:
+        record.loader_report = session.data.loader_diagnosis.report
+        record.findings.extend(session.data.loader_diagnosis.findings)
+    if snapshot:
+        record.status = "partial"
+        summarise(record)
+        return record
+    if session.data.trace_paths:
+        _attach_trace(record, session.data.trace_paths)
+    record.status, more_notes = status_of(session, record, ended, error)
+    record.notes.extend(more_notes)
+    summarise(record)
+    return record
+
+
+def _attach_trials(record: RunRecord, session: CaptureSession) -> None:
+    """``--try``'s trials and the step's FLOPs, against the measured steps."""
+    from ..analysis.trials import flops_of, trials_of
+
+    summarise(record)  # the baseline's figures
+    if session.data.trials:
+        record.trials = trials_of(record, session.data.trials)
+    device = record.env.device_name if record.env is not None else ""
+    record.flops = flops_of(record, session.data.flops, device)
+    record.flops_per_step = record.flops.per_step if record.flops is not None else None
+
+
+def _attach_trace(record: RunRecord, paths: list[str]) -> None:
+    from ..analysis.trace_analysis import attach_trace
+
+    record.trace = TraceReport(recorded_files=[str(p) for p in paths])
+    try:
+        attach_trace(record, paths)
+    except TorchdoctorError as exc:
+        record.notes.append(f"the trace could not be analysed: {exc.message}")

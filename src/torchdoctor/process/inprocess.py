@@ -1,0 +1,212 @@
+"""Run a user's script (or a block of code) in this process under capture, and stop it when
+measured: the child of a supervised run, ``torchdoctor.watch`` and the demo."""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+from ..capture import (
+    CaptureSession,
+    Listener,
+    ProgressFn,
+    StopRun,
+    raised_by_torchdoctor,
+)
+from ..options import RunOptions
+from ..record import RunRecord
+from .build import build_record
+from .endings import exit_status_of
+from .target import Target, resolve_target
+
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class RunOutcome:
+    """A finished run: the record, how the script ended, and the exit status to use."""
+
+    record: RunRecord
+    exit_status: int
+    error: BaseException | None = None
+
+
+def run_target(
+    target: Target,
+    options: RunOptions,
+    progress: ProgressFn | None = None,
+    listener: Listener | None = None,
+) -> RunOutcome:
+    """Run ``target`` in this process under capture, stop it when measured, and restore torch.
+
+    ``listener`` hears each phase start and step end (a supervised run streams them out).
+
+    Raises:
+        TorchdoctorError: the script or module does not exist.
+    """
+    code_path = resolve_target(target)
+    session = CaptureSession(options, progress=progress, listener=listener)
+    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    error: BaseException | None = None
+    ended = "finished"
+    try:
+        sys.argv = [str(code_path), *target.argv]
+        sys.path.insert(0, str(code_path.parent) if target.script else os.getcwd())
+        session.install()
+        try:
+            if target.script:
+                runpy.run_path(str(code_path), run_name="__main__")
+            else:
+                runpy.run_module(target.module or "", run_name="__main__", alter_sys=True)
+        except StopRun:
+            ended = "stopped"
+        except SystemExit as exc:
+            code = exc.code
+            # sys.exit("message") prints the message and exits with status 1, as Python does
+            ended = (
+                f"exited with status {0 if code is None else code if isinstance(code, int) else 1}"
+            )
+        except KeyboardInterrupt:
+            ended = "interrupted"
+        except BaseException as exc:  # noqa: BLE001 - the user's error is reported, not ours
+            ended = "error"
+            error = exc
+            if raised_by_torchdoctor(exc) and session.data.internal_error is None:
+                # Our hook failed inside the script's call: our bug, never the script's.
+                session.data.internal_error = exc  # type: ignore[assignment]
+    finally:
+        session.uninstall()
+        sys.argv[:] = saved_argv
+        sys.path[:] = saved_path
+    record = build_record(session, target.describe(), ended, error)
+    if options.timeline_path:
+        _write_timeline(session, options.timeline_path, record)
+    status = exit_status_of(record, ended)
+    if session.ranks.launched:
+        record = _job_record(session, record, ended)
+    return RunOutcome(record, status, error or session.data.internal_error)
+
+
+def _write_timeline(session: CaptureSession, path: str, record: RunRecord) -> None:
+    """The kept steps' parts as a Chrome/Perfetto trace (on a job, each rank its own file)."""
+    from ..capture import write_timeline
+
+    if session.ranks.launched:
+        stem, dot, ext = path.rpartition(".")
+        path = (
+            f"{stem}.rank{session.ranks.rank}.{ext}" if dot else f"{path}.rank{session.ranks.rank}"
+        )
+    phases = [
+        ("measure", session.data.measured),
+        ("model-alone", session.data.model_alone),
+        ("no-sync", session.data.no_sync),
+    ]
+    try:
+        write_timeline(path, phases)
+    except OSError as exc:
+        record.notes.append(f"the timeline could not be written to {path}: {exc}")
+
+
+def _job_record(session: CaptureSession, record: RunRecord, ended: str) -> RunRecord:
+    """On rank 0 of a coordinated job: every rank's record gathered into the job's.
+
+    The ranks stopped at the same step, so each reaches this gather; a rank that failed ended
+    its process instead, and the launcher ends the others (the supervisor then puts the job
+    together from what each rank streamed).
+    """
+    from ..analysis.distributed import combine
+
+    ranks = session.ranks
+    try:
+        if ended != "stopped" or not ranks.coordinated:
+            return record
+        gathered = ranks.gather(record.to_dict())
+    except (RuntimeError, ValueError) as exc:  # a rank went away meanwhile
+        record.notes.append(f"the ranks' records could not be gathered ({exc})")
+        return record
+    finally:
+        ranks.close()
+    if gathered is None:
+        return record
+    records = [RunRecord.from_dict(d) for d in gathered if d is not None]
+    # torchrun's GROUP_WORLD_SIZE: the nodes (agents) of the job.
+    nnodes = int(os.environ.get("GROUP_WORLD_SIZE", "1") or 1)
+    return combine(records, world_size=ranks.world_size, nnodes=nnodes)
+
+
+def user_traceback(exc: BaseException) -> list[str]:
+    """The script's traceback without torchdoctor's and runpy's frames above it."""
+    tb = exc.__traceback__
+    while tb is not None and _is_ours(tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    shown = traceback.TracebackException(type(exc), exc, tb)
+    # Our wrappers between the user's call and torch's (the backward hook): not theirs to read.
+    shown.stack = traceback.StackSummary.from_list(
+        [f for f in shown.stack if not _is_ours(f.filename)]
+    )
+    return list(shown.format())
+
+
+def _is_ours(filename: str) -> bool:
+    return filename.startswith(str(PACKAGE_DIR)) or filename.endswith(
+        ("runpy.py", "<frozen runpy>")
+    )
+
+
+class watch:  # noqa: N801 - used like a function: ``with torchdoctor.watch(steps=20) as run:``
+    """Measure the training loop inside a ``with`` block; the record is in ``run.record``.
+
+    The block is stopped (by an exception the ``with`` swallows) after warmup, measured,
+    model-alone and loader-alone steps, exactly as ``torchdoctor run`` stops a script.
+
+    Args:
+        steps: measured steps (one step is one ``optimizer.step()``).
+        warmup: steps run before measuring.
+        counterfactuals: also run the model-alone and loader-alone phases.
+        progress: called as ``progress(phase, done, total)``.
+
+    Example:
+        >>> with torchdoctor.watch(steps=20) as run:  # doctest: +SKIP
+        ...     train(model, loader)
+        >>> run.record.verdict.kind  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        steps: int = 20,
+        warmup: int = 5,
+        counterfactuals: bool = True,
+        progress: ProgressFn | None = None,
+    ) -> None:
+        self._session = CaptureSession(
+            RunOptions(steps=steps, warmup=warmup, counterfactuals=counterfactuals),
+            progress=progress,
+        )
+        self.record: RunRecord | None = None
+
+    def __enter__(self) -> watch:
+        self._session.install()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        self._session.uninstall()
+        if exc_type is None:
+            ended = "finished"
+        elif issubclass(exc_type, StopRun):
+            ended = "stopped"
+        elif issubclass(exc_type, KeyboardInterrupt):
+            ended = "interrupted"
+        else:
+            ended = "error"
+        self.record = build_record(self._session, ["<watch>"], ended, exc)
+        return ended == "stopped"

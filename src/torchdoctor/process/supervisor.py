@@ -1,0 +1,142 @@
+"""``torchdoctor run`` supervises: the script runs in a child process, its measurements stream here.
+
+Why a second process: whatever ends the script's process (an error, ``sys.exit``, ``os._exit``,
+SIGTERM, SIGKILL, the OOM killer, a segfault in native code), this one is still alive to write
+the record of what was measured up to then and to say how the script ended. It also bounds every
+run (``--max-seconds``), and each ``--fix`` re-run starts from a fresh process.
+
+This module does not import torch: the supervisor only reads records.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .._errors import (
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_SCRIPT_ERROR,
+    EXIT_TIMED_OUT,
+    TorchdoctorError,
+)
+from .._paths import resolve_script
+from ..options import RunOptions
+from ._processes import (
+    CHILD_CODE,
+    Signals,
+    Supervised,
+    child_spec,
+    end_group,
+    not_started,
+    record_from_dict,
+    record_from_stream,
+    signal_name,
+    wait,
+)
+from .stream import StreamReader, StreamState
+
+
+def run_supervised(
+    target: Any, options: RunOptions, progress: Callable[[str, int, int], None] | None = None
+) -> Supervised:
+    """Run ``target`` (a ``runner.Target``) in a child process under capture, within the bound.
+
+    Raises:
+        TorchdoctorError: the child could not run the script (not found, ...): its message.
+    """
+    if target.script:
+        resolve_script(target.script)  # a missing script is told at once, not after torch loads
+    from .launch import check_launch, run_launched
+
+    check_launch(options)
+    if options.nproc_per_node:
+        return run_launched(target, options, progress)
+    spec = child_spec(target, options)
+    with Signals() as signals, tempfile.TemporaryDirectory(prefix="torchdoctor-") as tmp:
+        spec_path = Path(tmp) / "spec.json"
+        spec_path.write_text(json.dumps(spec), encoding="utf-8")
+        if signals.received:  # interrupted before the script could start
+            return not_started(target, options, signals.received[0])
+        read_fd, write_fd = os.pipe()
+        try:
+            # Its own session and process group: Ctrl-C at the terminal reaches only this
+            # process, which hands it on once, and the bound can stop the script's own
+            # processes (workers, helpers it forked) with it.
+            proc = subprocess.Popen(
+                [sys.executable, "-c", CHILD_CODE, str(spec_path), str(write_fd)],
+                pass_fds=(write_fd,),
+                start_new_session=True,
+            )
+        except OSError:
+            os.close(read_fd)
+            raise
+        finally:
+            os.close(write_fd)
+        reader = StreamReader(read_fd, progress)
+        timed_out = wait(proc, options.max_seconds, signals)
+        end_group(proc.pid)
+        reader.join(timeout_s=10.0)
+    signalled = signals.received[0] if signals.received else None
+    return _outcome(reader.state, proc.returncode, target, options, timed_out, signalled)
+
+
+def _outcome(
+    state: StreamState,
+    returncode: int | None,
+    target: Any,
+    options: RunOptions,
+    timed_out: bool,
+    signalled: int | None,
+) -> Supervised:
+    if state.final is not None:
+        record = record_from_dict(state.final["record"])
+        return Supervised(record, int(state.final["exit_status"]))
+    error = state.error
+    if error is not None and not error.get("internal"):
+        raise TorchdoctorError(error["message"], error.get("hint"))
+    record = record_from_stream(state, target.describe(), options)
+    ending = _ending(returncode, timed_out, signalled, options)
+    record.notes.append(ending)
+    if error is not None:
+        record.status = "internal-error"
+        record.notes.append(f"torchdoctor itself failed: {error['message']}. Please report this.")
+        return Supervised(record, EXIT_INTERNAL)
+    if timed_out:
+        record.status, status = "timed-out", EXIT_TIMED_OUT
+    elif signalled is not None:
+        record.status, status = "interrupted", EXIT_INTERRUPTED
+    else:
+        record.status, status = "killed", EXIT_SCRIPT_ERROR
+    return Supervised(record, status)
+
+
+def _ending(
+    returncode: int | None, timed_out: bool, signalled: int | None, options: RunOptions
+) -> str:
+    """How the script's process ended, in the report's words."""
+    if timed_out:
+        return (
+            f"stopped at the --max-seconds bound ({options.max_seconds:g} s) before the "
+            "measurement finished; the figures cover what was measured until then (raise "
+            "--max-seconds, or check that the loop reaches optimizer.step())"
+        )
+    if signalled is not None:
+        return f"torchdoctor received {signal_name(signalled)} and stopped the script"
+    if returncode is not None and returncode < 0:
+        oom = " (the OOM killer sends SIGKILL)" if -returncode == signal.SIGKILL else ""
+        return (
+            f"the script's process was killed by {signal_name(-returncode)}{oom}; the figures "
+            "cover what was measured until then"
+        )
+    return (
+        f"the script's process ended with status {returncode} without torchdoctor's last word "
+        "(os._exit, or a crash in native code); the figures cover what was measured until then"
+    )
