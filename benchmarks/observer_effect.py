@@ -54,7 +54,11 @@ def run_once(tmp: Path, name: str, job: str, threads: str, hidden: int, captured
     else:
         cmd = [sys.executable, *script]
     env = {**os.environ, "PYTHONPATH": str(SRC)}
-    subprocess.run(cmd, env=env, check=True, capture_output=True, cwd=tmp)
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=tmp)
+    if done.returncode != 0:
+        raise SystemExit(
+            f"{' '.join(cmd[:6])} ... ended with status {done.returncode}:\n{done.stderr[-2000:]}"
+        )
     medians = {r: _window_median(Path(f"{timing}.{r}")) for r in range(ranks)}
     return medians, (json.loads(record.read_text()) if captured else None)
 
