@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from torch.utils.weak import WeakIdKeyDictionary
 
 from .._batches import tensors_in
+from ..record import phase_names
 from ._frames import is_user_file
 from ._loaders import ReplayStore
 from .phases.base import Done
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
 #: Steps the search for the functions that build the batches may take.
 SEARCH_STEPS = 3
 #: Phases whose steps are neither timed nor traced: the search runs in them only.
-SEARCH_PHASES = ("warmup", "sync-sample")
+SEARCH_PHASES = (phase_names.WARMUP, phase_names.SYNC_SAMPLE)
 #: Tensors looked at in one returned value or one model input.
 _MAX_LEAVES = 16
 

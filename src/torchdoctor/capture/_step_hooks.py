@@ -15,7 +15,7 @@ import torch
 
 from .._batches import tensor_ids
 from ..loader import valid_loader_kwargs
-from ..record import Finding
+from ..record import Finding, phase_names
 from ._boundary import graph_leaves
 from ._patch import passes_through
 from ._script_state import call_site
@@ -274,7 +274,7 @@ class StepHooks:
         if text is not None and text not in self.data.notes:
             self.data.notes.append(text)
             self._boundary_notes.append(text)
-        if moved and self.phase.name == "warmup":
+        if moved and self.phase.name == phase_names.WARMUP:
             self.phase.steps_done = 0  # steps cut at the old boundary do not count
         if self.boundary.never_updates and not self.data.loop_findings:
             self.data.loop_findings.append(never_updates_finding(call_site()))

@@ -15,7 +15,7 @@ from typing import Any
 from .._errors import EXIT_INTERRUPTED
 from ..analysis.verdict import summarise
 from ..options import RunOptions
-from ..record import RecordError, RunRecord
+from ..record import RecordError, RunRecord, phase_names
 from .stream import StreamState
 
 #: After the bound, or a SIGTERM to torchdoctor, the script gets this long to end before SIGKILL.
@@ -161,11 +161,11 @@ def record_from_stream(state: StreamState, command: list[str], options: RunOptio
         record = RunRecord(command=command, warmup_steps=options.warmup)
         record.requested_steps = options.steps
     for phase, parts, batches in state.steps:
-        if phase == "measure":
+        if phase == phase_names.MEASURE:
             record.steps.add_step(parts, batches)
-        elif phase == "model-alone":
+        elif phase == phase_names.MODEL_ALONE:
             record.model_alone.append(round(sum(parts.values()), 4))
-        elif phase == "no-sync":
+        elif phase == phase_names.NO_SYNC:
             record.no_sync.append(round(sum(parts.values()), 4))
     if state.seen is not None:
         record.seen = dict(state.seen)

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..record import phase_names
 from .stream import LOGGED_PHASES, STREAM_ENV, StepLog, StreamWriter
 
 #: Seconds between two reports of what the capture saw (for a script that never steps).
@@ -108,7 +109,7 @@ def _run(spec: dict[str, Any], writer: StreamWriter, log_path: str) -> int:
             if session is None:
                 continue
             writer.send("seen", seen=dict(session.data.seen))
-            if session.phase_name != "done" or not session.installed:
+            if session.phase_name != phase_names.DONE or not session.installed:
                 continue  # still measuring, or the script has ended (a job gathers its ranks)
             done_at = done_at or time.monotonic()
             if time.monotonic() - done_at >= SWALLOWED_STOP_GRACE_S:

@@ -12,7 +12,7 @@ from .._errors import (
     EXIT_OK,
     EXIT_SCRIPT_ERROR,
 )
-from ..record import RunRecord
+from ..record import RunRecord, phase_names
 
 if TYPE_CHECKING:
     from ..capture import CaptureSession
@@ -30,7 +30,7 @@ def status_of(
             f"torchdoctor itself failed ({type(exc).__name__}: {exc}) and stopped the script; "
             "torch was restored. Please report this with the traceback above."
         ]
-    if ended == "stopped" or session.phase_name == "done":
+    if ended == "stopped" or session.phase_name == phase_names.DONE:
         return "complete", []
     if ended == "interrupted":
         return "interrupted", [f"interrupted (Ctrl-C) after {measured} measured steps"]
@@ -62,12 +62,12 @@ def status_of(
                 f"the script {ended} after {seen['optimizer_steps']} optimizer steps, fewer than "
                 f"the {opts.warmup} warmup steps: lower --warmup or give it more data/epochs"
             )
-    elif session.phase_name in ("warmup", "measure") and ended != "error":
+    elif session.phase_name in (phase_names.WARMUP, phase_names.MEASURE) and ended != "error":
         notes.append(
             f"the script {ended} after {measured} of {opts.steps} measured steps "
             "(its data or epochs ran out); the figures cover those steps only"
         )
-    elif session.phase_name == "model-alone" and ended != "error":
+    elif session.phase_name == phase_names.MODEL_ALONE and ended != "error":
         notes.append(
             f"the script {ended} during the model-alone phase after "
             f"{len(record.model_alone)} of {opts.steps} steps"

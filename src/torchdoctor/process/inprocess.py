@@ -19,7 +19,7 @@ from ..capture import (
     raised_by_torchdoctor,
 )
 from ..options import RunOptions
-from ..record import RunRecord
+from ..record import RunRecord, phase_names
 from .build import build_record
 from .endings import exit_status_of
 from .target import Target, resolve_target
@@ -102,9 +102,9 @@ def _write_timeline(session: CaptureSession, path: str, record: RunRecord) -> No
             f"{stem}.rank{session.ranks.rank}.{ext}" if dot else f"{path}.rank{session.ranks.rank}"
         )
     phases = [
-        ("measure", session.data.measured),
-        ("model-alone", session.data.model_alone),
-        ("no-sync", session.data.no_sync),
+        (phase_names.MEASURE, session.data.measured),
+        (phase_names.MODEL_ALONE, session.data.model_alone),
+        (phase_names.NO_SYNC, session.data.no_sync),
     ]
     try:
         write_timeline(path, phases)

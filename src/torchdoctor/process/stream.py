@@ -31,12 +31,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..record import STEP_PARTS
+from ..record import STEP_PARTS, phase_names
 
 #: A rank of a launched job finds the supervisor's socket here (torchrun closes other fds).
 STREAM_ENV = "TORCHDOCTOR_STREAM"
 #: Phases whose steps go into the step log (the others only count in snapshots).
-LOGGED_PHASES = ("measure", "model-alone", "no-sync")
+LOGGED_PHASES = phase_names.TIMED_PHASES
 _HEADER = struct.Struct("<Q")  # steps written so far
 _STEP = struct.Struct("<II" + "d" * len(STEP_PARTS))  # phase, batches, the parts in ms
 

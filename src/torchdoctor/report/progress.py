@@ -8,17 +8,7 @@ from types import TracebackType
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-_LABELS = {
-    "warmup": "warming up",
-    "sync-sample": "watching steps for host syncs (untimed)",
-    "trace": "recording a profiler trace (untimed)",
-    "measure": "measuring steps",
-    "model-alone": "model alone (data made free)",
-    "no-sync": "no gradient all-reduce (communication made free)",
-    "loader-alone": "loader alone (no model)",
-    "worker-sweep": "worker sweep (settings of num_workers)",
-    "loader-doctor": "loader doctor (transform costs, memory)",
-}
+from ..record.phase_names import PHASE_WORDS
 
 
 class ProgressDisplay:
@@ -59,7 +49,7 @@ class ProgressDisplay:
     def update(self, phase: str, done: int, total: int) -> None:
         if not self.enabled:
             return
-        label = _LABELS.get(phase, phase)
+        label = PHASE_WORDS.get(phase, phase)
         if self._progress is None:
             if phase != self._phase:
                 self._phase = phase

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from ...record import phase_names
+
 if TYPE_CHECKING:
     from .._data import StepMarks
     from .._session import CaptureSession
@@ -72,4 +74,4 @@ class Phase:
 class Done(Phase):
     """After the last phase: the script is stopped (or, with ``stop=False``, left unobserved)."""
 
-    name = "done"
+    name = phase_names.DONE

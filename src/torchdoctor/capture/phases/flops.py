@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from ...record import phase_names
 from .base import Phase
 
 #: Side of the square matmul that measures a device's peak (CPU; accelerators use 4x).
@@ -27,7 +28,7 @@ PEAK_REPEATS = 5
 
 
 class FlopsPhase(Phase):
-    name = "flops"
+    name = phase_names.FLOPS
 
     def __init__(self) -> None:
         super().__init__()

@@ -7,11 +7,12 @@ so they do not compete with the clone (or with the doctor that follows) for core
 from __future__ import annotations
 
 from ...loader import measure_loader_alone
+from ...record import phase_names
 from .base import Phase
 
 
 class LoaderAlonePhase(Phase):
-    name = "loader-alone"
+    name = phase_names.LOADER_ALONE
     owns_loaders = True
     takes_steps = False
     agreed = False

@@ -6,11 +6,12 @@ from __future__ import annotations
 import statistics
 
 from ...loader import diagnose_loader
+from ...record import phase_names
 from .base import Phase
 
 
 class LoaderDoctorPhase(Phase):
-    name = "loader-doctor"
+    name = phase_names.LOADER_DOCTOR
     owns_loaders = True
     takes_steps = False
     agreed = False

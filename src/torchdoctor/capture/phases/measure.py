@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from ...record import phase_names
 from .base import Phase
 
 
 class MeasurePhase(Phase):
     """``--steps`` timed steps, with the system sampler running alongside."""
 
-    name = "measure"
+    name = phase_names.MEASURE
     measuring = True
 
     def total(self, session) -> int:

@@ -8,11 +8,12 @@ what input costs the step.
 
 from __future__ import annotations
 
+from ...record import phase_names
 from .base import NOT_SERVED, Phase
 
 
 class ModelAlonePhase(Phase):
-    name = "model-alone"
+    name = phase_names.MODEL_ALONE
 
     def wanted(self, session) -> bool:
         if not session.options.counterfactuals:

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from torch.nn.parallel import DistributedDataParallel
 
+from ...record import phase_names
 from .base import Phase
 
 
 class NoSyncPhase(Phase):
-    name = "no-sync"
+    name = phase_names.NO_SYNC
 
     def __init__(self) -> None:
         super().__init__()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ...record import phase_names
 from ..syncs import SyncWatcher
 from .base import Phase
 
@@ -9,7 +10,7 @@ from .base import Phase
 class SyncSamplePhase(Phase):
     """``--sync-steps`` steps under a :class:`SyncWatcher` (its function mode slows them)."""
 
-    name = "sync-sample"
+    name = phase_names.SYNC_SAMPLE
 
     def __init__(self) -> None:
         super().__init__()

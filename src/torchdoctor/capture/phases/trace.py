@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ...record import phase_names
 from ..profiler import StepProfiler
 from .base import Phase
 
@@ -11,7 +12,7 @@ TRACE_ACTIVE_STEPS = 3
 
 
 class TracePhase(Phase):
-    name = "trace"
+    name = phase_names.TRACE
 
     def __init__(self) -> None:
         super().__init__()

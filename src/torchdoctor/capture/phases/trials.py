@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...analysis.trials import samples_per_s
+from ...record import phase_names
 from .._compile_lever import Compile
 from .._trials import (
     PLATEAU_GAIN,
@@ -52,7 +53,7 @@ class TrialRun:
 
 
 class TrialsPhase(Phase):
-    name = "trials"
+    name = phase_names.TRIALS
     #: The batch-size lever iterates clones of the script's loader: they are not the script's.
     owns_loaders = True
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from ...record import phase_names
 from .base import Phase
 
 
 class WarmupPhase(Phase):
     """The first ``--warmup`` steps (at least one: it also finds the device and optimizer)."""
 
-    name = "warmup"
+    name = phase_names.WARMUP
 
     def total(self, session) -> int:
         return session.options.warmup

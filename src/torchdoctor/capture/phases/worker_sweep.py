@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from ...loader import WorkerThreadPolicy, available_cpus, sweep_candidates
+from ...record import phase_names
 from .._inloop_sweep import InLoopSweep
 from .base import NOT_SERVED, Phase
 
@@ -19,7 +20,7 @@ SWEEP_MAX_STEPS_PER_SETTING = 8
 
 
 class WorkerSweepPhase(Phase):
-    name = "worker-sweep"
+    name = phase_names.WORKER_SWEEP
     owns_loaders = True
 
     def __init__(self) -> None:
