@@ -1,5 +1,5 @@
-"""One vocabulary: the capture's phases are named once (record.phase_names), and everything that
-speaks of a phase (the progress display) has words for every one of them."""
+"""One vocabulary: the capture's phases (record.phase_names) and a step's parts
+(record.part_names) are named once, and everything that speaks of them has words for each."""
 
 from __future__ import annotations
 
@@ -7,8 +7,10 @@ import io
 
 from rich.console import Console
 
+from torchdoctor.analysis.job_findings import part_bound
+from torchdoctor.analysis.verdict import GROUPS
 from torchdoctor.capture.phases import PHASES
-from torchdoctor.record import phase_names
+from torchdoctor.record import HOST_BOUND, INPUT_BOUND, part_names, phase_names
 from torchdoctor.report.progress import ProgressDisplay
 
 
@@ -25,3 +27,21 @@ def test_the_progress_display_has_words_for_every_phase(capsys):
     assert lines == [
         f"torchdoctor: {words} (4 steps)" for words in phase_names.PHASE_WORDS.values()
     ]
+
+
+def test_every_table_of_step_parts_names_every_part():
+    tables = {
+        "PART_LABELS": part_names.PART_LABELS,
+        "PART_HEADERS": part_names.PART_HEADERS,
+        "PART_WORDS": part_names.PART_WORDS,
+        "PART_GROUPS": part_names.PART_GROUPS,
+    }
+    for name, table in tables.items():
+        assert tuple(table) == part_names.STEP_PARTS, name
+
+
+def test_the_verdict_groups_and_a_stragglers_bound_come_from_the_parts_groups():
+    grouped = [part for parts in GROUPS.values() for part in parts]
+    assert sorted(grouped) == sorted(part_names.STEP_PARTS)  # each part in one group
+    assert GROUPS["input"] == ("data_wait", "to_device")
+    assert part_bound("data_wait") == INPUT_BOUND and part_bound("other") == HOST_BOUND

@@ -19,7 +19,6 @@ import statistics
 
 from ..record import (
     COMMUNICATION_BOUND,
-    COMPUTE_BOUND,
     HOST_BOUND,
     INPUT_BOUND,
     STATUSES,
@@ -34,12 +33,12 @@ from ..record import (
     Straggler,
     Verdict,
 )
+from ..record.part_names import PART_WORDS
 from .job_findings import (
-    _PART_KIND,
     COMM_BOUND_SHARE,
-    PART_WORDS,
     bucket_finding,
     comm_share,
+    part_bound,
     straggler_finding,
 )
 from .verdict import _NEXT_COMPUTE, _NEXT_HOST, _next_input, summarise
@@ -168,7 +167,7 @@ def job_verdict(job: RunRecord, report: DistributedReport) -> Verdict:
     own = job.verdict
     if report.stragglers:
         s = report.stragglers[0]
-        kind = _PART_KIND.get(s.part, COMPUTE_BOUND)
+        kind = part_bound(s.part)
         why = (
             f"rank {s.rank} is a straggler: it spends {s.excess_ms:.1f} ms per step more than the "
             f"other ranks on its own work, mostly {PART_WORDS.get(s.part, s.part)}, and every "

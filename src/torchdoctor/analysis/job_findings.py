@@ -12,28 +12,19 @@ from ..record import (
     Straggler,
     split_where,
 )
+from ..record.part_names import PART_GROUPS, PART_WORDS
 
 #: Share of the step spent in communication (or waiting in it) that makes a balanced job
 #: communication-bound.
 COMM_BOUND_SHARE = 0.30
-#: What the straggler's slowest part says bounds the job.
-_PART_KIND = {
-    "data_wait": INPUT_BOUND,
-    "to_device": INPUT_BOUND,
-    "forward": COMPUTE_BOUND,
-    "backward": COMPUTE_BOUND,
-    "optimizer": COMPUTE_BOUND,
-    "other": HOST_BOUND,
-}
-#: How a step part reads in a sentence ("mostly waiting for data").
-PART_WORDS = {
-    "data_wait": "waiting for data",
-    "to_device": "copying batches to the device",
-    "forward": "forward",
-    "backward": "backward",
-    "optimizer": "the optimizer",
-    "other": "host work between the calls",
-}
+#: What the straggler's slowest part says bounds the job: its verdict group's bound.
+_GROUP_KIND = {"input": INPUT_BOUND, "compute": COMPUTE_BOUND, "host": HOST_BOUND}
+
+
+def part_bound(part: str) -> str:
+    """The verdict a step part's group names (``data_wait``: INPUT-BOUND)."""
+    return _GROUP_KIND[PART_GROUPS.get(part, "compute")]
+
 
 #: Share of communication in a balanced job's step from which DDP's bucket settings are advised.
 BUCKET_ADVICE_SHARE = 0.15
@@ -55,7 +46,7 @@ STRAGGLER_FIX = {
 
 
 def _straggler_fix(part: str) -> str:
-    return STRAGGLER_FIX[_PART_KIND.get(part, COMPUTE_BOUND)]
+    return STRAGGLER_FIX[part_bound(part)]
 
 
 def straggler_finding(s: Straggler) -> Finding:

@@ -20,7 +20,7 @@ from .distributed import STRAGGLER_RATIO
 from .trace_gpu import GpuView, kernel_types
 
 #: How a straggler's slowest step part is named (the words of ``run`` where they exist).
-PART_WORDS = {
+TRACE_PART_WORDS = {
     "gpu_kernels": "GPU compute (kernels)",
     "memcpy": "GPU memory copies",
     "memset": "GPU memsets",
@@ -108,7 +108,7 @@ def _slowest_part(slow: RankReport, others: list[RankReport]) -> str:
 
     excess = {
         p: per_step(slow, p) - statistics.median(per_step(o, p) for o in others)
-        for p in PART_WORDS
+        for p in TRACE_PART_WORDS
         if p != "communication"
     }
     return max(excess, key=excess.__getitem__)

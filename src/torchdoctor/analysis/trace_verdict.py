@@ -34,7 +34,7 @@ from ..record import (
 )
 from .distributed import NEXT_COMMUNICATION
 from .job_findings import STRAGGLER_FIX
-from .trace_comm import PART_WORDS, STRAGGLER_RATIO
+from .trace_comm import STRAGGLER_RATIO, TRACE_PART_WORDS
 from .trace_gpu import CONSECUTIVE_KERNEL_DELAY_US
 from .trace_host import (
     LAUNCH_CPU_OVER_GPU_RATIO,
@@ -150,7 +150,7 @@ def _straggler_verdict(skew: RankSkew, slow: RankReport) -> Verdict:
     who = skew.straggler_rank
     why = (
         f"{who} is a straggler: it spends {_ms(skew.excess_ms)} ms per step more than the other "
-        f"ranks on its own work, mostly {PART_WORDS.get(skew.part, skew.part)}, and every other "
+        f"ranks on its own work, mostly {TRACE_PART_WORDS.get(skew.part, skew.part)}, and every other "
         f"rank waits for it in the collectives ({_ms(skew.wait_ms)} ms per step)"
     )
     own = _shared_verdict([slow], kind)
@@ -377,7 +377,7 @@ def straggler_finding(skew: RankSkew, ranks: list[RankReport]) -> Finding:
     title = (
         f"{skew.straggler_rank} is a straggler: its own work per step is "
         f"{_ms(skew.excess_ms)} ms longer than the other ranks' (mostly "
-        f"{PART_WORDS.get(skew.part, skew.part)}); {_ranks_words(skew.waiting)} wait "
+        f"{TRACE_PART_WORDS.get(skew.part, skew.part)}); {_ranks_words(skew.waiting)} wait "
         f"{_ms(skew.wait_ms)} ms per step for it in the collectives"
     )
     return Finding(

@@ -13,6 +13,7 @@ from ..record import (
     Stat,
     Verdict,
 )
+from ..record.part_names import PART_GROUPS
 
 #: Share of step time spent waiting for batches (and copying them) that makes a run input-bound.
 #: A quarter of the step is where fixing the input pays at least 1.33x.
@@ -28,11 +29,10 @@ INPUT_CEILING_MIN_SHARE = 0.125
 #: logging, host syncs between the calls) that makes a run host-bound.
 HOST_BOUND_SHARE = 0.30
 
-#: Which step parts make up each group of the verdict.
+#: Which step parts make up each group of the verdict (from record.part_names.PART_GROUPS).
 GROUPS = {
-    "input": ("data_wait", "to_device"),
-    "compute": ("forward", "backward", "optimizer"),
-    "host": ("other",),
+    group: tuple(part for part in STEP_PARTS if PART_GROUPS[part] == group)
+    for group in ("input", "compute", "host")
 }
 
 

@@ -43,7 +43,6 @@ from ._loader import (
 from ._run import (  # FixTrial too: _run must be imported before _fix (see _run's end)
     BATCH_SIZE_ARGUMENT,
     BATCH_SIZE_MEASURED,
-    STEP_PARTS,
     Environment,
     Finding,
     FixTrial,
@@ -72,6 +71,7 @@ from ._trace import (
     TraceStep,
 )
 from ._verdict import Verdict
+from .part_names import STEP_PARTS
 
 # isort: split
 # The job section holds the run's StepSeries and Stat: imported after _run, which imports it.

@@ -19,9 +19,6 @@ from ._serial import SCHEMA_VERSION, load_record, record_from_dict, write_json_a
 from ._trace import TraceReport
 from ._verdict import Verdict
 
-#: The parts of a step, in the order they are shown. They sum to ``step_ms``.
-STEP_PARTS = ("data_wait", "to_device", "forward", "backward", "optimizer", "other")
-
 
 @dataclass
 class Stat:

@@ -14,19 +14,10 @@ from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.table import Table
 from rich.text import Text
 
-from ..analysis.job_findings import PART_WORDS
 from ..record import STEP_PARTS, STRAGGLER, WAITS, DistributedReport, RankRun, RunRecord, Stat
+from ..record.part_names import PART_HEADERS, PART_WORDS
 from ._style import BAD, verdict_look
 
-#: Column headers of the step parts, short (and in two lines) so that the table fits 120 columns.
-_PART_HEADER = {
-    "data_wait": "data\nwait",
-    "to_device": "to\ndevice",
-    "forward": "fwd",
-    "backward": "bwd",
-    "optimizer": "optim",
-    "other": "other",
-}
 #: Lines of a failed rank's traceback that are shown (its end, where the error is).
 TRACEBACK_LINES = 15
 
@@ -73,7 +64,7 @@ _COLUMNS = [
     ("rank", "rank", False),
     ("status", "status", False),
     ("step", "step", True),
-    *((part, _PART_HEADER[part], True) for part in STEP_PARTS),
+    *((part, PART_HEADERS[part], True) for part in STEP_PARTS),
     ("no_sync", "no-sync\nstep", True),
     ("comm", "comm/\nwait", True),
     ("own", "own\nwork", True),

@@ -16,19 +16,11 @@ from ..record import (
     LoaderSettings,
     RunRecord,
 )
+from ..record.part_names import PART_LABELS
 from ._style import BAD, GOOD, severity_look, verdict_look
 from .distributed import breakdown_title, ranks_section
 from .loader import loader_section
 from .trials import trials_section
-
-_PART_LABEL = {
-    "data_wait": "data wait",
-    "to_device": "to device",
-    "forward": "forward",
-    "backward": "backward",
-    "optimizer": "optimizer",
-    "other": "other (Python, logging, syncs)",
-}
 
 
 def render(record: RunRecord, console: Console | None = None, title: str | None = None) -> None:
@@ -190,7 +182,7 @@ def _breakdown_table(record: RunRecord) -> Table:
             continue
         share = sum(record.steps.part(name)) / total
         table.add_row(
-            _PART_LABEL[name],
+            PART_LABELS[name],
             f"{stat.mean:.2f}",
             f"{stat.median:.2f}",
             f"{stat.p90:.2f}",
