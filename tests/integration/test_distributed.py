@@ -320,6 +320,7 @@ def test_data_parallel_is_found_at_its_line_in_one_process(tmp_path):
             "--node-rank 5 in a job of 2",
         ),  # fmt: skip
         (["--nproc-per-node", "2", "--fix"], {}, "--fix is not available"),
+        (["--nproc-per-node", "2", "--try", "amp"], {}, "--try is not available"),
         (["--nproc-per-node", "2"], {"LOCAL_RANK": "0"}, "inside a rank of a job torchrun"),
     ],
 )

@@ -94,7 +94,7 @@ def check_launch(options: RunOptions) -> None:
 
     Raises:
         TorchdoctorError: a flag that needs another, a bad ``--nnodes``, a nested launch,
-            ``--fix``.
+            ``--fix`` or ``--try``.
     """
     if not options.nproc_per_node:
         if (options.nnodes, options.node_rank, options.rdzv_endpoint) != (None, None, None):
@@ -113,6 +113,12 @@ def check_launch(options: RunOptions) -> None:
         raise TorchdoctorError(
             "--fix is not available with --nproc-per-node yet",
             "run the diagnosis of the job, then --fix on one rank's script without the launcher",
+        )
+    if options.trials:
+        raise TorchdoctorError(
+            "--try is not available with --nproc-per-node yet (the levers are measured in one "
+            "process)",
+            "run the diagnosis of the job, then --try on one rank's script without the launcher",
         )
     if options.nnodes is None and (options.node_rank is not None or options.rdzv_endpoint):
         raise TorchdoctorError(
