@@ -5,11 +5,11 @@ driven by Playwright; no browser download), runs compared on the same script and
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
+from browser import assert_offline, browser_view
 from paths import HTA_TRACES, SCENARIOS
 from torchdoctor.analysis.compare import IMPROVED, NO_CHANGE, REGRESSED, compare
 from torchdoctor.analysis.trace_analysis import analyze_trace
@@ -21,41 +21,9 @@ from torchdoctor.report.html import write_html
 pytestmark = pytest.mark.integration
 
 LOOP = str(SCENARIOS / "train_loop.py")
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 #: The sections every diagnosis page of a run with a loader doctor has.
 RUN_SECTIONS = ("verdict", "steps", "counterfactuals", "sweep", "transforms", "memory",
                 "findings", "environment")  # fmt: skip
-
-
-def browser_view(path: Path) -> dict:
-    """Open ``path`` in headless chromium: the ids of its sections, its text, console messages
-    and every request the page made."""
-    playwright = pytest.importorskip("playwright.sync_api")
-    if not Path(CHROMIUM).exists():
-        pytest.skip("Debian's chromium is not installed (.ci/run installs it)")
-    with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 800})
-            console, requests = [], []
-            page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
-            page.on("pageerror", lambda e: console.append(f"pageerror: {e}"))
-            page.on("request", lambda r: requests.append(r.url))
-            page.goto(path.resolve().as_uri())
-            ids = page.eval_on_selector_all("section[id]", "els => els.map(e => e.id)")
-            text = page.inner_text("body")
-            charts = page.eval_on_selector_all("svg.chart", "els => els.length")
-            wide = page.evaluate("document.documentElement.scrollWidth")
-        finally:
-            browser.close()
-    return {"ids": ids, "text": text, "console": console, "requests": requests,
-            "charts": charts, "width": wide}  # fmt: skip
-
-
-def assert_offline(view: dict, path: Path) -> None:
-    assert view["console"] == [], view["console"]
-    assert view["requests"] == [path.resolve().as_uri()], "the page asked for something else"
-    assert view["width"] <= 1280, "wider than a laptop screen"
 
 
 @pytest.fixture(scope="module")
@@ -89,26 +57,6 @@ def test_report_html_from_the_command_line(runs, tmp_path, capsys):
     assert main(["report", "--html", str(out), str(runs["a"])]) == 0
     assert str(out) in capsys.readouterr().out
     assert "INPUT-BOUND" in out.read_text()
-
-
-def test_an_analyze_page_has_its_trace_section(tmp_path):
-    trace = sorted(HTA_TRACES.glob("**/*.json*"))[0]
-    record = analyze_trace([str(trace)], command=["torchdoctor", "analyze", str(trace)])
-    page = write_html(record, tmp_path / "analyze.html")
-    view = browser_view(page)
-    assert_offline(view, page)
-    assert "trace" in view["ids"] and "verdict" in view["ids"]
-
-
-def test_a_job_page_shows_its_ranks_and_trials(tmp_path):
-    from jobgen import rank_record
-    from torchdoctor.analysis.distributed import combine
-
-    job = combine([rank_record(0, 0.1, 45.0, 4.0), rank_record(1, 40.0, 3.0, 44.0)])
-    page = write_html(job, tmp_path / "job.html")
-    view = browser_view(page)
-    assert_offline(view, page)
-    assert "ranks" in view["ids"] and "rank 1 is a straggler" in view["text"]
 
 
 def test_the_same_script_twice_is_no_change(runs):

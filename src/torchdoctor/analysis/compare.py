@@ -173,7 +173,9 @@ def _differences(a: RunRecord, b: RunRecord) -> tuple[list[str], bool]:
 
 
 def _kind(record: RunRecord) -> str:
-    return "a trace analysis" if not record.steps.step_ms and record.trace else "a run"
+    if record.is_trace_analysis or (not record.steps.step_ms and record.trace):
+        return "a trace analysis"
+    return "a run"
 
 
 def _script(record: RunRecord) -> str:

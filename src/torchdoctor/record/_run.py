@@ -272,6 +272,17 @@ class RunRecord:
     def measured_steps(self) -> int:
         return len(self.steps)
 
+    @property
+    def is_trace_analysis(self) -> bool:
+        """Whether this is an ``analyze`` record: a profiler trace read, no script run (its steps
+        are the trace's, its parts the trace's own; a ``run --trace`` record has both)."""
+        return (
+            self.trace is not None
+            and self.trace.analysed
+            and self.env is None
+            and not self.parts_ms
+        )
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict, including derived ``measured_steps``."""
         out = dataclasses.asdict(self)

@@ -18,19 +18,40 @@ PART_COLOURS = {
     "optimizer": "var(--c-opt)",
     "other": "var(--c-other)",
 }
+#: The same for the parts of a profiler trace's step (``analyze``).
+TRACE_PART_COLOURS = {
+    "gpu_kernels": "var(--c-fwd)",
+    "memcpy": "var(--c-copy)",
+    "memset": "var(--c-mem)",
+    "communication": "var(--c-opt)",
+    "runtime": "var(--c-bwd)",
+    "dataloader": "var(--c-data)",
+    "cpu_ops": "var(--c-cpu)",
+    "other": "var(--c-other)",
+}
+#: Width of one legend entry, px: the longest label ("communication", 11 px) with its swatch.
+_LEGEND_W = 118
 
 
 def stacked_steps(
-    steps: list[dict[str, float]], parts: tuple[str, ...], width: int = 760, height: int = 220
+    steps: list[dict[str, float]],
+    parts: tuple[str, ...],
+    width: int = 760,
+    height: int = 220,
+    colours: dict[str, str] | None = None,
+    labels: dict[str, str] | None = None,
 ) -> str:
     """One stacked bar per step (its parts, in ms), every step shown, with a legend."""
     if not steps:
         return ""
+    colours = colours or PART_COLOURS
+    per_row = max(1, (width - 48) // _LEGEND_W)
+    legend_rows = -(-len(parts) // per_row)
     top = max(sum(s.get(p, 0.0) for p in parts) for s in steps) or 1.0
     pad_left, pad_bottom = 48, 22
     plot_w, plot_h = width - pad_left - 8, height - pad_bottom - 8
     bar_w = plot_w / len(steps)
-    out = [_open(width, height + 26, "per-step parts")]
+    out = [_open(width, height + 8 + 18 * legend_rows, "per-step parts")]
     out.append(_axis(pad_left, plot_h, top, "ms"))
     for i, step in enumerate(steps):
         y = plot_h + 4.0
@@ -43,11 +64,11 @@ def stacked_steps(
             y -= h
             out.append(
                 f'<rect x="{x + 0.5:.1f}" y="{y:.1f}" width="{max(bar_w - 1, 0.5):.1f}" '
-                f'height="{h:.1f}" fill="{PART_COLOURS.get(part, "gray")}">'
+                f'height="{h:.1f}" fill="{colours.get(part, "gray")}">'
                 f"<title>step {i + 1}: {escape(part)} {ms:.2f} ms</title></rect>"
             )
     out.append(f'<text x="{pad_left}" y="{plot_h + 20}" class="axis">step 1 … {len(steps)}</text>')
-    out.append(_legend(parts, pad_left, height + 14))
+    out.append(_legend(parts, pad_left, height + 14, per_row, colours, labels or {}))
     out.append("</svg>")
     return "".join(out)
 
@@ -135,13 +156,22 @@ def _axis(x: int, plot_h: float, top: float, unit: str) -> str:
     )
 
 
-def _legend(parts: tuple[str, ...], x: int, y: int) -> str:
+def _legend(
+    parts: tuple[str, ...],
+    x: int,
+    y: int,
+    per_row: int,
+    colours: dict[str, str],
+    labels: dict[str, str],
+) -> str:
+    """A swatch and a name per part, ``per_row`` to a row so that none runs off the chart."""
     out = []
     for i, part in enumerate(parts):
-        px = x + i * 118
+        px, py = x + (i % per_row) * _LEGEND_W, y + (i // per_row) * 18
+        label = labels.get(part, part.replace("_", " "))
         out.append(
-            f'<rect x="{px}" y="{y - 9}" width="10" height="10" '
-            f'fill="{PART_COLOURS.get(part, "gray")}"/>'
-            f'<text x="{px + 14}" y="{y}" class="axis">{escape(part.replace("_", " "))}</text>'
+            f'<rect x="{px}" y="{py - 9}" width="10" height="10" '
+            f'fill="{colours.get(part, "gray")}"/>'
+            f'<text x="{px + 14}" y="{py}" class="axis">{escape(label)}</text>'
         )
     return "".join(out)

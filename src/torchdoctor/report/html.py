@@ -15,12 +15,14 @@ from pathlib import Path
 from ..analysis.verdict import capture_cost_words, ceiling_words
 from ..record import STEP_PARTS, RunRecord, write_text_atomic
 from . import _svg
-from .terminal import stop_line
+from .terminal import command_words, stop_line
+from .trace_html import trace_section, trace_steps
+from .trace_terminal import trace_headline
 
 _CSS = """
 :root { --bg:#fff; --fg:#1d1f23; --muted:#5d6470; --card:#f4f5f7; --line:#d5d8de;
   --c-data:#d99a00; --c-copy:#b86e00; --c-fwd:#2f7ed8; --c-bwd:#6a4fc9; --c-opt:#1f9e74;
-  --c-other:#8a8f98; --good:#137a47; --bad:#c0392b; --c-free:#1f9e74; }
+  --c-other:#8a8f98; --c-mem:#e0b95a; --c-cpu:#c9527a; --good:#137a47; --bad:#c0392b; --c-free:#1f9e74; }
 @media (prefers-color-scheme: dark) { :root { --bg:#15171b; --fg:#e6e8eb; --muted:#9aa1ab;
   --card:#1f2228; --line:#343842; --good:#4cc38a; --bad:#ef6f5e; } }
 body { background:var(--bg); color:var(--fg); font:15px/1.45 system-ui, sans-serif;
@@ -50,7 +52,7 @@ _CSP = "default-src 'none'; style-src 'unsafe-inline'"
 
 def render_html(record: RunRecord, title: str | None = None) -> str:
     """The whole page for ``record``."""
-    heading = title or " ".join(record.command) or "torchdoctor"
+    heading = title or command_words(record) or "run"
     return page(heading, record_body(record, heading))
 
 
@@ -67,20 +69,22 @@ def page(title: str, body: str) -> str:
 
 def record_body(record: RunRecord, heading: str, level: int = 1) -> str:
     """Every section of one record (``level`` 2 when it sits inside a comparison)."""
+    analysis = record.is_trace_analysis
+    said = f"a profiler trace: {trace_headline(record)}" if analysis else stop_line(record)
     body = [
         f"<h{level}>torchdoctor: {escape(heading)}</h{level}>",
-        f'<p class="muted">{escape(stop_line(record))}</p>',
+        f'<p class="muted" id="headline">{escape(said)}</p>',
         _verdict(record),
     ]
     for section in (
-        _steps(record),
+        trace_steps(record) if analysis else _steps(record),
         _counterfactuals(record),
         _ranks(record),
         _trials(record),
         _sweep(record),
         _transforms(record),
         _memory(record),
-        _trace(record),
+        trace_section(record),
         _findings(record),
         _environment(record),
         _notes(record),
@@ -126,13 +130,10 @@ def _steps(record: RunRecord) -> str:
     series = record.steps
     if not series.step_ms:
         return ""
-    # An analyze record keeps only each step's total: its parts are the trace section's.
     steps = [
         {p: series.part(p)[i] if i < len(series.part(p)) else 0.0 for p in STEP_PARTS}
         for i in range(len(series))
     ]
-    if not any(any(s.values()) for s in steps):
-        steps = [{"other": ms} for ms in series.step_ms]
     rows = "".join(
         f"<tr><td>{escape(p.replace('_', ' '))}</td><td class='n'>{s.mean:.2f}</td>"
         f"<td class='n'>{s.median:.2f}</td><td class='n'>{s.p90:.2f}</td></tr>"
@@ -289,24 +290,6 @@ def _memory(record: RunRecord) -> str:
     if mem is not None:
         rows.append(("batches in flight", mem.bytes_in_flight / 2**20, "var(--c-copy)"))
     return _section("memory", "Memory", _svg.bars(rows, "MB")) if rows else ""
-
-
-def _trace(record: RunRecord) -> str:
-    trace = record.trace
-    if trace is None or not trace.analysed:
-        return ""
-    rows = "".join(
-        f"<tr><td>{escape(r.label)}</td><td class='n'>{r.step_wall_ms:.2f}</td>"
-        f"<td>{escape(', '.join(f'{k} {v * 100:.0f}%' for k, v in r.step_shares.items()))}</td></tr>"
-        for r in trace.ranks
-    )
-    files = escape(", ".join(trace.files))
-    return _section(
-        "trace",
-        "Profiler trace",
-        f"<p class='muted'>{files}</p><table><tr><th>rank</th><th class='n'>step ms</th>"
-        f"<th>shares</th></tr>{rows}</table>",
-    )
 
 
 def _findings(record: RunRecord) -> str:

@@ -24,8 +24,13 @@ from .trials import trials_section
 
 
 def render(record: RunRecord, console: Console | None = None, title: str | None = None) -> None:
-    """Print the whole report of ``record``."""
+    """Print the whole report of ``record`` (an ``analyze`` record as ``analyze`` draws it)."""
     console = console or Console()
+    if record.is_trace_analysis:
+        from .trace_terminal import render_trace_report
+
+        render_trace_report(record, console)
+        return
     console.print(_header(record, title))
     if record.verdict is not None:
         console.print(_verdict_panel(record))
@@ -140,10 +145,18 @@ def _steps(n: int, kind: str = "") -> str:
     return f"{n} step was" if n == 1 else f"{n} steps were"
 
 
+def command_words(record: RunRecord) -> str:
+    """The record's command line, without a leading ``torchdoctor`` (the heading says it)."""
+    words = list(record.command)
+    if words and words[0] == "torchdoctor":
+        words = words[1:]
+    return " ".join(words)
+
+
 def _header(record: RunRecord, title: str | None) -> Text:
     text = Text()
     text.append("torchdoctor ", style="bold cyan")
-    text.append(title or " ".join(record.command) or "run")
+    text.append(title or command_words(record) or "run")
     text.append("\n")
     text.append(stop_line(record), style="dim")
     return text

@@ -14,7 +14,7 @@ from rich.text import Text
 from ..record import RankReport, RunRecord, TraceReport
 from ._style import severity_look, verdict_look
 
-_PART_LABELS = {
+TRACE_PART_LABELS = {
     "gpu_kernels": "GPU kernels",
     "memcpy": "memcpy",
     "memset": "memset",
@@ -28,7 +28,7 @@ _PART_LABELS = {
 MAX_STEPS_LISTED = 12
 
 
-def _ms(x: float) -> str:
+def ms_text(x: float) -> str:
     return f"{x:,.2f}" if x < 100 else f"{x:,.1f}"
 
 
@@ -54,20 +54,22 @@ def _step_table(ranks: list[RankReport], console: Console) -> None:
         steps = r.analysed_steps
         table.add_column(f"{r.label}\nms/step ({steps} steps)", justify="right")
         table.add_column("share", justify="right")
-    for part, label in _PART_LABELS.items():
+    for part, label in TRACE_PART_LABELS.items():
         row = [label]
         for r in ranks:
             steps = max(1, r.analysed_steps)
-            row += [_ms(r.step_parts_ms[part] / steps), f"{100 * r.step_shares[part]:.1f}%"]
+            row += [ms_text(r.step_parts_ms[part] / steps), f"{100 * r.step_shares[part]:.1f}%"]
         table.add_row(*row)
     total = ["wall time"]
     for r in ranks:
-        total += [_ms(r.step_wall_ms / max(1, r.analysed_steps)), "100%"]
+        total += [ms_text(r.step_wall_ms / max(1, r.analysed_steps)), "100%"]
     table.add_row(*total, style="bold")
     console.print(table)
     for r in ranks:
         shown = r.steps[:MAX_STEPS_LISTED]
-        listed = ", ".join(f"{s.name.replace('ProfilerStep', '')} {_ms(s.wall_ms)}" for s in shown)
+        listed = ", ".join(
+            f"{s.name.replace('ProfilerStep', '')} {ms_text(s.wall_ms)}" for s in shown
+        )
         more = f", ... ({len(r.steps)} in all)" if len(r.steps) > len(shown) else ""
         left_out = len(r.steps) - r.analysed_steps
         tail = f"; the last {left_out} not in the totals" if left_out else ""
@@ -102,7 +104,7 @@ def _gpu_table(ranks: list[RankReport], trace: TraceReport, console: Console) ->
         )
         table.add_row(
             r.label,
-            _ms(tp.kernel_span_us / 1000.0),
+            ms_text(tp.kernel_span_us / 1000.0),
             f"{tp.idle_pct:.2f}%",
             f"{tp.compute_pct:.2f}%",
             f"{tp.non_compute_pct:.2f}%",
@@ -125,7 +127,7 @@ def _top_kernels(ranks: list[RankReport], console: Console) -> None:
         table.add_row(
             k.name,
             str(k.count),
-            _ms(k.total_ms),
+            ms_text(k.total_ms),
             f"{k.mean_us:,.0f}" if k.mean_us >= 100 else f"{k.mean_us:.1f}",
             f"{k.share_pct:.1f}%",
         )
@@ -138,21 +140,21 @@ def _comm_and_skew(ranks: list[RankReport], trace: TraceReport, console: Console
         comm = r.comm
         if comm:
             console.print(
-                f"Communication ({r.label}): {_ms(comm.comm_ms)} ms of NCCL kernels, "
+                f"Communication ({r.label}): {ms_text(comm.comm_ms)} ms of NCCL kernels, "
                 f"{comm.overlap_pct:.1f}% overlapped with computation, "
                 f"{comm.exposed_pct:.1f}% of the GPU span exposed"
             )
     skew = trace.skew
     if skew and skew.own_ms:
         per_rank = ", ".join(
-            f"{k} {_ms(v)} (exposed communication {_ms(skew.exposed_comm_ms.get(k, 0.0))})"
+            f"{k} {ms_text(v)} (exposed communication {ms_text(skew.exposed_comm_ms.get(k, 0.0))})"
             for k, v in skew.own_ms.items()
         )
         if skew.straggler:
             waiting = ", ".join(skew.waiting)
             verb = "waits" if len(skew.waiting) == 1 else "wait"
             said = (
-                f"{skew.straggler_rank} is a straggler; {waiting} {verb} {_ms(skew.wait_ms)} ms "
+                f"{skew.straggler_rank} is a straggler; {waiting} {verb} {ms_text(skew.wait_ms)} ms "
                 "per step for it"
             )
         else:
@@ -170,19 +172,24 @@ def _comm_and_skew(ranks: list[RankReport], trace: TraceReport, console: Console
         console.print()
 
 
+def trace_headline(record: RunRecord) -> str:
+    """What an ``analyze`` record is, in one line: its files, ranks and steps."""
+    trace = record.trace or TraceReport()
+    head = f"{len(trace.files)} trace file(s), {', '.join(r.label for r in trace.ranks)}"
+    if record.step_ms:
+        count = record.step_ms.count
+        head += f"; median step {record.step_ms.median:.1f} ms over {count} step" + (
+            "" if count == 1 else "s"
+        )
+    return head
+
+
 def render_trace_report(record: RunRecord, console: Console | None = None) -> None:
     """Draw the whole ``torchdoctor analyze`` report for ``record``."""
     console = console or Console()
     trace = record.trace or TraceReport()
-    ranks = trace.ranks
     parse = trace.parse
-    head = (
-        f"torchdoctor analyze: {len(trace.files)} trace file(s), "
-        f"{', '.join(r.label for r in ranks)}"
-    )
-    if record.step_ms:
-        head += f"; median step {record.step_ms.median:.1f} ms over {record.step_ms.count} steps"
-    console.print(Text(head, style="bold"))
+    console.print(Text(f"torchdoctor analyze: {trace_headline(record)}", style="bold"))
     if parse and parse.seconds:
         console.print(
             Text(f"parsed {parse.mb:.1f} MB of JSON in {parse.seconds:.2f} s", style="dim")

@@ -1,8 +1,8 @@
 """Version-1 records render exactly as they did before the record was typed.
 
-The ``*.report.txt`` files beside the records are ``COLUMNS=100 torchdoctor report FILE`` as
-printed before schema 2, and ``analyze_v1.analyze.txt`` is what ``torchdoctor analyze`` drew
-for the same analysis (trailing spaces stripped).
+``run_v1.report.txt`` is ``COLUMNS=100 torchdoctor report FILE`` as printed before schema 2, and
+``analyze_v1.analyze.txt`` is what ``torchdoctor analyze`` drew for the same analysis (trailing
+spaces stripped): ``report`` draws an analysis as ``analyze`` did, never as a stopped run.
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ def _text(draw, record: RunRecord) -> str:
     return "".join(line.rstrip() + "\n" for line in console.export_text().splitlines())
 
 
-@pytest.mark.parametrize("name", ["run_v1", "analyze_v1"])
-def test_report_of_a_v1_record_is_unchanged(name):
+@pytest.mark.parametrize("name, drawn", [("run_v1", "report"), ("analyze_v1", "analyze")])
+def test_report_of_a_v1_record_is_unchanged(name, drawn):
     record = RunRecord.load(RECORDS / f"{name}.json")
-    assert _text(render, record) == (RECORDS / f"{name}.report.txt").read_text()
+    assert _text(render, record) == (RECORDS / f"{name}.{drawn}.txt").read_text()
 
 
 def test_analyze_report_of_a_v1_record_is_unchanged():
