@@ -33,6 +33,13 @@ TRACE_PART_COLOURS = {
 _LEGEND_W = 118
 
 
+#: Room above a chart's plot for its unit, px (the unit sits on the axis, over no bar).
+_TOP = 20
+#: Width of a character of the 12 px label font, px, taken wide so that an estimate never
+#: understates a label (DejaVu Sans averages 7 px at 12 px).
+_CHAR_W = 7.5
+
+
 def stacked_steps(
     steps: list[dict[str, float]],
     parts: tuple[str, ...],
@@ -48,13 +55,13 @@ def stacked_steps(
     per_row = max(1, (width - 48) // _LEGEND_W)
     legend_rows = -(-len(parts) // per_row)
     top = max(sum(s.get(p, 0.0) for p in parts) for s in steps) or 1.0
-    pad_left, pad_bottom = 48, 22
-    plot_w, plot_h = width - pad_left - 8, height - pad_bottom - 8
+    pad_left, pad_bottom = 56, 22
+    plot_w, plot_h = width - pad_left - 8, height - pad_bottom - _TOP
     bar_w = plot_w / len(steps)
     out = [_open(width, height + 8 + 18 * legend_rows, "per-step parts")]
     out.append(_axis(pad_left, plot_h, top, "ms"))
     for i, step in enumerate(steps):
-        y = plot_h + 4.0
+        y = _TOP + plot_h
         x = pad_left + i * bar_w
         for part in parts:
             ms = step.get(part, 0.0)
@@ -67,75 +74,116 @@ def stacked_steps(
                 f'height="{h:.1f}" fill="{colours.get(part, "gray")}">'
                 f"<title>step {i + 1}: {escape(part)} {ms:.2f} ms</title></rect>"
             )
-    out.append(f'<text x="{pad_left}" y="{plot_h + 20}" class="axis">step 1 … {len(steps)}</text>')
+    out.append(
+        f'<text x="{pad_left}" y="{_TOP + plot_h + 16}" class="axis">step 1 … {len(steps)}</text>'
+    )
     out.append(_legend(parts, pad_left, height + 14, per_row, colours, labels or {}))
     out.append("</svg>")
     return "".join(out)
 
 
 def bars(rows: list[tuple[str, float, str]], unit: str, width: int = 760) -> str:
-    """Horizontal bars: (label, value, css colour) per row, the value written at the bar's end."""
+    """Horizontal bars: (label, value, css colour) per row, the value written at the bar's end.
+
+    A label longer than its column is cut with an ellipsis (the whole of it in the tooltip), so
+    that it never runs into its bar or its value.
+    """
     rows = [r for r in rows if r[1] is not None]
     if not rows:
         return ""
     top = max(v for _, v, _ in rows) or 1.0
     label_w, row_h = 260, 24
-    plot_w = width - label_w - 130
+    values = [f"{v:.2f} {unit}" for _, v, _ in rows]
+    value_w = max(len(v) for v in values) * _CHAR_W + 8
+    plot_w = width - label_w - value_w
     out = [_open(width, row_h * len(rows) + 6, "bars")]
     for i, (label, value, colour) in enumerate(rows):
         y = i * row_h + 3
         w = max(plot_w * value / top, 1.0)
-        out.append(f'<text x="0" y="{y + 15}" class="label">{escape(label)}</text>')
+        shown = fit(label, label_w - 10)
         out.append(
-            f'<rect x="{label_w}" y="{y + 3}" width="{w:.1f}" height="{row_h - 8}" '
-            f'fill="{colour}"><title>{escape(label)}: {value:.2f} {escape(unit)}</title></rect>'
+            f'<text x="2" y="{y + 15}" class="label">{escape(shown)}'
+            f"<title>{escape(label)}</title></text>"
         )
         out.append(
-            f'<text x="{label_w + w + 6:.1f}" y="{y + 15}" class="value">'
-            f"{value:.2f} {escape(unit)}</text>"
+            f'<rect x="{label_w}" y="{y + 3}" width="{w:.1f}" height="{row_h - 8}" '
+            f'fill="{colour}"><title>{escape(label)}: {values[i]}</title></rect>'
+        )
+        out.append(
+            f'<text x="{label_w + w + 6:.1f}" y="{y + 15}" class="value">{escape(values[i])}</text>'
         )
     out.append("</svg>")
     return "".join(out)
 
 
+def fit(label: str, room_px: float) -> str:
+    """``label``, cut with an ellipsis to what ``room_px`` holds at the label font."""
+    most = max(int(room_px / _CHAR_W), 2)
+    return label if len(label) <= most else label[: most - 1].rstrip() + "…"
+
+
+#: Colours of the lines of a chart with several (one per thread setting).
+LINE_COLOURS = ("var(--c-fwd)", "var(--c-bwd)", "var(--c-data)", "var(--c-opt)", "var(--c-cpu)")
+
+
 def line(
-    points: list[tuple[float, float]],
+    series: dict[str, list[tuple[float, float]]],
     x_label: str,
     y_label: str,
-    mark: float | None = None,
+    mark: tuple[str, float] | None = None,
     width: int = 760,
     height: int = 220,
 ) -> str:
-    """A line through (x, y) points, with a dot per point and the ``mark`` x highlighted."""
-    if not points:
+    """One line per series (name -> (x, y) points), a dot per point, and the one ``mark``
+    (series name, x) drawn as the pick. With several series a legend names them."""
+    series = {name: sorted(points) for name, points in series.items() if points}
+    if not series:
         return ""
-    xs, ys = [p[0] for p in points], [p[1] for p in points]
-    x0, x1 = min(xs), max(xs)
-    top = max(ys) or 1.0
-    pad_left, pad_bottom = 48, 26
-    plot_w, plot_h = width - pad_left - 16, height - pad_bottom - 8
+    xs = sorted({x for points in series.values() for x, _ in points})
+    x0, x1 = xs[0], xs[-1]
+    # 8% of headroom: a dot at the highest value stays clear of the unit above the axis.
+    top = 1.08 * max(y for points in series.values() for _, y in points) or 1.0
+    pad_left, pad_right = 56, 24
+    plot_w, plot_h = width - pad_left - pad_right, height - _TOP - 44
+    legend = len(series) > 1
 
     def at(x: float, y: float) -> tuple[float, float]:
         fx = (x - x0) / (x1 - x0) if x1 > x0 else 0.5
-        return pad_left + fx * plot_w, 4 + plot_h - plot_h * y / top
+        return pad_left + fx * plot_w, _TOP + plot_h - plot_h * y / top
 
-    out = [_open(width, height, "line")]
+    out = [_open(width, height + (18 if legend else 0), "line")]
     out.append(_axis(pad_left, plot_h, top, y_label))
-    path = " ".join(f"{'M' if i == 0 else 'L'}{at(x, y)[0]:.1f},{at(x, y)[1]:.1f}"
-                    for i, (x, y) in enumerate(points))  # fmt: skip
-    out.append(f'<path d="{path}" fill="none" stroke="var(--c-fwd)" stroke-width="2"/>')
-    for x, y in points:
-        cx, cy = at(x, y)
-        cls = "pick" if mark is not None and x == mark else "dot"
+    for x in xs:  # one tick per measured x, centred under it
         out.append(
-            f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="{5 if cls == "pick" else 3}" class="{cls}">'
-            f"<title>{escape(x_label)} {x:g}: {y:.1f} {escape(y_label)}</title></circle>"
+            f'<text x="{at(x, 0)[0]:.1f}" y="{_TOP + plot_h + 16}" class="axis" '
+            f'text-anchor="middle">{x:g}</text>'
         )
-        out.append(f'<text x="{cx - 4:.1f}" y="{plot_h + 22}" class="axis">{x:g}</text>')
+    # The axis title on its own row under the ticks, so that it never meets the last one.
     out.append(
-        f'<text x="{width - 16}" y="{plot_h + 22}" class="axis" text-anchor="end">'
-        f"{escape(x_label)}</text>"
+        f'<text x="{pad_left + plot_w / 2:.1f}" y="{_TOP + plot_h + 34}" class="axis" '
+        f'text-anchor="middle">{escape(x_label)}</text>'
     )
+    for k, (name, points) in enumerate(series.items()):
+        colour = LINE_COLOURS[k % len(LINE_COLOURS)]
+        path = " ".join(f"{'M' if i == 0 else 'L'}{at(x, y)[0]:.1f},{at(x, y)[1]:.1f}"
+                        for i, (x, y) in enumerate(points))  # fmt: skip
+        out.append(f'<path d="{path}" fill="none" stroke="{colour}" stroke-width="2"/>')
+        for x, y in points:
+            cx, cy = at(x, y)
+            pick = mark is not None and mark == (name, x)
+            what = f"{name}, " if name else ""
+            look = 'class="pick"' if pick else f'class="dot" style="fill:{colour}"'
+            out.append(
+                f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="{5 if pick else 3}" {look}>'
+                f"<title>{escape(what)}{escape(x_label)} {x:g}: {y:.1f} {escape(y_label)}"
+                f"{' (the pick)' if pick else ''}</title></circle>"
+            )
+        if legend:
+            lx, ly = pad_left + k * 150, height + 8
+            out.append(
+                f'<rect x="{lx}" y="{ly - 9}" width="10" height="10" fill="{colour}"/>'
+                f'<text x="{lx + 14}" y="{ly}" class="axis">{escape(name)}</text>'
+            )
     out.append("</svg>")
     return "".join(out)
 
@@ -148,11 +196,12 @@ def _open(width: int, height: int, role: str) -> str:
 
 
 def _axis(x: int, plot_h: float, top: float, unit: str) -> str:
+    """The value axis: its line, its top and zero ticks, and its unit above it."""
     return (
-        f'<line x1="{x}" y1="4" x2="{x}" y2="{plot_h + 4:.1f}" class="grid"/>'
-        f'<text x="{x - 6}" y="12" class="axis" text-anchor="end">{top:.1f}</text>'
-        f'<text x="{x - 6}" y="{plot_h + 4:.1f}" class="axis" text-anchor="end">0</text>'
-        f'<text x="{x + 6}" y="12" class="axis">{escape(unit)}</text>'
+        f'<line x1="{x}" y1="{_TOP}" x2="{x}" y2="{_TOP + plot_h:.1f}" class="grid"/>'
+        f'<text x="{x - 6}" y="{_TOP + 4}" class="axis" text-anchor="end">{top:.1f}</text>'
+        f'<text x="{x - 6}" y="{_TOP + plot_h:.1f}" class="axis" text-anchor="end">0</text>'
+        f'<text x="{x}" y="{_TOP - 8}" class="axis">{escape(unit)}</text>'
     )
 
 

@@ -261,13 +261,23 @@ def _sweep(record: RunRecord) -> str:
     sweep = record.loader_report.worker_sweep if record.loader_report else None
     if sweep is None or not sweep.points:
         return ""
-    points = [(float(p.num_workers), p.batches_per_s) for p in sweep.points]
-    chart = _svg.line(points, "num_workers", "batches/s", mark=float(sweep.best_workers))
-    return _section(
-        "sweep",
-        f"num_workers sweep ({sweep.measures}; pick {sweep.best_workers})",
-        chart,
-    )
+    # One line per main-process thread count (a CPU model's sweep searches both), one pick.
+    series: dict[str, list[tuple[float, float]]] = {}
+    for p in sweep.points:
+        name = f"{p.threads} torch threads" if p.threads is not None else ""
+        series.setdefault(name, []).append((float(p.num_workers), p.batches_per_s))
+    best = sweep.point(sweep.best_workers, sweep.best_threads)
+    pick = None
+    said = f"pick {sweep.best_workers} workers"
+    if best is not None:
+        pick = (
+            f"{best.threads} torch threads" if best.threads is not None else "",
+            float(best.num_workers),
+        )
+        if best.threads is not None:
+            said += f" with {best.threads} torch threads"
+    chart = _svg.line(series, "num_workers", "batches/s", mark=pick)
+    return _section("sweep", f"num_workers sweep ({sweep.measures}; {said})", chart)
 
 
 def _transforms(record: RunRecord) -> str:
