@@ -7,7 +7,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from ..analysis.verdict import capture_cost_words, ceiling_words
+from ..analysis.verdict import CEILING_NO_GAIN, capture_cost_words, ceiling_words
 from ..record import (
     BATCH_SIZE_ARGUMENT,
     BATCH_SIZE_MEASURED,
@@ -228,8 +228,14 @@ def _counterfactual_table(record: RunRecord) -> Table:
         table.add_row("step, data made free (model alone)", _stat_text(ma))
     else:
         table.add_row("step, data made free (model alone)", Text("not measured", style="dim"))
-    if record.ceiling_speedup is not None:
-        table.add_row("ceiling speedup from fixing the input", f"{record.ceiling_speedup:.2f}x")
+    ceiling = record.ceiling_speedup
+    if ceiling is not None:
+        table.add_row(
+            "ceiling speedup from fixing the input",
+            f"{ceiling:.2f}x"
+            if ceiling >= CEILING_NO_GAIN
+            else f"none (no faster: {ceiling:.2f}x)",
+        )
     la = record.loader_alone
     if la:
         table.add_row("loader alone", f"{la.batches_per_s:.1f} batches/s")

@@ -45,6 +45,8 @@ def test_a_ceiling_below_one_is_no_gain_everywhere():
     assert "no gain from faster data" in _terminal(rec)
     assert "no gain from faster data" in render_html(rec)
     assert "is no faster" in rec.verdict.why
+    (row,) = [line for line in _terminal(rec).splitlines() if "ceiling speedup from" in line]
+    assert "none (no faster: 0." in row, row
 
 
 def test_a_real_ceiling_reads_the_same_in_both():
