@@ -69,7 +69,7 @@ def test_a_run_reads_as_a_run(tmp_path):
     assert any(": data_wait " in t for t in view["extra"]["steps"])
 
 
-def test_a_job_reads_as_a_job(tmp_path):
+def test_a_job_reads_as_a_job_with_each_ranks_verdict(tmp_path):
     job = combine([rank_record(0, 0.1, 45.0, 4.0), rank_record(1, 40.0, 3.0, 44.0)])
     text = _terminal(render, job)
     assert "job: 2 ranks on 1 node(s)" in text and "straggler: rank 1" in text
@@ -77,6 +77,10 @@ def test_a_job_reads_as_a_job(tmp_path):
     assert_offline(view, tmp_path / "job.html")
     assert {"verdict", "ranks", "steps"} <= set(view["ids"])
     assert "rank 1 is a straggler" in view["text"]
+    # Each rank's own verdict, as the terminal's ranks table gives it.
+    rows = [line for line in view["text"].splitlines() if re.match(r"^[01]\t", line)]
+    assert len(rows) == 2 and "COMPUTE-BOUND" in rows[0] and "INPUT-BOUND" in rows[1], rows
+    assert "COMPUTE-BOUND" in text  # the terminal says it too
 
 
 def test_an_analysis_reads_as_a_trace_in_the_terminal(analysis, tmp_path):

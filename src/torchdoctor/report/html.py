@@ -15,6 +15,7 @@ from pathlib import Path
 from ..analysis.verdict import capture_cost_words, ceiling_words
 from ..record import STEP_PARTS, RunRecord, write_text_atomic
 from . import _svg
+from ._style import verdict_look
 from .terminal import command_words, stop_line
 from .trace_html import trace_section, trace_steps
 from .trace_terminal import trace_headline
@@ -181,7 +182,9 @@ def _ranks(record: RunRecord) -> str:
             f"<td class='n'>{r.step_ms.mean if r.step_ms else 0:.2f}</td>{parts}"
             f"<td class='n'>{_num(r.no_sync_step_ms.mean if r.no_sync_step_ms else None)}</td>"
             f"<td class='n'>{_num(r.own_ms)}</td>"
-            f"<td class='{'bad' if r.role == 'straggler' else ''}'>{escape(r.role)}</td></tr>"
+            f"<td class='{'bad' if r.role == 'straggler' else ''}'>{escape(r.role)}</td>"
+            f"<td class='{escape(r.verdict.kind) if r.verdict else ''}'>"
+            f"{escape(verdict_look(r.verdict.kind).label) if r.verdict else '-'}</td></tr>"
         )
     lines = [
         f"<p>{d.world_size} ranks on {d.nnodes} node(s), backend {escape(d.backend or '?')}</p>"
@@ -199,28 +202,30 @@ def _ranks(record: RunRecord) -> str:
             lines.append(f"<p>rank {r.rank} raised:</p><pre>{escape(''.join(r.error[-15:]))}</pre>")
     table = (
         f"<table><tr><th>rank</th><th>status</th><th class='n'>step</th>{head}"
-        f"<th class='n'>no-sync</th><th class='n'>own work</th><th>role</th></tr>"
+        f"<th class='n'>no-sync</th><th class='n'>own work</th><th>role</th><th>own verdict</th></tr>"
         f"{''.join(rows)}</table>"
     )
     return _section("ranks", "Ranks of the job (mean ms per step)", "".join(lines) + table)
 
 
 def _trial_detail(t, word: str) -> str:
-    """Under a trial's row: its compile time, graph breaks and the code to paste."""
+    """Under a trial's row what the terminal says under it: compile time, graph breaks, the
+    settings tried, the code to paste and its caveats."""
+    from .trials import compile_line, graph_break_lines, points_line
+
+    if t.status != "measured":
+        return ""
     parts = []
-    if t.name == "compile" and t.warmup_ms and t.step_ms is not None:
-        compile_s = (t.warmup_ms[0] - t.step_ms.mean) / 1000.0
-        if compile_s > 0.05:
-            parts.append(f"<p class='muted'>compile: first step {t.warmup_ms[0] / 1000:.1f} s "
-                         "(compile time, not in the speedup)</p>")  # fmt: skip
-    for b in t.detail.get("graph_breaks") or []:
-        where = f"{b['file']}:{b['line']}" if b.get("file") else "?"
-        parts.append(
-            f"<p class='bad'>graph break at {escape(where)}: <code>"
-            f"{escape(b.get('source', ''))}</code> ({escape(b['reason'])})</p>"
-        )
+    compiled = compile_line(t)
+    if compiled:
+        parts.append(f"<p class='muted'>{escape(compiled)}</p>")
+    parts.extend(f"<p class='bad'>{escape(line)}</p>" for line in graph_break_lines(t))
+    points = points_line(t)
+    if points:
+        parts.append(f"<p class='muted'>{escape(points)}</p>")
     if word == "worth it" and t.code:
         parts.append(f"<pre>{escape(t.code)}</pre>")
+        parts.extend(f"<p class='muted'>caveat: {escape(c)}</p>" for c in t.caveats)
     return "".join(parts)
 
 

@@ -78,30 +78,51 @@ def _judgement(t: Trial) -> Text:
     return Text(word, style={"worth it": GOOD, "slower": BAD}.get(word, ""))
 
 
+def compile_line(t: Trial) -> str | None:
+    """A compile trial's first step, when it took longer than its steps: the compile time."""
+    if t.name == "compile" and len(t.warmup_ms) >= 1 and t.step_ms is not None:
+        compile_ms = t.warmup_ms[0] - t.step_ms.mean
+        if compile_ms > _COMPILE_SHOWN * t.step_ms.mean:
+            return (f"compile: first step {t.warmup_ms[0] / 1000:.1f} s (compile time, "
+                    "not in the speedup)")  # fmt: skip
+    return None
+
+
+def graph_break_lines(t: Trial) -> list[str]:
+    """One line per graph break the compile trial saw: where, the source line, why."""
+    out = []
+    for b in t.detail.get("graph_breaks") or []:
+        where = f"{b['file']}:{b['line']}" if b.get("file") else "?"
+        out.append(f"graph break at {where}: {b.get('source', '')}  ({b['reason']})")
+    return out
+
+
+def points_line(t: Trial) -> str | None:
+    """The settings a trial tried (batch sizes, thread counts), each measured, and its pick."""
+    if not t.points:
+        return None
+    rows = ", ".join(
+        f"{p.setting}: "
+        + (f"{p.samples_per_s:.0f} samples/s" if p.samples_per_s is not None else
+           f"{p.step_ms.mean:.2f} ms" if p.step_ms else "")
+        + (f" ({p.memory_mb:.0f} MB)" if p.memory_mb is not None else "")
+        for p in t.points
+    )  # fmt: skip
+    pick = f"; pick {t.pick}" if t.pick else "; no pick (no setting is worth it)"
+    return f"{t.name}: {rows}{pick}"
+
+
 def _details(t: Trial) -> list:
     if t.status != "measured":
         return []
     out: list = []
-    if t.name == "compile" and len(t.warmup_ms) >= 1 and t.step_ms is not None:
-        compile_ms = t.warmup_ms[0] - t.step_ms.mean
-        if compile_ms > _COMPILE_SHOWN * t.step_ms.mean:
-            out.append(Text(f"compile: first step {t.warmup_ms[0] / 1000:.1f} s (compile time, "
-                            "not in the speedup)"))  # fmt: skip
-    breaks = t.detail.get("graph_breaks") or []
-    for b in breaks:
-        where = f"{b['file']}:{b['line']}" if b.get("file") else "?"
-        out.append(Text(f"  graph break at {where}: {b.get('source', '')}  ({b['reason']})",
-                        style=BAD))  # fmt: skip
-    if t.points:
-        rows = ", ".join(
-            f"{p.setting}: "
-            + (f"{p.samples_per_s:.0f} samples/s" if p.samples_per_s is not None else
-               f"{p.step_ms.mean:.2f} ms" if p.step_ms else "")
-            + (f" ({p.memory_mb:.0f} MB)" if p.memory_mb is not None else "")
-            for p in t.points
-        )  # fmt: skip
-        pick = f"; pick {t.pick}" if t.pick else "; no pick (no setting is worth it)"
-        out.append(Text(f"  {t.name}: {rows}{pick}", style="dim"))
+    compiled = compile_line(t)
+    if compiled:
+        out.append(Text(compiled))
+    out.extend(Text(f"  {line}", style=BAD) for line in graph_break_lines(t))
+    points = points_line(t)
+    if points:
+        out.append(Text(f"  {points}", style="dim"))
     if judgement(t) == "worth it" and t.code:
         out.append(Text(f"  {t.name}: paste", style=GOOD))
         out.extend(Text(f"    {line}") for line in t.code.splitlines())
