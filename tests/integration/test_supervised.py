@@ -119,7 +119,8 @@ def _run(tmp_path, case: Case, **popen):
     pidfile = tmp_path / "script.pid"
     env = {**os.environ, "TORCHDOCTOR_TEST_PIDFILE": str(pidfile), **case.env}
     cmd = [sys.executable, "-m", "torchdoctor", "run", "--steps", "20", "--warmup", "1"]
-    cmd += [*case.flags, "--json", str(record), "--", str(FAULTS / case.script), *case.args]
+    cmd += [*case.flags, "--json", str(record), "--timeline", str(record.with_suffix(".trace"))]
+    cmd += ["--", str(FAULTS / case.script), *case.args]
     return cmd, env, record, pidfile
 
 
@@ -154,6 +155,18 @@ def test_the_record_survives(tmp_path, case):
     assert len([t for t in data["trials"] if t["status"] == "measured"]) >= case.trials_at_least
     assert "Traceback" not in done.stderr
     assert _script_gone(pidfile)
+    _timeline_holds_the_record(record, data, done.stdout)
+
+
+def _timeline_holds_the_record(record, data: dict, stdout: str) -> None:
+    """The --timeline is written on every ending, with the record's measured steps, and the
+    report says where it went."""
+    timeline = record.with_suffix(".trace")
+    assert timeline.exists(), data["notes"]
+    events = json.loads(timeline.read_text())["traceEvents"]
+    measured = [e for e in events if e.get("cat") == "step" and e["name"].startswith("measure ")]
+    assert len(measured) == len(data["steps"]["step_ms"]), (len(measured), data["notes"])
+    assert f"timeline written to {timeline}" in " ".join(stdout.split())
 
 
 def test_sigterm_to_torchdoctor_keeps_the_record(tmp_path):
@@ -171,6 +184,7 @@ def test_sigterm_to_torchdoctor_keeps_the_record(tmp_path):
     assert data["status"] == "interrupted"
     assert any(case.note in n for n in data["notes"]), data["notes"]
     assert _script_gone(pidfile)
+    _timeline_holds_the_record(record, data, out.decode(errors="replace"))
 
 
 def test_a_closed_pipe_loses_the_text_not_the_record(tmp_path):

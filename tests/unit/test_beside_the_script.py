@@ -12,6 +12,7 @@ import pytest
 from torchdoctor.capture import lower_thread_priority
 from torchdoctor.process.stream import StepLog, StreamReader, StreamWriter, read_step_log
 from torchdoctor.record import STEP_PARTS
+from torchdoctor.report.timeline import phases_of_parts, timeline
 
 
 def _parts(ms: float) -> dict[str, float]:
@@ -20,16 +21,16 @@ def _parts(ms: float) -> dict[str, float]:
 
 def test_logged_steps_read_back_in_order(tmp_path):
     log = StepLog(str(tmp_path / "steps"), capacity=8)
-    log.append("measure", 1, _parts(0.5))
-    log.append("measure", 0, _parts(1.0))
+    log.append("measure", 1, _parts(0.5), start_ns=10**12)
+    log.append("measure", 0, _parts(1.0), start_ns=10**12 + 5)
     log.append("no-sync", 2, _parts(2.0))
     steps = read_step_log(log.path)
-    assert [(phase, batches) for phase, _, batches in steps] == [
+    assert [(phase, batches) for phase, _, batches, _ in steps] == [
         ("measure", 1),
         ("measure", 0),
         ("no-sync", 2),
     ]
-    assert steps[1][1] == _parts(1.0)
+    assert steps[1].parts == _parts(1.0) and steps[1].start_ns == 10**12 + 5
     assert [s[0] for s in read_step_log(log.path, start=2)] == ["no-sync"]
 
 
@@ -37,7 +38,7 @@ def test_a_full_log_keeps_its_first_steps(tmp_path):
     log = StepLog(str(tmp_path / "steps"), capacity=2)
     for ms in (1.0, 2.0, 3.0):
         log.append("model-alone", 0, _parts(ms))
-    assert [parts["data_wait"] for _, parts, _ in read_step_log(log.path)] == [1.0, 2.0]
+    assert [parts["data_wait"] for _, parts, _, _ in read_step_log(log.path)] == [1.0, 2.0]
 
 
 def test_a_missing_or_cut_log_reads_as_what_it_holds(tmp_path):
@@ -62,7 +63,7 @@ def test_the_reader_keeps_the_steps_logged_after_the_last_snapshot(tmp_path):
     log.append("model-alone", 0, _parts(3.0))
     writer.close()  # the process ended: the reader reads the log
     reader.join(timeout_s=10)
-    assert [(p, parts["data_wait"]) for p, parts, _ in reader.state.steps] == [
+    assert [(p, parts["data_wait"]) for p, parts, *_ in reader.state.steps] == [
         ("measure", 2.0),
         ("model-alone", 3.0),
     ]
@@ -82,3 +83,14 @@ def test_our_threads_run_at_the_lowest_priority_and_the_scripts_do_not():
     thread.join()
     assert seen["ours"] == 19
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == script  # untouched
+
+
+def test_a_timeline_from_logged_parts_lays_them_end_to_end_from_the_steps_start():
+    parts = {part: 0.0 for part in STEP_PARTS} | {"data_wait": 2.0, "forward": 1.0}
+    events = timeline(phases_of_parts([("measure", parts, 5_000_000)]))["traceEvents"]
+    spans = [(e["name"], e["ts"], e["dur"]) for e in events if e.get("cat") in ("step", "part")]
+    assert spans == [
+        ("measure step 1", 5000.0, 3000.0),
+        ("data_wait", 5000.0, 2000.0),
+        ("forward", 7000.0, 1000.0),
+    ]

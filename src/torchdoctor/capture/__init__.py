@@ -3,11 +3,11 @@
 The loader doctor's measurements (clones, sweeps, transform costs, worker memory) live in
 :mod:`torchdoctor.loader`."""
 
+from ..report.timeline import timeline, write_timeline
 from ._data import StepMarks
 from ._environment import detect_environment
 from ._inloop_sweep import InLoopSweep
 from ._patch import Patcher, raised_by_torchdoctor
-from ._perfetto import timeline, write_timeline
 from ._sampler import lower_thread_priority
 from ._session import CaptureSession, Listener, ProgressFn, StopRun, active_session
 from ._timeline import parts_from_marks

@@ -160,7 +160,7 @@ def record_from_stream(state: StreamState, command: list[str], options: RunOptio
     else:
         record = RunRecord(command=command, warmup_steps=options.warmup)
         record.requested_steps = options.steps
-    for phase, parts, batches in state.steps:
+    for phase, parts, batches, _ in state.steps:
         if phase == phase_names.MEASURE:
             record.steps.add_step(parts, batches)
         elif phase == phase_names.MODEL_ALONE:

@@ -62,7 +62,7 @@ def _run(spec: dict[str, Any], writer: StreamWriter, log_path: str) -> int:
     from ..capture import lower_thread_priority, parts_from_marks
     from ..options import RunOptions
     from .build import build_record
-    from .inprocess import run_target, user_traceback
+    from .inprocess import run_target, user_traceback, write_run_timeline
     from .target import Target
 
     target = Target(**spec["target"])
@@ -94,7 +94,9 @@ def _run(spec: dict[str, Any], writer: StreamWriter, log_path: str) -> int:
             writer.send("snapshot", record=record.to_dict(), logged=log.count)
         live["trials"] = trials
         if event == "step" and phase.name in LOGGED_PHASES:
-            log.append(phase.name, step.batches, parts_from_marks(step.marks))
+            log.append(
+                phase.name, step.batches, parts_from_marks(step.marks), step.marks[0].host_ns
+            )
 
     parent = os.getppid()
 
@@ -123,6 +125,8 @@ def _run(spec: dict[str, Any], writer: StreamWriter, log_path: str) -> int:
             "around the step) and kept running; torchdoctor ended its process "
             f"{SWALLOWED_STOP_GRACE_S:g} s later"
         )
+        if options.timeline_path:
+            write_run_timeline(session, options.timeline_path, record)
         writer.send("final", record=record.to_dict(), exit_status=0)
         writer.close()
         os._exit(0)

@@ -85,14 +85,14 @@ def run_target(
         sys.path[:] = saved_path
     record = build_record(session, target.describe(), ended, error)
     if options.timeline_path:
-        _write_timeline(session, options.timeline_path, record)
+        write_run_timeline(session, options.timeline_path, record)
     status = exit_status_of(record, ended)
     if session.ranks.launched:
         record = _job_record(session, record, ended)
     return RunOutcome(record, status, error or session.data.internal_error)
 
 
-def _write_timeline(session: CaptureSession, path: str, record: RunRecord) -> None:
+def write_run_timeline(session: CaptureSession, path: str, record: RunRecord) -> None:
     """The kept steps' parts as a Chrome/Perfetto trace (on a job, each rank its own file)."""
     from ..capture import write_timeline
 

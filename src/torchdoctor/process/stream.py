@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..record import STEP_PARTS, phase_names
 
@@ -38,7 +38,17 @@ STREAM_ENV = "TORCHDOCTOR_STREAM"
 #: Phases whose steps go into the step log (the others only count in snapshots).
 LOGGED_PHASES = phase_names.TIMED_PHASES
 _HEADER = struct.Struct("<Q")  # steps written so far
-_STEP = struct.Struct("<II" + "d" * len(STEP_PARTS))  # phase, batches, the parts in ms
+_STEP = struct.Struct("<IIQ" + "d" * len(STEP_PARTS))  # phase, batches, start (ns), parts (ms)
+
+
+class LoggedStep(NamedTuple):
+    """One step read back from a step log."""
+
+    phase: str
+    parts: dict[str, float]
+    batches: int
+    #: When it started, on the script's ``time.perf_counter_ns`` clock.
+    start_ns: int
 
 
 class StepLog:
@@ -63,19 +73,22 @@ class StepLog:
         finally:
             os.close(fd)
 
-    def append(self, phase: str, batches: int, parts: dict[str, float]) -> None:
-        """Log one step (``parts`` in :data:`~torchdoctor.record.STEP_PARTS` order)."""
+    def append(self, phase: str, batches: int, parts: dict[str, float], start_ns: int = 0) -> None:
+        """Log one step: its parts in :data:`~torchdoctor.record.STEP_PARTS` order, and when it
+        started on the script's ``perf_counter_ns`` clock (for the timeline)."""
         if self.count >= self._capacity:
             return
         offset = _HEADER.size + self.count * _STEP.size
-        _STEP.pack_into(self._map, offset, LOGGED_PHASES.index(phase), batches, *parts.values())
+        _STEP.pack_into(
+            self._map, offset, LOGGED_PHASES.index(phase), batches, start_ns, *parts.values()
+        )
         self.count += 1
         _HEADER.pack_into(self._map, 0, self.count)
 
 
-def read_step_log(path: str, start: int = 0) -> list[tuple[str, dict[str, float], int]]:
-    """``(phase, parts_ms, batches)`` of the logged steps from the ``start``-th on; none when
-    the file is missing or unreadable (the process died before making it)."""
+def read_step_log(path: str, start: int = 0) -> list[LoggedStep]:
+    """The logged steps from the ``start``-th on; none when the file is missing or unreadable
+    (the process died before making it)."""
     try:
         with open(path, "rb") as fh:
             data = fh.read()
@@ -85,9 +98,11 @@ def read_step_log(path: str, start: int = 0) -> list[tuple[str, dict[str, float]
         return []
     out = []
     for i in range(start, count):
-        phase, batches, *values = _STEP.unpack_from(data, _HEADER.size + i * _STEP.size)
+        phase, batches, start_ns, *values = _STEP.unpack_from(data, _HEADER.size + i * _STEP.size)
         if phase < len(LOGGED_PHASES):
-            out.append((LOGGED_PHASES[phase], dict(zip(STEP_PARTS, values)), batches))
+            out.append(
+                LoggedStep(LOGGED_PHASES[phase], dict(zip(STEP_PARTS, values)), batches, start_ns)
+            )
     return out
 
 
@@ -125,12 +140,17 @@ class StreamState:
     """What the supervisor has received so far."""
 
     snapshot: dict[str, Any] | None = None
-    #: ``(phase, parts_ms, batches)`` of the steps that ended after the last snapshot (read from
-    #: the step log once the writer's end closed).
-    steps: list[tuple[str, dict[str, float], int]] = field(default_factory=list)
+    #: Every step of the step log, read once the writer's end closed.
+    logged: list[LoggedStep] = field(default_factory=list)
     #: The writer's step log, and how many steps it held at the last snapshot.
     step_log: str | None = None
     logged_at_snapshot: int = 0
+
+    @property
+    def steps(self) -> list[LoggedStep]:
+        """The logged steps that ended after the last snapshot (which holds the others)."""
+        return self.logged[self.logged_at_snapshot :]
+
     seen: dict[str, int] | None = None
     final: dict[str, Any] | None = None
     #: The child could not run the script (``message``, ``hint``, ``internal``).
@@ -165,7 +185,7 @@ class StreamReader:
                     continue  # not one of ours (the pipe is ours alone): nothing to keep
         state = self.state
         if state.step_log is not None:
-            state.steps = read_step_log(state.step_log, state.logged_at_snapshot)
+            state.logged = read_step_log(state.step_log)
         state.closed_at = time.monotonic()
 
     def _take(self, message: dict[str, Any]) -> None:

@@ -29,6 +29,7 @@ from .._errors import (
 )
 from .._paths import resolve_script
 from ..options import RunOptions
+from ..record import RunRecord
 from ._processes import (
     CHILD_CODE,
     Signals,
@@ -105,6 +106,8 @@ def _outcome(
     record = record_from_stream(state, target.describe(), options)
     ending = _ending(returncode, timed_out, signalled, options)
     record.notes.append(ending)
+    if options.timeline_path:
+        _write_logged_timeline(state, options.timeline_path, record)
     if error is not None:
         record.status = "internal-error"
         record.notes.append(f"torchdoctor itself failed: {error['message']}. Please report this.")
@@ -116,6 +119,27 @@ def _outcome(
     else:
         record.status, status = "killed", EXIT_SCRIPT_ERROR
     return Supervised(record, status)
+
+
+def _write_logged_timeline(state: StreamState, path: str, record: RunRecord) -> None:
+    """The ``--timeline`` of a script whose process ended without its last word: written here,
+    from the step log, as the record is; a note says what it holds."""
+    from ..report.timeline import phases_of_parts, write_timeline
+
+    steps = [(s.phase, s.parts, s.start_ns) for s in state.logged]
+    try:
+        write_timeline(path, phases_of_parts(steps))
+    except OSError as exc:
+        record.notes.append(f"the timeline could not be written to {path}: {exc}")
+        return
+    record.notes.append(
+        f"the timeline at {path} holds the {len(steps)} step(s) measured before the script's "
+        "process ended, each step's parts in a fixed order (the order of the calls within a step "
+        "was not kept)"
+        if steps
+        else f"the timeline at {path} holds no step: none was measured before the script's "
+        "process ended"
+    )
 
 
 def _ending(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..record import STEP_PARTS, write_json_atomic
 
@@ -49,6 +49,30 @@ def timeline(phases: list[tuple[str, list[Any]]], pid: int | None = None) -> dic
 
 def write_timeline(path: str | os.PathLike[str], phases: list[tuple[str, list[Any]]]) -> Path:
     return write_json_atomic(path, timeline(phases))
+
+
+class _Mark(NamedTuple):
+    label: str
+    host_ns: int
+
+
+class _Step(NamedTuple):
+    marks: list[_Mark]
+
+
+def phases_of_parts(steps: list[tuple[str, dict[str, float], int]]) -> list[tuple[str, list[Any]]]:
+    """``(phase, parts_ms, start_ns)`` of each step as :func:`timeline` takes them: each step's
+    parts laid end to end from its start, in the order of STEP_PARTS (a step log keeps each
+    part's total, not the order of the calls within the step)."""
+    phases: dict[str, list[Any]] = {}
+    for phase, parts, start_ns in steps:
+        marks, at = [_Mark("other", start_ns)], float(start_ns)
+        for part in STEP_PARTS:
+            if parts.get(part, 0.0) > 0:
+                at += parts[part] * 1e6
+                marks.append(_Mark(part, round(at)))
+        phases.setdefault(phase, []).append(_Step(marks))
+    return list(phases.items())
 
 
 def _meta(pid: int, tid: int, name: str) -> dict[str, Any]:
