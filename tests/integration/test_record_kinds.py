@@ -150,3 +150,4 @@ def test_a_comparison_reads_as_one(analysis, tmp_path):
     view = browser_view(write_comparison_html(mixed, a, analysis, tmp_path / "m.html"))
     assert "different kinds of record" in view["text"] and STOPPED in view["text"]
     assert view["text"].count(STOPPED) == 1  # A's run, not B's analysis
+    assert "torchdoctor: B: analyze " in view["text"] and "torchdoctor analyze" not in view["text"]

@@ -14,6 +14,7 @@ from ..analysis.compare import IMPROVED, REGRESSED, Comparison
 from ..record import RunRecord, write_text_atomic
 from ._style import BAD, GOOD
 from .html import page, record_body
+from .terminal import command_words
 
 _LOOK = {IMPROVED: GOOD, REGRESSED: BAD}
 
@@ -88,8 +89,8 @@ def comparison_html(c: Comparison, a: RunRecord, b: RunRecord) -> str:
             if rows
             else ""
         )
-        + f"<div id='a'>{record_body(a, 'A: ' + ' '.join(a.command), level=2)}</div>"
-        + f"<div id='b'>{record_body(b, 'B: ' + ' '.join(b.command), level=2)}</div>"
+        + f"<div id='a'>{record_body(a, 'A: ' + command_words(a), level=2)}</div>"
+        + f"<div id='b'>{record_body(b, 'B: ' + command_words(b), level=2)}</div>"
     )
     return page("compare", body)
 

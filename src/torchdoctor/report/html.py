@@ -202,7 +202,8 @@ def _ranks(record: RunRecord) -> str:
             lines.append(f"<p>rank {r.rank} raised:</p><pre>{escape(''.join(r.error[-15:]))}</pre>")
     table = (
         f"<table><tr><th>rank</th><th>status</th><th class='n'>step</th>{head}"
-        f"<th class='n'>no-sync</th><th class='n'>own work</th><th>role</th><th>own verdict</th></tr>"
+        f"<th class='n'>no-sync</th><th class='n'>own work</th><th>role</th>"
+        "<th>own verdict</th></tr>"
         f"{''.join(rows)}</table>"
     )
     return _section("ranks", "Ranks of the job (mean ms per step)", "".join(lines) + table)

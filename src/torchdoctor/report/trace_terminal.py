@@ -154,8 +154,8 @@ def _comm_and_skew(ranks: list[RankReport], trace: TraceReport, console: Console
             waiting = ", ".join(skew.waiting)
             verb = "waits" if len(skew.waiting) == 1 else "wait"
             said = (
-                f"{skew.straggler_rank} is a straggler; {waiting} {verb} {ms_text(skew.wait_ms)} ms "
-                "per step for it"
+                f"{skew.straggler_rank} is a straggler; {waiting} {verb} "
+                f"{ms_text(skew.wait_ms)} ms per step for it"
             )
         else:
             said = "no straggler"
