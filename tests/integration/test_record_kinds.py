@@ -80,6 +80,7 @@ def test_a_job_reads_as_a_job_with_each_ranks_verdict(tmp_path):
     # Each rank's own verdict, as the terminal's ranks table gives it.
     rows = [line for line in view["text"].splitlines() if re.match(r"^[01]\t", line)]
     assert len(rows) == 2 and "COMPUTE-BOUND" in rows[0] and "INPUT-BOUND" in rows[1], rows
+    assert "waits for rank 1" in rows[0] and "waits for rank 1" in text
     assert "COMPUTE-BOUND" in text  # the terminal says it too
 
 

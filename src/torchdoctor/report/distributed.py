@@ -144,7 +144,7 @@ def _row(r: RankRun, job: DistributedReport) -> dict[str, str | Text]:
         "no_sync": _mean(r.no_sync_step_ms),
         "comm": _ms(_comm_or_wait(r)),
         "own": _ms(r.own_ms),
-        "role": _role(r, job),
+        "role": role_text(r, job),
         "verdict": _verdict(r),
     }
 
@@ -173,7 +173,8 @@ def _comm_or_wait(r: RankRun) -> float | None:
     return max(r.step_ms.mean - r.own_ms, 0.0)
 
 
-def _role(r: RankRun, job: DistributedReport) -> Text:
+def role_text(r: RankRun, job: DistributedReport) -> Text:
+    """A rank's role in words (``straggler``, ``waits for rank 1``), the same on the page."""
     if r.role == STRAGGLER:
         return Text("straggler", style=f"bold {BAD}")
     if r.role == WAITS:

@@ -16,6 +16,7 @@ from ..analysis.verdict import capture_cost_words, ceiling_words
 from ..record import STEP_PARTS, RunRecord, write_text_atomic
 from . import _svg
 from ._style import verdict_look
+from .distributed import role_text
 from .terminal import command_words, stop_line
 from .trace_html import trace_section, trace_steps
 from .trace_terminal import trace_headline
@@ -182,7 +183,8 @@ def _ranks(record: RunRecord) -> str:
             f"<td class='n'>{r.step_ms.mean if r.step_ms else 0:.2f}</td>{parts}"
             f"<td class='n'>{_num(r.no_sync_step_ms.mean if r.no_sync_step_ms else None)}</td>"
             f"<td class='n'>{_num(r.own_ms)}</td>"
-            f"<td class='{'bad' if r.role == 'straggler' else ''}'>{escape(r.role)}</td>"
+            f"<td class='{'bad' if r.role == 'straggler' else ''}'>"
+            f"{escape(role_text(r, d).plain)}</td>"
             f"<td class='{escape(r.verdict.kind) if r.verdict else ''}'>"
             f"{escape(verdict_look(r.verdict.kind).label) if r.verdict else '-'}</td></tr>"
         )
