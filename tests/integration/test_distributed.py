@@ -148,6 +148,9 @@ def test_a_rank_that_raises_ends_the_job_with_its_traceback(tmp_path):
     assert ranks[0]["error"] == [] and "when rank 1 did" in ranks[0]["ended"]
     assert "rank 1 raised" in res.stdout
     assert "_step_hooks.py" not in res.stdout + res.stderr, "torchdoctor's frames in a traceback"
+    # The script did call init_process_group("gloo"): a job that failed still says so.
+    assert record["distributed"]["backend"] == "gloo"
+    assert not any("never initialised" in n for n in record["notes"]), record["notes"]
     assert_no_orphans(tag)
 
 

@@ -167,8 +167,8 @@ def record_from_stream(state: StreamState, command: list[str], options: RunOptio
             record.model_alone.append(round(sum(parts.values()), 4))
         elif phase == phase_names.NO_SYNC:
             record.no_sync.append(round(sum(parts.values()), 4))
-    if state.seen is not None:
-        record.seen = dict(state.seen)
+    if state.seen is not None:  # the latest counts, beside what the snapshot says (the backend)
+        record.seen.update(state.seen)
     summarise(record)
     return record
 

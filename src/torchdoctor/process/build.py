@@ -49,7 +49,11 @@ def build_record(
     record.threads_override = opts.threads_override
     record.no_sync = [round(session.step_ms(step), 4) for step in session.data.no_sync]
     _attach_trials(record, session)
-    record.seen.update(session.data.ddp_settings)
+    # Noted after the measured steps; a snapshot before then (a job that fails early) reads the
+    # process group's backend and the DDP settings as they are now.
+    record.seen.update(
+        session.data.ddp_settings or session.parallel.ddp_settings(session.root_modules())
+    )
     record.findings.extend(session.data.parallel_findings)
     record.findings.extend(session.data.loop_findings)
     record.findings.extend(session.data.sync_findings)
