@@ -57,4 +57,5 @@ with open(f"{args.timing_file}.{rank}", "w") as timing:
             if step == args.steps:
                 break
 if distributed:
+    dist.barrier()  # both ranks done before the group goes (a rank aborted in gloo without it)
     dist.destroy_process_group()
