@@ -12,10 +12,10 @@ What is hooked, and why each is safe to undo:
 - global optimizer step pre/post hooks (registered): ``optimizer``, and the step boundary.
 
 A step is one ``step()`` of the first optimizer seen; in loops without an optimizer, the loss's
-backward call(s), or a call of the outermost module (:mod:`._boundary`). The session runs a table of phases
-(:data:`.phases.PHASES`: warmup, sync finder, trace, measure, model-alone, no-sync, flops,
-trials, worker sweep, loader-alone, loader doctor), handing each finished step to the current one; after the last, :class:`StopRun`
-is raised into the script. What was measured sits in :attr:`CaptureSession.data`.
+backward call(s), or a call of the outermost module (:mod:`._boundary`). The session runs a table
+of phases (:data:`.phases.PHASES`: warmup, sync finder, trace, measure, model-alone, no-sync,
+flops, trials, worker sweep, loader-alone, loader doctor), handing each finished step to the
+current one; after the last, :class:`StopRun` is raised into the script. What was measured sits in :attr:`CaptureSession.data`.
 """
 
 from __future__ import annotations

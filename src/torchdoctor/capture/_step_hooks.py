@@ -87,10 +87,10 @@ def costed(hook: Callable) -> Callable:
     """
 
     @functools.wraps(hook)
-    def counted(self, *args):
+    def counted(self, *args, **kwargs):
         started = perf_counter_ns()
         try:
-            return hook(self, *args)
+            return hook(self, *args, **kwargs)
         finally:
             self._cost_ns += perf_counter_ns() - started
 
@@ -116,29 +116,27 @@ class StepHooks:
 
     # --- hooks ------------------------------------------------------------------------------
 
-    @passes_through
+    @costed
     def _timed(self, part: str, fn: Callable, *args, **kwargs):
-        started = perf_counter_ns()
         self._check_done()
         self.push(part)
-        self._cost_ns += perf_counter_ns() - started
         try:
             if part == "to_device" and self.sync_watcher is not None:
                 # The batch copy is the "to device" part, not a finding; the watcher still
                 # notes the batch as moved.
                 with self.sync_watcher.ignore():
-                    return fn(*args, **kwargs)
-            return fn(*args, **kwargs)
+                    return self._own(fn, *args, **kwargs)
+            return self._own(fn, *args, **kwargs)
         finally:
-            started = perf_counter_ns()
             self.pop(part)
-            self._cost_ns += perf_counter_ns() - started
 
-    def _own(self, fn: Callable, *args) -> Any:
-        """The script's own work inside a costed hook: its time is not capture's."""
+    @passes_through
+    def _own(self, fn: Callable, *args, **kwargs) -> Any:
+        """The script's own work inside a costed hook (an original torch function, which may be
+        written in C: its errors are its own): its time is not capture's."""
         started = perf_counter_ns()
         try:
-            return fn(*args)
+            return fn(*args, **kwargs)
         finally:
             self._cost_ns -= perf_counter_ns() - started
 
@@ -201,11 +199,7 @@ class StepHooks:
         self.optimizers.seen(optimizer)
         if self._optimizer_depth == 0 and self.phase.measuring:
             self.parallel.optimizer_stepping(self.root_modules)
-            if (
-                self.phase.measuring
-                and not self.state.optimizer_probed
-                and optimizer is self.optimizers.primary
-            ):
+            if not self.state.optimizer_probed and optimizer is self.optimizers.primary:
                 self.state.probe_optimizer(optimizer)
         self._optimizer_depth += 1
         self.push("optimizer")

@@ -2,7 +2,7 @@
 socket in ``TORCHDOCTOR_STREAM``, a rank of a launched job).
 
 Runs the user's script under capture in this (fresh) process, exactly as ``run_target`` does
-in-process, and streams what it measures on the pipe ``FD`` (see :mod:`._stream`) to the
+in-process, and streams what it measures on the pipe ``FD`` (see :mod:`.stream`) to the
 ``torchdoctor run`` process that started it. Whatever ends this process, the supervisor keeps
 what arrived.
 """
