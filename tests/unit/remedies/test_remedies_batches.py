@@ -152,10 +152,19 @@ def test_prefetcher_on_cpu_yields_the_very_same_objects():
     assert list(DevicePrefetcher([], "cpu")) == []
 
 
+_ACCELERATOR = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
+
+
 def test_prefetcher_picks_cpu_when_no_accelerator():
-    if torch.cuda.is_available():
+    if _ACCELERATOR is not None:  # CUDA, or any other (PrivateUse1's openreg)
         pytest.skip("an accelerator is present")
     assert DevicePrefetcher([1, 2]).device == torch.device("cpu")
+
+
+def test_prefetcher_picks_the_accelerator_when_there_is_one():
+    if _ACCELERATOR is None:
+        pytest.skip("needs an accelerator")
+    assert DevicePrefetcher([1, 2]).device.type == _ACCELERATOR.type
 
 
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
