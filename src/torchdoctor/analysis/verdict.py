@@ -87,9 +87,12 @@ def decide(record: RunRecord) -> Verdict:
     # beside the model (they compete for the cores), without them it can sit outside the wait
     # (the model's step runs slower after the loader's work).
     workers = record.loader is not None and record.loader.num_workers > 0
+    # Beyond noise: the interval's low end where there is one (a 1.4x from steps that scatter
+    # by half is no evidence).
+    sure_ceiling = record.ceiling_interval[0] if record.ceiling_interval else ceiling
     ceiling_says_input = (
-        ceiling is not None
-        and ceiling >= INPUT_BOUND_CEILING
+        sure_ceiling is not None
+        and sure_ceiling >= INPUT_BOUND_CEILING
         and (workers or input_share >= INPUT_CEILING_MIN_SHARE)
     )
     input_bound = has_input and (input_share >= INPUT_BOUND_SHARE or ceiling_says_input)
