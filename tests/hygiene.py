@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 import types
 
@@ -74,6 +75,10 @@ def snapshot() -> dict[str, object]:
     out["modes.dispatch"] = len(_get_current_dispatch_mode_stack())
     out["grad_enabled"] = torch.is_grad_enabled()
     out["num_threads"] = torch.get_num_threads()  # the worker sweep and --fix set it
+    # fix's patched-source import hook
+    out["sys.meta_path"] = [
+        id(f) for f in sys.meta_path if type(f).__module__.startswith("torchdoctor")
+    ]
     return out
 
 

@@ -236,6 +236,58 @@ def _parse_target(rest: list[str]):
     return Target(script=rest[0], argv=rest[1:])
 
 
+# --- fix -----------------------------------------------------------------------------------
+
+
+def _add_fix(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "fix",
+        help="diagnose, write the measured remedies into your code as a patch, measure it",
+        description=(
+            "Diagnose SCRIPT as `run` does, write each measured remedy (DataLoader settings, "
+            "torch threads) at the place in your code where it lives as a unified diff, run the "
+            "patched code against the original in alternation, and keep in the diff only what "
+            "measured faster beyond the noise (docs/fix.md). Your files are untouched unless "
+            "--apply."
+        ),
+    )
+    add_flags(p)
+    p.add_argument(
+        "--out",
+        metavar="PATH",
+        default="torchdoctor-fix.diff",
+        help="where to write the diff (default %(default)s; `git apply PATH` takes it)",
+    )
+    p.add_argument(
+        "--apply",
+        action="store_true",
+        help="also write the patch into your files (the originals are copied to a backup folder "
+        "first)",
+    )
+    p.add_argument(
+        "--rounds",
+        type=positive_int,
+        default=2,
+        help="rounds of alternated runs (original, each remedy, the whole patch) (default "
+        "%(default)s)",
+    )
+    _target_args(p)
+    p.set_defaults(handler=_cmd_fix, loader_doctor="auto")
+
+
+def _cmd_fix(args: argparse.Namespace) -> int:
+    from .patch import check_patchable, fix_cli
+    from .process import resolve_target
+
+    if args.fix:
+        raise TorchdoctorError("fix always measures its patch: --fix is `run`'s", "leave out --fix")
+    target = _parse_target(args.target)
+    check_patchable(resolve_target(target))
+    out = check_output_file(args.out, "--out", example="fix.diff")
+    options = from_args(args, **_checked_outputs(args))
+    return fix_cli(target, options, out=out, apply=args.apply, rounds=args.rounds)
+
+
 # --- report --------------------------------------------------------------------------------
 
 
@@ -362,6 +414,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_run,
     _add_loader,
+    _add_fix,
     _add_report,
     _add_analyze,
     _add_demo,

@@ -138,6 +138,8 @@ class RunOptions:
             (the ``--fix`` re-run); held as a read-only mapping.
         threads_override: ``torch.set_num_threads(threads_override)`` at the start of the run,
             held against the script's own calls (the ``--fix`` re-run); ``None``: left alone.
+        source_overrides: files of the user's run from patched copies (original path → patched
+            file), their own paths kept (``torchdoctor fix``'s measurements).
         html_path: write the report as a self-contained HTML page here.
         timeline_path: write the steps' parts as a Chrome/Perfetto trace here (by the script's
             process, when the run ends).
@@ -281,17 +283,23 @@ class RunOptions:
     loader_doctor: LoaderDoctorMode = "auto"
     loader_overrides: Mapping[str, Any] = field(default_factory=dict)
     threads_override: int | None = None
+    source_overrides: Mapping[str, str] = field(default_factory=dict)
     stop: bool = True
 
     def __post_init__(self) -> None:
         # A private read-only copy: the caller's dict can change without changing the run, and
         # no reader of the options can change them for the others.
         object.__setattr__(self, "loader_overrides", MappingProxyType(dict(self.loader_overrides)))
+        object.__setattr__(self, "source_overrides", MappingProxyType(dict(self.source_overrides)))
 
     def __getstate__(self) -> dict[str, Any]:
         # A mappingproxy does not pickle, and options may cross to another process (a spawned
         # worker, a supervising parent): they travel as plain values.
-        return {**self.__dict__, "loader_overrides": dict(self.loader_overrides)}
+        return {
+            **self.__dict__,
+            "loader_overrides": dict(self.loader_overrides),
+            "source_overrides": dict(self.source_overrides),
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         for name, value in state.items():

@@ -51,7 +51,8 @@ def test_the_value_taking_flags_come_from_the_parser():
     takes_value |= {"--nproc-per-node", "--nnodes", "--node-rank", "--rdzv-endpoint", "--try"}
     takes_value |= {"--html", "--timeline"}
     commands = cli._script_commands(cli.build_parser())
-    assert commands == {"run": takes_value, "loader": takes_value}
+    fix = takes_value | {"--out", "--rounds"}
+    assert commands == {"run": takes_value, "loader": takes_value, "fix": fix}
 
 
 @dataclasses.dataclass(frozen=True)

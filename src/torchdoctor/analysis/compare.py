@@ -105,25 +105,14 @@ def compare(a: RunRecord, b: RunRecord) -> Comparison:
             )
     differences, like = _differences(a, b)
     scale, measure, notes = _scale(a, b)
-    speedup = scale * statistics.fmean(a_steps) / statistics.fmean(b_steps)
-    lo, hi = (scale * x for x in interval(a_steps, b_steps))
-    allowance = max(RUN_TO_RUN, block_spread(a_steps), block_spread(b_steps))
-    kind = NO_CHANGE
-    if lo > 1.0 and speedup >= 1.0 + allowance:
-        kind = IMPROVED
-    elif hi < 1.0 and speedup <= 1.0 / (1.0 + allowance):
-        kind = REGRESSED
-    elif lo > 1.0 or hi < 1.0:
-        notes.append(
-            f"the change ({speedup:.2f}x) is beyond this pair's step-to-step noise but within "
-            f"the {allowance:.0%} two runs of one script may differ by here: run each again"
-        )
+    verdict = judge(a_steps, b_steps, scale)
+    notes.extend(verdict.notes)
     return Comparison(
-        kind=kind,
-        speedup=round(speedup, 3),
-        interval=[round(lo, 3), round(hi, 3)],
+        kind=verdict.kind,
+        speedup=verdict.speedup,
+        interval=verdict.interval,
         measure=measure,
-        allowance=round(allowance, 3),
+        allowance=verdict.allowance,
         a_step_ms=round(statistics.fmean(a_steps), 3),
         b_step_ms=round(statistics.fmean(b_steps), 3),
         a_steps=len(a_steps),
@@ -191,6 +180,39 @@ def _script(record: RunRecord) -> str:
 
 def _world(record: RunRecord) -> int:
     return record.distributed.world_size if record.distributed is not None else 1
+
+
+@dataclass
+class Judgement:
+    """B's steps against A's: the speedup, its interval, the noise allowance, the verdict."""
+
+    kind: str
+    speedup: float
+    interval: list[float]
+    allowance: float
+    notes: list[str] = field(default_factory=list)
+
+
+def judge(a_steps: list[float], b_steps: list[float], scale: float = 1.0) -> Judgement:
+    """Did B's steps get faster than A's, beyond the noise (see the module's docstring)?
+
+    ``scale`` turns the ratio of mean steps into the measure compared (samples per step of B
+    over A's, when the batch sizes differ).
+    """
+    speedup = scale * statistics.fmean(a_steps) / statistics.fmean(b_steps)
+    lo, hi = (scale * x for x in interval(a_steps, b_steps))
+    allowance = max(RUN_TO_RUN, block_spread(a_steps), block_spread(b_steps))
+    kind, notes = NO_CHANGE, []
+    if lo > 1.0 and speedup >= 1.0 + allowance:
+        kind = IMPROVED
+    elif hi < 1.0 and speedup <= 1.0 / (1.0 + allowance):
+        kind = REGRESSED
+    elif lo > 1.0 or hi < 1.0:
+        notes.append(
+            f"the change ({speedup:.2f}x) is beyond this pair's step-to-step noise but within "
+            f"the {allowance:.0%} two runs of one script may differ by here: run each again"
+        )
+    return Judgement(kind, round(speedup, 3), [round(lo, 3), round(hi, 3)], round(allowance, 3), notes)
 
 
 def step_times(record: RunRecord) -> list[float]:

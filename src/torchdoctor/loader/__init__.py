@@ -47,6 +47,7 @@ from ._costs import (
 )
 from ._doctor import LoaderDiagnosis, diagnose_loader, loader_findings
 from ._fix import (
+    RERUN_ROUNDS,
     Rerun,
     fix_code,
     fix_settings,
@@ -101,6 +102,7 @@ from ._threads import (
 from ._transforms import find_transform_pipelines, is_compose_like, measure_getitem_costs
 
 __all__ = [
+    "RERUN_ROUNDS",
     "COLLATE",
     "COPY_ON_READ_MIN_GROWTH_MB",
     "COSTLY_SHARE",

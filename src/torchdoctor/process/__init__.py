@@ -14,9 +14,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ._processes import Supervised
-from .parent import run_cli, verify_fix
+from .parent import printing, run_cli, verify_fix
 from .supervisor import run_supervised
-from .target import Target
+from .target import Target, resolve_target
 
 if TYPE_CHECKING:
     from .build import build_record
@@ -36,6 +36,8 @@ __all__ = [
     "Supervised",
     "Target",
     "build_record",
+    "printing",
+    "resolve_target",
     "run_cli",
     "run_supervised",
     "run_target",

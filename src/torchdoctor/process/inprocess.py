@@ -22,6 +22,7 @@ from ..options import RunOptions
 from ..record import RunRecord, phase_names
 from .build import build_record
 from .endings import exit_status_of
+from .patched import patched_imports, run_patched_script
 from .target import Target, resolve_target
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
@@ -59,10 +60,14 @@ def run_target(
         sys.path.insert(0, str(code_path.parent) if target.script else os.getcwd())
         session.install()
         try:
-            if target.script:
-                runpy.run_path(str(code_path), run_name="__main__")
-            else:
-                runpy.run_module(target.module or "", run_name="__main__", alter_sys=True)
+            with patched_imports(options.source_overrides):
+                patched_main = options.source_overrides.get(str(code_path))
+                if patched_main is not None:
+                    run_patched_script(code_path, patched_main)
+                elif target.script:
+                    runpy.run_path(str(code_path), run_name="__main__")
+                else:
+                    runpy.run_module(target.module or "", run_name="__main__", alter_sys=True)
         except StopRun:
             ended = "stopped"
         except SystemExit as exc:

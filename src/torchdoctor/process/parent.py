@@ -52,7 +52,7 @@ def run_cli(target: Target, options: RunOptions) -> int:
         from ..report.html import write_html
 
         write_html(record, options.html_path)
-    with _printing():
+    with printing():
         render(record)  # with the fix trial's panel, when there is one
         if options.json_path:
             print(f"run record written to {options.json_path}")
@@ -63,7 +63,7 @@ def run_cli(target: Target, options: RunOptions) -> int:
     return status
 
 
-class _printing:
+class printing:
     """Printing the report never loses the run: a closed pipe (``| head``) ends the text quietly,
     and characters the terminal's encoding lacks are replaced rather than raised."""
 

@@ -54,6 +54,7 @@ from ._run import (  # FixTrial too: _run must be imported before _fix (see _run
     SystemUsage,
     split_where,
 )
+from ._patch import Patch, PatchChange, PatchRemedy, PatchSkip
 from ._serial import SCHEMA_VERSION, RecordError, write_json_atomic, write_text_atomic
 from ._trace import (
     CommOverlap,
@@ -113,6 +114,10 @@ __all__ = [
     "Finding",
     "FindingKind",
     "FixTrial",
+    "Patch",
+    "PatchChange",
+    "PatchRemedy",
+    "PatchSkip",
     "CommOverlap",
     "Environment",
     "Finding",

@@ -239,6 +239,8 @@ class RunRecord:
     loader_report: LoaderReport | None = None
     #: The ``--fix`` trial: the advised settings injected into a re-run, and its result.
     fix: FixTrial | None = None
+    #: ``torchdoctor fix``: the patch written and each remedy measured on the patched code.
+    patch: Patch | None = None
     #: DataLoader settings injected into every loader of this run (a ``--fix`` re-run).
     loader_overrides: dict[str, Any] = field(default_factory=dict)
     #: What ended a step: ``optimizer`` (its ``step()``), ``backward`` (loops that update the
@@ -318,3 +320,4 @@ class RunRecord:
 from ._fix import FixTrial  # noqa: E402
 from ._ranks import DistributedReport  # noqa: E402
 from ._trials import Flops, Trial  # noqa: E402
+from ._patch import Patch  # noqa: E402

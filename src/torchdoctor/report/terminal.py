@@ -20,6 +20,7 @@ from ..record.part_names import PART_LABELS
 from ._style import BAD, GOOD, severity_look, verdict_look
 from .distributed import breakdown_title, ranks_section
 from .loader import loader_section
+from .patch import patch_section
 from .trials import trials_section
 
 
@@ -62,6 +63,9 @@ def render(record: RunRecord, console: Console | None = None, title: str | None 
             console.print(Text(f"note: {note}", style="dim"))
     if record.fix is not None:
         render_fix(record, record.fix, console)
+    patch = patch_section(record)
+    if patch is not None:
+        console.print(patch)
     console.print()
 
 

@@ -1,0 +1,31 @@
+"""torchdoctor.patch: ``torchdoctor fix``, the measured remedies written as a patch of the user's
+own code and each measured on the patched code (docs/fix.md).
+
+``_edits`` changes source on its concrete syntax tree (libcst); ``_remedies`` plans each remedy
+where its setting lives; ``_project`` says which files are the user's and writes the diff;
+``_measure`` alternates the original and the patched runs; ``command`` puts them together.
+Torch-free: the script runs in supervised child processes.
+"""
+
+from __future__ import annotations
+
+from ._edits import PatchError
+from ._project import Project, file_diff, project_root
+from ._remedies import Remedy, plan_loader, plan_threads
+from .command import BACKUP_DIR, DEFAULT_ROUNDS, check_patchable, fix_cli, measure_patch, plan
+
+__all__ = [
+    "BACKUP_DIR",
+    "DEFAULT_ROUNDS",
+    "PatchError",
+    "Project",
+    "Remedy",
+    "check_patchable",
+    "file_diff",
+    "fix_cli",
+    "measure_patch",
+    "plan",
+    "plan_loader",
+    "plan_threads",
+    "project_root",
+]

@@ -1,0 +1,366 @@
+"""Each measured remedy planned as edits at the place in the user's code where its setting lives.
+
+- **DataLoader settings** (``num_workers``, ``pin_memory``, ``persistent_workers``,
+  ``prefetch_factor``, from the worker sweep): at the ``DataLoader(...)`` call the run saw build
+  the measured loader. A literal argument is replaced; a missing one is added; one passed as a
+  variable is changed where the variable is assigned (one plain assignment in that file); one
+  read from ``argparse`` (``args.workers``) is changed at its ``add_argument(..., default=...)``.
+- **Threads** (``torch.set_num_threads``, from the sweep's pick): the script's own call is
+  changed, or one is added after its imports.
+
+Whatever cannot be changed safely (a value computed at run time, ``**kwargs`` that may hold the
+setting, an option the command line sets, a file of an installed package) is left out, with the
+reason. Torch-free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import libcst as cst
+
+from ._edits import (
+    DATALOADER_POSITIONAL,
+    WORKER_ONLY,
+    Change,
+    PatchError,
+    Skipped,
+    SourceFile,
+    add_keywords,
+    callee_name,
+    chain,
+    dotted,
+    is_literal,
+    keyword,
+    literal,
+    remove_keywords,
+    set_value,
+)
+from ._project import Project
+
+#: Remedy keys, in the order they are planned and reported.
+LOADER, THREADS = "loader", "threads"
+TITLES = {LOADER: "DataLoader settings", THREADS: "torch threads"}
+
+
+@dataclass
+class Remedy:
+    """One measured remedy: its changes (empty when every setting was left out) and what was
+    left out, with why."""
+
+    key: str
+    #: What the diagnosis measured that asks for it, in words.
+    because: str
+    changes: list[Change] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+
+    @property
+    def title(self) -> str:
+        return TITLES[self.key]
+
+
+def plan_loader(
+    project: Project, where: str, settings: Mapping[str, object], argv: Sequence[str], because: str
+) -> Remedy:
+    """Plan the DataLoader arguments ``settings`` at the call at ``where`` (``file:line``)."""
+    remedy = Remedy(LOADER, because)
+    file, _, line_text = where.rpartition(":")
+    path, line = Path(file), int(line_text) if line_text.isdigit() else 0
+    refused = project.refuses(path)
+    if refused is not None:
+        remedy.skipped.append(Skipped("DataLoader", refused))
+        return remedy
+    try:
+        source = project.source(path)
+    except PatchError as exc:
+        remedy.skipped.append(Skipped("DataLoader", str(exc)))
+        return remedy
+    call = _dataloader_call(source, line)
+    if call is None:
+        remedy.skipped.append(
+            Skipped(
+                "DataLoader",
+                f"no DataLoader(...) call at {project.rel(path)}:{line} (a subclass or a "
+                "factory builds it): set the arguments where it is built",
+            )
+        )
+        return remedy
+    _plan_call(project, source, call, dict(settings), argv, remedy)
+    return remedy
+
+
+def _dataloader_call(source: SourceFile, line: int) -> cst.Call | None:
+    """The innermost ``...DataLoader(...)`` call written over ``line``."""
+    calls = [
+        c
+        for c in source.nodes(cst.Call)
+        if source.spans(c, line) and callee_name(c).endswith("DataLoader")
+    ]
+    if not calls:
+        return None
+    return max(calls, key=lambda c: (source.line_of(c), source.positions[c].start.column))
+
+
+def _plan_call(
+    project: Project,
+    source: SourceFile,
+    call: cst.Call,
+    settings: dict[str, object],
+    argv: Sequence[str],
+    remedy: Remedy,
+) -> None:
+    where = source.line_of(call)
+    removals = []
+    if settings.get("num_workers") == 0:
+        # Without workers the DataLoader rejects the worker-only arguments: they go.
+        for name in WORKER_ONLY:
+            settings.pop(name, None)
+            if keyword(call, name) is not None:
+                removals.append(name)
+                remedy.changes.append(Change(source.path, where, f"{name} removed (no workers)"))
+    positional = [a for a in call.args if a.keyword is None and not a.star]
+    star_args = next((a for a in call.args if a.star == "*"), None)
+    star_kwargs = next((a for a in call.args if a.star == "**"), None)
+    additions: list[tuple[str, object]] = []
+    for name, value in settings.items():
+        arg = keyword(call, name)
+        index = DATALOADER_POSITIONAL.index(name) if name in DATALOADER_POSITIONAL else None
+        if arg is None and index is not None and index < len(positional):
+            arg = positional[index]
+        if arg is None and index is not None and star_args is not None:
+            remedy.skipped.append(
+                Skipped(name, f"the call passes {source.code(star_args).strip(', ')}, which may "
+                        f"hold it: set {name}={value!r} there")
+            )
+            continue
+        if arg is None:
+            if star_kwargs is not None:
+                remedy.skipped.append(
+                    Skipped(name, f"the call passes {source.code(star_kwargs).strip(', ')}, which "
+                            f"may hold it: set {name}={value!r} there")
+                )
+                continue
+            additions.append((name, value))
+            remedy.changes.append(Change(source.path, where, f"{name}={value!r} added"))
+            continue
+        _plan_value(project, source, arg, name, value, argv, remedy)
+    if removals or additions:
+        source.plan(LOADER, call, chain(remove_keywords(removals), add_keywords(additions)))
+
+
+def _plan_value(
+    project: Project,
+    source: SourceFile,
+    arg: cst.Arg,
+    name: str,
+    value: object,
+    argv: Sequence[str],
+    remedy: Remedy,
+) -> None:
+    """A setting the call passes: changed where its value is written."""
+    expr = arg.value
+    old = source.code(expr)
+    if is_literal(expr):
+        if old != repr(value):
+            source.plan(LOADER, arg, set_value(literal(value)))
+            remedy.changes.append(Change(source.path, source.line_of(arg), f"{name}={old} → {value!r}"))
+        return
+    if isinstance(expr, cst.Name):
+        reason = _plan_variable(source, arg, expr.value, name, value, remedy)
+    elif isinstance(expr, cst.Attribute) and dotted(expr) is not None:
+        reason = _plan_option(project, source, expr.attr.value, name, value, argv, remedy)
+    else:
+        reason = f"{name} is computed ({old}): make it {value!r}"
+    if reason is not None:
+        remedy.skipped.append(Skipped(name, reason))
+
+
+def _plan_variable(
+    source: SourceFile, arg: cst.Arg, variable: str, name: str, value: object, remedy: Remedy
+) -> str | None:
+    """``num_workers=workers``: the one plain assignment of ``workers`` in the file changed."""
+    for func in source.nodes(cst.FunctionDef):
+        if source.spans(func, source.line_of(arg)):
+            params = func.params
+            every = [*params.posonly_params, *params.params, *params.kwonly_params]
+            if any(p.name.value == variable for p in every):
+                return (
+                    f"{name} comes from the parameter {variable!r} of {func.name.value}(), "
+                    f"set by its callers: pass {value!r} there"
+                )
+    assigns = [
+        node
+        for node in source.nodes(cst.Assign)
+        if len(node.targets) == 1
+        and isinstance(node.targets[0].target, cst.Name)
+        and node.targets[0].target.value == variable
+    ] + [
+        node
+        for node in source.nodes(cst.AnnAssign)
+        if isinstance(node.target, cst.Name) and node.target.value == variable
+    ]
+    if len(assigns) != 1 or assigns[0].value is None or not is_literal(assigns[0].value):
+        how = "assigned more than once" if len(assigns) > 1 else "not assigned a constant"
+        return f"{name} comes from {variable!r}, {how} in {source.path.name}: make it {value!r}"
+    assign = assigns[0]
+    old = source.code(assign.value)
+    if old != repr(value):
+        source.plan(LOADER, assign, set_value(literal(value)))
+        remedy.changes.append(
+            Change(source.path, source.line_of(assign), f"{variable} = {old} → {value!r} ({name})")
+        )
+    return None
+
+
+def _plan_option(
+    project: Project,
+    source: SourceFile,
+    dest: str,
+    name: str,
+    value: object,
+    argv: Sequence[str],
+    remedy: Remedy,
+) -> str | None:
+    """``num_workers=args.workers``: the ``add_argument`` default of ``--workers`` changed."""
+    files = [source]
+    if project.refuses(project.script) is None and project.script != source.path:
+        try:
+            files.append(project.source(project.script))
+        except PatchError:
+            pass
+    for f in files:
+        for call in f.nodes(cst.Call):
+            if callee_name(call) != "add_argument" or _dest(call) != dest:
+                continue
+            options = [_string(a.value) for a in call.args if a.keyword is None]
+            flags = sorted((o for o in options if o and o.startswith("-")), key=_long_first)
+            given = [a for a in argv if any(a == o or a.startswith(o + "=") for o in flags)]
+            if given:
+                return f"your command line sets {given[0].split('=')[0]}: run with {flags[0]} {value!r}"
+            default = keyword(call, "default")
+            if default is None or not is_literal(default.value):
+                return (
+                    f"{name} comes from the option {flags[0] if flags else dest}, whose default "
+                    f"is not a constant: make it {value!r}"
+                )
+            old = f.code(default.value)
+            if old != repr(value):
+                f.plan(LOADER, default, set_value(literal(value)))
+                remedy.changes.append(
+                    Change(
+                        f.path,
+                        f.line_of(default),
+                        f"default of {flags[0] if flags else dest}: {old} → {value!r} ({name})",
+                    )
+                )
+            return None
+    return f"{name} comes from {dest!r}, which the patcher cannot trace to a constant: make it {value!r}"
+
+
+def _long_first(flag: str) -> int:
+    return 0 if flag.startswith("--") else 1
+
+
+def _dest(call: cst.Call) -> str | None:
+    """The attribute an ``add_argument`` call stores into."""
+    explicit = keyword(call, "dest")
+    if explicit is not None:
+        return _string(explicit.value)
+    names = [_string(a.value) for a in call.args if a.keyword is None]
+    names = [n for n in names if n]
+    longs = [n for n in names if n.startswith("--")]
+    if longs:
+        return longs[0][2:].replace("-", "_")
+    shorts = [n for n in names if n.startswith("-")]
+    if shorts:
+        return shorts[0][1:].replace("-", "_")
+    return names[0] if names else None
+
+
+def _string(node: cst.BaseExpression) -> str | None:
+    if isinstance(node, cst.SimpleString):
+        value = node.evaluated_value
+        return value if isinstance(value, str) else None
+    return None
+
+
+def plan_threads(project: Project, threads: int, files: Sequence[Path], because: str) -> Remedy:
+    """``torch.set_num_threads(threads)``: the script's own call changed, else one added after
+    the script's imports (``files``: the script first, then other files of the run to search)."""
+    remedy = Remedy(THREADS, because)
+    script = project.script
+    refused = project.refuses(script)
+    if refused is not None:
+        remedy.skipped.append(Skipped("torch.set_num_threads", refused))
+        return remedy
+    found = False
+    for path in dict.fromkeys(p.resolve() for p in [script, *files]):
+        if project.refuses(path) is not None:
+            continue
+        try:
+            source = project.source(path)
+        except PatchError as exc:
+            remedy.skipped.append(Skipped("torch.set_num_threads", str(exc)))
+            return remedy
+        for call in source.nodes(cst.Call):
+            if callee_name(call) != "set_num_threads" or not call.args:
+                continue
+            found = True
+            arg = call.args[0]
+            if not isinstance(arg.value, cst.Integer):
+                remedy.skipped.append(
+                    Skipped(
+                        "torch.set_num_threads",
+                        f"{project.rel(path)}:{source.line_of(call)} sets it from "
+                        f"{source.code(arg.value)}: set it to {threads} there",
+                    )
+                )
+                continue
+            if arg.value.value != str(threads):
+                source.plan(THREADS, arg, set_value(literal(threads)))
+                remedy.changes.append(
+                    Change(path, source.line_of(call), f"set_num_threads({arg.value.value}) → {threads}")
+                )
+    if not found:
+        _add_threads_call(project.source(script), threads, remedy)
+    return remedy
+
+
+def _add_threads_call(source: SourceFile, threads: int, remedy: Remedy) -> None:
+    body = source.module.body
+    imports = [
+        i
+        for i, stmt in enumerate(body)
+        if isinstance(stmt, cst.SimpleStatementLine)
+        and any(isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body)
+    ]
+    at = imports[-1] + 1 if imports else 0
+    alias = _torch_alias(body)
+    lines = [] if alias else ["import torch\n"]
+    lines.append(f"{alias or 'torch'}.set_num_threads({threads})\n")
+    new = [cst.parse_statement(text) for text in lines]
+    line = source.line_of(body[at - 1]) + 1 if at else 1
+
+    def insert(module: cst.CSTNode) -> cst.CSTNode:
+        assert isinstance(module, cst.Module)
+        return module.with_changes(body=[*module.body[:at], *new, *module.body[at:]])
+
+    source.plan(THREADS, source.module, insert)
+    remedy.changes.append(
+        Change(source.path, line, f"torch.set_num_threads({threads}) added after the imports")
+    )
+
+
+def _torch_alias(body: Sequence[cst.BaseStatement]) -> str | None:
+    """The name a top-level ``import torch`` (or ``import torch as th``) binds."""
+    for stmt in body:
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        for small in stmt.body:
+            if isinstance(small, cst.Import):
+                for alias in small.names:
+                    if dotted(alias.name) == "torch":
+                        return alias.asname.name.value if alias.asname else "torch"  # type: ignore[union-attr]
+    return None

@@ -1,0 +1,308 @@
+"""``torchdoctor fix``: diagnose, write the measured remedies into the user's code as a patch,
+measure the patched code against the original, keep what pays (docs/fix.md).
+
+1. The script is diagnosed as ``torchdoctor run`` does (supervised, bounded).
+2. Each remedy the diagnosis measured is planned at the place in the code where its setting
+   lives (:mod:`._remedies`), on the concrete syntax tree: the user's formatting and comments
+   stay, and what cannot be changed safely is left out with the reason.
+3. The original, each remedy's patched code and the whole patch run in alternation
+   (:mod:`._measure`); patched files are run from a temporary folder as the originals
+   (:mod:`torchdoctor.process.patched`), the user's files untouched.
+4. Remedies judged faster beyond the noise make the diff; the others are dropped, with why.
+   ``--apply`` writes it into the user's files, after copying them to a backup folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from .._errors import EXIT_INTERRUPTED, EXIT_OK, TorchdoctorError
+from ..analysis.compare import IMPROVED
+from ..options import RunOptions
+from ..record import Patch, PatchChange, PatchRemedy, PatchSkip, RunRecord, write_text_atomic
+from ._edits import PatchError, Skipped
+from ._measure import RunVariant, Variant, alternate, judged
+from ._project import Project
+from ._remedies import Remedy, plan_loader, plan_threads
+
+#: Default rounds of alternated runs (each round runs every variant once).
+DEFAULT_ROUNDS = 2
+#: The backup folder ``--apply`` copies the originals to, under the project's root.
+BACKUP_DIR = ".torchdoctor-backup"
+
+
+def fix_cli(
+    target,
+    options: RunOptions,
+    out: str,
+    apply: bool = False,
+    rounds: int = DEFAULT_ROUNDS,
+) -> int:
+    """Run ``torchdoctor fix`` (see the module's docstring); returns the exit status."""
+    from ..process import printing, resolve_target, run_supervised
+    from ..report.patch import patch_lines
+    from ..report.progress import ProgressDisplay
+    from ..report.terminal import render
+
+    script = resolve_target(target)
+    if options.nproc_per_node:
+        raise TorchdoctorError(
+            "fix measures one process; --nproc-per-node is not supported",
+            "run `torchdoctor fix -- SCRIPT` on a single-process version of the script",
+        )
+    with ProgressDisplay(enabled=not options.quiet) as display:
+        outcome = run_supervised(target, options, progress=display.update)
+    record, status = outcome.record, outcome.exit_status
+    project = Project(script)
+    patch = Patch(root=str(project.root))
+    record.patch = patch
+    if status != EXIT_OK or record.status != "complete":
+        patch.notes.append(
+            f"the diagnosis ended {record.status}: nothing was patched (fix what the report says "
+            "stopped the script first)"
+        )
+    else:
+        remedies = plan(record, project, target.argv)
+        patch.remedies = [_remedy_record(r, project) for r in remedies]
+        active = [r for r in remedies if r.changes]
+        if not remedies:
+            patch.notes.append(
+                "no measured remedy is a setting the patcher writes (DataLoader settings, torch "
+                "threads): see the findings for what to change by hand"
+            )
+        elif active:
+            run = _runner(target, options, record, quiet=options.quiet)
+            status = measure_patch(project, patch, active, run, rounds)
+            if patch.diff:
+                patch.path = str(Path(out).resolve())
+                write_text_atomic(out, patch.diff)
+                if apply and status == EXIT_OK:
+                    patch.backup = str(_apply(project, [r.key for r in patch.remedies if r.kept]))
+                    patch.applied = True
+    _save(record, options)
+    with printing():
+        render(record)
+        for line in patch_lines(patch):
+            print(line)
+        if options.json_path:
+            print(f"run record written to {options.json_path}")
+        if options.html_path:
+            print(f"HTML report written to {options.html_path}")
+    return status
+
+
+def plan(record: RunRecord, project: Project, argv: Sequence[str]) -> list[Remedy]:
+    """The remedies the record's findings ask for, planned in the project's code."""
+    from ..loader import fix_settings, fix_threads
+
+    remedies = []
+    settings = fix_settings(record.findings)
+    threads = fix_threads(record.findings)
+    sweep = next(
+        (f for f in record.findings if f.kind in ("loader.num_workers", "loader.num_threads")),
+        None,
+    )
+    because = sweep.title if sweep is not None else "the loader doctor's findings"
+    where = record.loader.created_at if record.loader else None
+    if settings:
+        if where:
+            remedies.append(plan_loader(project, where, settings, argv, because))
+        else:
+            remedy = Remedy("loader", because)
+            remedy.skipped.append(
+                Skipped("DataLoader", "the run did not see where the DataLoader is built")
+            )
+            remedies.append(remedy)
+    if threads is not None:
+        files = [Path(where.rpartition(":")[0])] if where else []
+        remedies.append(plan_threads(project, threads, files, because))
+    return remedies
+
+
+def _remedy_record(remedy: Remedy, project: Project) -> PatchRemedy:
+    return PatchRemedy(
+        key=remedy.key,
+        title=remedy.title,
+        because=remedy.because,
+        changes=[PatchChange(project.rel(c.file), c.line, c.what) for c in remedy.changes],
+        skipped=[PatchSkip(s.setting, s.reason) for s in remedy.skipped],
+        reason="" if remedy.changes else "nothing to change that the patcher can write",
+    )
+
+
+def measure_patch(
+    project: Project,
+    patch: Patch,
+    active: Sequence[Remedy],
+    run: RunVariant,
+    rounds: int,
+) -> int:
+    """Alternate the original and the patched variants through ``run``; fill ``patch`` (each
+    remedy's judgement, what is kept, the diff of what is kept); the exit status."""
+    keys = [r.key for r in active]
+    with tempfile.TemporaryDirectory(prefix="torchdoctor-fix-") as tmp:
+        original = Variant("original", frozenset(), {})
+        variants = [original]
+        if len(keys) > 1:
+            variants += [
+                _variant(project, Path(tmp), f"{r.title} alone", frozenset([r.key])) for r in active
+            ]
+        whole = _variant(project, Path(tmp), "whole patch", frozenset(keys))
+        variants.append(whole)
+        finished = alternate(variants, run, rounds)
+        patch.rounds = rounds
+        if not finished:
+            patch.notes.append("interrupted while measuring the patch: nothing was written")
+            return EXIT_INTERRUPTED
+        by_key = {r.key: r for r in patch.remedies}
+        alone = {next(iter(v.remedies)): v for v in variants[1:-1]} if len(keys) > 1 else {}
+        for key in keys:
+            _judge_remedy(by_key[key], original, alone.get(key, whole))
+        kept = frozenset(k for k in keys if by_key[k].kept)
+        chosen = whole if kept == whole.remedies else alone.get(next(iter(kept))) if kept else None
+        if kept and chosen is None:
+            # two or more of three or more remedies: measure exactly what is kept
+            chosen = _variant(project, Path(tmp), "kept remedies", kept)
+            if not alternate([original, chosen], run, rounds):
+                patch.notes.append("interrupted while measuring the patch: nothing was written")
+                return EXIT_INTERRUPTED
+        if chosen is not None:
+            verdict = judged(original, chosen)
+            if verdict is not None and verdict.kind != IMPROVED and len(kept) > 1:
+                # together they do not pay: the best single remedy is the patch
+                best = max(kept, key=lambda k: by_key[k].speedup or 0.0)
+                for k in kept - {best}:
+                    by_key[k].kept = False
+                    by_key[k].reason = "together with the others it measured no faster"
+                kept, chosen = frozenset([best]), alone[best]
+                verdict = judged(original, chosen)
+            if verdict is not None:
+                patch.speedup, patch.interval = verdict.speedup, verdict.interval
+                patch.judgement, patch.allowance = verdict.kind, verdict.allowance
+                patch.notes.extend(verdict.notes)
+                patch.before_ms = round(sum(original.steps) / len(original.steps), 3)
+                patch.after_ms = round(sum(chosen.steps) / len(chosen.steps), 3)
+        patch.diff = project.diff(kept)
+    return EXIT_OK
+
+
+def _judge_remedy(remedy: PatchRemedy, original: Variant, variant: Variant) -> None:
+    if variant.failures:
+        remedy.reason = f"the patched script failed ({variant.failures[0]})"
+        return
+    verdict = judged(original, variant)
+    if verdict is None:
+        remedy.reason = "too few steps were measured to judge it"
+        return
+    remedy.speedup, remedy.interval, remedy.judgement = (
+        verdict.speedup,
+        verdict.interval,
+        verdict.kind,
+    )
+    remedy.kept = verdict.kind == IMPROVED
+    if not remedy.kept:
+        lo, hi = verdict.interval
+        remedy.reason = (
+            f"measured {verdict.speedup:.2f}x ({lo:.2f}–{hi:.2f}): not faster beyond the "
+            f"{verdict.allowance:.0%} two runs of one script may differ by"
+        )
+
+
+def _variant(project: Project, tmp: Path, name: str, remedies: frozenset[str]) -> Variant:
+    """The patched files of ``remedies`` written under ``tmp``; the variant that runs them."""
+    folder = tmp / "-".join(sorted(remedies))
+    overrides = {}
+    for path, text in project.rendered(remedies).items():
+        copy = folder / project.rel(path)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_text(text, encoding="utf-8")
+        overrides[str(path)] = str(copy)
+    return Variant(name, remedies, overrides)
+
+
+def _runner(target, options: RunOptions, record: RunRecord, quiet: bool):
+    """One measuring run: the diagnosis's steps and warmup, stretched as the ``--fix`` re-run
+    stretches them (whole rounds of workers, their start-up skipped), nothing else measured."""
+    from ..loader import RERUN_ROUNDS, counted_batches, fix_settings, warm_batches
+    from ..process import run_supervised
+    from ..report.progress import ProgressDisplay
+
+    settings = fix_settings(record.findings)
+    before = record.loader.num_workers if record.loader else 0
+    workers = max(before or 0, int(settings.get("num_workers", before) or 0))
+    steps = counted_batches(workers, max(options.steps, RERUN_ROUNDS * workers))
+    warmup = max(options.warmup, warm_batches(workers, settings.get("prefetch_factor")))
+    measuring = dataclasses.replace(
+        options,
+        steps=steps,
+        warmup=warmup,
+        counterfactuals=False,
+        loader_doctor="off",
+        sync_steps=0,
+        trace_dir=None,
+        json_path=None,
+        html_path=None,
+        timeline_path=None,
+        fix=False,
+        trials=(),
+        flops=False,
+    )
+
+    def run(overrides: Mapping[str, str], label: str) -> RunRecord:
+        if not quiet:
+            print(f"torchdoctor fix: measuring {label}", file=sys.stderr, flush=True)
+        with ProgressDisplay(enabled=not quiet) as display:
+            return run_supervised(
+                target,
+                dataclasses.replace(measuring, source_overrides=overrides),
+                progress=display.update,
+            ).record
+
+    return run
+
+
+def _apply(project: Project, remedies: Sequence[str]) -> Path:
+    """Write the patch into the user's files, each first copied to a backup folder (returned)."""
+    changed = project.rendered(remedies)
+    backup = project.root / BACKUP_DIR / time.strftime("%Y%m%d-%H%M%S")
+    for path in changed:
+        copy = backup / project.rel(path)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, copy)
+    for path, text in changed.items():
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+                fh.write(text)
+            shutil.copymode(path, tmp)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    return backup
+
+
+def _save(record: RunRecord, options: RunOptions) -> None:
+    if options.json_path:
+        record.save(options.json_path)
+    if options.html_path:
+        from ..report.html import write_html
+
+        write_html(record, options.html_path)
+
+
+def check_patchable(script: Path) -> None:
+    """Fail before anything runs when the script itself cannot be parsed by the patcher."""
+    try:
+        Project(script, root=script.resolve().parent).source(script)
+    except PatchError as exc:
+        raise TorchdoctorError(
+            str(exc), "fix the file so Python can parse it, or run `torchdoctor run` instead"
+        ) from None

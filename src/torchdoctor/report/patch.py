@@ -1,0 +1,87 @@
+"""The ``torchdoctor fix`` section of the terminal report: each remedy, where it changes the code,
+what it measured on the patched code, and whether the diff keeps it."""
+
+from __future__ import annotations
+
+from rich.console import Group, RenderableType
+from rich.panel import Panel
+from rich.text import Text
+
+from ..record import Patch, PatchRemedy, RunRecord
+from ._style import BAD, GOOD
+
+
+def patch_section(record: RunRecord) -> RenderableType | None:
+    """The panel of ``record.patch``, or ``None`` when the record has none."""
+    patch = record.patch
+    if patch is None:
+        return None
+    parts: list[RenderableType] = []
+    for remedy in patch.remedies:
+        parts.append(_remedy_lines(remedy))
+    parts.append(_whole(patch))
+    for note in patch.notes:
+        parts.append(Text(f"note: {note}", style="dim"))
+    return Panel(
+        Group(*parts),
+        title="fix: the remedies written as a patch, measured on the patched code",
+        title_align="left",
+        border_style="green" if patch.diff else "yellow",
+    )
+
+
+def _remedy_lines(remedy: PatchRemedy) -> Text:
+    """The remedy's title, measured figure and fate, then one line per change and left-out
+    setting."""
+    text = Text()
+    text.append(remedy.title, style="bold")
+    text.append(f"  {_figure(remedy)}  ")
+    text.append_text(_kept(remedy))
+    for change in remedy.changes:
+        text.append(f"\n  {change.file}:{change.line}  {change.what}")
+    for skip in remedy.skipped:
+        text.append(f"\n  left out: {skip.setting}: {skip.reason}", style="yellow")
+    return text
+
+
+def _figure(remedy: PatchRemedy) -> str:
+    if remedy.speedup is None:
+        return "not measured"
+    lo, hi = remedy.interval if len(remedy.interval) == 2 else (remedy.speedup, remedy.speedup)
+    return f"{remedy.speedup:.2f}x ({lo:.2f}–{hi:.2f})"
+
+
+def _kept(remedy: PatchRemedy) -> Text:
+    if remedy.kept:
+        return Text("kept in the patch", style=GOOD)
+    return Text(f"dropped: {remedy.reason}" if remedy.reason else "dropped", style=BAD)
+
+
+def _whole(patch: Patch) -> Text:
+    if not patch.diff:
+        return Text("No patch written: nothing measured faster that the patcher can write.")
+    text = Text()
+    if patch.speedup is not None and len(patch.interval) == 2:
+        lo, hi = patch.interval
+        text.append(
+            f"The patch: {patch.speedup:.2f}x ({lo:.2f}–{hi:.2f}), mean step "
+            f"{patch.before_ms:.1f} → {patch.after_ms:.1f} ms over {patch.rounds} alternated "
+            "rounds.\n",
+            style=GOOD,
+        )
+    if patch.applied:
+        text.append("Applied to your files (the originals are kept: see below).")
+    return text
+
+
+def patch_lines(patch: Patch) -> list[str]:
+    """Where the diff and the backup went, as plain lines (printed unwrapped, to be copied)."""
+    lines = []
+    if patch.path:
+        lines.append(
+            f"patch written to {patch.path} (apply it from {patch.root}: git apply {patch.path}, "
+            f"or patch -p1 < {patch.path})"
+        )
+    if patch.applied and patch.backup:
+        lines.append(f"patch applied to your files; the originals are in {patch.backup}")
+    return lines

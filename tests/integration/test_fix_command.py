@@ -1,0 +1,128 @@
+"""`torchdoctor fix` end to end: the diagnosis, the patch at the place each setting lives, the
+patched code measured against the original, `git apply`, `--apply` and its backup."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from paths import SCENARIOS
+from torchdoctor.record import RunRecord
+
+pytestmark = pytest.mark.integration
+
+
+def _torchdoctor(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "torchdoctor", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def _digest(folder: Path) -> dict[str, str]:
+    return {
+        p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*.py"))
+    }
+
+
+def test_the_patch_of_a_loader_in_another_module_is_measured_and_applies(tmp_path):
+    project = tmp_path / "project"
+    shutil.copytree(SCENARIOS / "fix_project", project)
+    before = _digest(project)
+    out = _torchdoctor(
+        "fix", "--steps", "6", "--warmup", "2", "--quiet", "--json", "fix.json",
+        "--out", "fix.diff", "--", "train.py",
+        cwd=project,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert _digest(project) == before, "fix without --apply changed the user's files"
+    record = RunRecord.load(project / "fix.json")
+    patch = record.patch
+    loader = next(r for r in patch.remedies if r.key == "loader")
+    # 40 ms of sleep per batch, spread over the workers the sweep picked
+    assert loader.kept and loader.judgement == "IMPROVED" and loader.speedup > 1.4
+    assert loader.interval[0] > 1.0
+    # WORKERS is a module constant of data.py: changed there, not at the call in train.py
+    assert any(c.file == "data.py" and c.what.startswith("WORKERS = 0 → ") for c in loader.changes)
+    diff = (project / "fix.diff").read_text()
+    assert diff == patch.diff and "--- a/data.py\n+++ b/data.py\n" in diff
+    assert patch.judgement == "IMPROVED" and patch.after_ms < patch.before_ms
+    for remedy in patch.remedies:
+        assert remedy.kept == (remedy.judgement == "IMPROVED"), remedy
+        assert remedy.kept or remedy.reason
+    check = subprocess.run(
+        ["git", "apply", "--check", "fix.diff"], cwd=project, capture_output=True, text=True
+    )
+    assert check.returncode == 0, check.stderr
+    assert "The patch:" in out.stdout
+    assert f"patch written to {project / 'fix.diff'} (apply it from {project}:" in out.stdout
+
+
+def test_apply_writes_the_patch_keeps_a_backup_and_the_patched_script_is_faster(tmp_path):
+    project = tmp_path / "project"
+    project.mkdir()
+    shutil.copy(SCENARIOS / "train_loop.py", project / "train.py")
+    original = (project / "train.py").read_text()
+    args = ["--transform-ms", "12", "--dataset-len", "96"]
+    out = _torchdoctor(
+        "fix", "--steps", "6", "--warmup", "2", "--quiet", "--json", "fix.json", "--apply",
+        "--", "train.py", *args,
+        cwd=project,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    patch = RunRecord.load(project / "fix.json").patch
+    assert patch.applied and patch.path == str(project / "torchdoctor-fix.diff")
+    backup = Path(patch.backup)
+    assert backup.parent.name == ".torchdoctor-backup" and backup.is_relative_to(project)
+    assert (backup / "train.py").read_text() == original
+    # What --apply wrote is what the diff gives.
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    (copy / "train.py").write_text(original)
+    applied = subprocess.run(
+        ["patch", "-p1", "-s", "-i", patch.path], cwd=copy, capture_output=True, text=True
+    )
+    assert applied.returncode == 0, applied.stderr
+    assert (copy / "train.py").read_text() == (project / "train.py").read_text() != original
+    # The applied script, run plainly under `torchdoctor run`, has the settings and the speed.
+    run = _torchdoctor(
+        "run", "--steps", "8", "--warmup", "4", "--quiet", "--no-counterfactuals",
+        "--json", "after.json", "--", "train.py", *args,
+        cwd=project,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    after = RunRecord.load(project / "after.json")
+    assert after.loader.num_workers >= 2 and not after.loader_overrides
+    before = RunRecord.load(project / "fix.json")
+    assert after.step_ms.mean < before.step_ms.mean / 1.4
+
+
+def test_a_compute_bound_script_gets_no_patch_and_says_why(tmp_path):
+    shutil.copy(SCENARIOS / "tiny_mlp.py", tmp_path / "train.py")
+    out = _torchdoctor(
+        "fix", "--steps", "5", "--warmup", "1", "--quiet", "--json", "fix.json", "--",
+        "train.py",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert not (tmp_path / "torchdoctor-fix.diff").exists()
+    patch = RunRecord.load(tmp_path / "fix.json").patch
+    assert patch.diff == "" and not patch.remedies
+    assert "No patch written" in out.stdout
+
+
+def test_a_script_the_patcher_cannot_parse_is_refused_before_it_runs(tmp_path):
+    (tmp_path / "train.py").write_text("import torch\ndef broken(:\n    pass\n")
+    out = _torchdoctor("fix", "--", "train.py", cwd=tmp_path)
+    assert out.returncode == 2
+    assert "train.py: cannot be parsed" in out.stderr and "Traceback" not in out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.py"]

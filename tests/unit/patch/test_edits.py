@@ -1,0 +1,254 @@
+"""The patcher's edits of users' code: where each setting lives, what is left out and why, and
+that every diff applies with `git apply` and `patch -p1`."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from torchdoctor.patch import PatchError, Project, file_diff, plan_loader, plan_threads
+
+HEADER = "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\nds = None\n"
+
+
+def _project(tmp_path: Path, text: str, name: str = "train.py", **others: str) -> Project:
+    (tmp_path / name).write_text(text)
+    for other, body in others.items():
+        (tmp_path / other).write_text(textwrap.dedent(body))
+    return Project(tmp_path / name, root=tmp_path)
+
+
+def _line(project: Project, needle: str, name: str = "train.py") -> str:
+    path = project.root / name
+    lines = path.read_text().splitlines()
+    return f"{path}:{next(i + 1 for i, line in enumerate(lines) if needle in line)}"
+
+
+def _folder(tmp_path: Path, name: str) -> Path:
+    (tmp_path / name).mkdir()
+    return tmp_path / name
+
+
+def assert_applies(project: Project, diff: str, remedies=("loader", "threads")) -> None:
+    """The diff applies to a copy of the project with git and with patch, to the same text."""
+    assert diff
+    for tool in (["git", "apply", "--whitespace=nowarn", "-"], ["patch", "-p1", "-s"]):
+        copy = project.root.parent / f"copy-{tool[0]}"
+        shutil.rmtree(copy, ignore_errors=True)
+        shutil.copytree(project.root, copy)
+        out = subprocess.run(tool, cwd=copy, input=diff, text=True, capture_output=True)
+        assert out.returncode == 0, (tool, out.stdout, out.stderr, diff)
+        for path, text in project.rendered(remedies).items():
+            assert (copy / project.rel(path)).read_text() == text
+
+
+def test_a_literal_argument_is_replaced_and_comments_stay(tmp_path):
+    project = _project(
+        tmp_path,
+        HEADER
+        + textwrap.dedent(
+            """\
+        loader = DataLoader(
+            ds,
+            batch_size=8,  # the batch
+            num_workers=0,  # no workers yet
+        )
+        """
+        ),
+    )
+    remedy = plan_loader(project, _line(project, "DataLoader("), {"num_workers": 4}, [], "sweep")
+    assert [c.what for c in remedy.changes] == ["num_workers=0 → 4"]
+    assert remedy.changes[0].line == 7  # at the argument's own line
+    diff = project.diff({"loader"})
+    assert "-    num_workers=0,  # no workers yet\n+    num_workers=4,  # no workers yet\n" in diff
+    assert "     batch_size=8,  # the batch\n" in diff  # context, unchanged
+    assert_applies(project, diff)
+
+
+def test_missing_arguments_are_added_in_the_calls_own_layout(tmp_path):
+    project = _project(
+        tmp_path,
+        HEADER
+        + textwrap.dedent(
+            """\
+        one = DataLoader(ds, batch_size=8)
+        many = DataLoader(
+            ds,
+            batch_size=8,
+        )
+        """
+        ),
+    )
+    settings = {"num_workers": 2, "persistent_workers": True}
+    plan_loader(project, _line(project, "one ="), settings, [], "sweep")
+    plan_loader(project, _line(project, "many ="), settings, [], "sweep")
+    text = project.rendered({"loader"})[project.script]
+    assert "one = DataLoader(ds, batch_size=8, num_workers=2, persistent_workers=True)\n" in text
+    assert (
+        "many = DataLoader(\n    ds,\n    batch_size=8,\n    num_workers=2,\n"
+        "    persistent_workers=True,\n)\n"
+    ) in text
+    assert_applies(project, project.diff({"loader"}))
+
+
+def test_zero_workers_removes_the_worker_only_arguments(tmp_path):
+    project = _project(
+        tmp_path,
+        HEADER
+        + "loader = DataLoader(ds, num_workers=2, persistent_workers=True, prefetch_factor=4)\n",
+    )
+    remedy = plan_loader(
+        project,
+        _line(project, "loader ="),
+        {"num_workers": 0, "persistent_workers": False},
+        [],
+        "s",
+    )
+    text = project.rendered({"loader"})[project.script]
+    assert "loader = DataLoader(ds, num_workers=0)\n" in text
+    assert {c.what for c in remedy.changes} >= {"prefetch_factor removed (no workers)"}
+
+
+def test_a_positional_setting_is_edited_in_its_place(tmp_path):
+    project = _project(tmp_path, HEADER + "loader = DataLoader(ds, 8, True, None, None, 0)\n")
+    plan_loader(
+        project, _line(project, "loader ="), {"num_workers": 3, "pin_memory": True}, [], "s"
+    )
+    text = project.rendered({"loader"})[project.script]
+    assert "loader = DataLoader(ds, 8, True, None, None, 3, pin_memory=True)\n" in text
+
+
+def test_a_variable_is_changed_where_it_is_assigned(tmp_path):
+    project = _project(
+        tmp_path,
+        HEADER + "WORKERS = 0  # tuned later\nloader = DataLoader(ds, num_workers=WORKERS)\n",
+    )
+    remedy = plan_loader(project, _line(project, "loader ="), {"num_workers": 4}, [], "s")
+    assert remedy.changes[0].line == 4
+    assert "WORKERS = 4  # tuned later\n" in project.rendered({"loader"})[project.script]
+
+
+def test_an_argparse_default_is_changed_unless_the_command_line_sets_it(tmp_path):
+    text = HEADER + (
+        "import argparse\np = argparse.ArgumentParser()\n"
+        "p.add_argument('-j', '--data-workers', type=int, default=0, help='workers')\n"
+        "args = p.parse_args()\n"
+        "loader = DataLoader(ds, num_workers=args.data_workers)\n"
+    )
+    project = _project(tmp_path, text)
+    remedy = plan_loader(project, _line(project, "loader ="), {"num_workers": 4}, [], "s")
+    assert remedy.changes[0].what == "default of --data-workers: 0 → 4 (num_workers)"
+    assert "default=4, help='workers')" in project.rendered({"loader"})[project.script]
+    assert_applies(project, project.diff({"loader"}))
+
+    given = _project(_folder(tmp_path, "given"), text)
+    remedy = plan_loader(given, _line(given, "loader ="), {"num_workers": 4}, ["-j", "0"], "s")
+    assert not remedy.changes
+    assert remedy.skipped[0].reason == "your command line sets -j: run with --data-workers 4"
+
+
+@pytest.mark.parametrize(
+    ("code", "words"),
+    [
+        ("loader = DataLoader(ds, **opts)\n", "the call passes **opts"),
+        ("loader = DataLoader(ds, num_workers=os.cpu_count() // 2)\n", "is computed"),
+        (
+            "def make(n):\n    return DataLoader(ds, num_workers=n)\nloader = make(0)\n",
+            "the parameter 'n' of make()",
+        ),
+        ("w = 0\nw = 1\nloader = DataLoader(ds, num_workers=w)\n", "assigned more than once"),
+        ("loader = DataLoader(ds, num_workers=cfg.loader.workers)\n", "cannot trace"),
+    ],
+)
+def test_what_cannot_be_changed_safely_is_left_out_with_the_reason(tmp_path, code, words):
+    project = _project(tmp_path, HEADER + "import os\nopts = {}\n" + code)
+    remedy = plan_loader(project, _line(project, "DataLoader(ds"), {"num_workers": 4}, [], "s")
+    assert not remedy.changes and project.diff({"loader"}) == ""
+    assert words in remedy.skipped[0].reason, remedy.skipped
+
+
+def test_the_loader_in_another_module_of_the_project_is_edited_there(tmp_path):
+    project = _project(
+        tmp_path,
+        "from data import loader\n",
+        **{"data.py": HEADER + "loader = DataLoader(ds, batch_size=4)\n"},
+    )
+    where = _line(project, "loader = DataLoader", name="data.py")
+    remedy = plan_loader(project, where, {"num_workers": 2}, [], "s")
+    assert remedy.changes[0].file == (tmp_path / "data.py").resolve()
+    diff = project.diff({"loader"})
+    assert diff.startswith("--- a/data.py\n+++ b/data.py\n")
+    assert_applies(project, diff)
+
+
+def test_files_outside_the_project_are_never_touched(tmp_path):
+    (tmp_path / "site-packages").mkdir()
+    lib = tmp_path / "site-packages" / "lib.py"
+    lib.write_text(HEADER + "loader = DataLoader(ds)\n")
+    project = _project(tmp_path, "import lib\n")
+    remedy = plan_loader(project, f"{lib}:4", {"num_workers": 2}, [], "s")
+    assert "installed package" in remedy.skipped[0].reason and not project.files
+    elsewhere = tmp_path.parent / f"{tmp_path.name}-other.py"
+    elsewhere.write_text(HEADER + "loader = DataLoader(ds)\n")
+    remedy = plan_loader(project, f"{elsewhere}:4", {"num_workers": 2}, [], "s")
+    assert "outside the project" in remedy.skipped[0].reason
+
+
+def test_a_line_without_a_dataloader_call_is_said(tmp_path):
+    project = _project(tmp_path, HEADER + "loader = make_loader()\n")
+    remedy = plan_loader(project, _line(project, "make_loader"), {"num_workers": 2}, [], "s")
+    assert "no DataLoader(...) call" in remedy.skipped[0].reason
+
+
+def test_threads_are_set_after_the_imports_or_where_the_script_sets_them(tmp_path):
+    project = _project(tmp_path, '"""Doc."""\nimport torch as th\nimport os\n\nx = 1\n')
+    remedy = plan_threads(project, 2, [], "s")
+    assert remedy.changes[0].line == 4
+    text = project.rendered({"threads"})[project.script]
+    assert text == '"""Doc."""\nimport torch as th\nimport os\nth.set_num_threads(2)\n\nx = 1\n'
+
+    own = _project(_folder(tmp_path, "own"), "import torch\ntorch.set_num_threads(8)\n")
+    plan_threads(own, 2, [], "s")
+    assert own.rendered({"threads"})[own.script] == "import torch\ntorch.set_num_threads(2)\n"
+
+    computed = _project(
+        _folder(tmp_path, "computed"), "import torch, os\ntorch.set_num_threads(os.cpu_count())\n"
+    )
+    remedy = plan_threads(computed, 2, [], "s")
+    assert not remedy.changes and "sets it from os.cpu_count()" in remedy.skipped[0].reason
+
+
+def test_torch_is_imported_when_the_script_has_only_from_imports(tmp_path):
+    project = _project(tmp_path, "from torch import nn\n")
+    plan_threads(project, 1, [], "s")
+    assert project.rendered({"threads"})[project.script] == (
+        "from torch import nn\nimport torch\ntorch.set_num_threads(1)\n"
+    )
+
+
+def test_remedies_compose_and_apply_alone_or_together(tmp_path):
+    project = _project(tmp_path, HEADER + "loader = DataLoader(ds, batch_size=4)")  # no newline
+    plan_loader(project, _line(project, "loader ="), {"num_workers": 2}, [], "s")
+    plan_threads(project, 1, [], "s")
+    both = project.rendered({"loader", "threads"})[project.script]
+    assert "torch.set_num_threads(1)\n" in both and both.endswith("num_workers=2)")
+    assert "set_num_threads" not in project.rendered({"loader"})[project.script]
+    diff = project.diff({"loader", "threads"})
+    assert diff.endswith("\n\\ No newline at end of file\n")
+    assert_applies(project, diff)
+
+
+def test_a_file_that_cannot_be_parsed_is_an_error_naming_it(tmp_path):
+    project = _project(tmp_path, "def broken(:\n")
+    with pytest.raises(PatchError, match=r"train\.py: cannot be parsed"):
+        project.source(project.script)
+    remedy = plan_loader(project, f"{project.script}:1", {"num_workers": 2}, [], "s")
+    assert "cannot be parsed" in remedy.skipped[0].reason
+
+
+def test_file_diff_is_empty_for_the_same_text():
+    assert file_diff("a.py", "x = 1\n", "x = 1\n") == ""

@@ -1,0 +1,121 @@
+"""Patched code runs as the original (its paths, its imports), and the measurement keeps only
+remedies judged faster beyond the noise (a fake run with injected step times)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from torchdoctor.patch import Project, measure_patch, plan_loader, plan_threads
+from torchdoctor.process.patched import patched_imports, run_patched_script
+from torchdoctor.record import Patch, PatchRemedy, RunRecord
+
+
+def test_the_patched_script_and_module_run_under_the_originals_paths(tmp_path, monkeypatch):
+    (tmp_path / "helper_mod_fix.py").write_text("VALUE = 'original'\n")
+    (tmp_path / "main.py").write_text("import helper_mod_fix\nRESULT = ('original', 0)\n")
+    patched = tmp_path / "patched"
+    patched.mkdir()
+    (patched / "helper_mod_fix.py").write_text("VALUE = 'patched'\n")
+    (patched / "main.py").write_text(
+        "import sys, helper_mod_fix\n"
+        "sys.modules['fix_test_result'] = (helper_mod_fix.VALUE, __file__, __name__)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    overrides = {str(tmp_path / "helper_mod_fix.py"): str(patched / "helper_mod_fix.py")}
+    main_before = sys.modules["__main__"]
+    try:
+        with patched_imports(overrides):
+            run_patched_script(tmp_path / "main.py", str(patched / "main.py"))
+        value, file, name = sys.modules["fix_test_result"]
+    finally:
+        sys.modules.pop("fix_test_result", None)
+        sys.modules.pop("helper_mod_fix", None)
+    assert (value, file, name) == ("patched", str(tmp_path / "main.py"), "__main__")
+    assert sys.modules["__main__"] is main_before
+
+
+def _record(steps: list[float], status: str = "complete") -> RunRecord:
+    record = RunRecord(status=status)
+    for ms in steps:
+        record.steps.add_step({"forward": ms}, 1)
+    return record
+
+
+def _planned(tmp_path: Path) -> tuple[Project, Patch, list]:
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nfrom torch.utils.data import DataLoader\nloader = DataLoader([1], batch_size=1)\n"
+    )
+    project = Project(script, root=tmp_path)
+    active = [
+        plan_loader(project, f"{script}:3", {"num_workers": 2}, [], "sweep"),
+        plan_threads(project, 1, [], "sweep"),
+    ]
+    patch = Patch(root=str(tmp_path))
+    patch.remedies = [PatchRemedy(r.key, r.title, r.because) for r in active]
+    return project, patch, active
+
+
+def _fake_run(step_ms: dict[frozenset, float], seen: list):
+    """Each variant's steps are its injected time, +-1% (runs told apart by their overrides)."""
+
+    def run(overrides, label):
+        texts = frozenset(
+            k
+            for k, marker in (("loader", "num_workers"), ("threads", "set_num_threads"))
+            if any(marker in Path(p).read_text() for p in overrides.values())
+        )
+        seen.append((label, texts))
+        ms = step_ms[texts]
+        return _record([ms * (1 + 0.01 * ((i % 3) - 1)) for i in range(12)])
+
+    return run
+
+
+def test_only_what_measures_faster_is_kept_and_the_diff_holds_only_it(tmp_path):
+    project, patch, active = _planned(tmp_path)
+    seen: list = []
+    times = {
+        frozenset(): 100.0,
+        frozenset({"loader"}): 40.0,
+        frozenset({"threads"}): 99.0,  # within the noise allowance
+        frozenset({"loader", "threads"}): 40.0,
+    }
+    status = measure_patch(project, patch, active, _fake_run(times, seen), rounds=2)
+    assert status == 0
+    loader, threads = patch.remedies
+    assert loader.kept and loader.judgement == "IMPROVED" and loader.speedup == 2.5
+    assert not threads.kept and "not faster beyond the 10%" in threads.reason
+    assert "num_workers=2" in patch.diff and "set_num_threads" not in patch.diff
+    assert patch.speedup == 2.5 and patch.before_ms == 100.0 and patch.after_ms == 40.0
+    # ABBA: each round runs every variant; the second in the reverse order.
+    labels = [label.split(" · ")[1] for label, _ in seen]
+    assert labels[:4] == labels[4:][::-1] and len(labels) == 8
+
+
+def test_a_patched_script_that_fails_is_dropped_with_its_error(tmp_path):
+    project, patch, active = _planned(tmp_path)
+    good = _fake_run({frozenset(): 100.0, frozenset({"threads"}): 50.0}, [])
+
+    def run(overrides, label):
+        if "DataLoader settings" in label or "whole" in label:
+            record = _record([], status="script-error")
+            record.notes.append("ValueError: prefetch_factor option could only be specified")
+            return record
+        return good(overrides, label)
+
+    measure_patch(project, patch, active, run, rounds=1)
+    loader, threads = patch.remedies
+    assert not loader.kept and loader.reason.startswith(
+        "the patched script failed (ended script-error"
+    )
+    assert threads.kept and patch.diff.count("@@") == 2 and "num_workers" not in patch.diff
+
+
+def test_an_interrupted_measurement_writes_nothing(tmp_path):
+    project, patch, active = _planned(tmp_path)
+    status = measure_patch(
+        project, patch, active, lambda o, label: _record([1.0, 1.0], "interrupted"), rounds=2
+    )
+    assert status == 130 and patch.diff == "" and "interrupted" in patch.notes[0]
