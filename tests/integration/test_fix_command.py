@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from browser import assert_offline, browser_view
 from paths import SCENARIOS
 from torchdoctor.record import RunRecord
 
@@ -40,7 +41,7 @@ def test_the_patch_of_a_loader_in_another_module_is_measured_and_applies(tmp_pat
     before = _digest(project)
     out = _torchdoctor(
         "fix", "--steps", "6", "--warmup", "2", "--quiet", "--json", "fix.json",
-        "--out", "fix.diff", "--", "train.py",
+        "--html", "fix.html", "--out", "fix.diff", "--", "train.py",
         cwd=project,
     )  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
@@ -64,6 +65,13 @@ def test_the_patch_of_a_loader_in_another_module_is_measured_and_applies(tmp_pat
     )
     assert check.returncode == 0, check.stderr
     assert "The patch:" in out.stdout
+    # The page shows the patch: each remedy's figure, and the diff with its lines.
+    view = browser_view(project / "fix.html", "() => [...document.querySelectorAll("
+                        "'#patch pre.diff .add')].map(e => e.textContent)")  # fmt: skip
+    assert_offline(view, project / "fix.html")
+    assert "patch" in view["ids"] and f"{loader.speedup:.2f}x" in view["text"]
+    assert any(line.startswith("+WORKERS = ") for line in view["extra"])
+    assert view["width"] <= 1280
     assert f"patch written to {project / 'fix.diff'} (apply it from {project}:" in out.stdout
 
 

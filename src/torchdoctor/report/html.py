@@ -17,6 +17,7 @@ from ..record import STEP_PARTS, RunRecord, write_text_atomic
 from . import _svg
 from ._style import verdict_look
 from .distributed import role_text
+from .patch_html import patch_section
 from .terminal import command_words, stop_line
 from .trace_html import trace_section, trace_steps
 from .trace_terminal import trace_headline
@@ -48,6 +49,8 @@ svg.chart { display:block; max-width:100%; }
 svg .axis { fill:var(--muted); font-size:11px; } svg .label, svg .value { fill:var(--fg);
   font-size:12px; } svg .grid { stroke:var(--line); } svg .dot { fill:var(--c-fwd); }
 svg .pick { fill:var(--good); }
+pre.diff .add { color:var(--good); } pre.diff .del { color:var(--bad); }
+pre.diff .hd { color:var(--muted); font-weight:600; }
 """
 _CSP = "default-src 'none'; style-src 'unsafe-inline'"
 
@@ -90,6 +93,7 @@ def record_body(record: RunRecord, heading: str, level: int = 1) -> str:
         _findings(record),
         _environment(record),
         _notes(record),
+        patch_section(record),
     ):
         if section:
             body.append(section)

@@ -1,0 +1,60 @@
+"""The fix section of the terminal report and of the page, from a record with a patch."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from torchdoctor.record import Patch, PatchChange, PatchRemedy, PatchSkip, RunRecord
+from torchdoctor.report.html import render_html
+from torchdoctor.report.terminal import render
+
+
+def _record() -> RunRecord:
+    record = RunRecord()
+    record.patch = Patch(
+        root="/proj",
+        path="/proj/fix.diff",
+        diff="--- a/t.py\n+++ b/t.py\n@@ -1 +1 @@\n-x = DataLoader(d, a<b)\n+x = DataLoader(d, a<b, num_workers=2)\n",
+        remedies=[
+            PatchRemedy(
+                "loader", "DataLoader settings", "the sweep picked 2 workers",
+                changes=[PatchChange("t.py", 1, "num_workers=2 added")],
+                skipped=[PatchSkip("pin_memory", "pin_memory is computed (flag()): make it True")],
+                speedup=2.0, interval=[1.8, 2.2], judgement="IMPROVED", kept=True,
+            ),
+            PatchRemedy(
+                "threads", "torch threads", "the sweep picked 1 thread",
+                changes=[PatchChange("t.py", 1, "torch.set_num_threads(1) added after the imports")],
+                speedup=1.02, interval=[0.97, 1.07], judgement="NO CHANGE",
+                reason="measured 1.02x (0.97–1.07): not faster beyond the 10% two runs of one "
+                "script may differ by",
+            ),
+        ],
+        speedup=2.0, interval=[1.8, 2.2], judgement="IMPROVED", before_ms=20.0, after_ms=10.0,
+        rounds=2,
+    )  # fmt: skip
+    return record
+
+
+def test_the_terminal_says_what_is_kept_dropped_and_left_out():
+    console = Console(width=200, record=True)
+    render(_record(), console)
+    text = console.export_text()
+    assert "DataLoader settings  2.00x (1.80–2.20)  kept in the patch" in text
+    assert "t.py:1  num_workers=2 added" in text
+    assert "left out: pin_memory: pin_memory is computed (flag()): make it True" in text
+    assert "torch threads  1.02x (0.97–1.07)  dropped: measured 1.02x" in text
+    assert (
+        "The patch: 2.00x (1.80–2.20), mean step 20.0 → 10.0 ms over 2 alternated rounds." in text
+    )
+
+
+def test_the_page_shows_the_diff_escaped_and_coloured():
+    page = render_html(_record())
+    section = page[page.index('<section id="patch">') :]
+    assert "<span class='add'>+x = DataLoader(d, a&lt;b, num_workers=2)</span>" in section
+    assert "<span class='del'>-x = DataLoader(d, a&lt;b)</span>" in section
+    assert (
+        "<span class='good'>kept</span>" in section and "dropped</span> measured 1.02x" in section
+    )
+    assert "git apply /proj/fix.diff" in section
