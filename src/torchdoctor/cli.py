@@ -245,10 +245,10 @@ def _add_fix(sub: argparse._SubParsersAction) -> None:
         help="diagnose, write the measured remedies into your code as a patch, measure it",
         description=(
             "Diagnose SCRIPT as `run` does, write each measured remedy (DataLoader settings, "
-            "torch threads) at the place in your code where it lives as a unified diff, run the "
-            "patched code against the original in alternation, and keep in the diff only what "
-            "measured faster beyond the noise (docs/fix.md). Your files are untouched unless "
-            "--apply."
+            "torch threads, host round-trip rewrites) at the place in your code where it lives "
+            "as a unified diff, run the patched code against the original in alternation, and "
+            "keep in the diff only what measured faster beyond the noise (rewrites: what "
+            "computes the same losses) (docs/fix.md). Your files are untouched unless --apply."
         ),
     )
     add_flags(p)

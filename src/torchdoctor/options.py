@@ -140,6 +140,9 @@ class RunOptions:
             held against the script's own calls (the ``--fix`` re-run); ``None``: left alone.
         source_overrides: files of the user's run from patched copies (original path → patched
             file), their own paths kept (``torchdoctor fix``'s measurements).
+        loss_values: seed torch, ``random`` and numpy with 0 before the script runs and keep the
+            value of the first ``loss_values`` tensors ``backward`` is called on (``torchdoctor
+            fix``'s numerics check: the patched script must compute the same losses); 0: off.
         html_path: write the report as a self-contained HTML page here.
         timeline_path: write the steps' parts as a Chrome/Perfetto trace here (by the script's
             process, when the run ends).
@@ -284,6 +287,7 @@ class RunOptions:
     loader_overrides: Mapping[str, Any] = field(default_factory=dict)
     threads_override: int | None = None
     source_overrides: Mapping[str, str] = field(default_factory=dict)
+    loss_values: int = 0
     stop: bool = True
 
     def __post_init__(self) -> None:

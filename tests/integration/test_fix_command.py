@@ -134,3 +134,34 @@ def test_a_script_the_patcher_cannot_parse_is_refused_before_it_runs(tmp_path):
     assert out.returncode == 2
     assert "train.py: cannot be parsed" in out.stderr and "Traceback" not in out.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["train.py"]
+
+
+def test_the_seed_004_round_trips_are_rewritten_checked_and_gone_on_a_rerun(tmp_path):
+    shutil.copy(SCENARIOS / "sync_loss.py", tmp_path / "train.py")
+    rewritten = {"constant-rebuilt", "tensor-assert", "python-index"}
+    out = _torchdoctor(
+        "fix", "--steps", "6", "--warmup", "2", "--quiet", "--json", "fix.json", "--",
+        "train.py",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    record = RunRecord.load(tmp_path / "fix.json")
+    assert {f.kind for f in record.findings} >= rewritten
+    syncs = [r for r in record.patch.remedies if r.numerics]
+    assert len(syncs) == 3
+    for remedy in syncs:
+        # kept on their numerics: the seeded patched run computed the original's losses
+        assert remedy.kept and remedy.judgement == "SAME LOSSES" and remedy.checked_losses == 4
+    assert "gain appears on an accelerator" in " ".join(record.patch.notes)
+    applied = subprocess.run(
+        ["patch", "-p1", "-s", "-i", "torchdoctor-fix.diff"], cwd=tmp_path, capture_output=True
+    )
+    assert applied.returncode == 0, applied.stderr
+    run = _torchdoctor(
+        "run", "--steps", "4", "--warmup", "1", "--quiet", "--no-counterfactuals",
+        "--json", "after.json", "--", "train.py",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    after = RunRecord.load(tmp_path / "after.json")
+    assert not {f.kind for f in after.findings} & rewritten, after.findings

@@ -212,7 +212,9 @@ def judge(a_steps: list[float], b_steps: list[float], scale: float = 1.0) -> Jud
             f"the change ({speedup:.2f}x) is beyond this pair's step-to-step noise but within "
             f"the {allowance:.0%} two runs of one script may differ by here: run each again"
         )
-    return Judgement(kind, round(speedup, 3), [round(lo, 3), round(hi, 3)], round(allowance, 3), notes)
+    return Judgement(
+        kind, round(speedup, 3), [round(lo, 3), round(hi, 3)], round(allowance, 3), notes
+    )
 
 
 def step_times(record: RunRecord) -> list[float]:

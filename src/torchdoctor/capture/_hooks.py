@@ -10,7 +10,7 @@ import functools
 import inspect
 import multiprocessing.process as _mp_process
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.utils.data.dataloader as _dl_mod
@@ -103,6 +103,8 @@ def patch_torch(session: CaptureSession) -> None:
         session.data.seen["backward_calls"] += 1
         if session._backward_depth:  # a backward inside backward (reentrant checkpointing)
             return orig_backward(*args, **kwargs)
+        if len(session.data.losses) < session.options.loss_values:  # fix's numerics check
+            session.data.losses.append(loss_value(args[0] if args else kwargs.get("tensors")))
         session._backward_starting()
         session._backward_depth += 1
         try:
@@ -142,3 +144,9 @@ def patch_torch(session: CaptureSession) -> None:
     p.set(torch.Tensor, "cuda", tensor_cuda)
     p.set(torch.autograd, "backward", autograd_backward)
     p.set(torch.autograd, "grad", autograd_grad)
+
+
+def loss_value(tensors: Any) -> float:
+    """The value of the (first) tensor ``backward`` is called on, summed in float64."""
+    first = tensors[0] if isinstance(tensors, (list, tuple)) and tensors else tensors
+    return float(first.detach().double().sum()) if torch.is_tensor(first) else float("nan")

@@ -10,13 +10,16 @@ Torch-free: the script runs in supervised child processes.
 from __future__ import annotations
 
 from ._edits import PatchError
+from ._measure import LOSS_STEPS, measure_patch
 from ._project import Project, file_diff, project_root
 from ._remedies import Remedy, plan_loader, plan_threads
-from .command import BACKUP_DIR, DEFAULT_ROUNDS, check_patchable, fix_cli, measure_patch, plan
+from ._syncs import plan_syncs
+from .command import BACKUP_DIR, DEFAULT_ROUNDS, check_patchable, fix_cli, plan
 
 __all__ = [
     "BACKUP_DIR",
     "DEFAULT_ROUNDS",
+    "LOSS_STEPS",
     "PatchError",
     "Project",
     "Remedy",
@@ -26,6 +29,7 @@ __all__ = [
     "measure_patch",
     "plan",
     "plan_loader",
+    "plan_syncs",
     "plan_threads",
     "project_root",
 ]

@@ -207,7 +207,9 @@ def set_value(value: cst.BaseExpression) -> Callable[[cst.CSTNode], cst.CSTNode]
     return apply
 
 
-def add_keywords(names_values: Sequence[tuple[str, object]]) -> Callable[[cst.CSTNode], cst.CSTNode]:
+def add_keywords(
+    names_values: Sequence[tuple[str, object]],
+) -> Callable[[cst.CSTNode], cst.CSTNode]:
     """An edit of a call: keyword arguments appended, in the call's own layout (one per line in
     a call written one argument per line)."""
 
@@ -228,7 +230,9 @@ def add_keywords(names_values: Sequence[tuple[str, object]]) -> Callable[[cst.CS
             for n, v in names_values
         ]
         if not args:
-            return call.with_changes(args=_joined(new, cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))))
+            return call.with_changes(
+                args=_joined(new, cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+            )
         last = args[-1]
         between = (
             args[-2].comma

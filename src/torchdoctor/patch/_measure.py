@@ -1,23 +1,46 @@
-"""Each remedy measured on the patched code: alternated runs, judged as ``compare`` judges.
+"""Each remedy measured on the patched code: the numerics check, then alternated timed runs,
+judged as ``compare`` judges.
 
-Variants: the original script, each remedy's patch alone (when there are several) and the whole
-patch. Each round runs every variant once, in turn; the next round runs them in the reverse order
-(ABBA), so a drift of the machine's load falls on both sides. Each variant's steps from every
-round are pooled and judged against the original's by
-:func:`torchdoctor.analysis.compare.judge` (a bootstrap interval and the run-to-run allowance).
+**Numerics** (rewrites whose gain cannot show on a CPU, :mod:`._syncs`): the original and each
+rewrite run once, seeded, and the losses of their first :data:`LOSS_STEPS` backward calls must
+agree; a rewrite that changes them, or fails, is dropped.
+
+**Speed**: variants are the original script, each timed remedy's patch alone (when there are
+several, or beside kept rewrites) and the whole patch. Each round runs every variant once, in
+turn; the next round runs them in the reverse order (ABBA), so a drift of the machine's load falls
+on both sides. Each variant's steps from every round are pooled and judged against the
+original's by :func:`torchdoctor.analysis.compare.judge` (a bootstrap interval and the
+run-to-run allowance). A timed remedy is kept only when ``IMPROVED``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import math
+import tempfile
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
 
-from ..analysis.compare import Judgement, judge, step_times
-from ..record import RunRecord
+from .._errors import EXIT_INTERRUPTED, EXIT_OK
+from ..analysis.compare import IMPROVED, Judgement, judge, step_times
+from ..record import Patch, PatchRemedy, RunRecord
+from ._project import Project
+from ._remedies import Remedy
 
-#: ``run(overrides, label)``: the script run once with ``overrides`` (original path → patched
-#: file) and measured; its record. ``label`` says what is run, for the progress line.
-RunVariant = Callable[[Mapping[str, str], str], RunRecord]
+#: Losses compared by the numerics check (the first backward calls of a seeded run).
+LOSS_STEPS = 4
+#: Losses agree within this relative tolerance (the same operations in another order).
+LOSS_RTOL = 1e-5
+SAME_LOSSES = "SAME LOSSES"
+
+
+class RunVariant(Protocol):
+    """Runs the script once with ``overrides`` (original path → patched file) and measures it;
+    ``label`` says what runs (for the progress line); ``losses`` > 0 makes it the numerics
+    check's seeded run that keeps that many loss values."""
+
+    def __call__(self, overrides: Mapping[str, str], label: str, losses: int = 0) -> RunRecord: ...
 
 
 @dataclass
@@ -30,25 +53,146 @@ class Variant:
     steps: list[float] = field(default_factory=list)
     #: How runs of it failed (the script raised, no step measured), in words.
     failures: list[str] = field(default_factory=list)
-    #: Ctrl-C or SIGTERM ended one of its runs: measuring stops.
-    interrupted: bool = False
 
 
-def alternate(variants: Sequence[Variant], run: RunVariant, rounds: int) -> bool:
-    """Run every variant ``rounds`` times, alternating; returns False when interrupted."""
+class Interrupted(Exception):
+    """Ctrl-C or SIGTERM ended a measuring run: measuring stops, nothing is written."""
+
+
+def measure_patch(
+    project: Project, patch: Patch, active: Sequence[Remedy], run: RunVariant, rounds: int
+) -> int:
+    """Check and measure ``active`` remedies through ``run``; fill ``patch`` (each remedy's
+    judgement, what is kept, the diff of what is kept); the exit status."""
+    by_key = {r.key: r for r in patch.remedies}
+    try:
+        with tempfile.TemporaryDirectory(prefix="torchdoctor-fix-") as tmp:
+            _measure(project, patch, active, run, rounds, Path(tmp), by_key)
+    except Interrupted:
+        patch.diff = ""
+        patch.notes.append("interrupted while measuring the patch: nothing was written")
+        return EXIT_INTERRUPTED
+    return EXIT_OK
+
+
+def _measure(
+    project: Project,
+    patch: Patch,
+    active: Sequence[Remedy],
+    run: RunVariant,
+    rounds: int,
+    folder: Path,
+    by_key: dict[str, PatchRemedy],
+) -> None:
+    numeric = [r for r in active if r.numerics]
+    timed = [r for r in active if not r.numerics]
+    if numeric:
+        _check_numerics(project, folder, numeric, by_key, run)
+    kept_numeric = frozenset(r.key for r in numeric if by_key[r.key].kept)
+    whole_keys = frozenset(r.key for r in timed) | kept_numeric
+    if not whole_keys:
+        return
+    original = Variant("original", frozenset(), {})
+    variants = [original]
+    alone: dict[str, Variant] = {}
+    if len(timed) > 1 or (timed and kept_numeric):
+        for r in timed:
+            alone[r.key] = _variant(project, folder, f"{r.title} alone", frozenset([r.key]))
+        variants += alone.values()
+    variants.append(_variant(project, folder, "whole patch", whole_keys))
+    measured = {v.remedies: v for v in variants}
+    alternate(variants, run, rounds)
+    patch.rounds = rounds
+    for r in timed:
+        _judge_remedy(by_key[r.key], original, alone.get(r.key) or measured[whole_keys])
+    kept_timed = frozenset(r.key for r in timed if by_key[r.key].kept)
+
+    def measure(kept: frozenset[str]) -> Variant:
+        if kept not in measured:  # what is kept was not among the variants: measure it
+            measured[kept] = _variant(project, folder, "kept remedies", kept)
+            alternate([original, measured[kept]], run, rounds)
+        return measured[kept]
+
+    kept = kept_timed | kept_numeric
+    verdict = judged(original, measure(kept)) if kept else None
+    if verdict is not None and verdict.kind != IMPROVED and len(kept_timed) > 1:
+        # together they do not pay: the best single timed remedy is the patch
+        best = max(kept_timed, key=lambda k: by_key[k].speedup or 0.0)
+        for k in kept_timed - {best}:
+            by_key[k].kept = False
+            by_key[k].reason = "together with the others it measured no faster"
+        kept = frozenset([best]) | kept_numeric
+        verdict = judged(original, measure(kept))
+    if verdict is not None:
+        patch.speedup, patch.interval = verdict.speedup, verdict.interval
+        patch.judgement, patch.allowance = verdict.kind, verdict.allowance
+        patch.notes.extend(verdict.notes)
+        patch.before_ms = round(sum(original.steps) / len(original.steps), 3)
+        after = measured[kept].steps
+        patch.after_ms = round(sum(after) / len(after), 3)
+    if kept_numeric and not kept_timed:
+        patch.notes.append(
+            "the rewrites remove host round-trips: their gain appears on an accelerator, not on "
+            "this device; they are kept because the patched script computes the same losses"
+        )
+    patch.diff = project.diff(kept)
+
+
+def _check_numerics(
+    project: Project,
+    folder: Path,
+    numeric: Sequence[Remedy],
+    by_key: dict[str, PatchRemedy],
+    run: RunVariant,
+) -> None:
+    """Each rewrite kept only when its seeded run computes the original's losses."""
+    base = run({}, "numerics check · original", LOSS_STEPS)
+    if base.status == "interrupted":
+        raise Interrupted
+    for r in numeric:
+        remedy = by_key[r.key]
+        if not base.losses:
+            remedy.reason = "the original computed no loss to compare with (no backward call)"
+            continue
+        variant = _variant(project, folder, r.title, frozenset([r.key]))
+        record = run(variant.overrides, f"numerics check · {r.title}", LOSS_STEPS)
+        if record.status == "interrupted":
+            raise Interrupted
+        if record.status != "complete":
+            remedy.reason = f"the patched script failed ({_failure(record)})"
+        elif _same(base.losses, record.losses):
+            remedy.kept, remedy.judgement = True, SAME_LOSSES
+            remedy.checked_losses = len(base.losses)
+        else:
+            remedy.reason = (
+                f"the patched script computes other losses ({_losses(record.losses)} against "
+                f"{_losses(base.losses)})"
+            )
+
+
+def _same(a: list[float], b: list[float]) -> bool:
+    return len(a) == len(b) and all(
+        math.isclose(x, y, rel_tol=LOSS_RTOL, abs_tol=1e-9) for x, y in zip(a, b)
+    )
+
+
+def _losses(values: list[float]) -> str:
+    return ", ".join(f"{v:.6g}" for v in values) or "none"
+
+
+def alternate(variants: Sequence[Variant], run: RunVariant, rounds: int) -> None:
+    """Run every variant ``rounds`` times, alternating (raises :class:`Interrupted`)."""
     for r in range(rounds):
         order = list(variants) if r % 2 == 0 else list(reversed(variants))
         for v in order:
             record = run(v.overrides, f"round {r + 1}/{rounds} · {v.name}")
             if record.status == "interrupted":
-                v.interrupted = True
-                return False
+                raise Interrupted
             steps = step_times(record)
             if record.status != "complete" or len(steps) < 2:
                 v.failures.append(_failure(record))
             else:
                 v.steps.extend(steps)
-    return True
 
 
 def _failure(record: RunRecord) -> str:
@@ -62,3 +206,34 @@ def judged(original: Variant, variant: Variant) -> Judgement | None:
     if len(original.steps) < 2 or len(variant.steps) < 2 or variant.failures:
         return None
     return judge(original.steps, variant.steps)
+
+
+def _judge_remedy(remedy: PatchRemedy, original: Variant, variant: Variant) -> None:
+    if variant.failures:
+        remedy.reason = f"the patched script failed ({variant.failures[0]})"
+        return
+    verdict = judged(original, variant)
+    if verdict is None:
+        remedy.reason = "too few steps were measured to judge it"
+        return
+    remedy.speedup, remedy.interval = verdict.speedup, verdict.interval
+    remedy.judgement = verdict.kind
+    remedy.kept = verdict.kind == IMPROVED
+    if not remedy.kept:
+        lo, hi = verdict.interval
+        remedy.reason = (
+            f"measured {verdict.speedup:.2f}x ({lo:.2f}–{hi:.2f}): not faster beyond the "
+            f"{verdict.allowance:.0%} two runs of one script may differ by"
+        )
+
+
+def _variant(project: Project, folder: Path, name: str, remedies: frozenset[str]) -> Variant:
+    """The patched files of ``remedies`` written under ``folder``; the variant that runs them."""
+    where = folder / "-".join(sorted(remedies))
+    overrides = {}
+    for path, text in project.rendered(remedies).items():
+        copy = where / project.rel(path)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_text(text, encoding="utf-8")
+        overrides[str(path)] = str(copy)
+    return Variant(name, remedies, overrides)

@@ -55,10 +55,14 @@ class Remedy:
     because: str
     changes: list[Change] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
+    #: Its name in the report (``TITLES[key]`` unless given).
+    title: str = ""
+    #: Judged by the losses it computes, not by its speed: a rewrite whose gain cannot show on a
+    #: CPU (a host round-trip costs nothing there).
+    numerics: bool = False
 
-    @property
-    def title(self) -> str:
-        return TITLES[self.key]
+    def __post_init__(self) -> None:
+        self.title = self.title or TITLES.get(self.key, self.key)
 
 
 def plan_loader(
@@ -131,15 +135,21 @@ def _plan_call(
             arg = positional[index]
         if arg is None and index is not None and star_args is not None:
             remedy.skipped.append(
-                Skipped(name, f"the call passes {source.code(star_args).strip(', ')}, which may "
-                        f"hold it: set {name}={value!r} there")
+                Skipped(
+                    name,
+                    f"the call passes {source.code(star_args).strip(', ')}, which may "
+                    f"hold it: set {name}={value!r} there",
+                )
             )
             continue
         if arg is None:
             if star_kwargs is not None:
                 remedy.skipped.append(
-                    Skipped(name, f"the call passes {source.code(star_kwargs).strip(', ')}, which "
-                            f"may hold it: set {name}={value!r} there")
+                    Skipped(
+                        name,
+                        f"the call passes {source.code(star_kwargs).strip(', ')}, which "
+                        f"may hold it: set {name}={value!r} there",
+                    )
                 )
                 continue
             additions.append((name, value))
@@ -165,7 +175,9 @@ def _plan_value(
     if is_literal(expr):
         if old != repr(value):
             source.plan(LOADER, arg, set_value(literal(value)))
-            remedy.changes.append(Change(source.path, source.line_of(arg), f"{name}={old} → {value!r}"))
+            remedy.changes.append(
+                Change(source.path, source.line_of(arg), f"{name}={old} → {value!r}")
+            )
         return
     if isinstance(expr, cst.Name):
         reason = _plan_variable(source, arg, expr.value, name, value, remedy)
@@ -321,7 +333,11 @@ def plan_threads(project: Project, threads: int, files: Sequence[Path], because:
             if arg.value.value != str(threads):
                 source.plan(THREADS, arg, set_value(literal(threads)))
                 remedy.changes.append(
-                    Change(path, source.line_of(call), f"set_num_threads({arg.value.value}) → {threads}")
+                    Change(
+                        path,
+                        source.line_of(call),
+                        f"set_num_threads({arg.value.value}) → {threads}",
+                    )
                 )
     if not found:
         _add_threads_call(project.source(script), threads, remedy)

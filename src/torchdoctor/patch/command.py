@@ -23,14 +23,14 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .._errors import EXIT_INTERRUPTED, EXIT_OK, TorchdoctorError
-from ..analysis.compare import IMPROVED
+from .._errors import EXIT_OK, TorchdoctorError
 from ..options import RunOptions
 from ..record import Patch, PatchChange, PatchRemedy, PatchSkip, RunRecord, write_text_atomic
 from ._edits import PatchError, Skipped
-from ._measure import RunVariant, Variant, alternate, judged
+from ._measure import measure_patch
 from ._project import Project
 from ._remedies import Remedy, plan_loader, plan_threads
+from ._syncs import plan_syncs
 
 #: Default rounds of alternated runs (each round runs every variant once).
 DEFAULT_ROUNDS = 2
@@ -123,6 +123,7 @@ def plan(record: RunRecord, project: Project, argv: Sequence[str]) -> list[Remed
     if threads is not None:
         files = [Path(where.rpartition(":")[0])] if where else []
         remedies.append(plan_threads(project, threads, files, because))
+    remedies += plan_syncs(project, record.findings)
     return remedies
 
 
@@ -134,97 +135,8 @@ def _remedy_record(remedy: Remedy, project: Project) -> PatchRemedy:
         changes=[PatchChange(project.rel(c.file), c.line, c.what) for c in remedy.changes],
         skipped=[PatchSkip(s.setting, s.reason) for s in remedy.skipped],
         reason="" if remedy.changes else "nothing to change that the patcher can write",
+        numerics=remedy.numerics,
     )
-
-
-def measure_patch(
-    project: Project,
-    patch: Patch,
-    active: Sequence[Remedy],
-    run: RunVariant,
-    rounds: int,
-) -> int:
-    """Alternate the original and the patched variants through ``run``; fill ``patch`` (each
-    remedy's judgement, what is kept, the diff of what is kept); the exit status."""
-    keys = [r.key for r in active]
-    with tempfile.TemporaryDirectory(prefix="torchdoctor-fix-") as tmp:
-        original = Variant("original", frozenset(), {})
-        variants = [original]
-        if len(keys) > 1:
-            variants += [
-                _variant(project, Path(tmp), f"{r.title} alone", frozenset([r.key])) for r in active
-            ]
-        whole = _variant(project, Path(tmp), "whole patch", frozenset(keys))
-        variants.append(whole)
-        finished = alternate(variants, run, rounds)
-        patch.rounds = rounds
-        if not finished:
-            patch.notes.append("interrupted while measuring the patch: nothing was written")
-            return EXIT_INTERRUPTED
-        by_key = {r.key: r for r in patch.remedies}
-        alone = {next(iter(v.remedies)): v for v in variants[1:-1]} if len(keys) > 1 else {}
-        for key in keys:
-            _judge_remedy(by_key[key], original, alone.get(key, whole))
-        kept = frozenset(k for k in keys if by_key[k].kept)
-        chosen = whole if kept == whole.remedies else alone.get(next(iter(kept))) if kept else None
-        if kept and chosen is None:
-            # two or more of three or more remedies: measure exactly what is kept
-            chosen = _variant(project, Path(tmp), "kept remedies", kept)
-            if not alternate([original, chosen], run, rounds):
-                patch.notes.append("interrupted while measuring the patch: nothing was written")
-                return EXIT_INTERRUPTED
-        if chosen is not None:
-            verdict = judged(original, chosen)
-            if verdict is not None and verdict.kind != IMPROVED and len(kept) > 1:
-                # together they do not pay: the best single remedy is the patch
-                best = max(kept, key=lambda k: by_key[k].speedup or 0.0)
-                for k in kept - {best}:
-                    by_key[k].kept = False
-                    by_key[k].reason = "together with the others it measured no faster"
-                kept, chosen = frozenset([best]), alone[best]
-                verdict = judged(original, chosen)
-            if verdict is not None:
-                patch.speedup, patch.interval = verdict.speedup, verdict.interval
-                patch.judgement, patch.allowance = verdict.kind, verdict.allowance
-                patch.notes.extend(verdict.notes)
-                patch.before_ms = round(sum(original.steps) / len(original.steps), 3)
-                patch.after_ms = round(sum(chosen.steps) / len(chosen.steps), 3)
-        patch.diff = project.diff(kept)
-    return EXIT_OK
-
-
-def _judge_remedy(remedy: PatchRemedy, original: Variant, variant: Variant) -> None:
-    if variant.failures:
-        remedy.reason = f"the patched script failed ({variant.failures[0]})"
-        return
-    verdict = judged(original, variant)
-    if verdict is None:
-        remedy.reason = "too few steps were measured to judge it"
-        return
-    remedy.speedup, remedy.interval, remedy.judgement = (
-        verdict.speedup,
-        verdict.interval,
-        verdict.kind,
-    )
-    remedy.kept = verdict.kind == IMPROVED
-    if not remedy.kept:
-        lo, hi = verdict.interval
-        remedy.reason = (
-            f"measured {verdict.speedup:.2f}x ({lo:.2f}–{hi:.2f}): not faster beyond the "
-            f"{verdict.allowance:.0%} two runs of one script may differ by"
-        )
-
-
-def _variant(project: Project, tmp: Path, name: str, remedies: frozenset[str]) -> Variant:
-    """The patched files of ``remedies`` written under ``tmp``; the variant that runs them."""
-    folder = tmp / "-".join(sorted(remedies))
-    overrides = {}
-    for path, text in project.rendered(remedies).items():
-        copy = folder / project.rel(path)
-        copy.parent.mkdir(parents=True, exist_ok=True)
-        copy.write_text(text, encoding="utf-8")
-        overrides[str(path)] = str(copy)
-    return Variant(name, remedies, overrides)
 
 
 def _runner(target, options: RunOptions, record: RunRecord, quiet: bool):
@@ -255,15 +167,14 @@ def _runner(target, options: RunOptions, record: RunRecord, quiet: bool):
         flops=False,
     )
 
-    def run(overrides: Mapping[str, str], label: str) -> RunRecord:
+    def run(overrides: Mapping[str, str], label: str, losses: int = 0) -> RunRecord:
         if not quiet:
             print(f"torchdoctor fix: measuring {label}", file=sys.stderr, flush=True)
+        options = dataclasses.replace(measuring, source_overrides=overrides)
+        if losses:  # the numerics check: seeded, its first losses kept, few steps
+            options = dataclasses.replace(options, steps=losses, warmup=0, loss_values=losses)
         with ProgressDisplay(enabled=not quiet) as display:
-            return run_supervised(
-                target,
-                dataclasses.replace(measuring, source_overrides=overrides),
-                progress=display.update,
-            ).record
+            return run_supervised(target, options, progress=display.update).record
 
     return run
 

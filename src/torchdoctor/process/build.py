@@ -46,6 +46,7 @@ def build_record(
     if record.step_boundary == "backward":
         record.backwards_per_step = session.boundary.backwards_per_step
     record.built_inputs = session.inputs.described()
+    record.losses = list(session.data.losses)
     record.threads_override = opts.threads_override
     record.no_sync = [round(session.step_ms(step), 4) for step in session.data.no_sync]
     _attach_trials(record, session)

@@ -58,6 +58,8 @@ def run_target(
     try:
         sys.argv = [str(code_path), *target.argv]
         sys.path.insert(0, str(code_path.parent) if target.script else os.getcwd())
+        if options.loss_values:
+            seed_everything()
         session.install()
         try:
             with patched_imports(options.source_overrides):
@@ -215,3 +217,19 @@ class watch:  # noqa: N801 - used like a function: ``with torchdoctor.watch(step
             ended = "error"
         self.record = build_record(self._session, ["<watch>"], ended, exc)
         return ended == "stopped"
+
+
+def seed_everything(seed: int = 0) -> None:
+    """Seed torch, ``random`` and numpy (when installed): two runs of one script then draw the
+    same batches and initial weights (``torchdoctor fix``'s numerics check)."""
+    import random
+
+    import torch
+
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy
+    except ImportError:
+        return
+    numpy.random.seed(seed)

@@ -40,6 +40,7 @@ from ._loader import (
     WorkerMemorySeries,
     WorkerSweep,
 )
+from ._patch import Patch, PatchChange, PatchRemedy, PatchSkip
 from ._run import (  # FixTrial too: _run must be imported before _fix (see _run's end)
     BATCH_SIZE_ARGUMENT,
     BATCH_SIZE_MEASURED,
@@ -54,7 +55,6 @@ from ._run import (  # FixTrial too: _run must be imported before _fix (see _run
     SystemUsage,
     split_where,
 )
-from ._patch import Patch, PatchChange, PatchRemedy, PatchSkip
 from ._serial import SCHEMA_VERSION, RecordError, write_json_atomic, write_text_atomic
 from ._trace import (
     CommOverlap,

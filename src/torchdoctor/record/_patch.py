@@ -32,7 +32,7 @@ class PatchSkip:
 class PatchRemedy:
     """One remedy: its changes, measured on the patched code against the original."""
 
-    #: ``loader`` or ``threads``.
+    #: ``loader``, ``threads``, or ``sync-N`` (a host round-trip rewritten).
     key: str
     #: ``DataLoader settings``, ``torch threads``.
     title: str
@@ -43,8 +43,14 @@ class PatchRemedy:
     #: Mean step of the original over the patched one (a throughput ratio), and its 90% interval.
     speedup: float | None = None
     interval: list[float] = field(default_factory=list)
-    #: ``IMPROVED``, ``NO CHANGE`` or ``REGRESSED``, judged as ``torchdoctor compare`` judges.
+    #: ``IMPROVED``, ``NO CHANGE`` or ``REGRESSED``, judged as ``torchdoctor compare`` judges;
+    #: ``SAME LOSSES`` for a rewrite judged by its numerics.
     judgement: str = ""
+    #: A rewrite whose gain cannot show on a CPU (a host round-trip): judged by the losses the
+    #: patched script computes, seeded, against the original's.
+    numerics: bool = False
+    #: Losses compared by that check.
+    checked_losses: int = 0
     #: Whether the remedy is in the patch (only what measured faster is).
     kept: bool = False
     #: Why it is not, in words, when it is not.

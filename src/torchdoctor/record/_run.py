@@ -239,6 +239,9 @@ class RunRecord:
     loader_report: LoaderReport | None = None
     #: The ``--fix`` trial: the advised settings injected into a re-run, and its result.
     fix: FixTrial | None = None
+    #: Values of the first losses ``backward`` was called on, in a seeded run
+    #: (``torchdoctor fix``'s numerics check); empty otherwise.
+    losses: list[float] = field(default_factory=list)
     #: ``torchdoctor fix``: the patch written and each remedy measured on the patched code.
     patch: Patch | None = None
     #: DataLoader settings injected into every loader of this run (a ``--fix`` re-run).
@@ -318,6 +321,6 @@ class RunRecord:
 # The record's door takes FixTrial from here, so _run is always imported before _fix. The job
 # section's RankRun holds a StepSeries, so _ranks too comes after.
 from ._fix import FixTrial  # noqa: E402
+from ._patch import Patch  # noqa: E402
 from ._ranks import DistributedReport  # noqa: E402
 from ._trials import Flops, Trial  # noqa: E402
-from ._patch import Patch  # noqa: E402

@@ -7,6 +7,7 @@ from rich.console import Group, RenderableType
 from rich.panel import Panel
 from rich.text import Text
 
+from ..analysis.compare import IMPROVED
 from ..record import Patch, PatchRemedy, RunRecord
 from ._style import BAD, GOOD
 
@@ -35,7 +36,7 @@ def _remedy_lines(remedy: PatchRemedy) -> Text:
     setting."""
     text = Text()
     text.append(remedy.title, style="bold")
-    text.append(f"  {_figure(remedy)}  ")
+    text.append(f"\n  {_figure(remedy)} · ")
     text.append_text(_kept(remedy))
     for change in remedy.changes:
         text.append(f"\n  {change.file}:{change.line}  {change.what}")
@@ -45,6 +46,8 @@ def _remedy_lines(remedy: PatchRemedy) -> Text:
 
 
 def _figure(remedy: PatchRemedy) -> str:
+    if remedy.numerics:
+        return figure_words(remedy)
     if remedy.speedup is None:
         return "not measured"
     lo, hi = remedy.interval if len(remedy.interval) == 2 else (remedy.speedup, remedy.speedup)
@@ -63,11 +66,12 @@ def _whole(patch: Patch) -> Text:
     text = Text()
     if patch.speedup is not None and len(patch.interval) == 2:
         lo, hi = patch.interval
+        faster = patch.judgement == IMPROVED
         text.append(
             f"The patch: {patch.speedup:.2f}x ({lo:.2f}–{hi:.2f}), mean step "
             f"{patch.before_ms:.1f} → {patch.after_ms:.1f} ms over {patch.rounds} alternated "
-            "rounds.\n",
-            style=GOOD,
+            "rounds" + ("." if faster else ": no faster beyond the noise on this device.") + "\n",
+            style=GOOD if faster else "",
         )
     if patch.applied:
         text.append("Applied to your files (the originals are kept: see below).")
@@ -85,3 +89,16 @@ def patch_lines(patch: Patch) -> list[str]:
     if patch.applied and patch.backup:
         lines.append(f"patch applied to your files; the originals are in {patch.backup}")
     return lines
+
+
+def figure_words(remedy: PatchRemedy) -> str:
+    """What a remedy measured, in words: its speedup and interval, or for a rewrite judged by
+    its numerics, the losses it was checked on."""
+    if remedy.numerics:
+        if remedy.checked_losses:
+            return f"same losses over {remedy.checked_losses} steps"
+        return "numerics not checked"
+    if remedy.speedup is None or len(remedy.interval) != 2:
+        return ""
+    lo, hi = remedy.interval
+    return f"{remedy.speedup:.2f}x ({lo:.2f}–{hi:.2f})"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from html import escape
 
 from ..record import PatchRemedy, RunRecord
-from .patch import patch_lines
+from .patch import figure_words, patch_lines
 
 
 def patch_section(record: RunRecord) -> str:
@@ -50,10 +50,7 @@ def _row(remedy: PatchRemedy) -> str:
         f"<div class='muted'>left out: {escape(s.setting)}: {escape(s.reason)}</div>"
         for s in remedy.skipped
     )
-    figure = ""
-    if remedy.speedup is not None and len(remedy.interval) == 2:
-        lo, hi = remedy.interval
-        figure = f"{remedy.speedup:.2f}x ({lo:.2f}–{hi:.2f})"
+    figure = figure_words(remedy)
     fate = (
         "<span class='good'>kept</span>"
         if remedy.kept

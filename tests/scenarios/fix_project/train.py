@@ -1,8 +1,9 @@
 """Trains a small MLP on data.py's slow samples: input-bound until the loader gets workers."""
 
 import torch
-from data import make_loader
 from torch import nn
+
+from data import make_loader
 
 model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4))
 opt = torch.optim.SGD(model.parameters(), lr=0.01)

@@ -39,11 +39,11 @@ def _record() -> RunRecord:
 def test_the_terminal_says_what_is_kept_dropped_and_left_out():
     console = Console(width=200, record=True)
     render(_record(), console)
-    text = console.export_text()
-    assert "DataLoader settings  2.00x (1.80–2.20)  kept in the patch" in text
+    text = "\n".join(line.strip("│ ") for line in console.export_text().splitlines())
+    assert "DataLoader settings\n2.00x (1.80–2.20) · kept in the patch" in text
     assert "t.py:1  num_workers=2 added" in text
     assert "left out: pin_memory: pin_memory is computed (flag()): make it True" in text
-    assert "torch threads  1.02x (0.97–1.07)  dropped: measured 1.02x" in text
+    assert "torch threads\n1.02x (0.97–1.07) · dropped: measured 1.02x" in text
     assert (
         "The patch: 2.00x (1.80–2.20), mean step 20.0 → 10.0 ms over 2 alternated rounds." in text
     )

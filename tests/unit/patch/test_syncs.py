@@ -1,0 +1,126 @@
+"""The host round-trip rewrites: where each lands, that the rewritten code computes the same
+values, and what is left out with the reason."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from paths import SCENARIOS
+from torchdoctor.patch import Project, plan_syncs
+from torchdoctor.record import Finding
+
+
+def _finding(kind: str, path: Path, needle: str) -> Finding:
+    line = next(i + 1 for i, text in enumerate(path.read_text().splitlines()) if needle in text)
+    return Finding(kind, f"{kind} here", "fix it", file=str(path), line=line)
+
+
+def _loss_findings(path: Path) -> list[Finding]:
+    return [
+        _finding("constant-rebuilt", path, "weight = torch.tensor("),
+        _finding("tensor-assert", path, "assert target.max()"),
+        _finding("python-index", path, "log_probs[range("),
+    ]
+
+
+def _load(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    # the scenario trains at import: only its loss class is wanted
+    source = path.read_text().split("\ndata = TensorDataset")[0]
+    exec(compile(source, str(path), "exec"), module.__dict__)
+    return module
+
+
+def test_the_seed_004_loss_is_rewritten_and_computes_the_same(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text((SCENARIOS / "sync_loss.py").read_text())
+    project = Project(script, root=tmp_path)
+    remedies = plan_syncs(project, _loss_findings(script))
+    assert [r.key for r in remedies] == ["sync-1", "sync-2", "sync-3"]
+    assert all(r.numerics and r.changes and not r.skipped for r in remedies), remedies
+    text = project.rendered({r.key for r in remedies})[script.resolve()]
+    assert (
+        '    """The custom loss, as the article found it."""\n\n'
+        "    def __init__(self):\n        super().__init__()\n"
+        '        self.register_buffer("weight", torch.tensor(CLASS_WEIGHTS), persistent=False)\n\n'
+    ) in text
+    assert "        weight = self.weight.to(logits.device)  # every step\n" in text
+    assert (
+        '        torch._assert_async(target.max() < NUM_CLASSES, "labels out of range")\n' in text
+    )
+    assert "log_probs[torch.arange(len(target), device=log_probs.device), target]" in text
+    assert "[range(" not in text
+    # the same values, and the rewritten check still fails on a bad label
+    patched = tmp_path / "patched.py"
+    patched.write_text(text)
+    before, after = _load(script, "before_loss"), _load(patched, "after_loss")
+    after_loss = after.WeightedLoss()
+    logits, target = torch.randn(8, 4), torch.randint(0, 4, (8,))
+    assert torch.equal(before.WeightedLoss()(logits, target), after_loss(logits, target))
+    assert after_loss.state_dict() == {}  # persistent=False: checkpoints do not change
+    with pytest.raises(RuntimeError):
+        after_loss(logits, torch.full((8,), 7))
+    diff = project.diff({r.key for r in remedies})
+    out = subprocess.run(["git", "apply", "--check", "-"], cwd=tmp_path, input=diff, text=True)
+    assert out.returncode == 0
+
+
+def test_a_buffer_goes_after_super_init_in_an_existing_init(tmp_path):
+    script = tmp_path / "m.py"
+    script.write_text(
+        "import torch\nfrom torch import nn\nW = [1.0, 2.0]\n"
+        "class M(nn.Module):\n"
+        "    def __init__(self, k):\n        super().__init__()\n        self.k = k\n"
+        "    def forward(self, x):\n        w = torch.tensor(W)\n        return x * w\n"
+    )
+    project = Project(script, root=tmp_path)
+    (remedy,) = plan_syncs(project, [_finding("constant-rebuilt", script, "w = torch")])
+    text = project.rendered({remedy.key})[script.resolve()]
+    assert (
+        "        super().__init__()\n"
+        '        self.register_buffer("w", torch.tensor(W), persistent=False)\n'
+        "        self.k = k\n"
+    ) in text
+    assert "        w = self.w\n" in text  # no device given: no .to()
+
+
+@pytest.mark.parametrize(
+    ("code", "kind", "needle", "words"),
+    [
+        (
+            "class M(nn.Module):\n    def forward(self, x, ws):\n"
+            "        w = torch.tensor(ws)\n        return x * w\n",
+            "constant-rebuilt", "w = torch", "a local or a parameter feeds it",
+        ),
+        (
+            "class M(Base):\n    def forward(self, x):\n"
+            "        w = torch.tensor([1.0])\n        return x * w\n",
+            "constant-rebuilt", "w = torch", "M has no __init__",
+        ),
+        ("def f(x):\n    w = torch.tensor([1.0])\n    return w\n",
+         "constant-rebuilt", "w = torch", "not built in a method"),
+        ("def f(x):\n    return x[[0, 1]]\n", "python-index", "return x", "no `x[range(...)]`"),
+        ("def f(x):\n    if x.sum() > 0:\n        pass\n", "tensor-assert", "if x", "no single assert"),
+    ],
+)  # fmt: skip
+def test_what_is_not_a_safe_rewrite_is_left_out(tmp_path, code, kind, needle, words):
+    script = tmp_path / "m.py"
+    script.write_text("import torch\nfrom torch import nn\nBase = nn.Module\n" + code)
+    project = Project(script, root=tmp_path)
+    (remedy,) = plan_syncs(project, [_finding(kind, script, needle)])
+    assert not remedy.changes and words in remedy.skipped[0].reason, remedy.skipped
+    assert project.diff({remedy.key}) == ""
+
+
+def test_a_file_without_import_torch_is_left_alone(tmp_path):
+    script = tmp_path / "m.py"
+    script.write_text("from torch import tensor\ndef f(t):\n    assert t.max() < 3\n")
+    project = Project(script, root=tmp_path)
+    (remedy,) = plan_syncs(project, [_finding("tensor-assert", script, "assert")])
+    assert "does not `import torch`" in remedy.skipped[0].reason
