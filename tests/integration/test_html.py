@@ -124,3 +124,5 @@ def test_the_demo_writes_its_page_and_prints_where(tmp_path, capsys):
     view = browser_view(page)
     assert_offline(view, page)
     assert "IMPROVED" in view["text"] and "COMPUTE-BOUND" in view["text"]
+    # step 2, `torchdoctor fix`: the seed-004 loss's three round-trips rewritten, each checked
+    assert "patch" in view["ids"] and view["text"].count("same losses over 4 steps") == 3

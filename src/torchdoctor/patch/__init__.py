@@ -14,7 +14,7 @@ from ._measure import LOSS_STEPS, measure_patch
 from ._project import Project, file_diff, project_root
 from ._remedies import Remedy, plan_loader, plan_threads
 from ._syncs import plan_syncs
-from .command import BACKUP_DIR, DEFAULT_ROUNDS, check_patchable, fix_cli, plan
+from .command import BACKUP_DIR, DEFAULT_ROUNDS, check_patchable, fix_cli, patch_record, plan
 
 __all__ = [
     "BACKUP_DIR",
@@ -27,6 +27,7 @@ __all__ = [
     "file_diff",
     "fix_cli",
     "measure_patch",
+    "patch_record",
     "plan",
     "plan_loader",
     "plan_syncs",

@@ -28,7 +28,7 @@ from ..options import RunOptions
 from ..record import Patch, PatchChange, PatchRemedy, PatchSkip, RunRecord, write_text_atomic
 from ._edits import PatchError, Skipped
 from ._measure import measure_patch
-from ._project import Project
+from ._project import Project, project_root
 from ._remedies import Remedy, plan_loader, plan_threads
 from ._syncs import plan_syncs
 
@@ -60,42 +60,57 @@ def fix_cli(
     with ProgressDisplay(enabled=not options.quiet) as display:
         outcome = run_supervised(target, options, progress=display.update)
     record, status = outcome.record, outcome.exit_status
-    project = Project(script)
-    patch = Patch(root=str(project.root))
-    record.patch = patch
     if status != EXIT_OK or record.status != "complete":
-        patch.notes.append(
+        record.patch = Patch(root=str(project_root(script)))
+        record.patch.notes.append(
             f"the diagnosis ended {record.status}: nothing was patched (fix what the report says "
             "stopped the script first)"
         )
     else:
-        remedies = plan(record, project, target.argv)
-        patch.remedies = [_remedy_record(r, project) for r in remedies]
-        active = [r for r in remedies if r.changes]
-        if not remedies:
-            patch.notes.append(
-                "no measured remedy is a setting the patcher writes (DataLoader settings, torch "
-                "threads): see the findings for what to change by hand"
-            )
-        elif active:
-            run = _runner(target, options, record, quiet=options.quiet)
-            status = measure_patch(project, patch, active, run, rounds)
-            if patch.diff:
-                patch.path = str(Path(out).resolve())
-                write_text_atomic(out, patch.diff)
-                if apply and status == EXIT_OK:
-                    patch.backup = str(_apply(project, [r.key for r in patch.remedies if r.kept]))
-                    patch.applied = True
+        status, project = patch_record(target, options, record, out, rounds)
+        patch = record.patch
+        assert patch is not None
+        if patch.diff and apply and status == EXIT_OK:
+            patch.backup = str(_apply(project, [r.key for r in patch.remedies if r.kept]))
+            patch.applied = True
     _save(record, options)
     with printing():
         render(record)
-        for line in patch_lines(patch):
+        for line in patch_lines(record.patch):
             print(line)
         if options.json_path:
             print(f"run record written to {options.json_path}")
         if options.html_path:
             print(f"HTML report written to {options.html_path}")
     return status
+
+
+def patch_record(
+    target, options: RunOptions, record: RunRecord, out: str, rounds: int = DEFAULT_ROUNDS
+) -> tuple[int, Project]:
+    """Plan the remedies of a diagnosed ``record`` in the script's project, measure them, and
+    write the diff of what is kept to ``out``; the patch is ``record.patch``. The exit status
+    (130 when interrupted while measuring) and the project, its edits planned."""
+    from ..process import resolve_target
+
+    project = Project(resolve_target(target))
+    patch = record.patch = Patch(root=str(project.root))
+    remedies = plan(record, project, target.argv)
+    patch.remedies = [_remedy_record(r, project) for r in remedies]
+    active = [r for r in remedies if r.changes]
+    if not remedies:
+        patch.notes.append(
+            "no measured remedy is one the patcher writes (DataLoader settings, torch threads, "
+            "host round-trip rewrites): see the findings for what to change by hand"
+        )
+    status = EXIT_OK
+    if active:
+        run = _runner(target, options, record, quiet=options.quiet)
+        status = measure_patch(project, patch, active, run, rounds)
+    if patch.diff:
+        patch.path = str(Path(out).resolve())
+        write_text_atomic(out, patch.diff)
+    return status, project
 
 
 def plan(record: RunRecord, project: Project, argv: Sequence[str]) -> list[Remedy]:
