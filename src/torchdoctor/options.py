@@ -296,6 +296,25 @@ class RunOptions:
         object.__setattr__(self, "loader_overrides", MappingProxyType(dict(self.loader_overrides)))
         object.__setattr__(self, "source_overrides", MappingProxyType(dict(self.source_overrides)))
 
+    def measuring_only(self, **changes: Any) -> RunOptions:
+        """These options for a run that only measures steps (the ``--fix`` re-run, ``fix``'s
+        variants): no counterfactual, loader doctor, sync sampling, trace, trial or FLOP count,
+        and no file written; ``changes`` on top."""
+        return dataclasses.replace(
+            self,
+            counterfactuals=False,
+            loader_doctor="off",
+            sync_steps=0,
+            trace_dir=None,
+            json_path=None,
+            html_path=None,
+            timeline_path=None,
+            fix=False,
+            trials=(),
+            flops=False,
+            **changes,
+        )
+
     def __getstate__(self) -> dict[str, Any]:
         # A mappingproxy does not pickle, and options may cross to another process (a spawned
         # worker, a supervising parent): they travel as plain values.

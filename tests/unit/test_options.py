@@ -125,3 +125,15 @@ def test_bad_numbers_are_usage_errors(argv, capsys):
         _parse(argv)
     assert exc.value.code == 2
     assert "must" in capsys.readouterr().err
+
+
+def test_a_measuring_run_writes_nothing_and_measures_only_steps():
+    options = RunOptions(
+        json_path="a.json", html_path="a.html", timeline_path="t.json", trace_dir="tr",
+        trials=("amp",), flops=True, fix=True, sync_steps=3, steps=9,
+    )  # fmt: skip
+    measuring = options.measuring_only(warmup=1)
+    assert (measuring.json_path, measuring.html_path, measuring.timeline_path) == (None,) * 3
+    assert measuring.trace_dir is None and measuring.trials == () and not measuring.flops
+    assert not measuring.fix and not measuring.counterfactuals and measuring.sync_steps == 0
+    assert measuring.loader_doctor == "off" and (measuring.steps, measuring.warmup) == (9, 1)

@@ -166,21 +166,7 @@ def _runner(target, options: RunOptions, record: RunRecord, quiet: bool):
     workers = max(before or 0, int(settings.get("num_workers", before) or 0))
     steps = counted_batches(workers, max(options.steps, RERUN_ROUNDS * workers))
     warmup = max(options.warmup, warm_batches(workers, settings.get("prefetch_factor")))
-    measuring = dataclasses.replace(
-        options,
-        steps=steps,
-        warmup=warmup,
-        counterfactuals=False,
-        loader_doctor="off",
-        sync_steps=0,
-        trace_dir=None,
-        json_path=None,
-        html_path=None,
-        timeline_path=None,
-        fix=False,
-        trials=(),
-        flops=False,
-    )
+    measuring = options.measuring_only(steps=steps, warmup=warmup)
 
     def run(overrides: Mapping[str, str], label: str, losses: int = 0) -> RunRecord:
         if not quiet:

@@ -3,7 +3,6 @@ Torch-free until the report (the script runs in a child process)."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -97,18 +96,8 @@ def verify_fix(
     from .supervisor import run_supervised
 
     def rerun(overrides: dict[str, Any], steps: int, warmup: int, threads: int | None) -> RunRecord:
-        rerun_options = dataclasses.replace(
-            options,
-            steps=steps,
-            warmup=warmup,
-            counterfactuals=False,
-            loader_overrides=overrides,
-            threads_override=threads,
-            loader_doctor="off",
-            sync_steps=0,
-            trace_dir=None,
-            json_path=None,
-            fix=False,
+        rerun_options = options.measuring_only(
+            steps=steps, warmup=warmup, loader_overrides=overrides, threads_override=threads
         )
         with ProgressDisplay(enabled=not quiet) as display:
             return run_supervised(target, rerun_options, progress=display.update).record
