@@ -130,6 +130,7 @@ def trials_of(record: RunRecord, runs: list[Any]) -> list[Trial]:
         )
         if t.get("graph_breaks"):
             trial.detail["graph_breaks"] = t["graph_breaks"]
+        trial.detail.update(t.get("detail") or {})
         if len(measured) > 1:
             trial.points = [
                 TrialPoint(setting=r.setting, step_ms=Stat.of(r.steps_ms), memory_mb=r.memory_mb)

@@ -21,6 +21,15 @@ class OptimizerTracker:
         self._primary: weakref.ref | None = None
         #: Steps of other optimizers since the primary one last stepped, by id.
         self._other_steps: dict[int, int] = {}
+        #: Where the script built each optimizer (``file:line``).
+        self._sites: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def created(self, optimizer: Any, site: str) -> None:
+        self._sites.setdefault(optimizer, site)
+
+    def site_of(self, optimizer: Any) -> str | None:
+        """Where the script built ``optimizer`` (``file:line``), when seen."""
+        return self._sites.get(optimizer)
 
     @property
     def primary(self) -> Any:

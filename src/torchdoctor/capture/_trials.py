@@ -56,6 +56,10 @@ class Lever:
     def caveats(self, session: Any) -> list[str]:
         return []
 
+    def detail(self, session: Any) -> dict[str, Any]:
+        """What ``torchdoctor fix`` needs to write the lever into the code (where, which flag)."""
+        return {}
+
 
 class Baseline(Lever):
     """Nothing changed: the script as it runs, measured just before and after the levers, so
@@ -218,6 +222,16 @@ class Foreach(Lever):
 
     def changed(self, setting: str) -> str:
         return "the optimizer's multi-tensor step (fused=True, else foreach=True)"
+
+    def detail(self, session) -> dict[str, Any]:
+        optimizer = session.optimizers.primary
+        if optimizer is None:
+            return {}
+        return {
+            "optimizer": type(optimizer).__name__,
+            "flag": getattr(self, "used", "fused" if self._fused(optimizer) else "foreach"),
+            "where": session.optimizers.site_of(optimizer),
+        }
 
     def code(self, session, setting) -> str:
         optimizer = session.optimizers.primary

@@ -12,7 +12,7 @@ from __future__ import annotations
 from ._edits import PatchError
 from ._measure import LOSS_STEPS, measure_patch
 from ._project import Project, file_diff, project_root
-from ._remedies import Remedy, plan_loader, plan_threads
+from ._remedies import Remedy, plan_loader, plan_optimizer, plan_threads
 from ._syncs import plan_syncs
 from .command import BACKUP_DIR, DEFAULT_ROUNDS, check_patchable, fix_cli, patch_record, plan
 
@@ -30,6 +30,7 @@ __all__ = [
     "patch_record",
     "plan",
     "plan_loader",
+    "plan_optimizer",
     "plan_syncs",
     "plan_threads",
     "project_root",

@@ -41,8 +41,12 @@ from ._edits import (
 from ._project import Project
 
 #: Remedy keys, in the order they are planned and reported.
-LOADER, THREADS = "loader", "threads"
-TITLES = {LOADER: "DataLoader settings", THREADS: "torch threads"}
+LOADER, THREADS, OPTIMIZER = "loader", "threads", "optimizer"
+TITLES = {
+    LOADER: "DataLoader settings",
+    THREADS: "torch threads",
+    OPTIMIZER: "the optimizer's multi-tensor step",
+}
 
 
 @dataclass
@@ -95,13 +99,41 @@ def plan_loader(
     return remedy
 
 
+def plan_optimizer(
+    project: Project, where: str, optimizer: str, flag: str, argv: Sequence[str], because: str
+) -> Remedy:
+    """``fused=True`` (or ``foreach=True``) at the ``torch.optim.<optimizer>(...)`` call at
+    ``where`` (``file:line``), where the script built its optimizer."""
+    remedy = Remedy(OPTIMIZER, because)
+    file, _, line_text = where.rpartition(":")
+    path, line = Path(file), int(line_text) if line_text.isdigit() else 0
+    refused = project.refuses(path)
+    if refused is not None:
+        remedy.skipped.append(Skipped(optimizer, refused))
+        return remedy
+    try:
+        source = project.source(path)
+    except PatchError as exc:
+        remedy.skipped.append(Skipped(optimizer, str(exc)))
+        return remedy
+    call = _named_call(source, line, lambda name: name == optimizer)
+    if call is None:
+        remedy.skipped.append(
+            Skipped(optimizer, f"no {optimizer}(...) call at {project.rel(path)}:{line}")
+        )
+        return remedy
+    _plan_call(project, source, call, {flag: True}, argv, remedy, parameters=())
+    return remedy
+
+
 def _dataloader_call(source: SourceFile, line: int) -> cst.Call | None:
     """The innermost ``...DataLoader(...)`` call written over ``line``."""
-    calls = [
-        c
-        for c in source.nodes(cst.Call)
-        if source.spans(c, line) and callee_name(c).endswith("DataLoader")
-    ]
+    return _named_call(source, line, lambda name: name.endswith("DataLoader"))
+
+
+def _named_call(source: SourceFile, line: int, named) -> cst.Call | None:
+    """The innermost call written over ``line`` whose callee's name satisfies ``named``."""
+    calls = [c for c in source.nodes(cst.Call) if source.spans(c, line) and named(callee_name(c))]
     if not calls:
         return None
     return max(calls, key=lambda c: (source.line_of(c), source.positions[c].start.column))
@@ -114,7 +146,9 @@ def _plan_call(
     settings: dict[str, object],
     argv: Sequence[str],
     remedy: Remedy,
+    parameters: Sequence[str] = DATALOADER_POSITIONAL,
 ) -> None:
+    """Each of ``settings`` at ``call`` (``parameters``: the callee's positional parameters)."""
     where = source.line_of(call)
     removals = []
     if settings.get("num_workers") == 0:
@@ -130,7 +164,7 @@ def _plan_call(
     additions: list[tuple[str, object]] = []
     for name, value in settings.items():
         arg = keyword(call, name)
-        index = DATALOADER_POSITIONAL.index(name) if name in DATALOADER_POSITIONAL else None
+        index = parameters.index(name) if name in parameters else None
         if arg is None and index is not None and index < len(positional):
             arg = positional[index]
         if arg is None and index is not None and star_args is not None:
@@ -157,7 +191,7 @@ def _plan_call(
             continue
         _plan_value(project, source, arg, name, value, argv, remedy)
     if removals or additions:
-        source.plan(LOADER, call, chain(remove_keywords(removals), add_keywords(additions)))
+        source.plan(remedy.key, call, chain(remove_keywords(removals), add_keywords(additions)))
 
 
 def _plan_value(
@@ -174,7 +208,7 @@ def _plan_value(
     old = source.code(expr)
     if is_literal(expr):
         if old != repr(value):
-            source.plan(LOADER, arg, set_value(literal(value)))
+            source.plan(remedy.key, arg, set_value(literal(value)))
             remedy.changes.append(
                 Change(source.path, source.line_of(arg), f"{name}={old} → {value!r}")
             )
@@ -219,7 +253,7 @@ def _plan_variable(
     assign = assigns[0]
     old = source.code(assign.value)
     if old != repr(value):
-        source.plan(LOADER, assign, set_value(literal(value)))
+        source.plan(remedy.key, assign, set_value(literal(value)))
         remedy.changes.append(
             Change(source.path, source.line_of(assign), f"{variable} = {old} → {value!r} ({name})")
         )
@@ -259,7 +293,7 @@ def _plan_option(
                 )
             old = f.code(default.value)
             if old != repr(value):
-                f.plan(LOADER, default, set_value(literal(value)))
+                f.plan(remedy.key, default, set_value(literal(value)))
                 remedy.changes.append(
                     Change(
                         f.path,

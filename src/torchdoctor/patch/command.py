@@ -29,7 +29,7 @@ from ..record import Patch, PatchChange, PatchRemedy, PatchSkip, RunRecord, writ
 from ._edits import PatchError, Skipped
 from ._measure import measure_patch
 from ._project import Project, project_root
-from ._remedies import Remedy, plan_loader, plan_threads
+from ._remedies import Remedy, plan_loader, plan_optimizer, plan_threads
 from ._syncs import plan_syncs
 
 #: Default rounds of alternated runs (each round runs every variant once).
@@ -138,6 +138,20 @@ def plan(record: RunRecord, project: Project, argv: Sequence[str]) -> list[Remed
     if threads is not None:
         files = [Path(where.rpartition(":")[0])] if where else []
         remedies.append(plan_threads(project, threads, files, because))
+    foreach = next(
+        (t for t in record.trials if t.name == "foreach" and t.status == "measured"), None
+    )
+    if foreach is not None and foreach.detail.get("where") and (foreach.speedup or 0) > 1:
+        remedies.append(
+            plan_optimizer(
+                project,
+                foreach.detail["where"],
+                foreach.detail.get("optimizer", ""),
+                foreach.detail.get("flag", "foreach"),
+                argv,
+                f"--try foreach measured {foreach.speedup:.2f}x in the script's own loop",
+            )
+        )
     remedies += plan_syncs(project, record.findings)
     return remedies
 

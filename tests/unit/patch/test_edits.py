@@ -252,3 +252,24 @@ def test_a_file_that_cannot_be_parsed_is_an_error_naming_it(tmp_path):
 
 def test_file_diff_is_empty_for_the_same_text():
     assert file_diff("a.py", "x = 1\n", "x = 1\n") == ""
+
+
+def test_the_optimizers_flag_is_added_at_its_construction(tmp_path):
+    from torchdoctor.patch import plan_optimizer
+
+    project = _project(
+        tmp_path,
+        "import torch\nmodel = torch.nn.Linear(2, 2)\n"
+        "opt = torch.optim.Adam(\n    model.parameters(),\n    lr=1e-3,\n)\n"
+        "sched = torch.optim.lr_scheduler.StepLR(opt, 1)\n",
+    )
+    remedy = plan_optimizer(project, _line(project, "opt ="), "Adam", "fused", [], "trial")
+    assert [c.what for c in remedy.changes] == ["fused=True added"]
+    text = project.rendered({"optimizer"})[project.script]
+    assert (
+        "opt = torch.optim.Adam(\n    model.parameters(),\n    lr=1e-3,\n    fused=True,\n)\n"
+        in text
+    )
+    assert_applies(project, project.diff({"optimizer"}), remedies=("optimizer",))
+    other = plan_optimizer(project, _line(project, "sched ="), "Adam", "fused", [], "trial")
+    assert "no Adam(...) call" in other.skipped[0].reason

@@ -194,6 +194,7 @@ def _texts(session, lever: Lever, setting: str) -> dict[str, Any]:
             "changed": lever.changed(setting),
             "code": lever.code(session, setting),
             "caveats": lever.caveats(session),
+            "detail": lever.detail(session),
         }
     except Exception as exc:  # noqa: BLE001 - one lever's failure is its trial's, not the run's
         return {"changed": lever.name, "error": f"{type(exc).__name__}: {exc}"[:300]}
