@@ -7,6 +7,9 @@
 - ``w = torch.tensor(CONSTANT, device=d)`` in a module's method (``constant-rebuilt``) → a buffer
   registered once in ``__init__`` (``persistent=False``: checkpoints do not change), read as
   ``self.w.to(d)`` (no copy once the module is on ``d``).
+- ``print(... loss.item() ...)`` on every step of a loop with a step counter (``item``) → the
+  same statement under ``if step % LOG_EVERY == 0:``: the value is read, and the host waits for
+  the device, every :data:`LOG_EVERY` steps only.
 
 Each is one remedy, judged by the losses it computes (a seeded run of the patched script against
 the original) since a host round-trip costs nothing on a CPU. Torch-free.
@@ -29,7 +32,10 @@ REWRITES = {
     "tensor-assert": "assert → torch._assert_async",
     "python-index": "range index → torch.arange on the device",
     "constant-rebuilt": "constant tensor → a buffer built once",
+    "item": ".item() for logging → every {every} steps",
 }
+#: How often a rewritten logging statement runs (steps).
+LOG_EVERY = 10
 
 
 def plan_syncs(project: Project, findings: Iterable[Finding]) -> list[Remedy]:
@@ -42,7 +48,10 @@ def plan_syncs(project: Project, findings: Iterable[Finding]) -> list[Remedy]:
         remedy = Remedy(
             key,
             finding.title,
-            title=f"{REWRITES[finding.kind]} ({Path(finding.file).name}:{finding.line})",
+            title=(
+                f"{REWRITES[finding.kind].format(every=LOG_EVERY)} "
+                f"({Path(finding.file).name}:{finding.line})"
+            ),
             numerics=True,
         )
         remedies.append(remedy)
@@ -64,6 +73,7 @@ def plan_syncs(project: Project, findings: Iterable[Finding]) -> list[Remedy]:
             "tensor-assert": _plan_assert,
             "python-index": _plan_index,
             "constant-rebuilt": _plan_constant,
+            "item": _plan_item,
         }[finding.kind]
         reason = plan(source, key, finding.line, torch, remedy)
         if reason is not None:
@@ -128,6 +138,42 @@ def _plan_index(source: SourceFile, key: str, line: int, torch: str, remedy: Rem
             )
             planned += 1
     return None if planned else f"no `x[range(...)]` index at line {line}"
+
+
+def _plan_item(source: SourceFile, key: str, line: int, torch: str, remedy: Remedy) -> str | None:
+    lines = _on_line(source, cst.SimpleStatementLine, line)
+    if len(lines) != 1 or len(lines[0].body) != 1 or not isinstance(lines[0].body[0], cst.Expr):
+        return "the .item() is not in a statement of its own (its value is used): keep it"
+    stmt = lines[0]
+    loop = _innermost(source, cst.For, line)
+    if loop is None or not any(s is stmt for s in loop.body.body):
+        return "it is not read on every step of a loop (already read only on some steps?)"
+    counter = _step_counter(loop)
+    if counter is None:
+        return "the loop has no step counter (`for step in range(...)` or `enumerate(...)`)"
+    guarded = cst.If(
+        test=cst.parse_expression(f"{counter} % {LOG_EVERY} == 0"),
+        body=cst.IndentedBlock(body=[stmt.with_changes(leading_lines=[])]),
+        leading_lines=stmt.leading_lines,
+    )
+    source.plan(key, stmt, lambda _: guarded)
+    remedy.changes.append(
+        Change(source.path, line, f"read every {LOG_EVERY} steps: if {counter} % {LOG_EVERY} == 0")
+    )
+    return None
+
+
+def _step_counter(loop: cst.For) -> str | None:
+    """``step`` of ``for step in range(...)``, or ``i`` of ``for i, batch in enumerate(...)``."""
+    iterated = loop.iter
+    is_call = isinstance(iterated, cst.Call) and isinstance(iterated.func, cst.Name)
+    called = iterated.func.value if is_call else ""  # type: ignore[union-attr]
+    if isinstance(loop.target, cst.Name) and called == "range":
+        return loop.target.value
+    if isinstance(loop.target, cst.Tuple) and called == "enumerate" and loop.target.elements:
+        first = loop.target.elements[0].value
+        return first.value if isinstance(first, cst.Name) else None
+    return None
 
 
 def _plan_constant(

@@ -124,3 +124,42 @@ def test_a_file_without_import_torch_is_left_alone(tmp_path):
     project = Project(script, root=tmp_path)
     (remedy,) = plan_syncs(project, [_finding("tensor-assert", script, "assert")])
     assert "does not `import torch`" in remedy.skipped[0].reason
+
+
+def test_a_logged_item_is_read_every_n_steps_of_a_counted_loop(tmp_path):
+    script = tmp_path / "t.py"
+    script.write_text(
+        "import torch\nloader = []\n"
+        "for i, (x, y) in enumerate(loader):\n"
+        "    loss = x.sum()\n"
+        "    # the step's log line\n"
+        "    print('loss', loss.item())\n"
+        "    done = True\n"
+    )
+    project = Project(script, root=tmp_path)
+    (remedy,) = plan_syncs(project, [_finding("item", script, "print(")])
+    assert remedy.title == ".item() for logging → every 10 steps (t.py:6)"
+    assert project.rendered({remedy.key})[script.resolve()].endswith(
+        "    loss = x.sum()\n"
+        "    # the step's log line\n"
+        "    if i % 10 == 0:\n"
+        "        print('loss', loss.item())\n"
+        "    done = True\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("loop", "words"),
+    [
+        ("for step in range(9):\n    total += loss.item()\n", "its value is used"),
+        ("for step in range(9):\n    if step % 5 == 0:\n        print(loss.item())\n",
+         "already read only on some steps"),
+        ("for x in loader:\n    print(loss.item())\n", "no step counter"),
+    ],
+)  # fmt: skip
+def test_an_item_whose_value_matters_or_that_has_no_counter_is_kept(tmp_path, loop, words):
+    script = tmp_path / "t.py"
+    script.write_text("import torch\nloss = torch.ones(())\nloader = []\ntotal = 0\n" + loop)
+    project = Project(script, root=tmp_path)
+    (remedy,) = plan_syncs(project, [_finding("item", script, ".item()")])
+    assert not remedy.changes and words in remedy.skipped[0].reason
