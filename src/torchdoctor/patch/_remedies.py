@@ -162,7 +162,16 @@ def _plan_call(
     star_args = next((a for a in call.args if a.star == "*"), None)
     star_kwargs = next((a for a in call.args if a.star == "**"), None)
     additions: list[tuple[str, object]] = []
-    for name, value in settings.items():
+    ordered = sorted(settings.items(), key=lambda item: item[0] != "num_workers")
+    for name, value in ordered:
+        if name in WORKER_ONLY and any(s.setting == "num_workers" for s in remedy.skipped):
+            remedy.skipped.append(
+                Skipped(
+                    name,
+                    f"it needs the workers, whose setting is left out: add {name}={value!r} with them",
+                )
+            )
+            continue
         arg = keyword(call, name)
         index = parameters.index(name) if name in parameters else None
         if arg is None and index is not None and index < len(positional):
@@ -214,7 +223,7 @@ def _plan_value(
             )
         return
     if isinstance(expr, cst.Name):
-        reason = _plan_variable(source, arg, expr.value, name, value, remedy)
+        reason = _plan_variable(project, source, arg, expr.value, name, value, remedy)
     elif isinstance(expr, cst.Attribute) and dotted(expr) is not None:
         reason = _plan_option(project, source, expr.attr.value, name, value, argv, remedy)
     else:
@@ -224,9 +233,16 @@ def _plan_value(
 
 
 def _plan_variable(
-    source: SourceFile, arg: cst.Arg, variable: str, name: str, value: object, remedy: Remedy
+    project: Project,
+    source: SourceFile,
+    arg: cst.Arg,
+    variable: str,
+    name: str,
+    value: object,
+    remedy: Remedy,
 ) -> str | None:
-    """``num_workers=workers``: the one plain assignment of ``workers`` in the file changed."""
+    """``num_workers=workers``: the one plain assignment of ``workers`` changed, in the file or
+    in the project's module it is imported from (``from config import WORKERS``)."""
     for func in source.nodes(cst.FunctionDef):
         if source.spans(func, source.line_of(arg)):
             params = func.params
@@ -236,17 +252,12 @@ def _plan_variable(
                     f"{name} comes from the parameter {variable!r} of {func.name.value}(), "
                     f"set by its callers: pass {value!r} there"
                 )
-    assigns = [
-        node
-        for node in source.nodes(cst.Assign)
-        if len(node.targets) == 1
-        and isinstance(node.targets[0].target, cst.Name)
-        and node.targets[0].target.value == variable
-    ] + [
-        node
-        for node in source.nodes(cst.AnnAssign)
-        if isinstance(node.target, cst.Name) and node.target.value == variable
-    ]
+    assigns = _assignments(source, variable)
+    if not assigns:
+        imported = _imported_from(project, source, variable)
+        if imported is not None:
+            source, variable = imported
+            assigns = _assignments(source, variable)
     if len(assigns) != 1 or assigns[0].value is None or not is_literal(assigns[0].value):
         how = "assigned more than once" if len(assigns) > 1 else "not assigned a constant"
         return f"{name} comes from {variable!r}, {how} in {source.path.name}: make it {value!r}"
@@ -257,6 +268,50 @@ def _plan_variable(
         remedy.changes.append(
             Change(source.path, source.line_of(assign), f"{variable} = {old} → {value!r} ({name})")
         )
+    return None
+
+
+def _assignments(source: SourceFile, variable: str) -> list[cst.Assign | cst.AnnAssign]:
+    """Every plain assignment of ``variable`` in the file."""
+    return [
+        node
+        for node in source.nodes(cst.Assign)
+        if len(node.targets) == 1
+        and isinstance(node.targets[0].target, cst.Name)
+        and node.targets[0].target.value == variable
+    ] + [
+        node
+        for node in source.nodes(cst.AnnAssign)
+        if isinstance(node.target, cst.Name) and node.target.value == variable
+    ]
+
+
+def _imported_from(
+    project: Project, source: SourceFile, variable: str
+) -> tuple[SourceFile, str] | None:
+    """The project's file and name ``variable`` is imported from (``from .config import W``)."""
+    for node in source.nodes(cst.ImportFrom):
+        if isinstance(node.names, cst.ImportStar):
+            continue
+        for alias in node.names:
+            bound = alias.asname.name.value if alias.asname else dotted(alias.name)  # type: ignore[union-attr]
+            if bound != variable:
+                continue
+            module = (dotted(node.module) or "") if node.module else ""
+            level = len(node.relative)
+            bases = (
+                [source.path.parents[level - 1]]
+                if level
+                else [source.path.parent, project.script.parent, project.root]
+            )
+            for base in bases:
+                stem = base.joinpath(*module.split(".")) if module else base
+                for path in (stem.with_suffix(".py"), stem / "__init__.py"):
+                    if path.is_file() and project.refuses(path) is None:
+                        try:
+                            return project.source(path), str(dotted(alias.name))
+                        except PatchError:
+                            return None
     return None
 
 

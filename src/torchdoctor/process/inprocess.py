@@ -63,7 +63,10 @@ def run_target(
         session.install()
         try:
             with patched_imports(options.source_overrides):
-                patched_main = options.source_overrides.get(str(code_path))
+                # a module (-m) is found through the import hook: its package stays its own
+                patched_main = (
+                    options.source_overrides.get(str(code_path)) if target.script else None
+                )
                 if patched_main is not None:
                     run_patched_script(code_path, patched_main)
                 elif target.script:

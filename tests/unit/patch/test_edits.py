@@ -273,3 +273,37 @@ def test_the_optimizers_flag_is_added_at_its_construction(tmp_path):
     assert_applies(project, project.diff({"optimizer"}), remedies=("optimizer",))
     other = plan_optimizer(project, _line(project, "sched ="), "Adam", "fused", [], "trial")
     assert "no Adam(...) call" in other.skipped[0].reason
+
+
+def test_a_constant_imported_from_the_projects_config_is_changed_there(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "config.py").write_text("NUM_WORKERS = 0\nBATCH = 8\n")
+    project = _project(
+        tmp_path,
+        HEADER + "from .config import NUM_WORKERS as W\nloader = DataLoader(ds, num_workers=W)\n",
+        name="pkg/train.py",
+    )
+    remedy = plan_loader(
+        project, _line(project, "loader =", name="pkg/train.py"), {"num_workers": 3}, [], "s"
+    )
+    assert [(c.file.name, c.what) for c in remedy.changes] == [
+        ("config.py", "NUM_WORKERS = 0 → 3 (num_workers)")
+    ]
+    diff = project.diff({"loader"})
+    assert diff.startswith("--- a/pkg/config.py\n+++ b/pkg/config.py\n")
+    assert_applies(project, diff)
+
+
+def test_worker_arguments_are_left_out_with_the_workers(tmp_path):
+    project = _project(tmp_path, HEADER + "loader = DataLoader(ds, num_workers=compute())\n")
+    remedy = plan_loader(
+        project,
+        _line(project, "loader ="),
+        {"persistent_workers": True, "num_workers": 2, "pin_memory": True},
+        [],
+        "s",
+    )
+    assert [c.what for c in remedy.changes] == ["pin_memory=True added"]
+    assert [s.setting for s in remedy.skipped] == ["num_workers", "persistent_workers"]
+    assert "needs the workers" in remedy.skipped[1].reason
