@@ -92,6 +92,8 @@ def test_apply_writes_the_patch_keeps_a_backup_and_the_patched_script_is_faster(
     backup = Path(patch.backup)
     assert backup.parent.name == ".torchdoctor-backup" and backup.is_relative_to(project)
     assert (backup / "train.py").read_text() == original
+    assert (backup.parent / ".gitignore").read_text() == "*\n"  # out of the user's git status
+    assert f"patch applied to your files (the diff is kept at {patch.path})" in out.stdout
     # What --apply wrote is what the diff gives.
     copy = tmp_path / "copy"
     copy.mkdir()
@@ -125,14 +127,14 @@ def test_a_compute_bound_script_gets_no_patch_and_says_why(tmp_path):
     assert not (tmp_path / "torchdoctor-fix.diff").exists()
     patch = RunRecord.load(tmp_path / "fix.json").patch
     assert patch.diff == "" and not patch.remedies
-    assert "No patch written" in out.stdout
+    assert "No patch: nothing the patcher writes was found to change." in out.stdout
 
 
 def test_a_script_the_patcher_cannot_parse_is_refused_before_it_runs(tmp_path):
     (tmp_path / "train.py").write_text("import torch\ndef broken(:\n    pass\n")
     out = _torchdoctor("fix", "--", "train.py", cwd=tmp_path)
     assert out.returncode == 2
-    assert "train.py: cannot be parsed" in out.stderr and "Traceback" not in out.stderr
+    assert "train.py: cannot be parsed (line 2: " in out.stderr and "Traceback" not in out.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["train.py"]
 
 

@@ -89,8 +89,9 @@ class SourceFile:
         try:
             module = cst.parse_module(text)
         except cst.ParserSyntaxError as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else "syntax error"
-            raise PatchError(f"{path}: cannot be parsed ({first})") from None
+            raise PatchError(
+                f"{path}: cannot be parsed ({_python_says(text, path, exc)})"
+            ) from None
         wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
         positions = wrapper.resolve(PositionProvider)
         return cls(path, text, module, wrapper, positions)
@@ -124,6 +125,12 @@ class SourceFile:
     def remedies(self) -> set[str]:
         return {e.remedy for e in self.edits}
 
+    def rekey(self, old: str, new: str) -> None:
+        """The edits planned for remedy ``old`` belong to ``new`` (two remedies made one)."""
+        for edit in self.edits:
+            if edit.remedy == old:
+                edit.remedy = new
+
     def render(self, remedies: Iterable[str]) -> str:
         """The file with the edits of ``remedies`` applied (the text itself when there are none)."""
         chosen = set(remedies)
@@ -131,6 +138,18 @@ class SourceFile:
         if not edits:
             return self.text
         return self.wrapper.visit(_Applier(edits)).code
+
+
+def _python_says(text: str, path: Path, exc: Exception) -> str:
+    """Python's own message for a file libcst cannot parse (its line is the one Python names)."""
+    try:
+        compile(text, str(path), "exec", dont_inherit=True)
+    except SyntaxError as error:
+        return f"line {error.lineno}: {error.msg}"
+    except ValueError as error:  # null bytes
+        return str(error)
+    first = str(exc).strip().splitlines()
+    return first[0] if first else "syntax error"
 
 
 class _Applier(cst.CSTTransformer):

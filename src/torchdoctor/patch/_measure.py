@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Protocol
 
 from .._errors import EXIT_INTERRUPTED, EXIT_OK
-from ..analysis.compare import IMPROVED, Judgement, judge, step_times
+from ..analysis.compare import IMPROVED, REGRESSED, Judgement, judge, step_times
 from ..record import Patch, PatchRemedy, RunRecord
 from ._project import Project
 from ._remedies import Remedy
@@ -32,6 +32,8 @@ from ._remedies import Remedy
 LOSS_STEPS = 4
 #: Losses agree within this relative tolerance (the same operations in another order).
 LOSS_RTOL = 1e-5
+#: A noise allowance beyond this says the machine was too busy for the figures to mean much.
+TOO_NOISY = 0.5
 SAME_LOSSES = "SAME LOSSES"
 
 
@@ -123,6 +125,19 @@ def _measure(
             by_key[k].reason = "together with the others it measured no faster"
         kept = frozenset([best]) | kept_numeric
         verdict = judged(original, measure(kept))
+    if verdict is not None and verdict.kind == REGRESSED:
+        for k in kept:
+            by_key[k].kept = False
+            by_key[k].reason = "the whole patch measured slower"
+        patch.notes.append(
+            f"the whole patch measured slower ({verdict.speedup:.2f}x): nothing was written"
+        )
+        kept = frozenset()
+    if verdict is not None and verdict.allowance > TOO_NOISY:
+        patch.notes.append(
+            f"the runs were too noisy to judge speed (runs of one variant differ by "
+            f"{verdict.allowance:.0%}): close other work and run `torchdoctor fix` again"
+        )
     if verdict is not None:
         patch.speedup, patch.interval = verdict.speedup, verdict.interval
         patch.judgement, patch.allowance = verdict.kind, verdict.allowance
@@ -219,8 +234,10 @@ def _judge_remedy(remedy: PatchRemedy, original: Variant, variant: Variant) -> N
     remedy.speedup, remedy.interval = verdict.speedup, verdict.interval
     remedy.judgement = verdict.kind
     remedy.kept = verdict.kind == IMPROVED
-    if not remedy.kept:
-        lo, hi = verdict.interval
+    lo, hi = verdict.interval
+    if verdict.kind == REGRESSED:
+        remedy.reason = f"measured {verdict.speedup:.2f}x ({lo:.2f}–{hi:.2f}): slower"
+    elif not remedy.kept:
         remedy.reason = (
             f"measured {verdict.speedup:.2f}x ({lo:.2f}–{hi:.2f}): not faster beyond the "
             f"{verdict.allowance:.0%} two runs of one script may differ by"

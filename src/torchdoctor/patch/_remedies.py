@@ -42,8 +42,11 @@ from ._project import Project
 
 #: Remedy keys, in the order they are planned and reported.
 LOADER, THREADS, OPTIMIZER = "loader", "threads", "optimizer"
+#: The sweep's joint pick: workers and the main process's threads, measured together.
+LOADER_AND_THREADS = "loader+threads"
 TITLES = {
     LOADER: "DataLoader settings",
+    LOADER_AND_THREADS: "DataLoader settings and torch threads",
     THREADS: "torch threads",
     OPTIMIZER: "the optimizer's multi-tensor step",
 }
@@ -180,8 +183,9 @@ def _plan_call(
             remedy.skipped.append(
                 Skipped(
                     name,
-                    f"the call passes {source.code(star_args).strip(', ')}, which may "
-                    f"hold it: set {name}={value!r} there",
+                    f"the call at {project.rel(source.path)}:{where} passes "
+                    f"{source.code(star_args).strip(', ')}, which may hold it: set "
+                    f"{name}={value!r} there",
                 )
             )
             continue
@@ -190,8 +194,9 @@ def _plan_call(
                 remedy.skipped.append(
                     Skipped(
                         name,
-                        f"the call passes {source.code(star_kwargs).strip(', ')}, which "
-                        f"may hold it: set {name}={value!r} there",
+                        f"the call at {project.rel(source.path)}:{where} passes "
+                        f"{source.code(star_kwargs).strip(', ')}, which may hold it: set "
+                        f"{name}={value!r} there",
                     )
                 )
                 continue
@@ -225,7 +230,9 @@ def _plan_value(
     if isinstance(expr, cst.Name):
         reason = _plan_variable(project, source, arg, expr.value, name, value, remedy)
     elif isinstance(expr, cst.Attribute) and dotted(expr) is not None:
-        reason = _plan_option(project, source, expr.attr.value, name, value, argv, remedy)
+        reason = _plan_option(
+            project, source, expr.attr.value, name, value, argv, remedy, source.line_of(arg)
+        )
     else:
         reason = f"{name} is computed ({old}): make it {value!r}"
     if reason is not None:
@@ -252,6 +259,7 @@ def _plan_variable(
                     f"{name} comes from the parameter {variable!r} of {func.name.value}(), "
                     f"set by its callers: pass {value!r} there"
                 )
+    call_source, call_variable, call_line = source, variable, source.line_of(arg)
     assigns = _assignments(source, variable)
     if not assigns:
         imported = _imported_from(project, source, variable)
@@ -265,10 +273,39 @@ def _plan_variable(
     old = source.code(assign.value)
     if old != repr(value):
         source.plan(remedy.key, assign, set_value(literal(value)))
+        uses = _uses(project, source, cst.Name, variable, {source.line_of(assign)})
+        if call_source is not source:
+            uses += _uses(project, call_source, cst.Name, call_variable, set())
+        uses = [u for u in uses if u != f"{project.rel(call_source.path)}:{call_line}"]
         remedy.changes.append(
-            Change(source.path, source.line_of(assign), f"{variable} = {old} → {value!r} ({name})")
+            Change(
+                source.path,
+                source.line_of(assign),
+                f"{variable} = {old} → {value!r} ({name})" + _also(uses),
+            )
         )
     return None
+
+
+def _uses(
+    project: Project, source: SourceFile, node_type: type, name: str, skip: set[int]
+) -> list[str]:
+    """``file:line`` of each other read of ``name`` (a Name, or an Attribute's last part)."""
+    lines = set()
+    for node in source.nodes(node_type):
+        found = node.value if isinstance(node, cst.Name) else node.attr.value  # type: ignore[union-attr]
+        if found == name and source.line_of(node) not in skip:
+            lines.add(source.line_of(node))
+    imports = {source.line_of(n) for n in source.nodes(cst.ImportFrom)}
+    return [f"{project.rel(source.path)}:{n}" for n in sorted(lines - imports)]
+
+
+def _also(uses: list[str]) -> str:
+    """The other places a changed value is read, said (the change reaches them too)."""
+    if not uses:
+        return ""
+    shown = ", ".join(uses[:4]) + (f" and {len(uses) - 4} more" if len(uses) > 4 else "")
+    return f"; also read at {shown}, which change too"
 
 
 def _assignments(source: SourceFile, variable: str) -> list[cst.Assign | cst.AnnAssign]:
@@ -323,8 +360,10 @@ def _plan_option(
     value: object,
     argv: Sequence[str],
     remedy: Remedy,
+    line: int,
 ) -> str | None:
-    """``num_workers=args.workers``: the ``add_argument`` default of ``--workers`` changed."""
+    """``num_workers=args.workers``: the ``add_argument`` default of ``--workers`` changed
+    (``line``: where the call reads it)."""
     files = [source]
     if project.refuses(project.script) is None and project.script != source.path:
         try:
@@ -349,11 +388,18 @@ def _plan_option(
             old = f.code(default.value)
             if old != repr(value):
                 f.plan(remedy.key, default, set_value(literal(value)))
+                uses = [
+                    u
+                    for g in ([f] if f is source else [f, source])
+                    for u in _uses(project, g, cst.Attribute, dest, set())
+                    if u != f"{project.rel(source.path)}:{line}"
+                ]
                 remedy.changes.append(
                     Change(
                         f.path,
                         f.line_of(default),
-                        f"default of {flags[0] if flags else dest}: {old} → {value!r} ({name})",
+                        f"default of {flags[0] if flags else dest}: {old} → {value!r} ({name})"
+                        + _also(uses),
                     )
                 )
             return None
@@ -387,10 +433,31 @@ def _string(node: cst.BaseExpression) -> str | None:
     return None
 
 
-def plan_threads(project: Project, threads: int, files: Sequence[Path], because: str) -> Remedy:
+def plan_threads(
+    project: Project,
+    threads: int,
+    files: Sequence[Path],
+    because: str,
+    remedy: Remedy | None = None,
+) -> Remedy:
     """``torch.set_num_threads(threads)``: the script's own call changed, else one added after
-    the script's imports (``files``: the script first, then other files of the run to search)."""
-    remedy = Remedy(THREADS, because)
+    the script's imports (``files``: the script first, then other files of the run to search).
+
+    With ``remedy`` (the DataLoader settings the sweep picked together with this thread count),
+    the change joins it, and is left out with the workers when their setting is.
+    """
+    if remedy is not None:
+        workers = [s for s in remedy.skipped if s.setting in ("num_workers", "DataLoader")]
+        if workers:
+            remedy.skipped.append(
+                Skipped(
+                    "torch.set_num_threads",
+                    f"it goes with the workers the sweep picked, whose setting is left out "
+                    f"({workers[0].setting}): alone, {threads} thread(s) only slow the step",
+                )
+            )
+            return remedy
+    remedy = remedy or Remedy(THREADS, because)
     script = project.script
     refused = project.refuses(script)
     if refused is not None:
@@ -420,7 +487,7 @@ def plan_threads(project: Project, threads: int, files: Sequence[Path], because:
                 )
                 continue
             if arg.value.value != str(threads):
-                source.plan(THREADS, arg, set_value(literal(threads)))
+                source.plan(remedy.key, arg, set_value(literal(threads)))
                 remedy.changes.append(
                     Change(
                         path,
@@ -452,7 +519,7 @@ def _add_threads_call(source: SourceFile, threads: int, remedy: Remedy) -> None:
         assert isinstance(module, cst.Module)
         return module.with_changes(body=[*module.body[:at], *new, *module.body[at:]])
 
-    source.plan(THREADS, source.module, insert)
+    source.plan(remedy.key, source.module, insert)
     remedy.changes.append(
         Change(source.path, line, f"torch.set_num_threads({threads}) added after the imports")
     )

@@ -29,7 +29,14 @@ from ..record import Patch, PatchChange, PatchRemedy, PatchSkip, RunRecord, writ
 from ._edits import PatchError, Skipped
 from ._measure import measure_patch
 from ._project import Project, project_root
-from ._remedies import Remedy, plan_loader, plan_optimizer, plan_threads
+from ._remedies import (
+    LOADER_AND_THREADS,
+    TITLES,
+    Remedy,
+    plan_loader,
+    plan_optimizer,
+    plan_threads,
+)
 from ._syncs import plan_syncs
 
 #: Default rounds of alternated runs (each round runs every variant once).
@@ -126,18 +133,26 @@ def plan(record: RunRecord, project: Project, argv: Sequence[str]) -> list[Remed
     )
     because = sweep.title if sweep is not None else "the loader doctor's findings"
     where = record.loader.created_at if record.loader else None
+    loader = None
     if settings:
         if where:
-            remedies.append(plan_loader(project, where, settings, argv, because))
+            loader = plan_loader(project, where, settings, argv, because)
         else:
-            remedy = Remedy("loader", because)
-            remedy.skipped.append(
+            loader = Remedy("loader", because)
+            loader.skipped.append(
                 Skipped("DataLoader", "the run did not see where the DataLoader is built")
             )
-            remedies.append(remedy)
+        remedies.append(loader)
     if threads is not None:
         files = [Path(where.rpartition(":")[0])] if where else []
-        remedies.append(plan_threads(project, threads, files, because))
+        if loader is not None:
+            # the sweep picked workers and threads together: one remedy, measured together
+            loader.key, loader.title = LOADER_AND_THREADS, TITLES[LOADER_AND_THREADS]
+            for source in project.files.values():
+                source.rekey("loader", LOADER_AND_THREADS)
+        joined = plan_threads(project, threads, files, because, loader)
+        if joined is not loader:
+            remedies.append(joined)
     foreach = next(
         (t for t in record.trials if t.name == "foreach" and t.status == "measured"), None
     )
@@ -198,6 +213,10 @@ def _apply(project: Project, remedies: Sequence[str]) -> Path:
     """Write the patch into the user's files, each first copied to a backup folder (returned)."""
     changed = project.rendered(remedies)
     backup = project.root / BACKUP_DIR / time.strftime("%Y%m%d-%H%M%S")
+    backup.mkdir(parents=True, exist_ok=True)
+    ignore = project.root / BACKUP_DIR / ".gitignore"
+    if not ignore.exists():  # the backups stay out of the user's `git status`
+        ignore.write_text("*\n")
     for path in changed:
         copy = backup / project.rel(path)
         copy.parent.mkdir(parents=True, exist_ok=True)

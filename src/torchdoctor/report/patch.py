@@ -62,7 +62,9 @@ def _kept(remedy: PatchRemedy) -> Text:
 
 def _whole(patch: Patch) -> Text:
     if not patch.diff:
-        return Text("No patch written: nothing measured faster that the patcher can write.")
+        if not patch.remedies:
+            return Text("No patch: nothing the patcher writes was found to change.")
+        return Text("No patch written: no remedy was kept (each says why above).")
     text = Text()
     if patch.speedup is not None and len(patch.interval) == 2:
         lo, hi = patch.interval
@@ -81,13 +83,16 @@ def _whole(patch: Patch) -> Text:
 def patch_lines(patch: Patch) -> list[str]:
     """Where the diff and the backup went, as plain lines (printed unwrapped, to be copied)."""
     lines = []
-    if patch.path:
+    if patch.applied and patch.backup:
+        lines.append(
+            f"patch applied to your files (the diff is kept at {patch.path}); the originals "
+            f"are in {patch.backup}"
+        )
+    elif patch.path:
         lines.append(
             f"patch written to {patch.path} (apply it from {patch.root}: git apply {patch.path}, "
             f"or patch -p1 < {patch.path})"
         )
-    if patch.applied and patch.backup:
-        lines.append(f"patch applied to your files; the originals are in {patch.backup}")
     return lines
 
 

@@ -30,7 +30,11 @@ def patch_section(record: RunRecord) -> str:
             "alternated rounds.</p>"
         )
     elif not patch.diff:
-        whole = "<p>No patch written: nothing measured faster that the patcher can write.</p>"
+        whole = (
+            "<p>No patch written: no remedy was kept (each says why above).</p>"
+            if patch.remedies
+            else "<p>No patch: nothing the patcher writes was found to change.</p>"
+        )
     where = "".join(f"<p class='muted'>{escape(line)}</p>" for line in patch_lines(patch))
     notes = "".join(f"<li>{escape(n)}</li>" for n in patch.notes)
     diff = f"<pre class='diff'>{_diff_lines(patch.diff)}</pre>" if patch.diff else ""

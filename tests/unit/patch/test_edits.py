@@ -154,7 +154,7 @@ def test_an_argparse_default_is_changed_unless_the_command_line_sets_it(tmp_path
 @pytest.mark.parametrize(
     ("code", "words"),
     [
-        ("loader = DataLoader(ds, **opts)\n", "the call passes **opts"),
+        ("loader = DataLoader(ds, **opts)\n", "the call at train.py:6 passes **opts"),
         ("loader = DataLoader(ds, num_workers=os.cpu_count() // 2)\n", "is computed"),
         (
             "def make(n):\n    return DataLoader(ds, num_workers=n)\nloader = make(0)\n",
@@ -244,7 +244,7 @@ def test_remedies_compose_and_apply_alone_or_together(tmp_path):
 
 def test_a_file_that_cannot_be_parsed_is_an_error_naming_it(tmp_path):
     project = _project(tmp_path, "def broken(:\n")
-    with pytest.raises(PatchError, match=r"train\.py: cannot be parsed"):
+    with pytest.raises(PatchError, match=r"train\.py: cannot be parsed \(line 1: "):
         project.source(project.script)
     remedy = plan_loader(project, f"{project.script}:1", {"num_workers": 2}, [], "s")
     assert "cannot be parsed" in remedy.skipped[0].reason
@@ -307,3 +307,15 @@ def test_worker_arguments_are_left_out_with_the_workers(tmp_path):
     assert [c.what for c in remedy.changes] == ["pin_memory=True added"]
     assert [s.setting for s in remedy.skipped] == ["num_workers", "persistent_workers"]
     assert "needs the workers" in remedy.skipped[1].reason
+
+
+def test_a_changed_value_read_elsewhere_says_where(tmp_path):
+    project = _project(
+        tmp_path,
+        HEADER + "W = 0\ntrain = DataLoader(ds, num_workers=W)\n"
+        "test = DataLoader(ds, num_workers=W)\nprint('workers', W)\n",
+    )
+    remedy = plan_loader(project, _line(project, "train ="), {"num_workers": 2}, [], "s")
+    assert remedy.changes[0].what == (
+        "W = 0 → 2 (num_workers); also read at train.py:6, train.py:7, which change too"
+    )

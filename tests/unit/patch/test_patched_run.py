@@ -60,13 +60,17 @@ def _planned(tmp_path: Path) -> tuple[Project, Patch, list]:
 def _fake_run(step_ms: dict[frozenset, float], seen: list):
     """Each variant's steps are its injected time, +-1% (runs told apart by their overrides)."""
 
-    def run(overrides, label):
+    def run(overrides, label, losses=0):
         texts = frozenset(
             k
             for k, marker in (("loader", "num_workers"), ("threads", "set_num_threads"))
             if any(marker in Path(p).read_text() for p in overrides.values())
         )
         seen.append((label, texts))
+        if losses:  # the numerics check: every variant computes the same losses
+            record = _record([1.0, 1.0])
+            record.losses = [0.5] * losses
+            return record
         ms = step_ms[texts]
         return _record([ms * (1 + 0.01 * ((i % 3) - 1)) for i in range(12)])
 
@@ -119,3 +123,59 @@ def test_an_interrupted_measurement_writes_nothing(tmp_path):
         project, patch, active, lambda o, label: _record([1.0, 1.0], "interrupted"), rounds=2
     )
     assert status == 130 and patch.diff == "" and "interrupted" in patch.notes[0]
+
+
+def _swept(tmp_path: Path, call: str) -> tuple[Project, RunRecord]:
+    """A record whose worker sweep picked 2 workers and 1 thread together, for ``call``."""
+    from torchdoctor.record import Finding, LoaderSettings
+
+    script = tmp_path / "train.py"
+    script.write_text(f"import torch\nfrom torch.utils.data import DataLoader\nloader = {call}\n")
+    record = RunRecord()
+    record.loader = LoaderSettings("D", 8, 1, 0, False, False, None, False, "S", "c")
+    record.loader.created_at = f"{script}:3"
+    record.findings.append(
+        Finding(
+            "loader.num_workers",
+            "num_workers=0 -> 2 and torch.set_num_threads(1): 1.8x",
+            "DataLoader(..., num_workers=2)",
+            detail={"recommended": 2, "threads": 1},
+        )
+    )
+    return Project(script, root=tmp_path), record
+
+
+def test_workers_and_threads_the_sweep_picked_together_are_one_remedy(tmp_path):
+    from torchdoctor.patch import plan
+
+    project, record = _swept(tmp_path, "DataLoader([1], batch_size=1)")
+    (remedy,) = plan(record, project, [])
+    assert (
+        remedy.key == "loader+threads" and remedy.title == "DataLoader settings and torch threads"
+    )
+    assert [c.what for c in remedy.changes] == [
+        "num_workers=2 added",
+        "torch.set_num_threads(1) added after the imports",
+    ]
+    both = project.diff({"loader+threads"})
+    assert "num_workers=2" in both and "set_num_threads(1)" in both
+
+    # the workers cannot be written: the thread count alone would only slow the step
+    project, record = _swept(tmp_path, "DataLoader([1], **opts)")
+    (remedy,) = plan(record, project, [])
+    assert not remedy.changes and project.diff({"loader+threads"}) == ""
+    assert remedy.skipped[-1].setting == "torch.set_num_threads"
+    assert "goes with the workers" in remedy.skipped[-1].reason
+
+
+def test_a_whole_patch_that_measures_slower_is_not_written(tmp_path):
+    project, patch, active = _planned(tmp_path)
+    times = {
+        frozenset(): 50.0,
+        frozenset({"loader"}): 40.0,
+        frozenset({"loader", "threads"}): 100.0,  # with the rewrite, slower than the original
+    }
+    active[1].numerics = patch.remedies[1].numerics = True  # kept on its losses
+    measure_patch(project, patch, active, _fake_run(times, []), rounds=2)
+    assert patch.diff == "" and not any(r.kept for r in patch.remedies)
+    assert any("measured slower" in note for note in patch.notes)

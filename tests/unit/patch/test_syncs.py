@@ -163,3 +163,20 @@ def test_an_item_whose_value_matters_or_that_has_no_counter_is_kept(tmp_path, lo
     project = Project(script, root=tmp_path)
     (remedy,) = plan_syncs(project, [_finding("item", script, ".item()")])
     assert not remedy.changes and words in remedy.skipped[0].reason
+
+
+def test_a_new_init_is_set_apart_by_blank_lines(tmp_path):
+    script = tmp_path / "m.py"
+    script.write_text(
+        "import torch\nfrom torch import nn\nW = [1.0]\n"
+        "class M(nn.Module):\n    def forward(self, x):\n        w = torch.tensor(W)\n"
+        "        return x * w\n"
+    )
+    project = Project(script, root=tmp_path)
+    (remedy,) = plan_syncs(project, [_finding("constant-rebuilt", script, "w = torch")])
+    assert project.rendered({remedy.key})[script.resolve()].startswith(
+        "import torch\nfrom torch import nn\nW = [1.0]\nclass M(nn.Module):\n\n"
+        "    def __init__(self):\n        super().__init__()\n"
+        '        self.register_buffer("w", torch.tensor(W), persistent=False)\n\n'
+        "    def forward(self, x):\n"
+    )
