@@ -242,10 +242,11 @@ def _plan_register(
             assert isinstance(node, cst.ClassDef)
             inner = list(node.body.body)
             at = 1 if inner and _is_docstring(inner[0]) else 0
+            init = new if at else new.with_changes(leading_lines=[])  # first in the class: none
             if at < len(inner) and not inner[at].leading_lines:  # a blank line after it too
                 inner[at] = inner[at].with_changes(leading_lines=[cst.EmptyLine(indent=False)])
             return node.with_changes(
-                body=node.body.with_changes(body=[*inner[:at], new, *inner[at:]])
+                body=node.body.with_changes(body=[*inner[:at], init, *inner[at:]])
             )
 
         source.plan(key, owner, add_init)

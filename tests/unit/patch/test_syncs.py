@@ -175,7 +175,7 @@ def test_a_new_init_is_set_apart_by_blank_lines(tmp_path):
     project = Project(script, root=tmp_path)
     (remedy,) = plan_syncs(project, [_finding("constant-rebuilt", script, "w = torch")])
     assert project.rendered({remedy.key})[script.resolve()].startswith(
-        "import torch\nfrom torch import nn\nW = [1.0]\nclass M(nn.Module):\n\n"
+        "import torch\nfrom torch import nn\nW = [1.0]\nclass M(nn.Module):\n"
         "    def __init__(self):\n        super().__init__()\n"
         '        self.register_buffer("w", torch.tensor(W), persistent=False)\n\n'
         "    def forward(self, x):\n"
