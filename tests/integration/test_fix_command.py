@@ -48,7 +48,7 @@ def test_the_patch_of_a_loader_in_another_module_is_measured_and_applies(tmp_pat
     assert _digest(project) == before, "fix without --apply changed the user's files"
     record = RunRecord.load(project / "fix.json")
     patch = record.patch
-    loader = next(r for r in patch.remedies if r.key == "loader")
+    loader = next(r for r in patch.remedies if r.key.startswith("loader"))
     # 40 ms of sleep per batch, spread over the workers the sweep picked
     assert loader.kept and loader.judgement == "IMPROVED" and loader.speedup > 1.4
     assert loader.interval[0] > 1.0
@@ -167,3 +167,26 @@ def test_the_seed_004_round_trips_are_rewritten_checked_and_gone_on_a_rerun(tmp_
     assert run.returncode == 0, run.stdout + run.stderr
     after = RunRecord.load(tmp_path / "after.json")
     assert not {f.kind for f in after.findings} & rewritten, after.findings
+
+
+def test_a_measured_fused_optimizer_trial_is_written_at_the_optimizers_construction(tmp_path):
+    shutil.copy(SCENARIOS / "many_params.py", tmp_path / "train.py")
+    out = _torchdoctor(
+        "fix", "--steps", "8", "--warmup", "2", "--try", "foreach", "--quiet", "--json",
+        "fix.json", "--", "train.py",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    record = RunRecord.load(tmp_path / "fix.json")
+    (trial,) = record.trials
+    assert trial.detail["where"] == f"{tmp_path / 'train.py'}:9" and trial.detail["flag"] == "fused"
+    (remedy,) = record.patch.remedies
+    assert remedy.key == "optimizer" and remedy.kept, remedy  # ~1.9x: 150 layers' Adam step
+    assert [(c.file, c.line, c.what) for c in remedy.changes] == [
+        ("train.py", 9, "fused=True added")
+    ]
+    assert "+    fused=True,\n" in record.patch.diff
+    check = subprocess.run(
+        ["git", "apply", "--check", "torchdoctor-fix.diff"], cwd=tmp_path, capture_output=True
+    )
+    assert check.returncode == 0, check.stderr
