@@ -12,8 +12,9 @@ from __future__ import annotations
 from ._edits import PatchError
 from ._measure import LOSS_STEPS, measure_patch
 from ._project import Project, file_diff, project_root
-from ._remedies import Remedy, plan_loader, plan_optimizer, plan_threads
+from ._remedies import Remedy, plan_loader, plan_optimizer
 from ._syncs import plan_syncs
+from ._threads import plan_threads
 from .command import BACKUP_DIR, DEFAULT_ROUNDS, check_patchable, fix_cli, patch_record, plan
 
 __all__ = [

@@ -35,9 +35,9 @@ from ._remedies import (
     Remedy,
     plan_loader,
     plan_optimizer,
-    plan_threads,
 )
 from ._syncs import plan_syncs
+from ._threads import plan_threads
 
 #: Default rounds of alternated runs (each round runs every variant once).
 DEFAULT_ROUNDS = 2
