@@ -160,29 +160,43 @@ def _check_numerics(
     by_key: dict[str, PatchRemedy],
     run: RunVariant,
 ) -> None:
-    """Each rewrite kept only when its seeded run computes the original's losses."""
-    base = run({}, "numerics check · original", LOSS_STEPS)
-    if base.status == "interrupted":
-        raise Interrupted
-    for r in numeric:
-        remedy = by_key[r.key]
-        if not base.losses:
-            remedy.reason = "the original computed no loss to compare with (no backward call)"
-            continue
-        variant = _variant(project, folder, r.title, frozenset([r.key]))
-        record = run(variant.overrides, f"numerics check · {r.title}", LOSS_STEPS)
-        if record.status == "interrupted":
-            raise Interrupted
-        if record.status != "complete":
-            remedy.reason = f"the patched script failed ({_failure(record)})"
-        elif _same(base.losses, record.losses):
-            remedy.kept, remedy.judgement = True, SAME_LOSSES
-            remedy.checked_losses = len(base.losses)
-        else:
-            remedy.reason = (
-                f"the patched script computes other losses ({_losses(record.losses)} against "
-                f"{_losses(base.losses)})"
+    """Each rewrite kept only when its seeded run computes the original's losses: all of them
+    together first (one run); each alone only when together they do not."""
+    base = _seeded(run, {}, "original")
+    if not base.losses:
+        for r in numeric:
+            by_key[
+                r.key
+            ].reason = "the original computed no loss to compare with (no backward call)"
+        return
+    groups = [numeric] if len(numeric) > 1 else []
+    groups += [[r] for r in numeric]
+    for group in groups:
+        if all(by_key[r.key].kept for r in group):
+            continue  # already checked together
+        keys = frozenset(r.key for r in group)
+        title = "the rewrites together" if len(group) > 1 else group[0].title
+        record = _seeded(run, _variant(project, folder, title, keys).overrides, title)
+        same = record.status == "complete" and _same(base.losses, record.losses)
+        if same:
+            for r in group:
+                remedy = by_key[r.key]
+                remedy.kept, remedy.judgement = True, SAME_LOSSES
+                remedy.checked_losses = len(base.losses)
+        elif len(group) == 1:
+            by_key[group[0].key].reason = (
+                f"the patched script failed ({_failure(record)})"
+                if record.status != "complete"
+                else f"the patched script computes other losses ({_losses(record.losses)} "
+                f"against {_losses(base.losses)})"
             )
+
+
+def _seeded(run: RunVariant, overrides: Mapping[str, str], title: str) -> RunRecord:
+    record = run(overrides, f"numerics check · {title}", LOSS_STEPS)
+    if record.status == "interrupted":
+        raise Interrupted
+    return record
 
 
 def _same(a: list[float], b: list[float]) -> bool:

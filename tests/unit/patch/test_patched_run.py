@@ -179,3 +179,49 @@ def test_a_whole_patch_that_measures_slower_is_not_written(tmp_path):
     measure_patch(project, patch, active, _fake_run(times, []), rounds=2)
     assert patch.diff == "" and not any(r.kept for r in patch.remedies)
     assert any("measured slower" in note for note in patch.notes)
+
+
+def test_rewrites_are_checked_together_first_and_alone_only_when_that_fails(tmp_path):
+    from paths import SCENARIOS
+    from torchdoctor.patch import plan_syncs
+    from torchdoctor.record import Finding
+
+    script = tmp_path / "train.py"
+    script.write_text((SCENARIOS / "sync_loss.py").read_text())
+    lines = script.read_text().splitlines()
+    findings = [
+        Finding(kind, kind, "fix", file=str(script), line=lines.index(text) + 1)
+        for kind, text in (
+            ("tensor-assert", '        assert target.max() < NUM_CLASSES, "labels out of range"'),
+            ("python-index", "        picked = log_probs[range(len(target)), target]"),
+        )
+    ]
+
+    def check(breaks: str | None) -> tuple[list[str], list]:
+        project = Project(script, root=tmp_path)
+        active = plan_syncs(project, findings)
+        patch = Patch(root=str(tmp_path))
+        patch.remedies = [PatchRemedy(r.key, r.title, r.because, numerics=True) for r in active]
+        labels = []
+
+        def run(overrides, label, losses=0):
+            labels.append(label)
+            record = _record([1.0, 1.0])
+            text = "".join(Path(p).read_text() for p in overrides.values())
+            record.losses = [0.5, 0.25 if breaks and breaks in text else 0.5]
+            return record
+
+        measure_patch(project, patch, active, run, rounds=1)
+        return [label for label in labels if "numerics" in label], patch.remedies
+
+    labels, remedies = check(None)
+    assert len(labels) == 2 and labels[1].endswith("the rewrites together")
+    assert all(r.kept and r.judgement == "SAME LOSSES" for r in remedies)
+    labels, remedies = check("torch.arange")  # pretend the index rewrite changed the losses
+    assert len(labels) == 4
+    kept = {r.title.split(" (")[0]: r.kept for r in remedies}
+    assert kept == {
+        "assert → torch._assert_async": True,
+        "range index → torch.arange on the device": False,
+    }
+    assert "computes other losses (0.5, 0.25 against 0.5, 0.5)" in remedies[1].reason
