@@ -32,7 +32,8 @@ from ._remedies import Remedy
 LOSS_STEPS = 4
 #: Losses agree within this relative tolerance (the same operations in another order).
 LOSS_RTOL = 1e-5
-#: A noise allowance beyond this says the machine was too busy for the figures to mean much.
+#: A noise allowance beyond this, when it kept a patch from being judged faster, says the
+#: machine was too busy for the figures to mean much.
 TOO_NOISY = 0.5
 SAME_LOSSES = "SAME LOSSES"
 
@@ -133,7 +134,7 @@ def _measure(
             f"the whole patch measured slower ({verdict.speedup:.2f}x): nothing was written"
         )
         kept = frozenset()
-    if verdict is not None and verdict.allowance > TOO_NOISY:
+    if verdict is not None and verdict.kind != IMPROVED and verdict.allowance > TOO_NOISY:
         patch.notes.append(
             f"the runs were too noisy to judge speed (runs of one variant differ by "
             f"{verdict.allowance:.0%}): close other work and run `torchdoctor fix` again"
