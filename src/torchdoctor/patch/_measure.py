@@ -126,6 +126,15 @@ def _measure(
             by_key[k].reason = "together with the others it measured no faster"
         kept = frozenset([best]) | kept_numeric
         verdict = judged(original, measure(kept))
+    if verdict is not None and verdict.kind == REGRESSED and kept_numeric and kept_timed:
+        # with the rewrites the patch is slower here: the timed remedies alone, if they pay
+        alone_verdict = judged(original, measure(kept_timed))
+        if alone_verdict is not None and alone_verdict.kind == IMPROVED:
+            for k in kept_numeric:
+                by_key[k].kept = False
+                by_key[k].reason = "with it the patch measured slower on this device"
+            kept, verdict = kept_timed, alone_verdict
+    judged_steps = measured[kept].steps if verdict is not None else []
     if verdict is not None and verdict.kind == REGRESSED:
         for k in kept:
             by_key[k].kept = False
@@ -144,9 +153,8 @@ def _measure(
         patch.judgement, patch.allowance = verdict.kind, verdict.allowance
         patch.notes.extend(verdict.notes)
         patch.before_ms = round(sum(original.steps) / len(original.steps), 3)
-        after = measured[kept].steps
-        patch.after_ms = round(sum(after) / len(after), 3)
-    if kept_numeric and not kept_timed:
+        patch.after_ms = round(sum(judged_steps) / len(judged_steps), 3)
+    if kept and kept_numeric and not kept_timed:
         patch.notes.append(
             "the rewrites remove host round-trips: their gain appears on an accelerator, not on "
             "this device; they are kept because the patched script computes the same losses"

@@ -117,6 +117,8 @@ def patch_record(
     if patch.diff:
         patch.path = str(Path(out).resolve())
         write_text_atomic(out, patch.diff)
+    elif Path(out).exists():
+        patch.notes.append(f"{out} is left as it was: it is an earlier run's, not this one's")
     return status, project
 
 

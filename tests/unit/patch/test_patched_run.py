@@ -177,8 +177,23 @@ def test_a_whole_patch_that_measures_slower_is_not_written(tmp_path):
     }
     active[1].numerics = patch.remedies[1].numerics = True  # kept on its losses
     measure_patch(project, patch, active, _fake_run(times, []), rounds=2)
-    assert patch.diff == "" and not any(r.kept for r in patch.remedies)
+    # the timed remedy alone pays: it is the patch, the rewrite is dropped
+    loader, rewrite = patch.remedies
+    assert loader.kept and not rewrite.kept and "measured slower" in rewrite.reason
+    assert "num_workers=2" in patch.diff and "set_num_threads" not in patch.diff
+    assert (patch.judgement, patch.before_ms, patch.after_ms) == ("IMPROVED", 50.0, 40.0)
+
+    # a rewrite alone that makes the step slower here: nothing is written
+    (tmp_path / "alone").mkdir()
+    project, patch, active = _planned(tmp_path / "alone")
+    active, patch.remedies = active[1:], patch.remedies[1:]
+    active[0].numerics = patch.remedies[0].numerics = True
+    times = {frozenset(): 50.0, frozenset({"threads"}): 100.0}
+    measure_patch(project, patch, active, _fake_run(times, []), rounds=2)
+    assert patch.diff == "" and not patch.remedies[0].kept
     assert any("measured slower" in note for note in patch.notes)
+    assert patch.judgement == "REGRESSED" and (patch.before_ms, patch.after_ms) == (50.0, 100.0)
+    assert not any("gain appears on an accelerator" in note for note in patch.notes)
 
 
 def test_rewrites_are_checked_together_first_and_alone_only_when_that_fails(tmp_path):
