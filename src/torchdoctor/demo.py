@@ -3,8 +3,9 @@
 Everything is made locally: a small folder of JPEG images (no download), the bundled script
 ``scenarios/demo_train.py`` copied and run as it is (slow), ``torchdoctor fix`` on it (the
 measured remedies written into the copy as a patch and measured against it), then the same model
-fed from an offline uint8 cache with on-device normalisation and the fused loss (fixed). Both runs are measured in this one
-process, side by side, so the speedup is a ratio of two measurements taken minutes apart at most.
+fed from an offline uint8 cache with on-device normalisation and the fused loss (fixed). Both
+runs are measured in this one process, side by side, so the speedup is a ratio of two
+measurements taken minutes apart at most.
 """
 
 from __future__ import annotations

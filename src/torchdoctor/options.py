@@ -293,8 +293,8 @@ class RunOptions:
     def __post_init__(self) -> None:
         # A private read-only copy: the caller's dict can change without changing the run, and
         # no reader of the options can change them for the others.
-        object.__setattr__(self, "loader_overrides", MappingProxyType(dict(self.loader_overrides)))
-        object.__setattr__(self, "source_overrides", MappingProxyType(dict(self.source_overrides)))
+        for name in _MAPPINGS:
+            object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
 
     def measuring_only(self, **changes: Any) -> RunOptions:
         """These options for a run that only measures steps (the ``--fix`` re-run, ``fix``'s
@@ -315,19 +315,23 @@ class RunOptions:
             **changes,
         )
 
+    def plain(self) -> dict[str, Any]:
+        """Every field as a plain value (the read-only mappings as dicts): what crosses to
+        another process (a spawned worker, pickled; the script's process, as JSON)."""
+        return {**self.__dict__, **{name: dict(getattr(self, name)) for name in _MAPPINGS}}
+
     def __getstate__(self) -> dict[str, Any]:
-        # A mappingproxy does not pickle, and options may cross to another process (a spawned
-        # worker, a supervising parent): they travel as plain values.
-        return {
-            **self.__dict__,
-            "loader_overrides": dict(self.loader_overrides),
-            "source_overrides": dict(self.source_overrides),
-        }
+        # A mappingproxy does not pickle.
+        return self.plain()
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         for name, value in state.items():
             object.__setattr__(self, name, value)
         self.__post_init__()
+
+
+#: The fields of :class:`RunOptions` held as read-only mappings.
+_MAPPINGS = ("loader_overrides", "source_overrides")
 
 
 def flags(cls: type[RunOptions] = RunOptions) -> list[tuple[dataclasses.Field, Flag]]:

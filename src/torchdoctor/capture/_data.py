@@ -43,9 +43,9 @@ class CaptureData:
     model_alone: list[StepMarks] = field(default_factory=list)
     #: Steps under DDP's ``no_sync()`` (communication made free).
     no_sync: list[StepMarks] = field(default_factory=list)
-    #: torchdoctor's own work in its hooks during the measured steps (ns), and those steps.
     #: Values of the first tensors ``backward`` was called on (``options.loss_values``).
     losses: list[float] = field(default_factory=list)
+    #: torchdoctor's own work in its hooks during the measured steps (ns), and those steps.
     capture_cost_ns: int = 0
     capture_cost_steps: int = 0
     #: Wall time of each step watched by the sync finder (not timed otherwise), in ms.

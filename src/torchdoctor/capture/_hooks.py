@@ -16,8 +16,9 @@ import torch
 import torch.utils.data.dataloader as _dl_mod
 from torch.utils.data import DataLoader
 
-from ._frames import file_kind, user_site
+from ._frames import user_site
 from ._patch import passes_through
+from ._script_state import call_site
 
 if TYPE_CHECKING:
     from ._session import CaptureSession
@@ -127,12 +128,9 @@ def patch_torch(session: CaptureSession) -> None:
         # evidence (it may step after warm-up iterations or a long accumulation).
         if not session.foreign():
             session.boundary.optimizer_built = True
-            # the user's line that built it (torch.optim's own __init__ frames are skipped)
-            f = sys._getframe(1)
-            while f is not None and file_kind(f.f_code.co_filename) != "user":
-                f = f.f_back
-            if f is not None:
-                session.optimizers.created(optimizer, f"{f.f_code.co_filename}:{f.f_lineno}")
+            site = call_site()  # the user's line that built it, past torch.optim's __init__s
+            if site is not None:
+                session.optimizers.created(optimizer, f"{site.file}:{site.line}")
         return orig_optimizer_init(optimizer, *args, **kwargs)
 
     @functools.wraps(orig_process_start)

@@ -47,7 +47,6 @@ from ._costs import (
 )
 from ._doctor import LoaderDiagnosis, diagnose_loader, loader_findings
 from ._fix import (
-    RERUN_ROUNDS,
     Rerun,
     fix_code,
     fix_settings,
@@ -55,6 +54,7 @@ from ._fix import (
     fix_trial,
     predicted_speedup,
     predicted_step_ms,
+    rerun_window,
 )
 from ._measure import (
     Clock,
@@ -102,7 +102,6 @@ from ._threads import (
 from ._transforms import find_transform_pipelines, is_compose_like, measure_getitem_costs
 
 __all__ = [
-    "RERUN_ROUNDS",
     "COLLATE",
     "COPY_ON_READ_MIN_GROWTH_MB",
     "COSTLY_SHARE",
@@ -154,6 +153,7 @@ __all__ = [
     "pick_workers",
     "predicted_speedup",
     "predicted_step_ms",
+    "rerun_window",
     "preserved_random_state",
     "profile_costs",
     "quiet_iter",

@@ -110,6 +110,18 @@ def predicted_speedup(record: RunRecord) -> float | None:
     return round(predicted, 3)
 
 
+def rerun_window(
+    workers: int, steps: int, warmup: int, settings: Mapping[str, Any]
+) -> tuple[int, int]:
+    """``(steps, warmup)`` of a re-run with ``workers`` loader workers: whole rounds of workers,
+    at least :data:`RERUN_ROUNDS` of them and ``steps``, after the batches the workers prefetch
+    when they start (with ``settings``' ``prefetch_factor``) and at least ``warmup``."""
+    return (
+        counted_batches(workers, max(steps, RERUN_ROUNDS * workers)),
+        max(warmup, warm_batches(workers, settings.get("prefetch_factor"))),
+    )
+
+
 def fix_trial(record: RunRecord, rerun: Rerun, *, steps: int, warmup: int) -> FixTrial:
     """Re-run with the advised DataLoader settings (and threads) injected; compare with ``record``.
 
@@ -140,12 +152,7 @@ def fix_trial(record: RunRecord, rerun: Rerun, *, steps: int, warmup: int) -> Fi
     if not overrides and threads is None:
         return trial
     workers = overrides.get("num_workers", record.loader.num_workers if record.loader else 0) or 0
-    after = rerun(
-        overrides,
-        counted_batches(workers, max(steps, RERUN_ROUNDS * workers)),
-        max(warmup, warm_batches(workers, overrides.get("prefetch_factor"))),
-        threads,
-    )
+    after = rerun(overrides, *rerun_window(workers, steps, warmup, overrides), threads)
     trial.after = after
     if after.step_ms and record.step_ms and after.step_ms.mean > 0:
         trial.verified_speedup = round(record.step_ms.mean / after.step_ms.mean, 3)
@@ -162,4 +169,5 @@ __all__ = [
     "fix_trial",
     "predicted_speedup",
     "predicted_step_ms",
+    "rerun_window",
 ]

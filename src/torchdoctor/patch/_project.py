@@ -13,7 +13,7 @@ import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 
-from ._edits import SourceFile
+from ._edits import PatchError, Skipped, SourceFile
 
 #: Folder names that mark an installed package: never patched.
 _INSTALLED = ("site-packages", "dist-packages")
@@ -54,6 +54,19 @@ class Project:
         if not p.is_file():
             return f"{p} does not exist"
         return None
+
+    def patchable(self, path: Path, setting: str, skipped: list[Skipped]) -> SourceFile | None:
+        """The parsed file, or ``None`` with the reason added to ``skipped`` (for ``setting``)
+        when it may not be patched or cannot be parsed."""
+        refused = self.refuses(path)
+        if refused is not None:
+            skipped.append(Skipped(setting, refused))
+            return None
+        try:
+            return self.source(path)
+        except PatchError as exc:
+            skipped.append(Skipped(setting, str(exc)))
+            return None
 
     def source(self, path: Path) -> SourceFile:
         """The parsed file (raises :class:`~._edits.PatchError` when it cannot be parsed)."""

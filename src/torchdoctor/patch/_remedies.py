@@ -77,28 +77,16 @@ def plan_loader(
 ) -> Remedy:
     """Plan the DataLoader arguments ``settings`` at the call at ``where`` (``file:line``)."""
     remedy = Remedy(LOADER, because)
-    file, _, line_text = where.rpartition(":")
-    path, line = Path(file), int(line_text) if line_text.isdigit() else 0
-    refused = project.refuses(path)
-    if refused is not None:
-        remedy.skipped.append(Skipped("DataLoader", refused))
-        return remedy
-    try:
-        source = project.source(path)
-    except PatchError as exc:
-        remedy.skipped.append(Skipped("DataLoader", str(exc)))
-        return remedy
-    call = _dataloader_call(source, line)
-    if call is None:
-        remedy.skipped.append(
-            Skipped(
-                "DataLoader",
-                f"no DataLoader(...) call at {project.rel(path)}:{line} (a subclass or a "
-                "factory builds it): set the arguments where it is built",
-            )
-        )
-        return remedy
-    _plan_call(project, source, call, dict(settings), argv, remedy)
+    found = _call_at(
+        project,
+        where,
+        remedy,
+        "DataLoader",
+        lambda name: name.endswith("DataLoader"),
+        " (a subclass or a factory builds it): set the arguments where it is built",
+    )
+    if found is not None:
+        _plan_call(project, *found, dict(settings), argv, remedy)
     return remedy
 
 
@@ -108,30 +96,30 @@ def plan_optimizer(
     """``fused=True`` (or ``foreach=True``) at the ``torch.optim.<optimizer>(...)`` call at
     ``where`` (``file:line``), where the script built its optimizer."""
     remedy = Remedy(OPTIMIZER, because)
-    file, _, line_text = where.rpartition(":")
-    path, line = Path(file), int(line_text) if line_text.isdigit() else 0
-    refused = project.refuses(path)
-    if refused is not None:
-        remedy.skipped.append(Skipped(optimizer, refused))
-        return remedy
-    try:
-        source = project.source(path)
-    except PatchError as exc:
-        remedy.skipped.append(Skipped(optimizer, str(exc)))
-        return remedy
-    call = _named_call(source, line, lambda name: name == optimizer)
-    if call is None:
-        remedy.skipped.append(
-            Skipped(optimizer, f"no {optimizer}(...) call at {project.rel(path)}:{line}")
-        )
-        return remedy
-    _plan_call(project, source, call, {flag: True}, argv, remedy, parameters=())
+    found = _call_at(project, where, remedy, optimizer, lambda name: name == optimizer, "")
+    if found is not None:
+        _plan_call(project, *found, {flag: True}, argv, remedy, parameters=())
     return remedy
 
 
-def _dataloader_call(source: SourceFile, line: int) -> cst.Call | None:
-    """The innermost ``...DataLoader(...)`` call written over ``line``."""
-    return _named_call(source, line, lambda name: name.endswith("DataLoader"))
+def _call_at(
+    project: Project, where: str, remedy: Remedy, callee: str, named, why_missing: str
+) -> tuple[SourceFile, cst.Call] | None:
+    """The file at ``where`` (``file:line``) and the innermost call there whose callee's name
+    satisfies ``named``; ``None`` with the reason in ``remedy.skipped`` (``why_missing`` added to
+    it when there is no such call)."""
+    file, _, line_text = where.rpartition(":")
+    path, line = Path(file), int(line_text) if line_text.isdigit() else 0
+    source = project.patchable(path, callee, remedy.skipped)
+    if source is None:
+        return None
+    call = _named_call(source, line, named)
+    if call is None:
+        remedy.skipped.append(
+            Skipped(callee, f"no {callee}(...) call at {project.rel(path)}:{line}{why_missing}")
+        )
+        return None
+    return source, call
 
 
 def _named_call(source: SourceFile, line: int, named) -> cst.Call | None:
@@ -179,23 +167,15 @@ def _plan_call(
         index = parameters.index(name) if name in parameters else None
         if arg is None and index is not None and index < len(positional):
             arg = positional[index]
-        if arg is None and index is not None and star_args is not None:
-            remedy.skipped.append(
-                Skipped(
-                    name,
-                    f"the call at {project.rel(source.path)}:{where} passes "
-                    f"{source.code(star_args).strip(', ')}, which may hold it: set "
-                    f"{name}={value!r} there",
-                )
-            )
-            continue
         if arg is None:
-            if star_kwargs is not None:
+            # a positional setting may sit in *args, any setting in **kwargs
+            holder = (star_args if index is not None else None) or star_kwargs
+            if holder is not None:
                 remedy.skipped.append(
                     Skipped(
                         name,
                         f"the call at {project.rel(source.path)}:{where} passes "
-                        f"{source.code(star_kwargs).strip(', ')}, which may hold it: set "
+                        f"{source.code(holder).strip(', ')}, which may hold it: set "
                         f"{name}={value!r} there",
                     )
                 )

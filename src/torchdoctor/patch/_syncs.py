@@ -23,7 +23,7 @@ from pathlib import Path
 import libcst as cst
 
 from ..record import Finding
-from ._edits import Change, PatchError, Skipped, SourceFile, dotted, keyword
+from ._edits import Change, Skipped, SourceFile, dotted, keyword
 from ._project import Project
 from ._remedies import Remedy
 
@@ -56,14 +56,8 @@ def plan_syncs(project: Project, findings: Iterable[Finding]) -> list[Remedy]:
         )
         remedies.append(remedy)
         path = Path(finding.file)
-        refused = project.refuses(path)
-        if refused is not None:
-            remedy.skipped.append(Skipped(finding.kind, refused))
-            continue
-        try:
-            source = project.source(path)
-        except PatchError as exc:
-            remedy.skipped.append(Skipped(finding.kind, str(exc)))
+        source = project.patchable(path, finding.kind, remedy.skipped)
+        if source is None:
             continue
         torch = _torch_name(source)
         if torch is None:

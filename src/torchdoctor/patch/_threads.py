@@ -8,7 +8,7 @@ from pathlib import Path
 
 import libcst as cst
 
-from ._edits import Change, PatchError, Skipped, SourceFile, callee_name, dotted, literal, set_value
+from ._edits import Change, Skipped, SourceFile, callee_name, dotted, literal, set_value
 from ._project import Project
 from ._remedies import THREADS, Remedy
 
@@ -39,18 +39,14 @@ def plan_threads(
             return remedy
     remedy = remedy or Remedy(THREADS, because)
     script = project.script
-    refused = project.refuses(script)
-    if refused is not None:
-        remedy.skipped.append(Skipped("torch.set_num_threads", refused))
+    if project.patchable(script, "torch.set_num_threads", remedy.skipped) is None:
         return remedy
     found = False
     for path in dict.fromkeys(p.resolve() for p in [script, *files]):
         if project.refuses(path) is not None:
             continue
-        try:
-            source = project.source(path)
-        except PatchError as exc:
-            remedy.skipped.append(Skipped("torch.set_num_threads", str(exc)))
+        source = project.patchable(path, "torch.set_num_threads", remedy.skipped)
+        if source is None:
             return remedy
         for call in source.nodes(cst.Call):
             if callee_name(call) != "set_num_threads" or not call.args:

@@ -15,10 +15,9 @@ measure the patched code against the original, keep what pays (docs/fix.md).
 from __future__ import annotations
 
 import dataclasses
-import os
 import shutil
+import stat
 import sys
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -188,15 +187,14 @@ def _remedy_record(remedy: Remedy, project: Project) -> PatchRemedy:
 def _runner(target, options: RunOptions, record: RunRecord, quiet: bool):
     """One measuring run: the diagnosis's steps and warmup, stretched as the ``--fix`` re-run
     stretches them (whole rounds of workers, their start-up skipped), nothing else measured."""
-    from ..loader import RERUN_ROUNDS, counted_batches, fix_settings, warm_batches
+    from ..loader import fix_settings, rerun_window
     from ..process import run_supervised
     from ..report.progress import ProgressDisplay
 
     settings = fix_settings(record.findings)
     before = record.loader.num_workers if record.loader else 0
     workers = max(before or 0, int(settings.get("num_workers", before) or 0))
-    steps = counted_batches(workers, max(options.steps, RERUN_ROUNDS * workers))
-    warmup = max(options.warmup, warm_batches(workers, settings.get("prefetch_factor")))
+    steps, warmup = rerun_window(workers, options.steps, options.warmup, settings)
     measuring = options.measuring_only(steps=steps, warmup=warmup)
 
     def run(overrides: Mapping[str, str], label: str, losses: int = 0) -> RunRecord:
@@ -224,15 +222,7 @@ def _apply(project: Project, remedies: Sequence[str]) -> Path:
         copy.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(path, copy)
     for path, text in changed.items():
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-                fh.write(text)
-            shutil.copymode(path, tmp)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_text_atomic(path, text, mode=stat.S_IMODE(path.stat().st_mode))
     return backup
 
 

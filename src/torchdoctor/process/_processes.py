@@ -39,9 +39,7 @@ def child_spec(target: Any, options: RunOptions) -> dict[str, Any]:
     return {
         "target": dataclasses.asdict(target),
         "options": {
-            **{f.name: getattr(options, f.name) for f in dataclasses.fields(options)},
-            "loader_overrides": dict(options.loader_overrides),
-            "source_overrides": dict(options.source_overrides),
+            **options.plain(),
             "json_path": None,
             "fix": False,
             "quiet": True,

@@ -45,15 +45,16 @@ def write_json_atomic(path: str | os.PathLike[str], data: Any) -> Path:
     return write_text_atomic(path, json.dumps(data, indent=1, default=_json_default) + "\n")
 
 
-def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` through a temp file and a rename."""
+def write_text_atomic(path: str | os.PathLike[str], text: str, mode: int | None = None) -> Path:
+    """Write ``text`` (UTF-8, its line endings as they are) to ``path`` through a temp file and
+    a rename; with ``mode`` (a file's permission bits to keep), that mode."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
     try:
         # mkstemp makes the file 0600; the record is the user's, with the mode their umask gives
-        os.chmod(tmp, 0o666 & ~_umask())
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        os.chmod(tmp, 0o666 & ~_umask() if mode is None else mode)
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
             fh.write(text)
         os.replace(tmp, p)
     except BaseException:

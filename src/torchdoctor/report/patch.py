@@ -46,12 +46,7 @@ def _remedy_lines(remedy: PatchRemedy) -> Text:
 
 
 def _figure(remedy: PatchRemedy) -> str:
-    if remedy.numerics:
-        return figure_words(remedy)
-    if remedy.speedup is None:
-        return "not measured"
-    lo, hi = remedy.interval if len(remedy.interval) == 2 else (remedy.speedup, remedy.speedup)
-    return f"{remedy.speedup:.2f}x ({lo:.2f}–{hi:.2f})"
+    return figure_words(remedy) or "not measured"
 
 
 def _kept(remedy: PatchRemedy) -> Text:
@@ -61,23 +56,41 @@ def _kept(remedy: PatchRemedy) -> Text:
 
 
 def _whole(patch: Patch) -> Text:
-    if not patch.diff:
-        if not patch.remedies:
-            return Text("No patch: nothing the patcher writes was found to change.")
-        return Text("No patch written: no remedy was kept (each says why above).")
     text = Text()
+    for line, faster in whole_lines(patch):
+        text.append(line + "\n", style=GOOD if faster else "")
+    text.rstrip()
+    return text
+
+
+def whole_lines(patch: Patch) -> list[tuple[str, bool]]:
+    """The whole patch in words, each line with whether it says a measured gain: its figure
+    (when measured), whether nothing was written and why, whether it was applied."""
+    lines = []
     if patch.speedup is not None and len(patch.interval) == 2:
         lo, hi = patch.interval
         faster = patch.judgement == IMPROVED
-        text.append(
-            f"The patch: {patch.speedup:.2f}x ({lo:.2f}–{hi:.2f}), mean step "
-            f"{patch.before_ms:.1f} → {patch.after_ms:.1f} ms over {patch.rounds} alternated "
-            "rounds" + ("." if faster else ": no faster beyond the noise on this device.") + "\n",
-            style=GOOD if faster else "",
+        lines.append(
+            (
+                f"The patch: {patch.speedup:.2f}x ({lo:.2f}–{hi:.2f}), mean step "
+                f"{patch.before_ms:.1f} → {patch.after_ms:.1f} ms over {patch.rounds} "
+                "alternated rounds"
+                + ("." if faster else ": no faster beyond the noise on this device."),
+                faster,
+            )
+        )
+    if not patch.diff:
+        lines.append(
+            (
+                "No patch written: no remedy was kept (each says why above)."
+                if patch.remedies
+                else "No patch: nothing the patcher writes was found to change.",
+                False,
+            )
         )
     if patch.applied:
-        text.append("Applied to your files (the originals are kept: see below).")
-    return text
+        lines.append(("Applied to your files (the originals are kept: see below).", False))
+    return lines
 
 
 def patch_lines(patch: Patch) -> list[str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from html import escape
 
 from ..record import PatchRemedy, RunRecord
-from .patch import figure_words, patch_lines
+from .patch import figure_words, patch_lines, whole_lines
 
 
 def patch_section(record: RunRecord) -> str:
@@ -21,20 +21,10 @@ def patch_section(record: RunRecord) -> str:
         if rows
         else ""
     )
-    whole = ""
-    if patch.speedup is not None and len(patch.interval) == 2:
-        lo, hi = patch.interval
-        whole = (
-            f"<p class='good' id='patch-whole'>The patch: {patch.speedup:.2f}x ({lo:.2f}–{hi:.2f}),"
-            f" mean step {patch.before_ms:.1f} → {patch.after_ms:.1f} ms over {patch.rounds} "
-            "alternated rounds.</p>"
-        )
-    elif not patch.diff:
-        whole = (
-            "<p>No patch written: no remedy was kept (each says why above).</p>"
-            if patch.remedies
-            else "<p>No patch: nothing the patcher writes was found to change.</p>"
-        )
+    whole = "".join(
+        f"<p class='good'>{escape(line)}</p>" if faster else f"<p>{escape(line)}</p>"
+        for line, faster in whole_lines(patch)
+    )
     where = "".join(f"<p class='muted'>{escape(line)}</p>" for line in patch_lines(patch))
     notes = "".join(f"<li>{escape(n)}</li>" for n in patch.notes)
     diff = f"<pre class='diff'>{_diff_lines(patch.diff)}</pre>" if patch.diff else ""
