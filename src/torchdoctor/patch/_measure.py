@@ -71,7 +71,7 @@ def measure_patch(
     try:
         with tempfile.TemporaryDirectory(prefix="torchdoctor-fix-") as tmp:
             _measure(project, patch, active, run, rounds, Path(tmp), by_key)
-    except Interrupted:
+    except (Interrupted, KeyboardInterrupt):  # in a run, or between two (SIGTERM, Ctrl-C)
         patch.diff = ""
         patch.notes.append("interrupted while measuring the patch: nothing was written")
         return EXIT_INTERRUPTED

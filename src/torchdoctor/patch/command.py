@@ -22,11 +22,11 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .._errors import EXIT_OK, TorchdoctorError
+from .._errors import EXIT_INTERRUPTED, EXIT_OK, TorchdoctorError
 from ..options import RunOptions
 from ..record import Patch, PatchChange, PatchRemedy, PatchSkip, RunRecord, write_text_atomic
 from ._edits import PatchError, Skipped
-from ._measure import measure_patch
+from ._measure import Interrupted, measure_patch
 from ._project import Project, project_root
 from ._remedies import (
     LOADER_AND_THREADS,
@@ -68,9 +68,10 @@ def fix_cli(
     record, status = outcome.record, outcome.exit_status
     if status != EXIT_OK or record.status != "complete":
         record.patch = Patch(root=str(project_root(script)))
+        ended = "interrupted" if status == EXIT_INTERRUPTED else f"ended {record.status}"
         record.patch.notes.append(
-            f"the diagnosis ended {record.status}: nothing was patched (fix what the report says "
-            "stopped the script first)"
+            f"the diagnosis {ended}: nothing was patched (fix what the report says stopped the "
+            "script first)"
         )
     else:
         status, project = patch_record(target, options, record, out, rounds)
@@ -204,7 +205,10 @@ def _runner(target, options: RunOptions, record: RunRecord, quiet: bool):
         if losses:  # the numerics check: seeded, its first losses kept, few steps
             options = dataclasses.replace(options, steps=losses, warmup=0, loss_values=losses)
         with ProgressDisplay(enabled=not quiet) as display:
-            return run_supervised(target, options, progress=display.update).record
+            outcome = run_supervised(target, options, progress=display.update)
+        if outcome.exit_status == EXIT_INTERRUPTED:  # also a signal that came as it ended
+            raise Interrupted
+        return outcome.record
 
     return run
 

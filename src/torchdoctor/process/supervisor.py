@@ -86,7 +86,9 @@ def run_supervised(
         end_group(proc.pid)
         reader.join(timeout_s=10.0)
     signalled = signals.received[0] if signals.received else None
-    return _outcome(reader.state, proc.returncode, target, options, timed_out, signalled)
+    # a signal that came as the script ended was never handed on: the run was still asked to stop
+    late = signals.handled < len(signals.received)
+    return _outcome(reader.state, proc.returncode, target, options, timed_out, signalled, late)
 
 
 def _outcome(
@@ -96,9 +98,17 @@ def _outcome(
     options: RunOptions,
     timed_out: bool,
     signalled: int | None,
+    late: bool = False,
 ) -> Supervised:
     if state.final is not None:
         record = record_from_dict(state.final["record"])
+        if late and signalled is not None:
+            # the record is whole; the exit status says that the user asked to stop (a
+            # command that runs the script again, like `fix`, stops there)
+            record.notes.append(
+                f"{signal_name(signalled)} arrived as the script ended: the record is complete"
+            )
+            return Supervised(record, EXIT_INTERRUPTED)
         return Supervised(record, int(state.final["exit_status"]))
     error = state.error
     if error is not None and not error.get("internal"):

@@ -240,3 +240,17 @@ def test_rewrites_are_checked_together_first_and_alone_only_when_that_fails(tmp_
         "range index → torch.arange on the device": False,
     }
     assert "computes other losses (0.5, 0.25 against 0.5, 0.5)" in remedies[1].reason
+
+
+def test_a_signal_between_two_runs_writes_nothing(tmp_path):
+    project, patch, active = _planned(tmp_path)
+    calls = []
+
+    def run(overrides, label, losses=0):
+        calls.append(label)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # SIGTERM turned into KeyboardInterrupt between runs
+        return _record([1.0, 1.0])
+
+    assert measure_patch(project, patch, active, run, rounds=2) == 130
+    assert patch.diff == "" and "interrupted" in patch.notes[-1] and len(calls) == 2
