@@ -19,7 +19,7 @@ from ._cli_cache import add_cache
 from ._cli_compare import add_compare
 from ._errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, TorchdoctorError
 from ._paths import check_output_dir, check_output_file
-from .options import add_flags, from_args, positive_int
+from .options import DEFAULT_MAX_SECONDS, add_flags, from_args, positive_int
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -190,14 +190,49 @@ def _run_options(p: argparse.ArgumentParser, loader_doctor: str) -> None:
     """The options and target of `run` and `loader` (which differ in ``loader_doctor``)."""
     add_flags(p)
     _target_args(p)
-    p.set_defaults(handler=_cmd_run, loader_doctor=loader_doctor)
+    # None: not given (a bounded run gets the default, a whole run none)
+    p.set_defaults(handler=_cmd_run, loader_doctor=loader_doctor, max_seconds=None)
+
+
+#: What `run --whole` cannot be asked for at once, and why (it never changes the run).
+_NOT_WHOLE = {
+    "fix": ("--fix", "it re-runs the script with changed settings"),
+    "trials": ("--try", "it changes the script's loop to try levers"),
+    "trace_dir": ("--trace", "the profiler slows the steps it records"),
+    "flops": ("--flops", "counting FLOPs slows the step it counts"),
+    "nproc_per_node": ("--nproc-per-node", "a whole job is not yet accounted for rank by rank"),
+}
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from .process import run_cli
 
     target = _parse_target(args.target)
-    return run_cli(target, from_args(args, **_checked_outputs(args)))
+    if args.whole:
+        _check_whole(args)
+    overrides = {**_checked_outputs(args), "max_seconds": _bound(args)}
+    return run_cli(target, from_args(args, **overrides))
+
+
+def _check_whole(args: argparse.Namespace) -> None:
+    if args.loader_doctor == "always":
+        raise TorchdoctorError(
+            "`loader` measures the input pipeline with its own runs; --whole only watches",
+            "use `torchdoctor run --whole -- SCRIPT`",
+        )
+    for name, (flag, why) in _NOT_WHOLE.items():
+        if getattr(args, name):
+            raise TorchdoctorError(
+                f"--whole watches the run without changing it, and {flag} cannot: {why}",
+                f"run --whole and {flag} as two runs",
+            )
+
+
+def _bound(args: argparse.Namespace) -> float | None:
+    """``--max-seconds`` as given; else 900 s, and no bound for a whole run (it may last days)."""
+    if args.max_seconds is not None:
+        return args.max_seconds
+    return None if getattr(args, "whole", False) else DEFAULT_MAX_SECONDS
 
 
 def _checked_outputs(args: argparse.Namespace) -> dict[str, str]:
@@ -272,7 +307,7 @@ def _add_fix(sub: argparse._SubParsersAction) -> None:
         "%(default)s)",
     )
     _target_args(p)
-    p.set_defaults(handler=_cmd_fix, loader_doctor="auto")
+    p.set_defaults(handler=_cmd_fix, loader_doctor="auto", max_seconds=None)
 
 
 def _cmd_fix(args: argparse.Namespace) -> int:
@@ -281,10 +316,15 @@ def _cmd_fix(args: argparse.Namespace) -> int:
 
     if args.fix:
         raise TorchdoctorError("fix always measures its patch: --fix is `run`'s", "leave out --fix")
+    if args.whole:
+        raise TorchdoctorError(
+            "fix runs the script for a bounded number of steps: --whole is `run`'s",
+            "leave out --whole",
+        )
     target = _parse_target(args.target)
     check_patchable(resolve_target(target))
     out = check_output_file(args.out, "--out", example="fix.diff")
-    options = from_args(args, **_checked_outputs(args))
+    options = from_args(args, **_checked_outputs(args), max_seconds=_bound(args))
     return fix_cli(target, options, out=out, apply=args.apply, rounds=args.rounds)
 
 

@@ -23,6 +23,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 __all__ = [
+    "DEFAULT_MAX_SECONDS",
     "Flag",
     "LoaderDoctorMode",
     "RunOptions",
@@ -58,6 +59,9 @@ def positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError("must be a number of seconds above 0")
     return value
 
+
+#: The bound of a run (s) when ``--max-seconds`` is not given; ``run --whole`` has none.
+DEFAULT_MAX_SECONDS = 900.0
 
 #: ``--try``'s levers, in the order they run (``all``).
 TRIAL_NAMES = ("amp", "channels-last", "foreach", "threads", "batch-size", "compile")
@@ -152,6 +156,9 @@ class RunOptions:
         nnodes: nodes of a launched job (torchrun's ``--nnodes``).
         node_rank: this node's rank in a launched job.
         rdzv_endpoint: ``HOST:PORT`` of the c10d rendezvous of a multi-node launch.
+        whole: run the script to its own end, passively, and account for every second of it
+            (``record.whole_run``).
+        sample_interval_s: ``whole``: seconds between two samples of the script's stack.
         stop: raise ``StopRun`` into the script once done; ``False`` lets the script carry on
             unobserved (the capture-overhead benchmark).
     """
@@ -202,12 +209,12 @@ class RunOptions:
             action="store_true",
         ),
     )
-    max_seconds: float = _flag(
-        900.0,
+    max_seconds: float | None = _flag(
+        DEFAULT_MAX_SECONDS,
         Flag(
             "--max-seconds",
             "wall-time bound of the run, after which the script is stopped and the record keeps "
-            "what was measured (default %(default)s; the --fix re-run gets its own)",
+            "what was measured (default 900; --whole: none; the --fix re-run gets its own)",
             type=positive_float,
             metavar="S",
         ),
@@ -283,12 +290,24 @@ class RunOptions:
             metavar="HOST:PORT",
         ),
     )
+    whole: bool = _flag(
+        False,
+        Flag(
+            "--whole",
+            "watch the whole run to the script's own end, passively, and account for every "
+            "second by kind: startup, steps, slow steps, epoch boundaries, evaluation, "
+            "checkpoints, between steps, tail (no bound unless --max-seconds; docs/whole-run.md)",
+            action="store_true",
+        ),
+    )
     loader_doctor: LoaderDoctorMode = "auto"
     loader_overrides: Mapping[str, Any] = field(default_factory=dict)
     threads_override: int | None = None
     source_overrides: Mapping[str, str] = field(default_factory=dict)
     loss_values: int = 0
     stop: bool = True
+    #: ``run --whole``: seconds between two samples of the script's stack.
+    sample_interval_s: float = 0.01
 
     def __post_init__(self) -> None:
         # A private read-only copy: the caller's dict can change without changing the run, and

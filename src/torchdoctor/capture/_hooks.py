@@ -16,7 +16,7 @@ import torch
 import torch.utils.data.dataloader as _dl_mod
 from torch.utils.data import DataLoader
 
-from ._frames import user_site
+from ._frames import is_user_file, user_site
 from ._patch import passes_through
 from ._script_state import call_site
 
@@ -66,9 +66,12 @@ def patch_torch(session: CaptureSession) -> None:
 
     @functools.wraps(orig_iter)
     def dataloader_iter(loader, /):
+        started = session.clock_ns()
         it = orig_iter(loader)
         if session.foreign():
             return it
+        if session.whole is not None:
+            session.whole.iterator_made(id(getattr(it, "_index_sampler", it)), started)
         session._check_done()
         if not session.phase.owns_loaders:  # else: torchdoctor's own clones
             session.loaders.iterated(loader, it)
@@ -139,6 +142,8 @@ def patch_torch(session: CaptureSession) -> None:
             session.processes.started(process)
         return orig_process_start(process)
 
+    if session.whole is not None:
+        _patch_whole_run(session)
     p.set(torch.optim.Optimizer, "__init__", optimizer_init)
     p.set(_mp_process.BaseProcess, "start", process_start)
     p.set(DataLoader, "__init__", dataloader_init)
@@ -148,6 +153,39 @@ def patch_torch(session: CaptureSession) -> None:
     p.set(torch.Tensor, "cuda", tensor_cuda)
     p.set(torch.autograd, "backward", autograd_backward)
     p.set(torch.autograd, "grad", autograd_grad)
+
+
+def _patch_whole_run(session: CaptureSession) -> None:
+    """``run --whole``: saves (``torch.save``) and train/eval mode switches, for the accounts."""
+    whole = session.whole
+    orig_save = torch.save
+    orig_train = torch.nn.Module.train
+
+    @functools.wraps(orig_save)
+    def save(*args, **kwargs):
+        if session.foreign():
+            return orig_save(*args, **kwargs)
+        whole.save_started()
+        started = session.clock_ns()
+        try:
+            return orig_save(*args, **kwargs)
+        finally:
+            frame = sys._getframe(1)
+            while frame is not None and not is_user_file(frame.f_code.co_filename):
+                frame = frame.f_back
+            code = frame.f_code if frame is not None and frame.f_code.co_name != "<module>" else None
+            at = f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else None
+            whole.save_ended(started, session.clock_ns(), at, code)
+
+    @functools.wraps(orig_train)
+    def train(module, /, *args, **kwargs):
+        if not session.foreign():
+            mode = args[0] if args else kwargs.get("mode", True)
+            whole.mode_set(bool(mode), session.clock_ns())
+        return orig_train(module, *args, **kwargs)
+
+    session.patcher.set(torch, "save", save)
+    session.patcher.set(torch.nn.Module, "train", train)
 
 
 def loss_value(tensors: Any) -> float:

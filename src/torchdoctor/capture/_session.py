@@ -55,7 +55,8 @@ from ._script_state import ScriptState
 from ._step_hooks import StepHooks, StopRun
 from ._threads import hold_threads
 from ._timeline import StepTimeline, parts_from_marks
-from .phases import PHASES, Done, Phase
+from ._whole import WholeRunWatch
+from .phases import PHASES, WHOLE_PHASES, Done, Phase
 
 ProgressFn = Callable[[str, int, int], None]
 #: Told ``("phase", session, phase, None)`` when a phase starts and ``("step", session, phase,
@@ -100,6 +101,8 @@ class CaptureSession(StepHooks):
         self.processes = ProcessWatch(self.data.seen, self.data.notes)
         #: What the script already does (autocast, names), so a trial never advises it.
         self.state = ScriptState()
+        if options.whole and phases is PHASES:
+            phases = WHOLE_PHASES
         self.table: list[Phase] = [cls() for cls in phases]
         self.phase: Phase = self.table[0]
         self._started: list[Phase] = []
@@ -142,6 +145,8 @@ class CaptureSession(StepHooks):
         #: the only one :class:`StopRun` is raised in. ``None`` in a process forked from it.
         self._owner_thread: int | None = threading.get_ident()
         self.started_ns = clock_ns()
+        #: ``run --whole``'s accountant (installed with the hooks).
+        self.whole: WholeRunWatch | None = None
 
     # --- install / uninstall ----------------------------------------------------------------
 
@@ -162,6 +167,12 @@ class CaptureSession(StepHooks):
             raise
 
     def _install(self) -> None:
+        if self.options.whole:
+            self.whole = WholeRunWatch(
+                self.clock_ns, threading.get_ident(), self._part_now, self.options.sample_interval_s
+            )
+            self.whole.sampler.start()
+            self.patcher.on_restore(self.whole.sampler.stop)
         patch_torch(self)
         self.parallel.install(self.patcher)
         # Global module hooks put every module call on torch's slow path (measured: 22% on an
@@ -225,6 +236,13 @@ class CaptureSession(StepHooks):
         self.timeline.pop(part)
         if self._labels:
             self._labels.pop().__exit__(None, None, None)
+
+    def _part_now(self) -> str | None:
+        """The step's part the script's thread is in (read by the stack sampler's thread)."""
+        try:
+            return self.timeline.current if self.timeline.depth else None
+        except IndexError:  # the part ended as it was read
+            return None
 
     def close_labels(self) -> None:
         while self._labels:
@@ -316,6 +334,8 @@ class CaptureSession(StepHooks):
             self.data.capture_cost_ns += self._cost_ns
             self.data.capture_cost_steps += 1
         self._cost_ns = 0
+        if self.whole is not None:
+            self.whole.step_ended(step.marks[-1].host_ns)
         done = phase.on_step(self, step)
         if self._listener is not None:
             self._listener("step", self, phase, step)

@@ -113,6 +113,9 @@ class StepHooks:
     boundary: Any
     options: Any
     parallel: Any
+    whole: Any
+    #: ``run --whole``: when the outermost module call began, with grad on, in training mode.
+    _forward_mode: tuple[int, bool, bool] | None = None
 
     # --- hooks ------------------------------------------------------------------------------
 
@@ -177,6 +180,10 @@ class StepHooks:
                 self.state.probe_forward(module, device.type if device is not None else "cpu")
             if self.inputs.searching:
                 self.inputs.model_called(args, self.patcher, self)
+            if self.whole is not None:
+                self._forward_mode = (self.clock_ns(), torch.is_grad_enabled(), module.training)
+                if not (self._forward_mode[1] and module.training):
+                    self.whole.note_eval_site(call_site)
             self.push("forward")
         self._module_depth += 1
 
@@ -190,6 +197,10 @@ class StepHooks:
         self._module_depth = max(self._module_depth - 1, 0)
         if self._module_depth == 0:
             self.pop("forward")
+            if self.whole is not None and self._forward_mode is not None:
+                start, grad, training = self._forward_mode
+                self.whole.forward(start, self.clock_ns(), grad, training)
+                self._forward_mode = None
 
     @costed
     def _optimizer_pre(self, optimizer, args, kwargs) -> None:
@@ -197,6 +208,8 @@ class StepHooks:
             return
         self._check_done()
         self.optimizers.seen(optimizer)
+        if self.whole is not None:
+            self.whole.training(self.clock_ns())
         if self._optimizer_depth == 0 and self.phase.measuring:
             self.parallel.optimizer_stepping(self.root_modules)
             if not self.state.optimizer_probed and optimizer is self.optimizers.primary:
@@ -227,6 +240,8 @@ class StepHooks:
     def _backward_starting(self) -> None:
         self._settle()
         self._check_done()
+        if self.whole is not None:
+            self.whole.training(self.clock_ns())
         boundary = self.boundary
         before = boundary.kind
         if self._optimizer_depth:
@@ -297,13 +312,23 @@ class StepHooks:
         dataset_key = id(getattr(it, "_dataset", it))
         batch = phase.next_batch(self, dataset_key)
         if batch is NOT_SERVED:
+            whole = self.whole
+            if whole is not None:
+                loader_key = id(getattr(it, "_index_sampler", it))  # one per loader
+                whole.batch_requested(loader_key, self.clock_ns())
             self.push("data_wait")
             self._producing += 1
             try:
                 batch = self._own(orig_next, it)
+            except StopIteration:
+                if whole is not None:
+                    whole.loader_exhausted(loader_key, self.clock_ns())
+                raise
             finally:
                 self._producing -= 1
                 self.pop("data_wait")
+            if whole is not None:
+                whole.batch_returned(loader_key, self.clock_ns())
             self.data.seen["batches"] += 1
             if phase.measuring:
                 self.loaders.count_measured_batch(dataset_key)

@@ -168,6 +168,11 @@ def record_from_stream(state: StreamState, command: list[str], options: RunOptio
             record.no_sync.append(round(sum(parts.values()), 4))
     if state.seen is not None:  # the latest counts, beside what the snapshot says (the backend)
         record.seen.update(state.seen)
+    if state.whole is not None:  # run --whole: the accounts last sent; the time since is tail
+        from ..analysis.whole_run import attach_whole
+
+        ended = state.closed_at if state.closed_at is not None else time.monotonic()
+        attach_whole(record, state.whole, cut=True, wall_s=ended - state.started_at)
     summarise(record)
     return record
 

@@ -12,6 +12,10 @@ from ..record import RunRecord, TraceReport
 from .endings import status_of
 
 
+#: How a script ends on its own (a whole run is then not cut short).
+_WHOLE_ENDINGS = ("finished", "stopped", "exited with status 0")
+
+
 def build_record(
     session: CaptureSession,
     command: list[str],
@@ -67,6 +71,10 @@ def build_record(
         record.status = "partial"
         summarise(record)
         return record
+    if session.whole is not None:
+        from ..analysis.whole_run import attach_whole
+
+        attach_whole(record, session.whole.summary(), cut=ended not in _WHOLE_ENDINGS)
     if session.data.trace_paths:
         _attach_trace(record, session.data.trace_paths)
     record.status, more_notes = status_of(session, record, ended, error)

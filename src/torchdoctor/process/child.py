@@ -28,6 +28,9 @@ SEEN_INTERVAL_S = 1.0
 MAX_LOGGED_STEPS = 100_000
 #: Seconds between two progress messages within a phase (a phase's start and end always go).
 PROGRESS_INTERVAL_S = 0.25
+#: Seconds between two of ``run --whole``'s accounts sent (at a step's end): what a killed run
+#: keeps.
+WHOLE_INTERVAL_S = 5.0
 #: Seconds a script may keep running after torchdoctor stopped it (it swallowed the stop with
 #: ``except BaseException``) before this process sends the record and ends itself.
 SWALLOWED_STOP_GRACE_S = 3.0
@@ -79,10 +82,14 @@ def _run(spec: dict[str, Any], writer: StreamWriter, log_path: str) -> int:
 
     def progress(phase: str, done: int, total: int) -> None:
         now = time.monotonic()
-        if phase == shown[0] and 0 < done < total and now - shown[1] < PROGRESS_INTERVAL_S:
+        running = 0 < done < total or (phase == phase_names.WHOLE and done > 0)
+        if phase == shown[0] and running and now - shown[1] < PROGRESS_INTERVAL_S:
             return  # a step's progress waits: no message, no wake-up, in the step
         shown[0], shown[1] = phase, now
-        writer.send("progress", phase=phase, done=done, total=total)
+        session = live.get("session")
+        whole = session.whole if session is not None else None
+        detail = {"detail": whole.status_words()} if whole is not None else {}
+        writer.send("progress", phase=phase, done=done, total=total, **detail)
 
     def listen(event: str, session: Any, phase: Any, step: Any) -> None:
         live["session"] = session
@@ -93,6 +100,11 @@ def _run(spec: dict[str, Any], writer: StreamWriter, log_path: str) -> int:
             record = build_record(session, command, "running", snapshot=True)
             writer.send("snapshot", record=record.to_dict(), logged=log.count)
         live["trials"] = trials
+        if event == "step" and session.whole is not None:
+            now = time.monotonic()
+            if now - live.get("whole_at", 0.0) >= WHOLE_INTERVAL_S:  # between two steps
+                live["whole_at"] = now
+                writer.send("whole", summary=session.whole.summary(final=False))
         if event == "step" and phase.name in LOGGED_PHASES:
             log.append(
                 phase.name, step.batches, parts_from_marks(step.marks), step.marks[0].host_ns

@@ -32,6 +32,9 @@ def status_of(
         ]
     if ended == "stopped" or session.phase_name == phase_names.DONE:
         return "complete", []
+    if opts.whole and ended == "finished" and measured:
+        # a whole run ends with the script; its steps' verdict covers the measured window
+        return "complete", []
     if ended == "interrupted":
         return "interrupted", [f"interrupted (Ctrl-C) after {measured} measured steps"]
     notes: list[str] = []

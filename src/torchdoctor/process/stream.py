@@ -11,6 +11,7 @@ rebuild a record when the script's process dies at any moment:
 - ``progress``: the phase and its progress, for the display, at most a few times a second;
 - ``seen``: what the capture saw so far, once a second from a thread, so even a script that never
   steps leaves a trace of what it did;
+- ``whole``: ``run --whole``'s accounts so far, every few seconds at a step's end;
 - ``final``: the finished record and the exit status, the last word of a script that ended in a
   way torchdoctor saw (stopped on purpose, an error, ``sys.exit``, Ctrl-C);
 - ``error``: the script could not be run at all (not found), or torchdoctor itself failed;
@@ -152,6 +153,8 @@ class StreamState:
         return self.logged[self.logged_at_snapshot :]
 
     seen: dict[str, int] | None = None
+    #: ``run --whole``'s accounts as last sent (every few seconds).
+    whole: dict[str, Any] | None = None
     final: dict[str, Any] | None = None
     #: The child could not run the script (``message``, ``hint``, ``internal``).
     error: dict[str, Any] | None = None
@@ -161,6 +164,8 @@ class StreamState:
     final_at: float | None = None
     #: ``time.monotonic()`` when the writer's end closed (its process ended).
     closed_at: float | None = None
+    #: ``time.monotonic()`` when the reader started (the process was just started).
+    started_at: float = field(default_factory=time.monotonic)
 
 
 class StreamReader:
@@ -193,7 +198,11 @@ class StreamReader:
         state = self.state
         if kind == "progress":
             if self._progress is not None:
-                self._progress(message["phase"], message["done"], message["total"])
+                detail = message.get("detail")  # run --whole's live figures
+                extra = (detail,) if detail else ()
+                self._progress(message["phase"], message["done"], message["total"], *extra)
+        elif kind == "whole":
+            state.whole = message["summary"]
         elif kind == "snapshot":
             state.snapshot = message["record"]
             state.logged_at_snapshot = int(message.get("logged", 0))

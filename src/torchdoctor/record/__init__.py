@@ -72,6 +72,7 @@ from ._trace import (
     TraceStep,
 )
 from ._verdict import Verdict
+from ._whole import WHOLE_KINDS, WholeBlock, WholeKind, WholeRun
 from .part_names import STEP_PARTS
 
 # isort: split
@@ -80,6 +81,10 @@ from ._ranks import STRAGGLER, WAITS, DistributedReport, RankRun, Straggler
 from ._trials import Flops, Trial, TrialPoint
 
 __all__ = [
+    "WHOLE_KINDS",
+    "WholeBlock",
+    "WholeKind",
+    "WholeRun",
     "BATCH_SIZE_ARGUMENT",
     "BATCH_SIZE_MEASURED",
     "DEFAULT_PICK_TOLERANCE",

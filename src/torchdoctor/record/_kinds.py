@@ -80,8 +80,15 @@ DistributedFindingKind = Literal[
 ]
 #: What the training loop itself does wrong (docs/how-it-works.md).
 LoopFindingKind = Literal["loop.never-updates"]
+#: The course of a whole run (``run --whole``, docs/whole-run.md).
+WholeFindingKind = Literal["whole.drift", "whole.memory-creep"]
 FindingKind = Literal[
-    SyncFindingKind, LoaderFindingKind, TraceFindingKind, DistributedFindingKind, LoopFindingKind
+    SyncFindingKind,
+    LoaderFindingKind,
+    TraceFindingKind,
+    DistributedFindingKind,
+    LoopFindingKind,
+    WholeFindingKind,
 ]
 
 INPUT_BOUND: VerdictKind = "INPUT-BOUND"
@@ -99,10 +106,12 @@ LOADER_FINDING_KINDS: tuple[str, ...] = get_args(LoaderFindingKind)
 TRACE_FINDING_KINDS: tuple[str, ...] = get_args(TraceFindingKind)
 DISTRIBUTED_FINDING_KINDS: tuple[str, ...] = get_args(DistributedFindingKind)
 LOOP_FINDING_KINDS: tuple[str, ...] = get_args(LoopFindingKind)
+WHOLE_FINDING_KINDS: tuple[str, ...] = get_args(WholeFindingKind)
 FINDING_KINDS: tuple[str, ...] = (
     SYNC_FINDING_KINDS
     + LOADER_FINDING_KINDS
     + TRACE_FINDING_KINDS
     + DISTRIBUTED_FINDING_KINDS
     + LOOP_FINDING_KINDS
+    + WHOLE_FINDING_KINDS
 )

@@ -18,6 +18,7 @@ from ._loader import LoaderReport
 from ._serial import SCHEMA_VERSION, load_record, record_from_dict, write_json_atomic
 from ._trace import TraceReport
 from ._verdict import Verdict
+from ._whole import WholeRun
 
 
 @dataclass
@@ -272,6 +273,8 @@ class RunRecord:
     flops_per_step: float | None = None
     #: The step's FLOPs, achieved FLOP/s and utilisation against a peak.
     flops: Flops | None = None
+    #: ``run --whole``: every second of the run by kind of cost (docs/whole-run.md).
+    whole_run: WholeRun | None = None
 
     @property
     def measured_steps(self) -> int:

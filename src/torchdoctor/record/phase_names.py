@@ -17,6 +17,8 @@ TRIALS = "trials"
 WORKER_SWEEP = "worker-sweep"
 LOADER_ALONE = "loader-alone"
 LOADER_DOCTOR = "loader-doctor"
+#: ``run --whole``: the one phase of a whole run.
+WHOLE = "whole"
 #: After the last phase: the script is stopped.
 DONE = "done"
 
@@ -33,6 +35,7 @@ PHASE_WORDS: dict[str, str] = {
     WORKER_SWEEP: "worker sweep (settings of num_workers)",
     LOADER_ALONE: "loader alone (no model)",
     LOADER_DOCTOR: "loader doctor (transform costs, memory)",
+    WHOLE: "watching the whole run",
 }
 
 #: Phases whose steps are timed part by part (kept one by one in the step log, the timeline).

@@ -47,3 +47,21 @@ def verdict_look(kind: VerdictKind) -> Look:
 def severity_look(severity: Severity) -> Look:
     """The look of a severity; one this version does not know is shown plain."""
     return SEVERITIES.get(severity, Look(severity, ""))
+
+
+#: ``run --whole``'s kinds of cost: the colour of each (terminal style, page colour) and its words.
+WHOLE_KINDS: dict[str, tuple[str, str, str]] = {
+    "startup": ("magenta", "#a05fb4", "startup"),
+    "steps": ("green", "#3c9a5f", "training steps"),
+    "slow-steps": ("yellow", "#d9a300", "slow steps"),
+    "epoch-boundary": ("cyan", "#2a9bb5", "epoch boundaries"),
+    "evaluation": ("blue", "#4a6fd1", "evaluation"),
+    "checkpoint": ("red", "#c8553d", "checkpoints"),
+    "between-steps": ("bright_magenta", "#d46fa8", "between steps"),
+    "tail": ("white", "#9a9a9a", "tail"),
+}
+
+
+def whole_kind_look(kind: str) -> tuple[str, str, str]:
+    """(terminal style, page colour, words) of a whole run's kind; an unknown one plain."""
+    return WHOLE_KINDS.get(kind, ("", "#777777", kind))

@@ -46,18 +46,24 @@ class ProgressDisplay:
             self._progress.stop()
             self._progress = None
 
-    def update(self, phase: str, done: int, total: int) -> None:
+    def update(self, phase: str, done: int, total: int, detail: str = "") -> None:
+        """``total`` 0: open-ended (``run --whole``), shown as steps so far and ``detail``."""
         if not self.enabled:
             return
         label = PHASE_WORDS.get(phase, phase)
         if self._progress is None:
             if phase != self._phase:
                 self._phase = phase
-                print(f"torchdoctor: {label} ({total} steps)", file=sys.stderr, flush=True)
+                count = f" ({total} steps)" if total else ""
+                print(f"torchdoctor: {label}{count}", file=sys.stderr, flush=True)
             return
         if phase != self._phase or self._task is None:
             if self._task is not None:
                 self._progress.remove_task(self._task)
-            self._task = self._progress.add_task(label, total=total)
+            self._task = self._progress.add_task(label, total=total or None)
             self._phase = phase
+        if not total:
+            words = " · ".join(w for w in (f"{done} steps", detail) if w)
+            self._progress.update(self._task, completed=done, description=f"{label} · {words}")
+            return
         self._progress.update(self._task, completed=done)

@@ -22,6 +22,7 @@ from .distributed import breakdown_title, ranks_section
 from .loader import loader_section
 from .patch import patch_section
 from .trials import trials_section
+from .whole_run import whole_run_section
 
 
 def render(record: RunRecord, console: Console | None = None, title: str | None = None) -> None:
@@ -33,6 +34,9 @@ def render(record: RunRecord, console: Console | None = None, title: str | None 
         render_trace_report(record, console)
         return
     console.print(_header(record, title))
+    whole = whole_run_section(record)
+    if whole is not None:
+        console.print(whole)
     if record.verdict is not None:
         console.print(_verdict_panel(record))
     ranks = ranks_section(record)
@@ -123,6 +127,17 @@ def _permanent(trial: FixTrial) -> str:
 def stop_line(record: RunRecord) -> str:
     """The one line that says how the run ended."""
     measured = record.measured_steps
+    whole = record.whole_run
+    if whole is not None and record.status == "complete":
+        return (
+            f"torchdoctor watched the whole run, {whole.steps} steps, to the script's own end; "
+            f"{_steps(measured)} measured part by part for the verdict."
+        )
+    if whole is not None and record.status in ("interrupted", "timed-out", "killed"):
+        return (
+            f"the run was cut after {whole.steps} steps ({record.status}); the accounts cover it "
+            "until then."
+        )
     if record.status == "complete":
         phases = [f"{record.warmup_steps} warmup", f"{measured} measured"]
         if record.model_alone:

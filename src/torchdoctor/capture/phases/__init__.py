@@ -14,7 +14,11 @@ from .sync_sample import SyncSamplePhase
 from .trace import TracePhase
 from .trials import TrialsPhase
 from .warmup import WarmupPhase
+from .whole import WholeRunPhase
 from .worker_sweep import WorkerSweepPhase
+
+#: ``run --whole``'s table: one phase that never ends the script.
+WHOLE_PHASES: tuple[type[Phase], ...] = (WholeRunPhase,)
 
 #: The table the session runs, in order.
 PHASES: tuple[type[Phase], ...] = (
@@ -34,6 +38,7 @@ PHASES: tuple[type[Phase], ...] = (
 __all__ = [
     "NOT_SERVED",
     "PHASES",
+    "WHOLE_PHASES",
     "Done",
     "FlopsPhase",
     "LoaderAlonePhase",
@@ -46,6 +51,7 @@ __all__ = [
     "TracePhase",
     "TrialsPhase",
     "WarmupPhase",
+    "WholeRunPhase",
     "WorkerSweepPhase",
     "measure_loader_alone",
 ]

@@ -1,0 +1,404 @@
+"""``run --whole``: every second of the run put down to a kind, while the script runs to its end.
+
+The session's hooks tell this accountant what they see, on the script's clock; it never changes
+what the script does. The run is cut at each step's end into *gaps* (the time since the previous
+step ended); in each gap the costs a hook can time exactly are measured (an evaluation pass, a
+save, an epoch boundary) and the rest is the step's *work*. Steps are judged in blocks: a step
+whose work is beyond 1.5 times its block's median (and 0.5 ms more) is slow, and its excess over
+the median goes to what the stack samples of its gap saw (:mod:`._stacks`): a function of the
+user's (between steps), or a part of the step (slow steps). Before the first step ends is
+startup; after the last, the tail.
+
+Per step this is a few additions and one list append; a block's judgement (a sort of its steps)
+runs every :data:`BLOCK` steps. Memory is bounded for a run of days: the step-time series merges
+its blocks in pairs past :data:`MAX_BLOCKS`, and sampled places are one number each.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ._stacks import BOUNDARY, ELSEWHERE, KNOWN, SAVE, StackSampler
+
+#: Steps judged together (and one point of the step-time series, until blocks merge).
+BLOCK = 32
+MAX_BLOCKS = 256
+#: A step is slow when its work exceeds its block's median by this factor and this margin.
+SLOW_FACTOR = 1.5
+SLOW_MARGIN_NS = 500_000
+#: Places kept per table (startup, between steps, tail); the rest is summed as "elsewhere".
+MAX_PLACES = 4096
+
+
+def process_start_ns(clock_ns: Callable[[], int] = time.perf_counter_ns) -> int:
+    """When this process started, on ``clock_ns``'s scale (the kernel's start time, read now)."""
+    try:
+        import psutil
+
+        age_s = time.time() - psutil.Process(os.getpid()).create_time()
+    except Exception:  # noqa: BLE001 - no start time: the run counts from now
+        age_s = 0.0
+    return clock_ns() - int(max(age_s, 0.0) * 1e9)
+
+
+class WholeRunWatch:
+    """The accountant of a whole run (see the module docstring). Called from the script's thread."""
+
+    def __init__(
+        self,
+        clock_ns: Callable[[], int],
+        thread_id: int,
+        part: Callable[[], str | None],
+        interval_s: float,
+        start_ns: int | None = None,
+    ) -> None:
+        self.clock_ns = clock_ns
+        self.t0_ns = start_ns if start_ns is not None else process_start_ns(clock_ns)
+        self._part = part
+        self.sampler = StackSampler(thread_id, self._context, interval_s, clock_ns)
+        self.steps = 0
+        self.first_step_ns: int | None = None
+        self.last_step_ns: int | None = None
+        self.train_key: int | None = None
+        self._last_key: int | None = None
+        #: Every exactly timed cost so far (evaluation, saves, boundaries), and its value at the
+        #: last step's end: their difference is the current gap's.
+        self.known_ns = 0
+        self._known_at_step = 0
+        self.totals = {"eval": 0, "save": 0, "save_extra": 0, "boundary": 0, "steps": 0, "slow": 0}
+        self.counts = {"eval": 0, "save": 0, "boundary": 0, "slow": 0, "epochs": 0}
+        self.sites: dict[str, str | None] = {"eval": None, "save": None}
+        self.eval_with_grad = False
+        #: Seconds the excess of slow steps went to: ``(file, line, fn, first)`` or ``("part",
+        #: name)`` or ELSEWHERE / "unsampled"; and in how many slow gaps each was seen.
+        self.excess: dict[tuple, float] = {}
+        self.excess_gaps: dict[tuple, int] = {}
+        self.startup_places: dict[tuple, int] = {}
+        self.tail_places: dict[tuple, int] = {}
+        self.blocks: list[list[float]] = []  # [end_s, steps, median ms, rss MB]
+        self._block_size = BLOCK
+        self._pending: list[tuple[int, Any]] = []
+        self._eval_open: int | None = None
+        self._eval_end = 0
+        self._eval_mode_ns: int | None = None
+        self._save_depth = 0
+        self._save_in_gap = False
+        self._boundary_from: int | None = None
+        self._boundary_known = 0
+        self._startup_known = 0
+        #: The functions on the stack when the first step ended: the loop (a save called from
+        #: one of them is not a save function of its own).
+        self.loop_codes: set[Any] = set()
+        self._known_delta = 0
+
+    # --- what the hooks tell ----------------------------------------------------------------
+
+    def _context(self) -> str | None:
+        """For the sampler: a cost being timed exactly (KNOWN), a part of the step, or None."""
+        if self._eval_open is not None or self._save_depth:
+            return KNOWN
+        if self._boundary_from is not None:
+            return BOUNDARY
+        return self._part()
+
+    def batch_requested(self, key: int, now: int) -> None:
+        if key == self.train_key:
+            self.training(now)
+        elif self.train_key is not None:
+            self._eval_activity(now, now)
+
+    def batch_returned(self, key: int, now: int) -> None:
+        self._last_key = key
+        if key == self.train_key:
+            if self._boundary_from is not None:
+                self._save_samples()
+                _drop_boundary_keys(self.sampler.gap)
+                self._known(now - self._boundary_from - (self.known_ns - self._boundary_known))
+                self.totals["boundary"] += self._known_delta
+                self.counts["boundary"] += 1
+                self._boundary_from = None
+        elif self._eval_open is not None:
+            self._eval_end = now
+
+    def loader_exhausted(self, key: int, now: int) -> None:
+        if key == self.train_key:
+            self.counts["epochs"] += 1
+            self._boundary_start(now)
+        elif self._eval_open is not None:
+            self._eval_end = now
+
+    def iterator_made(self, key: int, now: int) -> None:
+        """A new iterator of the training loader, the old one not run out: a new epoch."""
+        if key == self.train_key and self.steps:
+            self._boundary_start(now)
+
+    def forward(self, start: int, end: int, grad: bool, training: bool) -> None:
+        """An outermost module call: evaluation when made without grad or in eval mode."""
+        if grad and training:
+            self.training(start)
+            return
+        if grad:
+            self.eval_with_grad = True
+        self._eval_activity(start, end)
+
+    def mode_set(self, training: bool, now: int) -> None:
+        """``module.train(mode)`` (``eval()`` calls it): eval mode may open a pass."""
+        if training:
+            self._close_eval()
+            self._eval_mode_ns = None
+        elif self._eval_mode_ns is None and self._eval_open is None:
+            self._eval_mode_ns = now
+
+    def training(self, now: int) -> None:
+        """The training loop went on: an evaluation pass, if one was open, is over."""
+        self._close_eval()
+        self._eval_mode_ns = None
+
+    def save_started(self) -> None:
+        self._close_eval()
+        self._save_depth += 1
+
+    def save_ended(self, started: int, now: int, site: str | None, code: Any) -> None:
+        self._save_depth -= 1
+        if self._save_depth:
+            return
+        self._known(now - started)
+        self.totals["save"] += self._known_delta
+        if not self._save_in_gap:
+            self.counts["save"] += 1
+            self._save_in_gap = True
+        if self.sites["save"] is None:
+            self.sites["save"] = site
+        if code is not None and code not in self.loop_codes and code not in self.sampler.save_codes:
+            self.sampler.save_codes.add(code)
+            _resort(self.sampler.gap, code)  # its work before this first save was sampled as its place
+
+    def step_ended(self, now: int) -> None:
+        self._close_eval()
+        self._save_samples()
+        gap = self.sampler.take()
+        known = self.known_ns - self._known_at_step
+        if self.last_step_ns is None:
+            self.first_step_ns = now
+            self._startup_known = known  # a sanity check's evaluation before the first step
+            self.loop_codes = _stack_codes()
+            if gap:
+                _add(self.startup_places, gap)
+        else:
+            self._pending.append((now - self.last_step_ns - known, gap))
+            if len(self._pending) >= self._block_size:
+                self._judge_block(now)
+        self.steps += 1
+        self.last_step_ns = now
+        self._known_at_step = self.known_ns
+        self._save_in_gap = False
+        if self.train_key is None:
+            self.train_key = self._last_key
+
+    # --- the accounts -----------------------------------------------------------------------
+
+    def _save_samples(self) -> None:
+        """The save function's own work around torch.save, sampled in the current gap."""
+        extra = self.sampler.gap.pop(SAVE, 0)
+        if extra:
+            self._known(extra)
+            self.totals["save_extra"] += extra
+
+    def _known(self, ns: int) -> None:
+        ns = max(int(ns), 0)
+        self._known_delta = ns
+        self.known_ns += ns
+
+    def _eval_activity(self, start: int, end: int) -> None:
+        if self._eval_open is None:
+            mode_at = self._eval_mode_ns
+            self._eval_open = min(start, mode_at) if mode_at is not None else start
+        self._eval_end = max(self._eval_end, end)
+
+    def _close_eval(self) -> None:
+        if self._eval_open is None:
+            return
+        self._known(self._eval_end - self._eval_open)
+        self.totals["eval"] += self._known_delta
+        self.counts["eval"] += 1
+        self._eval_open = None
+
+    def _boundary_start(self, now: int) -> None:
+        if self._boundary_from is None:
+            self._boundary_from = now
+            self._boundary_known = self.known_ns
+
+    def _judge_block(self, now: int) -> None:
+        """Judge the pending steps against their median; one point of the series."""
+        pending, self._pending = self._pending, []
+        works = sorted(w for w, _ in pending)
+        median = works[len(works) // 2]
+        limit = max(median * SLOW_FACTOR, median + SLOW_MARGIN_NS)
+        totals = self.totals
+        for work, gap in pending:
+            if work <= limit:
+                totals["steps"] += work
+                continue
+            totals["steps"] += median
+            excess = work - median
+            totals["slow"] += excess
+            self.counts["slow"] += 1
+            self._attribute(excess, gap)
+        self.blocks.append([(now - self.t0_ns) / 1e9, len(pending), median / 1e6, _rss_mb()])
+        if len(self.blocks) > MAX_BLOCKS:
+            blocks = self.blocks
+            merged = [_merged(a, b) for a, b in zip(blocks[::2], blocks[1::2])]
+            self.blocks = merged + blocks[len(merged) * 2 :]  # an odd last one stays
+            self._block_size *= 2
+
+    def _attribute(self, excess: int, gap: dict[tuple, int] | None) -> None:
+        if not gap:
+            self.excess[("unsampled",)] = self.excess.get(("unsampled",), 0.0) + excess
+            return
+        seen = sum(gap.values())
+        for key, ns in gap.items():
+            self.excess[key] = self.excess.get(key, 0.0) + excess * ns / seen
+            self.excess_gaps[key] = self.excess_gaps.get(key, 0) + 1
+        if len(self.excess) > MAX_PLACES:
+            _fold(self.excess)
+
+    def status_words(self) -> str:
+        """The live status line's figures: the current step and the goodput so far."""
+        now = self.clock_ns()
+        words = []
+        if self.blocks:
+            words.append(f"step {self.blocks[-1][2]:.1f} ms")
+        if self.steps:
+            pending = sum(w for w, _ in self._pending)
+            words.append(f"goodput {(self.totals['steps'] + pending) / (now - self.t0_ns):.0%}")
+        return " · ".join(words)
+
+    def summary(self, now: int | None = None, final: bool = True) -> dict[str, Any]:
+        """The accounts as plain values (the stream and the record take it).
+
+        ``final``: the run is over: the steps not yet judged in a block are judged, and the gap
+        since the last step is the tail. Otherwise nothing changes (a snapshot of a live run):
+        those steps count at their own time, and the gap so far is the tail.
+        """
+        now = self.clock_ns() if now is None else now
+        pending = 0
+        if final:
+            self._close_eval()
+            if self._pending:
+                self._judge_block(now)
+            self._save_samples()
+            last_gap = self.sampler.take()
+            if last_gap:
+                places = self.tail_places if self.steps else self.startup_places
+                _add(places, {k[1] if k[0] == BOUNDARY else k: v for k, v in last_gap.items()})
+        else:
+            pending = sum(w for w, _ in self._pending)
+        wall = now - self.t0_ns
+        if self.first_step_ns is None:
+            startup = wall - self.known_ns
+            tail = 0
+        else:
+            startup = self.first_step_ns - self.t0_ns - self._startup_known
+            tail = now - self.last_step_ns - (self.known_ns - self._known_at_step)
+        t = self.totals
+        return {
+            "wall_s": wall / 1e9,
+            "startup_s": max(startup, 0) / 1e9,
+            "tail_s": max(tail, 0) / 1e9,
+            "steps": self.steps,
+            "steps_s": (t["steps"] + pending) / 1e9,
+            "slow_s": t["slow"] / 1e9,
+            "slow_steps": self.counts["slow"],
+            "eval_s": t["eval"] / 1e9,
+            "evals": self.counts["eval"],
+            "eval_with_grad": self.eval_with_grad,
+            "eval_where": self.sites["eval"],
+            "save_s": (t["save"] + t["save_extra"]) / 1e9,
+            "save_extra_s": t["save_extra"] / 1e9,
+            "saves": self.counts["save"],
+            "save_where": self.sites["save"],
+            "boundary_s": t["boundary"] / 1e9,
+            "boundaries": self.counts["boundary"],
+            "epochs": self.counts["epochs"],
+            "excess": [[list(k), v / 1e9, self.excess_gaps.get(k, 0)] for k, v in self.excess.items()],
+            "startup_places": [[list(k), v / 1e9] for k, v in self.startup_places.items()],
+            "tail_places": [[list(k), v / 1e9] for k, v in self.tail_places.items()],
+            "blocks": [list(b) for b in self.blocks],
+            "sample_interval_s": self.sampler.interval_s,
+        }
+
+    def note_eval_site(self, find: Callable[[], Any]) -> None:
+        """The first evaluation's line (``find``: :func:`._script_state.call_site`)."""
+        if self.sites["eval"] is None:
+            self.sites["eval"] = where(find()) or ""
+
+
+def _stack_codes() -> set[Any]:
+    import sys
+
+    codes = set()
+    frame: Any = sys._getframe(1)
+    while frame is not None:
+        codes.add(frame.f_code)
+        frame = frame.f_back
+    return codes
+
+
+def where(site: Any) -> str | None:
+    """``file:line`` of a call site, or ``None``."""
+    return f"{site.file}:{site.line}" if site is not None else None
+
+
+def _drop_boundary_keys(gap: dict[tuple, int]) -> None:
+    """Samples taken in an epoch boundary: its time is measured whole (less any save in it)."""
+    for key in [k for k in gap if k[0] == BOUNDARY]:
+        gap.pop(key, None)
+
+
+def _resort(gap: dict[tuple, int], code: Any) -> None:
+    """Move the samples of ``code``'s function in the current gap to SAVE."""
+    ident = (code.co_filename, code.co_name, code.co_firstlineno)
+    for key in list(gap):
+        place = key[1] if key[0] == BOUNDARY else key
+        if len(place) == 4 and (place[0], place[2], place[3]) == ident:
+            gap[SAVE] = gap.get(SAVE, 0) + gap.pop(key, 0)
+
+
+def _add(table: dict[tuple, int], gap: dict[tuple, int]) -> None:
+    for key, ns in gap.items():
+        table[key] = table.get(key, 0) + ns
+    if len(table) > MAX_PLACES:
+        _fold(table)
+
+
+def _fold(table: dict[tuple, Any]) -> None:
+    """Keep the biggest places; the rest becomes ELSEWHERE."""
+    keep = sorted(table.items(), key=lambda kv: kv[1], reverse=True)[: MAX_PLACES // 2]
+    rest = sum(v for _, v in table.items()) - sum(v for _, v in keep)
+    table.clear()
+    table.update(keep)
+    table[ELSEWHERE] = table.get(ELSEWHERE, 0) + rest
+
+
+def _merged(a: list[float], b: list[float]) -> list[float]:
+    steps = a[1] + b[1]
+    median = (a[2] * a[1] + b[2] * b[1]) / steps if steps else b[2]
+    rss = max(x for x in (a[3], b[3]) if x is not None) if a[3] or b[3] else None
+    return [b[0], steps, median, rss]
+
+
+_process: list[Any] = []
+
+
+def _rss_mb() -> float | None:
+    try:
+        if not _process or _process[0].pid != os.getpid():
+            import psutil
+
+            _process[:] = [psutil.Process(os.getpid())]
+        return round(_process[0].memory_info().rss / 2**20, 1)
+    except Exception:  # noqa: BLE001 - memory is a detail of the series
+        return None

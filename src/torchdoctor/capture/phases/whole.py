@@ -1,0 +1,50 @@
+"""``run --whole``: the script runs to its own end, watched passively (docs/whole-run.md).
+
+The one phase of a whole run. It never ends the script: no step is replayed, no setting changed,
+nothing tried. Its first ``--warmup`` steps find the model (then only its outermost modules
+carry hooks, as in a measured run) and the next ``--steps`` are measured part by part, as
+``run`` measures them, for the verdict; every step's end, and what happened between two of them,
+goes to the session's :class:`~torchdoctor.capture._whole.WholeRunWatch`.
+"""
+
+from __future__ import annotations
+
+from ...record import phase_names
+from .base import Phase
+
+
+class WholeRunPhase(Phase):
+    """Every step of the run; measuring during the window after warmup."""
+
+    name = phase_names.WHOLE
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.measuring = False  # an instance's: true during the measured window only
+
+    def total(self, session) -> int:
+        return 0
+
+    def start(self, session) -> None:
+        self._window(session)
+
+    def on_step(self, session, step) -> bool:
+        self.steps_done += 1
+        if self.measuring:
+            session.data.measured.append(step)
+        self._window(session)
+        session.progress(self.name, self.steps_done, 0)
+        return False
+
+    def _window(self, session) -> None:
+        opts = session.options
+        start, end = opts.warmup, opts.warmup + opts.steps
+        if self.steps_done == start and not self.measuring:
+            if start > 0:
+                session.hook_root_modules_only()
+            self.measuring = True
+            session.sampler.start()
+        elif self.steps_done == end and self.measuring:
+            self.measuring = False
+            session.data.system = session.sampler.stop()
+            session._note_parallel()

@@ -1,0 +1,194 @@
+"""The whole run's accountant on a fake clock: each kind gets what the events say, and the kinds
+sum to the wall time exactly (no sleeps, no threads: samples are taken by hand)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from torchdoctor.analysis.whole_run import whole_run_of
+from torchdoctor.capture._whole import BLOCK, MAX_BLOCKS, WholeRunWatch
+
+MS = 1_000_000
+TRAIN, VAL = 1, 2
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0
+
+    def __call__(self) -> int:
+        return self.now
+
+    def advance(self, ms: float) -> int:
+        self.now += int(ms * MS)
+        return self.now
+
+
+@pytest.fixture
+def run():
+    clock = Clock()
+    part: list[str | None] = [None]
+    watch = WholeRunWatch(clock, threading.get_ident(), lambda: part[0], 0.01, start_ns=0)
+    watch.part = part
+    watch.clock = clock
+    return watch
+
+
+def train_step(watch: WholeRunWatch, ms: float = 10.0) -> None:
+    clock = watch.clock
+    watch.batch_requested(TRAIN, clock.now)
+    watch.batch_returned(TRAIN, clock.advance(1))
+    watch.training(clock.now)
+    watch.step_ended(clock.advance(ms - 1))
+
+
+def accounts(watch: WholeRunWatch, cut: bool = False):
+    run, findings = whole_run_of(watch.summary(), cut=cut)
+    return run, {k.kind: k for k in run.categories}, findings
+
+
+def sums_to_wall(run) -> None:
+    assert sum(k.seconds for k in run.categories) == pytest.approx(run.wall_s, rel=1e-3)
+
+
+def test_startup_steps_and_tail_sum_to_the_wall(run):
+    run.clock.advance(1000)
+    for _ in range(65):
+        train_step(run)
+    run.clock.advance(50)
+    whole, kinds, _ = accounts(run)
+    sums_to_wall(whole)
+    assert kinds["startup"].seconds == pytest.approx(1.010, abs=1e-6)  # until the first step ended
+    assert kinds["steps"].count == 65
+    assert kinds["steps"].seconds == pytest.approx(64 * 0.010, abs=1e-6)
+    assert kinds["tail"].seconds == pytest.approx(0.050, abs=1e-6)
+    assert whole.goodput == pytest.approx(0.64 / whole.wall_s, abs=1e-3)
+
+
+def flush_metrics(watch: WholeRunWatch) -> None:
+    """A function of the 'user' (this test file) in which a sample is taken."""
+    watch.sampler.sample()
+
+
+def test_the_excess_of_a_slow_step_goes_to_the_sampled_function(run):
+    for i in range(BLOCK + 1):
+        if i == 10:  # a step with 100 ms of metric flushing in it, sampled there
+            run.sampler._last_ns = run.clock.now
+            run.clock.advance(100)
+            flush_metrics(run)
+        train_step(run)
+    whole, kinds, _ = accounts(run)
+    sums_to_wall(whole)
+    between = [k for k in whole.categories if k.kind == "between-steps"]
+    assert len(between) == 1 and "flush_metrics" in between[0].where
+    assert between[0].seconds == pytest.approx(0.100, abs=1e-6)
+    assert kinds["steps"].seconds == pytest.approx(BLOCK * 0.010, abs=1e-6)
+    assert "slow-steps" not in kinds  # all of the excess was in the script's function
+
+
+def test_an_unsampled_slow_step_is_a_slow_step(run):
+    for i in range(BLOCK + 1):
+        train_step(run, ms=60 if i == 5 else 10)
+    whole, kinds, _ = accounts(run)
+    assert kinds["slow-steps"].count == 1
+    assert kinds["slow-steps"].seconds == pytest.approx(0.050, abs=1e-6)
+    assert "between-steps" not in kinds
+    sums_to_wall(whole)
+
+
+def test_an_evaluation_pass_from_eval_mode_to_its_last_batch(run):
+    clock = run.clock
+    train_step(run)
+    train_step(run)
+    run.mode_set(False, clock.advance(1))  # model.eval()
+    start = clock.now
+    for _ in range(3):
+        run.batch_requested(VAL, clock.advance(2))
+        run.batch_returned(VAL, clock.advance(5))
+        run.forward(clock.now, clock.advance(20), grad=False, training=False)
+    end = clock.now
+    run.mode_set(True, clock.advance(3))  # model.train(): after the pass
+    train_step(run)
+    whole, kinds, _ = accounts(run)
+    assert kinds["evaluation"].count == 1
+    assert kinds["evaluation"].seconds == pytest.approx((end - start) / 1e9, abs=1e-6)
+    assert "autograd on" not in (kinds["evaluation"].fix or "")
+    sums_to_wall(whole)
+
+
+def test_an_evaluation_with_autograd_on_is_told_to_use_inference_mode(run):
+    train_step(run)
+    run.forward(run.clock.now, run.clock.advance(30), grad=True, training=False)
+    train_step(run)
+    _, kinds, _ = accounts(run)
+    assert "autograd on" in kinds["evaluation"].fix and "inference_mode" in kinds["evaluation"].fix
+
+
+def test_saves_in_one_gap_are_one_checkpoint(run):
+    clock = run.clock
+    train_step(run)
+    for ms in (200, 50):  # the model, then the optimizer
+        run.save_started()
+        started = clock.now
+        run.save_ended(started, clock.advance(ms), "train.py:40", None)
+    train_step(run)
+    whole, kinds, _ = accounts(run)
+    assert kinds["checkpoint"].count == 1
+    assert kinds["checkpoint"].seconds == pytest.approx(0.250, abs=1e-6)
+    assert kinds["checkpoint"].where == "train.py:40"
+    sums_to_wall(whole)
+
+
+def test_an_epoch_boundary_less_the_evaluation_in_it(run):
+    clock = run.clock
+    train_step(run)
+    train_step(run)
+    run.loader_exhausted(TRAIN, clock.advance(1))  # the epoch's last batch was drawn
+    clock.advance(100)  # end-of-epoch work
+    run.forward(clock.now, clock.advance(40), grad=False, training=True)  # a no_grad evaluation
+    run.iterator_made(TRAIN, clock.advance(5))
+    run.batch_requested(TRAIN, clock.now)
+    run.batch_returned(TRAIN, clock.advance(300))  # workers started again
+    run.step_ended(clock.advance(9))
+    whole, kinds, _ = accounts(run)
+    assert kinds["epoch-boundary"].count == 1
+    # 100 + 40 + 5 + 300 ms from the last batch to the next epoch's first, less the evaluation
+    assert kinds["epoch-boundary"].seconds == pytest.approx(0.405, abs=1e-6)
+    assert kinds["evaluation"].seconds == pytest.approx(0.040, abs=1e-6)
+    assert whole.epochs == 1
+    sums_to_wall(whole)
+
+
+def test_a_run_of_many_steps_keeps_a_bounded_series(run):
+    for _ in range(BLOCK * (MAX_BLOCKS + 10)):
+        train_step(run)
+    whole, kinds, _ = accounts(run)
+    assert len(whole.series) <= MAX_BLOCKS
+    assert sum(b.steps for b in whole.series) == BLOCK * (MAX_BLOCKS + 10) - 1
+    sums_to_wall(whole)
+
+
+def test_a_step_that_slows_over_the_run_is_a_drift_finding(run):
+    for i in range(BLOCK * 12):
+        train_step(run, ms=10 + i // BLOCK)  # 10 ms rising to 21 ms
+    _, _, findings = accounts(run)
+    assert [f.kind for f in findings] == ["whole.drift"]
+
+
+def test_a_steady_run_has_no_drift(run):
+    for _ in range(BLOCK * 12):
+        train_step(run)
+    assert accounts(run)[2] == []
+
+
+def test_a_cut_run_is_projected_without_its_startup(run):
+    run.clock.advance(5000)
+    for _ in range(100):
+        train_step(run)
+    whole, _, _ = accounts(run, cut=True)
+    assert whole.ending == "cut"
+    assert whole.goodput < 0.2
+    assert whole.projected_goodput == pytest.approx(1.0, abs=0.02)
+    assert "before an epoch ended" in whole.projection
