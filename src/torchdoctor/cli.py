@@ -17,9 +17,10 @@ from typing import Any, NoReturn
 from . import __version__
 from ._cli_cache import add_cache
 from ._cli_compare import add_compare
+from ._cli_whole import check_whole
 from ._errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, TorchdoctorError
 from ._paths import check_output_dir, check_output_file
-from .options import DEFAULT_MAX_SECONDS, add_flags, from_args, positive_int
+from .options import add_flags, from_args, positive_int
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -190,18 +191,8 @@ def _run_options(p: argparse.ArgumentParser, loader_doctor: str) -> None:
     """The options and target of `run` and `loader` (which differ in ``loader_doctor``)."""
     add_flags(p)
     _target_args(p)
-    # None: not given (a bounded run gets the default, a whole run none)
+    # None: not given (options.from_args gives a bounded run the default, a whole run none)
     p.set_defaults(handler=_cmd_run, loader_doctor=loader_doctor, max_seconds=None)
-
-
-#: What `run --whole` cannot be asked for at once, and why (it never changes the run).
-_NOT_WHOLE = {
-    "fix": ("--fix", "it re-runs the script with changed settings"),
-    "trials": ("--try", "it changes the script's loop to try levers"),
-    "trace_dir": ("--trace", "the profiler slows the steps it records"),
-    "flops": ("--flops", "counting FLOPs slows the step it counts"),
-    "nproc_per_node": ("--nproc-per-node", "a whole job is not yet accounted for rank by rank"),
-}
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -209,30 +200,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     target = _parse_target(args.target)
     if args.whole:
-        _check_whole(args)
-    overrides = {**_checked_outputs(args), "max_seconds": _bound(args)}
-    return run_cli(target, from_args(args, **overrides))
-
-
-def _check_whole(args: argparse.Namespace) -> None:
-    if args.loader_doctor == "always":
-        raise TorchdoctorError(
-            "`loader` measures the input pipeline with its own runs; --whole only watches",
-            "use `torchdoctor run --whole -- SCRIPT`",
-        )
-    for name, (flag, why) in _NOT_WHOLE.items():
-        if getattr(args, name):
-            raise TorchdoctorError(
-                f"--whole watches the run without changing it, and {flag} cannot: {why}",
-                f"run --whole and {flag} as two runs",
-            )
-
-
-def _bound(args: argparse.Namespace) -> float | None:
-    """``--max-seconds`` as given; else 900 s, and no bound for a whole run (it may last days)."""
-    if args.max_seconds is not None:
-        return args.max_seconds
-    return None if getattr(args, "whole", False) else DEFAULT_MAX_SECONDS
+        check_whole(args)
+    return run_cli(target, from_args(args, **_checked_outputs(args)))
 
 
 def _checked_outputs(args: argparse.Namespace) -> dict[str, str]:
@@ -324,7 +293,7 @@ def _cmd_fix(args: argparse.Namespace) -> int:
     target = _parse_target(args.target)
     check_patchable(resolve_target(target))
     out = check_output_file(args.out, "--out", example="fix.diff")
-    options = from_args(args, **_checked_outputs(args), max_seconds=_bound(args))
+    options = from_args(args, **_checked_outputs(args))
     return fix_cli(target, options, out=out, apply=args.apply, rounds=args.rounds)
 
 

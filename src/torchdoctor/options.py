@@ -384,4 +384,7 @@ def from_args(
         f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if hasattr(args, f.name)
     }
     values.update(overrides)
+    if "max_seconds" in values and values["max_seconds"] is None and not values.get("whole"):
+        # a parser that leaves --max-seconds None until known: only a whole run goes unbounded
+        values["max_seconds"] = DEFAULT_MAX_SECONDS
     return cls(**values)

@@ -9,19 +9,20 @@ from rich.console import Console
 
 from torchdoctor.analysis.job_findings import part_bound
 from torchdoctor.analysis.verdict import GROUPS
-from torchdoctor.capture.phases import PHASES
+from torchdoctor.capture.phases import PHASES, WHOLE_PHASES
 from torchdoctor.record import HOST_BOUND, INPUT_BOUND, part_names, phase_names
 from torchdoctor.report.progress import ProgressDisplay
 
 
 def test_the_phase_table_and_the_words_name_the_same_phases_in_the_same_order():
-    assert [phase.name for phase in PHASES] == list(phase_names.PHASE_WORDS)
+    tables = [*PHASES, *WHOLE_PHASES]  # a run's table, then run --whole's
+    assert [phase.name for phase in tables] == list(phase_names.PHASE_WORDS)
 
 
 def test_the_progress_display_has_words_for_every_phase(capsys):
     display = ProgressDisplay(console=Console(file=io.StringIO()))  # not a terminal: lines
     with display:
-        for phase in PHASES:
+        for phase in (*PHASES, *WHOLE_PHASES):
             display.update(phase.name, 0, 4)
     lines = capsys.readouterr().err.splitlines()
     assert lines == [

@@ -14,6 +14,8 @@ from typing import Any
 
 from ..record import Finding, LoaderSettings, RunRecord, WholeBlock, WholeKind, WholeRun
 
+#: Added to a sampled place's function name when the time was spent importing modules from it.
+IMPORTING = ", importing modules"
 #: A place of the user's is named on its own when it held at least this share of the wall time
 #: (the rest is summed as one entry); at most this many.
 PLACE_SHARE = 0.005
@@ -175,7 +177,8 @@ def _startup(raw: dict[str, Any], wall: float) -> WholeKind:
     if places:
         key, top, _ = places[0]
         kind.where = place_words(key)
-        if top >= 0.5 and top >= 0.2 * seconds and top >= FIX_SHARE * wall:
+        importing = key[2].endswith(IMPORTING)  # the modules' own start: not the script's to cache
+        if not importing and top >= 0.5 and top >= 0.2 * seconds and top >= FIX_SHARE * wall:
             kind.fix = (
                 f"{place_words(key)} takes {top:.1f} s of every start: compute it once and "
                 "load the result (a cached index or dataset file), or do it lazily"
@@ -184,9 +187,7 @@ def _startup(raw: dict[str, Any], wall: float) -> WholeKind:
     return kind
 
 
-def _excess(
-    excess: list[list[Any]], wall: float
-) -> tuple[list[WholeKind], float, str]:
+def _excess(excess: list[list[Any]], wall: float) -> tuple[list[WholeKind], float, str]:
     """The slow steps' excess: the user's functions it went to (between steps, biggest first),
     and the rest (slow steps) with the parts of the step it was in, in words."""
     total = sum(entry[1] for entry in excess)

@@ -173,7 +173,9 @@ def _patch_whole_run(session: CaptureSession) -> None:
             frame = sys._getframe(1)
             while frame is not None and not is_user_file(frame.f_code.co_filename):
                 frame = frame.f_back
-            code = frame.f_code if frame is not None and frame.f_code.co_name != "<module>" else None
+            code = (
+                frame.f_code if frame is not None and frame.f_code.co_name != "<module>" else None
+            )
             at = f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else None
             whole.save_ended(started, session.clock_ns(), at, code)
 

@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..analysis.whole_run import IMPORTING
 from ._frames import is_user_file
 from ._sampler import lower_thread_priority
 
@@ -119,14 +120,19 @@ class StackSampler:
     def _where(self, frame: Any) -> tuple:
         site = None
         saves = self.save_codes
+        importing = False
         while frame is not None:
             code = frame.f_code
             if saves and code in saves:
                 return SAVE
-            if site is None and self._is_user(code):
-                site = (code.co_filename, frame.f_lineno, code.co_name, code.co_firstlineno)
-                if not saves:
-                    break
+            if site is None:
+                if self._is_user(code):
+                    name = code.co_name + IMPORTING if importing else code.co_name
+                    site = (code.co_filename, frame.f_lineno, name, code.co_firstlineno)
+                    if not saves:
+                        break
+                elif code.co_filename.startswith("<frozen importlib"):
+                    importing = True
             frame = frame.f_back
         return site or ELSEWHERE
 

@@ -34,13 +34,21 @@ MAX_PLACES = 4096
 
 
 def process_start_ns(clock_ns: Callable[[], int] = time.perf_counter_ns) -> int:
-    """When this process started, on ``clock_ns``'s scale (the kernel's start time, read now)."""
+    """When this process started, on ``clock_ns``'s scale: its age, to 10 ms, from the kernel's
+    clock ticks since boot (``/proc``; psutil's start time is wall-clock, to the second)."""
     try:
-        import psutil
+        with open("/proc/self/stat", "rb") as fh:
+            ticks = int(fh.read().rpartition(b")")[2].split()[19])
+        with open("/proc/uptime", "rb") as fh:
+            uptime = float(fh.read().split()[0])
+        age_s = uptime - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        try:
+            import psutil
 
-        age_s = time.time() - psutil.Process(os.getpid()).create_time()
-    except Exception:  # noqa: BLE001 - no start time: the run counts from now
-        age_s = 0.0
+            age_s = time.time() - psutil.Process(os.getpid()).create_time()
+        except Exception:  # noqa: BLE001 - no start time: the run counts from now
+            age_s = 0.0
     return clock_ns() - int(max(age_s, 0.0) * 1e9)
 
 
@@ -174,7 +182,9 @@ class WholeRunWatch:
             self.sites["save"] = site
         if code is not None and code not in self.loop_codes and code not in self.sampler.save_codes:
             self.sampler.save_codes.add(code)
-            _resort(self.sampler.gap, code)  # its work before this first save was sampled as its place
+            _resort(
+                self.sampler.gap, code
+            )  # its work before this first save was sampled as its place
 
     def step_ended(self, now: int) -> None:
         self._close_eval()
@@ -323,7 +333,9 @@ class WholeRunWatch:
             "boundary_s": t["boundary"] / 1e9,
             "boundaries": self.counts["boundary"],
             "epochs": self.counts["epochs"],
-            "excess": [[list(k), v / 1e9, self.excess_gaps.get(k, 0)] for k, v in self.excess.items()],
+            "excess": [
+                [list(k), v / 1e9, self.excess_gaps.get(k, 0)] for k, v in self.excess.items()
+            ],
             "startup_places": [[list(k), v / 1e9] for k, v in self.startup_places.items()],
             "tail_places": [[list(k), v / 1e9] for k, v in self.tail_places.items()],
             "blocks": [list(b) for b in self.blocks],

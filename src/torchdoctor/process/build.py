@@ -11,7 +11,6 @@ from ..capture import CaptureSession, detect_environment
 from ..record import RunRecord, TraceReport
 from .endings import status_of
 
-
 #: How a script ends on its own (a whole run is then not cut short).
 _WHOLE_ENDINGS = ("finished", "stopped", "exited with status 0")
 

@@ -101,6 +101,10 @@ def _run(spec: dict[str, Any], writer: StreamWriter, log_path: str) -> int:
             writer.send("snapshot", record=record.to_dict(), logged=log.count)
         live["trials"] = trials
         if event == "step" and session.whole is not None:
+            if not live.get("window") and len(session.data.measured) >= options.steps:
+                live["window"] = True  # the measured steps and the loader, for a killed run
+                record = build_record(session, command, "running", snapshot=True)
+                writer.send("snapshot", record=record.to_dict(), logged=log.count)
             now = time.monotonic()
             if now - live.get("whole_at", 0.0) >= WHOLE_INTERVAL_S:  # between two steps
                 live["whole_at"] = now

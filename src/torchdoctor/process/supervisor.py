@@ -156,6 +156,11 @@ def _ending(
     returncode: int | None, timed_out: bool, signalled: int | None, options: RunOptions
 ) -> str:
     """How the script's process ended, in the report's words."""
+    if timed_out and options.whole:
+        return (
+            f"stopped at the --max-seconds bound ({options.max_seconds:g} s): the whole run's "
+            "accounts cover it until then, and its goodput is projected"
+        )
     if timed_out:
         return (
             f"stopped at the --max-seconds bound ({options.max_seconds:g} s) before the "

@@ -1,0 +1,180 @@
+"""``torchdoctor run --whole`` on a script with costs of known size outside its steps: each kind of
+the accounts finds what was put there, the kinds sum to the wall time, and the record survives
+every ending (the script's own end, Ctrl-C, SIGKILL of its process, the bound).
+
+The costs are sleeps in the script's own functions (tests/scenarios/whole_run.py), big beside a
+step; sleeps are never shorter than asked, so the lower bounds hold on any machine, and the upper
+bounds allow a busy one its slack.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from paths import SCENARIOS
+
+pytestmark = pytest.mark.integration
+
+SCRIPT = SCENARIOS / "whole_run.py"
+INDEX_S, INIT_S, EVAL_BATCHES, EVAL_S, SAVE_S, FLUSH_EVERY, FLUSH_S = (
+    0.8,
+    0.5,
+    5,
+    0.03,
+    0.3,
+    10,
+    0.15,
+)
+EPOCHS, BATCHES = 3, 40
+COSTS = [
+    "--epochs", str(EPOCHS), "--batches", str(BATCHES), "--index-s", str(INDEX_S),
+    "--workers", "2", "--init-s", str(INIT_S), "--eval-batches", str(EVAL_BATCHES),
+    "--eval-s", str(EVAL_S), "--save-s", str(SAVE_S), "--flush-every", str(FLUSH_EVERY),
+    "--flush-s", str(FLUSH_S),
+]  # fmt: skip
+
+
+def _command(tmp_path, *flags: str, script_args: list[str] = COSTS) -> tuple[list[str], object]:
+    record = tmp_path / "run.json"
+    cmd = [sys.executable, "-m", "torchdoctor", "run", "--whole", "--json", str(record), *flags]
+    cmd += ["--", str(SCRIPT), *script_args, "--out", str(tmp_path / "checkpoint.pt")]
+    return cmd, record
+
+
+def within(measured: float, injected: float, slack_s: float) -> bool:
+    """At least 90% of what was injected, at most 110% and a busy machine's slack."""
+    return 0.9 * injected <= measured <= 1.1 * injected + slack_s
+
+
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("whole")
+    cmd, record = _command(tmp_path)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads(record.read_text()), done.stdout
+
+
+def kinds(data: dict, kind: str) -> list[dict]:
+    return [k for k in data["whole_run"]["categories"] if k["kind"] == kind]
+
+
+def test_the_kinds_sum_to_the_wall_time_and_goodput_is_the_steps_share(whole):
+    data, _ = whole
+    run = data["whole_run"]
+    assert data["status"] == "complete" and run["ending"] == "ended"
+    assert sum(k["seconds"] for k in run["categories"]) == pytest.approx(run["wall_s"], rel=0.01)
+    steps = kinds(data, "steps")[0]
+    assert steps["count"] == run["steps"] == EPOCHS * BATCHES
+    assert run["goodput"] == pytest.approx(steps["seconds"] / run["wall_s"], abs=1e-3)
+
+
+def test_startup_names_the_slow_indexing_function(whole):
+    data, _ = whole
+    startup = kinds(data, "startup")[0]
+    part = next(p for p in startup["detail"].split("; ") if "(index_dataset)" in p)
+    assert within(float(part.split()[-2]), INDEX_S, 0.3), startup
+
+
+def test_each_epoch_boundary_is_the_workers_start_and_persistent_workers_is_the_fix(whole):
+    data, _ = whole
+    boundary = kinds(data, "epoch-boundary")[0]
+    assert boundary["count"] == EPOCHS - 1
+    assert within(boundary["seconds"], (EPOCHS - 1) * INIT_S, 0.6), boundary
+    assert "persistent_workers=True" in boundary["fix"]
+    assert boundary["saves_s"] == pytest.approx(boundary["seconds"], abs=0.01)
+
+
+def test_evaluation_passes_are_counted_and_timed(whole):
+    data, _ = whole
+    evaluation = kinds(data, "evaluation")[0]
+    assert evaluation["count"] == EPOCHS
+    assert within(evaluation["seconds"], EPOCHS * EVAL_BATCHES * EVAL_S, 0.4), evaluation
+    assert "whole_run.py:" in evaluation["where"]
+
+
+def test_a_save_function_counts_with_its_own_work_around_torch_save(whole):
+    data, _ = whole
+    checkpoint = kinds(data, "checkpoint")[0]
+    assert checkpoint["count"] == EPOCHS
+    assert within(checkpoint["seconds"], EPOCHS * SAVE_S, 0.4), checkpoint
+    assert "async_save" in checkpoint["fix"]
+
+
+def test_a_metric_flush_between_steps_is_named_at_its_function(whole):
+    data, _ = whole
+    flush = [k for k in kinds(data, "between-steps") if "(flush_metrics)" in (k["where"] or "")]
+    assert len(flush) == 1, kinds(data, "between-steps")
+    # every 10th step flushes; the last flush comes after the last step (the tail)
+    flushes_between = EPOCHS * BATCHES // FLUSH_EVERY - 1
+    assert within(flush[0]["seconds"], flushes_between * FLUSH_S, 0.5), flush
+    assert flush[0]["count"] >= flushes_between - 1
+
+
+def test_the_report_shows_the_whole_run(whole):
+    data, stdout = whole
+    text = " ".join(stdout.split())
+    assert "the whole run: where its" in text
+    assert f"goodput {data['whole_run']['goodput']:.0%}" in text
+    assert "persistent_workers=True" in text
+    assert "watched the whole run" in text
+
+
+def _child_of(proc: subprocess.Popen, timeout_s: float = 60) -> psutil.Process:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        children = psutil.Process(proc.pid).children()
+        if children:
+            return children[0]
+        time.sleep(0.1)
+    raise AssertionError("the script's process never started")
+
+
+LONG = ["--epochs", "200", "--batches", "20", "--step-s", "0.01"]
+
+
+@pytest.mark.parametrize("ending", ["ctrl-c", "sigkill"])
+def test_a_whole_run_cut_short_keeps_its_accounts(tmp_path, ending):
+    cmd, record = _command(tmp_path, script_args=LONG)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    child = _child_of(proc)
+    time.sleep(9.0)  # past the startup, into the steps
+    if ending == "ctrl-c":
+        proc.send_signal(signal.SIGINT)
+    else:
+        child.send_signal(signal.SIGKILL)
+    out, err = proc.communicate(timeout=60)
+    data = json.loads(record.read_text())
+    assert data["status"] == ("interrupted" if ending == "ctrl-c" else "killed"), data["notes"]
+    run = data["whole_run"]
+    assert run["ending"] == "cut" and run["steps"] > 0
+    assert sum(k["seconds"] for k in run["categories"]) == pytest.approx(run["wall_s"], rel=0.01)
+    assert run["projected_goodput"] is not None and run["projection"]
+    assert b"Traceback" not in err
+
+
+def test_the_bound_ends_a_whole_run_and_keeps_its_accounts(tmp_path):
+    cmd, record = _command(tmp_path, "--max-seconds", "8", script_args=LONG)
+    started = time.monotonic()
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert time.monotonic() - started < 8 + 15
+    data = json.loads(record.read_text())
+    assert data["status"] == "timed-out", data["notes"]
+    assert data["whole_run"]["ending"] == "cut"
+    assert "whole run" in " ".join(done.stdout.split())
+
+
+def test_whole_refuses_what_would_change_the_run(tmp_path):
+    for flags in (["--fix"], ["--try", "amp"], ["--nproc-per-node", "2"]):
+        cmd, _ = _command(tmp_path, *flags)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2, done.stderr
+        assert "--whole watches the run without changing it" in done.stderr
+        assert "Traceback" not in done.stderr
