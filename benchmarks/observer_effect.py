@@ -2,12 +2,14 @@
 
 The job (``benchmarks/_timed_job.py``) times each of its whole steps with ``perf_counter``. It
 runs plain and under ``torchdoctor run``, alternately (ABBA), as one process and as a 2-rank DDP
-job (gloo) launched by torchrun; with one torch thread per process and with torch's default. For
-each round the extra time per step is the median step over the steps torchdoctor measures minus
-the median over the same step numbers of the plain run; the figure printed is the median over
-the rounds, per rank, beside the plain step.
+job (gloo) launched by torchrun, and as one process under ``run --whole`` (every step watched to
+the script's end); with one torch thread per process and with torch's default. For each round
+the extra time per step is the median step over the steps torchdoctor measures minus the median
+over the same step numbers of the plain run (``whole``: every step after the first
+``WHOLE_SKIP``, and the whole loop's time too); the figure printed is the median over the rounds,
+per rank, beside the plain step.
 
-    PYTHONPATH=src python benchmarks/observer_effect.py [--rounds 3] [--jobs one,ddp]
+    PYTHONPATH=src python benchmarks/observer_effect.py [--rounds 3] [--jobs one,ddp,whole]
         [--threads 1,default] [--hidden 256] [--src DIR]
 
 ``--src`` measures the torchdoctor package found in another checkout's ``src`` (a version before
@@ -32,16 +34,25 @@ JOB = Path(__file__).resolve().parent / "_timed_job.py"
 WARMUP, SYNC_STEPS, STEPS = 5, 2, 40
 #: Step numbers torchdoctor measures: after its warmup and the sync finder's steps.
 WINDOW = slice(WARMUP + SYNC_STEPS, WARMUP + SYNC_STEPS + STEPS)
+#: ``run --whole`` watches every step; the first ones (startup, the measured window's hooks
+#: changing) are left out of the per-step figure.
+WHOLE_SKIP = 30
+#: Steps of the job (``--steps``).
+JOB_STEPS = 400
 
 
 def run_once(tmp: Path, name: str, job: str, threads: str, hidden: int, captured: bool):
     """Run the job once; returns ({rank: median window step ms}, record or None)."""
     timing = tmp / name
     script = [str(JOB), "--timing-file", str(timing), "--hidden", str(hidden),
+              "--steps", str(JOB_STEPS),
               "--threads", "0" if threads == "default" else threads]  # fmt: skip
     ranks = 2 if job == "ddp" else 1
     record = tmp / f"{name}.json"
-    if captured:
+    if captured and job == "whole":
+        cmd = [sys.executable, "-m", "torchdoctor", "run", "--whole", "--quiet",
+               "--json", str(record), "--", *script]  # fmt: skip
+    elif captured:
         cmd = [sys.executable, "-m", "torchdoctor", "run", "--steps", str(STEPS),
                "--warmup", str(WARMUP), "--sync-steps", str(SYNC_STEPS), "--quiet",
                "--json", str(record)]  # fmt: skip
@@ -59,13 +70,16 @@ def run_once(tmp: Path, name: str, job: str, threads: str, hidden: int, captured
         raise SystemExit(
             f"{' '.join(cmd[:6])} ... ended with status {done.returncode}:\n{done.stderr[-2000:]}"
         )
-    medians = {r: _window_median(Path(f"{timing}.{r}")) for r in range(ranks)}
+    window = slice(WHOLE_SKIP, None) if job == "whole" else WINDOW
+    medians = {r: _window_median(Path(f"{timing}.{r}"), window) for r in range(ranks)}
+    if job == "whole":  # and the loop's whole time, as the last "rank"
+        medians[-1] = sum(float(x) for x in Path(f"{timing}.0").read_text().split()[WHOLE_SKIP:])
     return medians, (json.loads(record.read_text()) if captured else None)
 
 
-def _window_median(path: Path) -> float:
+def _window_median(path: Path, window: slice) -> float:
     steps = [float(x) for x in path.read_text().split()]
-    return statistics.median(steps[WINDOW])
+    return statistics.median(steps[window])
 
 
 def measure(job: str, threads: str, rounds: int, hidden: int) -> None:
@@ -84,12 +98,18 @@ def measure(job: str, threads: str, rounds: int, hidden: int) -> None:
             for r, step in medians[False].items():
                 plain.setdefault(r, []).append(step)
                 extra.setdefault(r, []).append((medians[True][r] - step) * 1000)
-    label = f"{'one process' if job == 'one' else '2-rank DDP'}, torch threads {threads}"
+    names = {"one": "one process", "ddp": "2-rank DDP", "whole": "run --whole"}
+    label = f"{names[job]}, torch threads {threads}"
+    if -1 in extra:  # run --whole: the loop's time after the first steps, plain and watched
+        loop = [e / 1000 / p for e, p in zip(extra.pop(-1), plain.pop(-1))]
+        print(f"{label}: the loop's time (steps {WHOLE_SKIP}+) grew by "
+              f"{statistics.median(loop):+.2%} (rounds: {', '.join(f'{x:+.2%}' for x in loop)})")  # fmt: skip
     for r in sorted(extra):
         rounds_us = ", ".join(f"{e:+.0f}" for e in extra[r])
         print(f"{label}, rank {r}: plain step {statistics.median(plain[r]):.3f} ms, "
               f"extra per step {statistics.median(extra[r]):+.0f} us "
-              f"(median of {rounds} rounds: {rounds_us})")  # fmt: skip
+              f"({statistics.median(extra[r]) / 10 / statistics.median(plain[r]):+.1f}% of it; "
+              f"median of {rounds} rounds: {rounds_us})")  # fmt: skip
     overheads = [rec.get("overhead_ms") for rec in recorded]
     print(f"{label}: record overhead_ms {overheads}")
     for rec in recorded:
@@ -103,13 +123,17 @@ def measure(job: str, threads: str, rounds: int, hidden: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--jobs", default="one,ddp", help="one (one process), ddp (2 ranks)")
+    parser.add_argument(
+        "--jobs", default="one,ddp,whole", help="one (one process), ddp (2 ranks), whole"
+    )
     parser.add_argument("--threads", default="1,default", help="torch threads per process")
     parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--steps", type=int, default=400, help="steps of the job")
     parser.add_argument("--src", type=Path, help="measure the torchdoctor package in DIR")
     args = parser.parse_args()
-    global SRC
+    global SRC, JOB_STEPS
     SRC = args.src.resolve() if args.src else SRC
+    JOB_STEPS = args.steps
     for threads in args.threads.split(","):
         for job in args.jobs.split(","):
             measure(job, threads, args.rounds, args.hidden)

@@ -48,6 +48,9 @@ class CaptureData:
     #: torchdoctor's own work in its hooks during the measured steps (ns), and those steps.
     capture_cost_ns: int = 0
     capture_cost_steps: int = 0
+    #: The same after ``run --whole``'s measured steps (its lean hooks), to the end.
+    watch_cost_ns: int = 0
+    watch_cost_steps: int = 0
     #: Wall time of each step watched by the sync finder (not timed otherwise), in ms.
     sync_sample_ms: list[float] = field(default_factory=list)
     sync_findings: list[Finding] = field(default_factory=list)

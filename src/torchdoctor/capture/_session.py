@@ -56,7 +56,7 @@ from ._step_hooks import StepHooks, StopRun
 from ._threads import hold_threads
 from ._timeline import StepTimeline, parts_from_marks
 from ._whole import WholeRunWatch
-from .phases import PHASES, WHOLE_PHASES, Done, Phase
+from .phases import PHASES, WHOLE_PHASES, Done, Phase, watch_whole_run
 
 ProgressFn = Callable[[str, int, int], None]
 #: Told ``("phase", session, phase, None)`` when a phase starts and ``("step", session, phase,
@@ -168,11 +168,7 @@ class CaptureSession(StepHooks):
 
     def _install(self) -> None:
         if self.options.whole:
-            self.whole = WholeRunWatch(
-                self.clock_ns, threading.get_ident(), self._part_now, self.options.sample_interval_s
-            )
-            self.whole.sampler.start()
-            self.patcher.on_restore(self.whole.sampler.stop)
+            self.whole = watch_whole_run(self)
         patch_torch(self)
         self.parallel.install(self.patcher)
         # Global module hooks put every module call on torch's slow path (measured: 22% on an
@@ -236,13 +232,6 @@ class CaptureSession(StepHooks):
         self.timeline.pop(part)
         if self._labels:
             self._labels.pop().__exit__(None, None, None)
-
-    def _part_now(self) -> str | None:
-        """The step's part the script's thread is in (read by the stack sampler's thread)."""
-        try:
-            return self.timeline.current if self.timeline.depth else None
-        except IndexError:  # the part ended as it was read
-            return None
 
     def close_labels(self) -> None:
         while self._labels:
@@ -333,6 +322,9 @@ class CaptureSession(StepHooks):
         if phase.measuring:  # what capture cost this step (the rest of this hook: the next's)
             self.data.capture_cost_ns += self._cost_ns
             self.data.capture_cost_steps += 1
+        elif self.lean:
+            self.data.watch_cost_ns += self._cost_ns
+            self.data.watch_cost_steps += 1
         self._cost_ns = 0
         if self.whole is not None:
             self.whole.step_ended(step.marks[-1].host_ns)
@@ -398,6 +390,8 @@ class CaptureSession(StepHooks):
             out["capture_per_step_ms"] = round(
                 data.capture_cost_ns / 1e6 / data.capture_cost_steps, 4
             )
+        if data.watch_cost_steps:
+            out["watch_per_step_ms"] = round(data.watch_cost_ns / 1e6 / data.watch_cost_steps, 4)
         if data.sync_sample_ms:
             out["sync_sampled_step_ms"] = round(statistics.median(data.sync_sample_ms), 3)
         return out

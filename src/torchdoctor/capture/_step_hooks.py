@@ -114,6 +114,8 @@ class StepHooks:
     options: Any
     parallel: Any
     whole: Any
+    #: ``run --whole`` after its measured steps: batches are only counted (no batch kept).
+    lean = False
     #: ``run --whole``: when the outermost module call began, with grad on, in training mode.
     _forward_mode: tuple[int, bool, bool] | None = None
 
@@ -330,6 +332,9 @@ class StepHooks:
             if whole is not None:
                 whole.batch_returned(loader_key, self.clock_ns())
             self.data.seen["batches"] += 1
+            if self.lean:  # run --whole after its measured steps: counted only
+                self._step_batches += 1
+                return batch
             if phase.measuring:
                 self.loaders.count_measured_batch(dataset_key)
             self.replay.keep(dataset_key, batch, measuring=phase.measuring)

@@ -59,12 +59,18 @@ class StepTimeline:
             event = self._make_event()
         return _Mark(label, self._clock_ns(), event)
 
+    #: Keep only the stack of open parts, no marks (``run --whole`` after its measured steps):
+    #: a cut step has its end only.
+    lean = False
+
     def push(self, part: str) -> None:
-        self._marks.append(self._mark_now(self.current))
+        if not self.lean:
+            self._marks.append(self._mark_now(self.current))
         self._stack.append(part)
 
     def pop(self, part: str) -> None:
-        self._marks.append(self._mark_now(self.current))
+        if not self.lean:
+            self._marks.append(self._mark_now(self.current))
         # Tolerate unbalanced exits (an exception skipped a post-hook): drop down to ``part``.
         if part in self._stack:
             while self._stack and self._stack.pop() != part:
@@ -73,6 +79,8 @@ class StepTimeline:
     def cut(self) -> list[_Mark]:
         """Close the current step: its marks from its start to now (inclusive)."""
         end = self._mark_now(self.current)
+        if self.lean:
+            return [end]
         marks = [self._start, *self._marks, end]
         self._start = _Mark(OTHER, end.host_ns, end.event)
         self._marks = []

@@ -22,6 +22,9 @@ def whole_run_section(record: RunRecord) -> RenderableType | None:
     fixes = _fixes(run)
     if fixes is not None:
         parts.append(fixes)
+    cost = cost_words(record)
+    if cost:
+        parts.append(Text(cost, style="dim"))
     return Panel(
         Group(*parts),
         title=f"the whole run: where its {duration(run.wall_s)} went",
@@ -121,6 +124,15 @@ def _fixes(run: WholeRun) -> Text | None:
         if saving:
             text.append(f" ({saving})", style="dim")
     return text
+
+
+def cost_words(record: RunRecord) -> str:
+    """What watching cost each step, beside the steady step."""
+    run, cost = record.whole_run, record.overhead_ms.get("watch_per_step_ms")
+    if run is None or cost is None:
+        return ""
+    share = f" ({cost / run.steady_step_ms:.1%} of the steady step)" if run.steady_step_ms else ""
+    return f"torchdoctor's own work in its hooks: {cost * 1000:.0f} us per watched step{share}"
 
 
 def saving_words(kind: WholeKind, wall_s: float) -> str:

@@ -14,7 +14,7 @@ from .sync_sample import SyncSamplePhase
 from .trace import TracePhase
 from .trials import TrialsPhase
 from .warmup import WarmupPhase
-from .whole import WholeRunPhase
+from .whole import WholeRunPhase, watch_whole_run
 from .worker_sweep import WorkerSweepPhase
 
 #: ``run --whole``'s table: one phase that never ends the script.
@@ -54,4 +54,5 @@ __all__ = [
     "WholeRunPhase",
     "WorkerSweepPhase",
     "measure_loader_alone",
+    "watch_whole_run",
 ]

@@ -9,8 +9,30 @@ goes to the session's :class:`~torchdoctor.capture._whole.WholeRunWatch`.
 
 from __future__ import annotations
 
+import threading
+
 from ...record import phase_names
+from .._whole import WholeRunWatch
 from .base import Phase
+
+
+def watch_whole_run(session) -> WholeRunWatch:
+    """The accountant of a whole run, its stack sampler started (stopped with the patches)."""
+    timeline = session.timeline
+
+    def part_now() -> str | None:  # read by the sampler's thread
+        try:
+            return timeline.current if timeline.depth else None
+        except IndexError:  # the part ended as it was read
+            return None
+
+    options = session.options
+    watch = WholeRunWatch(
+        session.clock_ns, threading.get_ident(), part_now, options.sample_interval_s
+    )
+    watch.sampler.start()
+    session.patcher.on_restore(watch.sampler.stop)
+    return watch
 
 
 class WholeRunPhase(Phase):
@@ -48,3 +70,8 @@ class WholeRunPhase(Phase):
             self.measuring = False
             session.data.system = session.sampler.stop()
             session._note_parallel()
+            # From here on the steps are only counted: the timeline keeps its parts, no marks,
+            # and no batch is kept or searched (what the verdict needed is measured).
+            session.timeline.lean = True
+            session.lean = True
+            session._batch_ids = set()
