@@ -58,6 +58,26 @@ class PartChange:
 
 
 @dataclass
+class WholeChange:
+    """Two whole runs (``run --whole``): judged by their wall time, with each kind's seconds.
+
+    One wall time per run has no interval: the change must clear :data:`RUN_TO_RUN` alone; a
+    run that was cut short is not judged (its wall time is the cut's, not the run's).
+    """
+
+    kind: str
+    #: A's wall time ÷ B's.
+    speedup: float
+    a_wall_s: float
+    b_wall_s: float
+    a_goodput: float
+    b_goodput: float
+    #: ``[kind, A seconds, B seconds]`` for every kind either run has, in the record's order.
+    kinds: list[list[Any]] = field(default_factory=list)
+    note: str = ""
+
+
+@dataclass
 class Comparison:
     """What ``torchdoctor compare`` found; ``to_dict`` is its ``--json``."""
 
@@ -82,6 +102,8 @@ class Comparison:
     differences: list[str] = field(default_factory=list)
     #: False when they differ in script, device or kind: the speedup is no like-for-like change.
     like_for_like: bool = True
+    #: Both records are whole runs: their wall times and kinds.
+    whole: WholeChange | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -125,6 +147,37 @@ def compare(a: RunRecord, b: RunRecord) -> Comparison:
         b_command=list(b.command),
         differences=differences,
         like_for_like=like,
+        whole=whole_change(a, b),
+    )
+
+
+def whole_change(a: RunRecord, b: RunRecord) -> WholeChange | None:
+    """Two whole runs side by side (``None`` unless both are)."""
+    wa, wb = a.whole_run, b.whole_run
+    if wa is None or wb is None or wa.wall_s <= 0 or wb.wall_s <= 0:
+        return None
+    speedup = wa.wall_s / wb.wall_s
+    kind, note = NO_CHANGE, ""
+    if wa.ending == "cut" or wb.ending == "cut":
+        kind = "NOT JUDGED"
+        note = "a run was cut short: its wall time is where it was cut; compare the goodput"
+    elif speedup >= 1 + RUN_TO_RUN:
+        kind = IMPROVED
+    elif speedup <= 1 / (1 + RUN_TO_RUN):
+        kind = REGRESSED
+    order: dict[str, list[float]] = {}
+    for side, run in ((0, wa), (1, wb)):
+        for c in run.categories:
+            order.setdefault(c.kind, [0.0, 0.0])[side] += c.seconds
+    return WholeChange(
+        kind=kind,
+        speedup=round(speedup, 4),
+        a_wall_s=wa.wall_s,
+        b_wall_s=wb.wall_s,
+        a_goodput=wa.goodput,
+        b_goodput=wb.goodput,
+        kinds=[[k, round(x, 4), round(y, 4)] for k, (x, y) in order.items()],
+        note=note,
     )
 
 

@@ -12,7 +12,15 @@ import os
 import statistics
 from typing import Any
 
-from ..record import Finding, LoaderSettings, RunRecord, WholeBlock, WholeKind, WholeRun
+from ..record import (
+    Finding,
+    LoaderSettings,
+    RunRecord,
+    WholeBlock,
+    WholeEvent,
+    WholeKind,
+    WholeRun,
+)
 
 #: Added to a sampled place's function name when the time was spent importing modules from it.
 IMPORTING = ", importing modules"
@@ -82,10 +90,22 @@ def whole_run_of(
         ending="cut" if cut else "ended",
         epochs=raw["epochs"],
         sample_interval_s=raw["sample_interval_s"],
+        events=_events(raw, wall),
+        events_dropped=raw.get("events_dropped", 0),
     )
     if cut:
         _project(run, raw, tail)
     return run, _course_findings(blocks)
+
+
+def _events(raw: dict[str, Any], wall: float) -> list[WholeEvent]:
+    """The run's events, startup first and tail last."""
+    first, last = raw.get("first_step_s"), raw.get("last_step_s")
+    events = [WholeEvent("startup", 0.0, round(first if first is not None else wall, 4))]
+    events += [WholeEvent(k, round(s, 4), round(d, 4)) for k, s, d in raw.get("events", [])]
+    if last is not None and wall > last:
+        events.append(WholeEvent("tail", round(last, 4), round(wall - last, 4)))
+    return events
 
 
 def _rounded(kind: WholeKind) -> WholeKind:

@@ -32,6 +32,8 @@ from ._sampler import lower_thread_priority
 
 #: 100 samples a second: the grain of what is found by sampling is 10 ms, at about 0.06% of a core.
 DEFAULT_INTERVAL_S = 0.01
+#: Places kept per table; past it, the smallest half is summed as ELSEWHERE.
+MAX_PLACES = 4096
 SAVE = ("save",)
 ELSEWHERE = ("elsewhere",)
 #: ``context()`` answers this while a cost is being measured directly (an evaluation pass, a
@@ -143,3 +145,37 @@ class StackSampler:
             name = code.co_filename
             known = self._user_codes[code] = name != "<string>" and is_user_file(name)
         return known
+
+
+# --- tables of samples (place → ns) ---------------------------------------------------------
+
+
+def drop_boundary_keys(gap: dict[tuple, int]) -> None:
+    """Samples taken in an epoch boundary: its time is measured whole (less any save in it)."""
+    for key in [k for k in gap if k[0] == BOUNDARY]:
+        gap.pop(key, None)
+
+
+def resort(gap: dict[tuple, int], code: Any) -> None:
+    """Move the samples of ``code``'s function in the current gap to SAVE."""
+    ident = (code.co_filename, code.co_name, code.co_firstlineno)
+    for key in list(gap):
+        place = key[1] if key[0] == BOUNDARY else key
+        if len(place) == 4 and (place[0], place[2], place[3]) == ident:
+            gap[SAVE] = gap.get(SAVE, 0) + gap.pop(key, 0)
+
+
+def add(table: dict[tuple, int], gap: dict[tuple, int]) -> None:
+    for key, ns in gap.items():
+        table[key] = table.get(key, 0) + ns
+    if len(table) > MAX_PLACES:
+        fold(table)
+
+
+def fold(table: dict[tuple, Any]) -> None:
+    """Keep the biggest places; the rest becomes ELSEWHERE."""
+    keep = sorted(table.items(), key=lambda kv: kv[1], reverse=True)[: MAX_PLACES // 2]
+    rest = sum(v for _, v in table.items()) - sum(v for _, v in keep)
+    table.clear()
+    table.update(keep)
+    table[ELSEWHERE] = table.get(ELSEWHERE, 0) + rest

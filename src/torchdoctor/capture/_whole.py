@@ -21,7 +21,17 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ._stacks import BOUNDARY, ELSEWHERE, KNOWN, SAVE, StackSampler
+from ._stacks import (
+    BOUNDARY,
+    KNOWN,
+    MAX_PLACES,
+    SAVE,
+    StackSampler,
+    add,
+    drop_boundary_keys,
+    fold,
+    resort,
+)
 
 #: Steps judged together (and one point of the step-time series, until blocks merge).
 BLOCK = 32
@@ -29,8 +39,8 @@ MAX_BLOCKS = 256
 #: A step is slow when its work exceeds its block's median by this factor and this margin.
 SLOW_FACTOR = 1.5
 SLOW_MARGIN_NS = 500_000
-#: Places kept per table (startup, between steps, tail); the rest is summed as "elsewhere".
-MAX_PLACES = 4096
+#: Events kept for the timelines (evaluations, saves, boundaries, slow steps); later ones counted.
+MAX_EVENTS = 5000
 
 
 def process_start_ns(clock_ns: Callable[[], int] = time.perf_counter_ns) -> int:
@@ -88,7 +98,10 @@ class WholeRunWatch:
         self.tail_places: dict[tuple, int] = {}
         self.blocks: list[list[float]] = []  # [end_s, steps, median ms, rss MB]
         self._block_size = BLOCK
-        self._pending: list[tuple[int, Any]] = []
+        self._pending: list[tuple[int, Any, int]] = []  # (work, gap's samples, end)
+        #: What happened when, for the timelines: [kind, start s, seconds], at most MAX_EVENTS.
+        self.events: list[list[Any]] = []
+        self.events_dropped = 0
         self._eval_open: int | None = None
         self._eval_end = 0
         self._eval_mode_ns: int | None = None
@@ -97,6 +110,8 @@ class WholeRunWatch:
         self._boundary_from: int | None = None
         self._boundary_known = 0
         self._startup_known = 0
+        #: SAVE samples of the current gap already drawn as part of a checkpoint event.
+        self._save_drawn = 0
         #: The functions on the stack when the first step ended: the loop (a save called from
         #: one of them is not a save function of its own).
         self.loop_codes: set[Any] = set()
@@ -123,10 +138,11 @@ class WholeRunWatch:
         if key == self.train_key:
             if self._boundary_from is not None:
                 self._save_samples()
-                _drop_boundary_keys(self.sampler.gap)
+                drop_boundary_keys(self.sampler.gap)
                 self._known(now - self._boundary_from - (self.known_ns - self._boundary_known))
                 self.totals["boundary"] += self._known_delta
                 self.counts["boundary"] += 1
+                self._event("epoch-boundary", self._boundary_from, now)
                 self._boundary_from = None
         elif self._eval_open is not None:
             self._eval_end = now
@@ -180,11 +196,14 @@ class WholeRunWatch:
             self._save_in_gap = True
         if self.sites["save"] is None:
             self.sites["save"] = site
-        if code is not None and code not in self.loop_codes and code not in self.sampler.save_codes:
-            self.sampler.save_codes.add(code)
-            _resort(
-                self.sampler.gap, code
-            )  # its work before this first save was sampled as its place
+        saves = self.sampler.save_codes
+        if code is not None and code not in self.loop_codes and code not in saves:
+            saves.add(code)
+            resort(self.sampler.gap, code)  # its work before this first save: its own place
+        # drawn from where the save function's own work (sampled) began, as far as known
+        before = self.sampler.gap.get(SAVE, 0) - self._save_drawn
+        self._save_drawn += before
+        self._event("checkpoint", started - before, now)
 
     def step_ended(self, now: int) -> None:
         self._close_eval()
@@ -196,9 +215,9 @@ class WholeRunWatch:
             self._startup_known = known  # a sanity check's evaluation before the first step
             self.loop_codes = _stack_codes()
             if gap:
-                _add(self.startup_places, gap)
+                add(self.startup_places, gap)
         else:
-            self._pending.append((now - self.last_step_ns - known, gap))
+            self._pending.append((now - self.last_step_ns - known, gap, now))
             if len(self._pending) >= self._block_size:
                 self._judge_block(now)
         self.steps += 1
@@ -212,6 +231,7 @@ class WholeRunWatch:
 
     def _save_samples(self) -> None:
         """The save function's own work around torch.save, sampled in the current gap."""
+        self._save_drawn = 0
         extra = self.sampler.gap.pop(SAVE, 0)
         if extra:
             self._known(extra)
@@ -234,6 +254,7 @@ class WholeRunWatch:
         self._known(self._eval_end - self._eval_open)
         self.totals["eval"] += self._known_delta
         self.counts["eval"] += 1
+        self._event("evaluation", self._eval_open, self._eval_end)
         self._eval_open = None
 
     def _boundary_start(self, now: int) -> None:
@@ -244,11 +265,11 @@ class WholeRunWatch:
     def _judge_block(self, now: int) -> None:
         """Judge the pending steps against their median; one point of the series."""
         pending, self._pending = self._pending, []
-        works = sorted(w for w, _ in pending)
+        works = sorted(p[0] for p in pending)
         median = works[len(works) // 2]
         limit = max(median * SLOW_FACTOR, median + SLOW_MARGIN_NS)
         totals = self.totals
-        for work, gap in pending:
+        for work, gap, end in pending:
             if work <= limit:
                 totals["steps"] += work
                 continue
@@ -256,7 +277,8 @@ class WholeRunWatch:
             excess = work - median
             totals["slow"] += excess
             self.counts["slow"] += 1
-            self._attribute(excess, gap)
+            between = self._attribute(excess, gap)
+            self._event("between-steps" if between else "slow-steps", end - excess, end)
         self.blocks.append([(now - self.t0_ns) / 1e9, len(pending), median / 1e6, _rss_mb()])
         if len(self.blocks) > MAX_BLOCKS:
             blocks = self.blocks
@@ -264,16 +286,25 @@ class WholeRunWatch:
             self.blocks = merged + blocks[len(merged) * 2 :]  # an odd last one stays
             self._block_size *= 2
 
-    def _attribute(self, excess: int, gap: dict[tuple, int] | None) -> None:
+    def _attribute(self, excess: int, gap: dict[tuple, int] | None) -> bool:
+        """Share a slow step's excess among what its gap's samples saw; True when most of it
+        went to the user's own functions (time between steps)."""
         if not gap:
             self.excess[("unsampled",)] = self.excess.get(("unsampled",), 0.0) + excess
-            return
+            return False
         seen = sum(gap.values())
         for key, ns in gap.items():
             self.excess[key] = self.excess.get(key, 0.0) + excess * ns / seen
             self.excess_gaps[key] = self.excess_gaps.get(key, 0) + 1
         if len(self.excess) > MAX_PLACES:
-            _fold(self.excess)
+            fold(self.excess)
+        return sum(ns for key, ns in gap.items() if len(key) == 4) * 2 > seen
+
+    def _event(self, kind: str, start: int, end: int) -> None:
+        if len(self.events) >= MAX_EVENTS:
+            self.events_dropped += 1
+            return
+        self.events.append([kind, (start - self.t0_ns) / 1e9, (end - start) / 1e9])
 
     def status_words(self) -> str:
         """The live status line's figures: the current step and the goodput so far."""
@@ -282,7 +313,7 @@ class WholeRunWatch:
         if self.blocks:
             words.append(f"step {self.blocks[-1][2]:.1f} ms")
         if self.steps:
-            pending = sum(w for w, _ in self._pending)
+            pending = sum(p[0] for p in self._pending)
             words.append(f"goodput {(self.totals['steps'] + pending) / (now - self.t0_ns):.0%}")
         return " · ".join(words)
 
@@ -303,9 +334,9 @@ class WholeRunWatch:
             last_gap = self.sampler.take()
             if last_gap:
                 places = self.tail_places if self.steps else self.startup_places
-                _add(places, {k[1] if k[0] == BOUNDARY else k: v for k, v in last_gap.items()})
+                add(places, {k[1] if k[0] == BOUNDARY else k: v for k, v in last_gap.items()})
         else:
-            pending = sum(w for w, _ in self._pending)
+            pending = sum(p[0] for p in self._pending)
         wall = now - self.t0_ns
         if self.first_step_ns is None:
             startup = wall - self.known_ns
@@ -339,6 +370,14 @@ class WholeRunWatch:
             "startup_places": [[list(k), v / 1e9] for k, v in self.startup_places.items()],
             "tail_places": [[list(k), v / 1e9] for k, v in self.tail_places.items()],
             "blocks": [list(b) for b in self.blocks],
+            "events": [list(e) for e in self.events],
+            "events_dropped": self.events_dropped,
+            "first_step_s": None
+            if self.first_step_ns is None
+            else (self.first_step_ns - self.t0_ns) / 1e9,
+            "last_step_s": None
+            if self.last_step_ns is None
+            else (self.last_step_ns - self.t0_ns) / 1e9,
             "sample_interval_s": self.sampler.interval_s,
         }
 
@@ -362,37 +401,6 @@ def _stack_codes() -> set[Any]:
 def where(site: Any) -> str | None:
     """``file:line`` of a call site, or ``None``."""
     return f"{site.file}:{site.line}" if site is not None else None
-
-
-def _drop_boundary_keys(gap: dict[tuple, int]) -> None:
-    """Samples taken in an epoch boundary: its time is measured whole (less any save in it)."""
-    for key in [k for k in gap if k[0] == BOUNDARY]:
-        gap.pop(key, None)
-
-
-def _resort(gap: dict[tuple, int], code: Any) -> None:
-    """Move the samples of ``code``'s function in the current gap to SAVE."""
-    ident = (code.co_filename, code.co_name, code.co_firstlineno)
-    for key in list(gap):
-        place = key[1] if key[0] == BOUNDARY else key
-        if len(place) == 4 and (place[0], place[2], place[3]) == ident:
-            gap[SAVE] = gap.get(SAVE, 0) + gap.pop(key, 0)
-
-
-def _add(table: dict[tuple, int], gap: dict[tuple, int]) -> None:
-    for key, ns in gap.items():
-        table[key] = table.get(key, 0) + ns
-    if len(table) > MAX_PLACES:
-        _fold(table)
-
-
-def _fold(table: dict[tuple, Any]) -> None:
-    """Keep the biggest places; the rest becomes ELSEWHERE."""
-    keep = sorted(table.items(), key=lambda kv: kv[1], reverse=True)[: MAX_PLACES // 2]
-    rest = sum(v for _, v in table.items()) - sum(v for _, v in keep)
-    table.clear()
-    table.update(keep)
-    table[ELSEWHERE] = table.get(ELSEWHERE, 0) + rest
 
 
 def _merged(a: list[float], b: list[float]) -> list[float]:

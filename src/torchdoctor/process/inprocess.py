@@ -116,8 +116,15 @@ def write_run_timeline(session: CaptureSession, path: str, record: RunRecord) ->
         (phase_names.MODEL_ALONE, session.data.model_alone),
         (phase_names.NO_SYNC, session.data.no_sync),
     ]
+    spans = []
+    if record.whole_run is not None and session.whole is not None:  # run --whole's events
+        t0 = session.whole.t0_ns
+        spans = [
+            (e.kind, t0 + int(e.start_s * 1e9), t0 + int((e.start_s + e.seconds) * 1e9))
+            for e in record.whole_run.events
+        ]
     try:
-        write_timeline(path, phases)
+        write_timeline(path, phases, spans)
     except OSError as exc:
         record.notes.append(f"the timeline could not be written to {path}: {exc}")
 

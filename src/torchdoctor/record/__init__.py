@@ -72,7 +72,7 @@ from ._trace import (
     TraceStep,
 )
 from ._verdict import Verdict
-from ._whole import WHOLE_KINDS, WholeBlock, WholeKind, WholeRun
+from ._whole import WHOLE_KINDS, WholeBlock, WholeEvent, WholeKind, WholeRun
 from .part_names import STEP_PARTS
 
 # isort: split
@@ -83,6 +83,7 @@ from ._trials import Flops, Trial, TrialPoint
 __all__ = [
     "WHOLE_KINDS",
     "WholeBlock",
+    "WholeEvent",
     "WholeKind",
     "WholeRun",
     "BATCH_SIZE_ARGUMENT",

@@ -54,6 +54,16 @@ class WholeBlock:
 
 
 @dataclass
+class WholeEvent:
+    """One stretch of the run that was not a step at the steady pace, for the timelines."""
+
+    kind: WholeKindName
+    #: Seconds since the process started.
+    start_s: float
+    seconds: float
+
+
+@dataclass
 class WholeRun:
     """Where the whole run's wall time went (``run --whole``)."""
 
@@ -78,6 +88,11 @@ class WholeRun:
     projection: str = ""
     #: Epochs of the training loader that ended.
     epochs: int = 0
+    #: When things other than steady steps happened (startup, evaluations, saves, boundaries,
+    #: slow steps, tail), oldest first; at most 5,000, the later ones counted in
+    #: ``events_dropped``.
+    events: list[WholeEvent] = field(default_factory=list)
+    events_dropped: int = 0
     #: Interval between two samples of the script's stack (s): the finest grain of the kinds found
     #: by sampling (startup's parts, between-steps, a save function's own work).
     sample_interval_s: float = 0.0

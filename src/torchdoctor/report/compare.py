@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..analysis.compare import IMPROVED, REGRESSED, Comparison
+from ..analysis.compare import IMPROVED, REGRESSED, Comparison, WholeChange
 from ..record import RunRecord, write_text_atomic
 from ._style import BAD, GOOD
 from .html import page, record_body
@@ -26,6 +26,14 @@ def headline(c: Comparison) -> str:
         f"{c.kind} {c.speedup:.2f}x [{c.interval[0]:.2f}-{c.interval[1]:.2f}] "
         f"({unit}; mean step {c.a_step_ms:.1f} -> {c.b_step_ms:.1f} ms over {c.a_steps} and "
         f"{c.b_steps} steps)"
+    )
+
+
+def whole_headline(w: WholeChange) -> str:
+    """``whole run: IMPROVED 1.58x (wall 12.8 -> 8.1 s; goodput 29% -> 62%)``."""
+    return (
+        f"whole run: {w.kind} {w.speedup:.2f}x (wall {w.a_wall_s:.1f} -> {w.b_wall_s:.1f} s; "
+        f"goodput {w.a_goodput:.0%} -> {w.b_goodput:.0%})"
     )
 
 
@@ -59,6 +67,16 @@ def render_comparison(c: Comparison, console: Console | None = None) -> None:
         for p in c.parts:
             table.add_row(p.part, f"{p.a_ms:.2f}", f"{p.b_ms:.2f}", f"{p.change_ms:+.2f}")
         console.print(table)
+    if c.whole is not None:
+        console.print(Text(whole_headline(c.whole), style=_LOOK.get(c.whole.kind, "bold")))
+        table = Table(title="the whole run, by kind (seconds)", title_justify="left")
+        for name in ("kind", "A", "B", "change"):
+            table.add_column(name, justify="left" if name == "kind" else "right")
+        for kind, x, y in c.whole.kinds:
+            table.add_row(kind, f"{x:.2f}", f"{y:.2f}", f"{y - x:+.2f}")
+        console.print(table)
+        if c.whole.note:
+            console.print(Text(f"note: {c.whole.note}", style="dim"))
     for note in c.notes:
         console.print(Text(f"note: {note}", style="dim"))
 
@@ -89,10 +107,28 @@ def comparison_html(c: Comparison, a: RunRecord, b: RunRecord) -> str:
             if rows
             else ""
         )
+        + _whole_html(c)
         + f"<div id='a'>{record_body(a, 'A: ' + command_words(a), level=2)}</div>"
         + f"<div id='b'>{record_body(b, 'B: ' + command_words(b), level=2)}</div>"
     )
     return page("compare", body)
+
+
+def _whole_html(c: Comparison) -> str:
+    w = c.whole
+    if w is None:
+        return ""
+    rows = "".join(
+        f"<tr><td>{escape(k)}</td><td class='n'>{x:.2f}</td><td class='n'>{y:.2f}</td>"
+        f"<td class='n'>{y - x:+.2f}</td></tr>"
+        for k, x, y in w.kinds
+    )
+    note = f"<p class='muted'>{escape(w.note)}</p>" if w.note else ""
+    return (
+        f"<section id='whole'><h2>The whole run</h2><p>{escape(whole_headline(w))}</p>{note}"
+        "<table><tr><th>kind</th><th class='n'>A, s</th><th class='n'>B, s</th>"
+        f"<th class='n'>change</th></tr>{rows}</table></section>"
+    )
 
 
 def write_comparison_html(

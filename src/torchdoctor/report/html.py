@@ -21,6 +21,7 @@ from .patch_html import patch_section
 from .terminal import command_words, stop_line
 from .trace_html import trace_section, trace_steps
 from .trace_terminal import trace_headline
+from .whole_run_html import whole_run_section
 
 _CSS = """
 :root { --bg:#fff; --fg:#1d1f23; --muted:#5d6470; --card:#f4f5f7; --line:#d5d8de;
@@ -79,6 +80,7 @@ def record_body(record: RunRecord, heading: str, level: int = 1) -> str:
     body = [
         f"<h{level}>torchdoctor: {escape(heading)}</h{level}>",
         f'<p class="muted" id="headline">{escape(said)}</p>',
+        whole_run_section(record),
         _verdict(record),
     ]
     for section in (

@@ -15,19 +15,27 @@ from typing import Any, NamedTuple
 
 from ..record import STEP_PARTS, write_json_atomic
 
-#: Track ids: the phases, the steps, then one per part.
-_PHASES_TID, _STEPS_TID = 1, 2
+#: Track ids: the phases, the steps, a whole run's kinds (``run --whole``), then one per part.
+_PHASES_TID, _STEPS_TID, _WHOLE_TID = 1, 2, 3
 _PART_TID = {part: 10 + i for i, part in enumerate(STEP_PARTS)}
 
 
-def timeline(phases: list[tuple[str, list[Any]]], pid: int | None = None) -> dict[str, Any]:
-    """The trace of ``(phase name, its StepMarks)`` pairs."""
+def timeline(
+    phases: list[tuple[str, list[Any]]],
+    pid: int | None = None,
+    spans: list[tuple[str, int, int]] = (),  # type: ignore[assignment]
+) -> dict[str, Any]:
+    """The trace of ``(phase name, its StepMarks)`` pairs, and ``spans`` (name, start ns, end
+    ns) on a track of their own: a whole run's startup, evaluations, saves, boundaries, tail."""
     pid = pid if pid is not None else os.getpid()
     events: list[dict[str, Any]] = [
         _meta(pid, _PHASES_TID, "phases"),
         _meta(pid, _STEPS_TID, "steps"),
         *(_meta(pid, tid, part.replace("_", " ")) for part, tid in _PART_TID.items()),
     ]
+    if spans:
+        events.append(_meta(pid, _WHOLE_TID, "whole run"))
+        events += [_span(pid, _WHOLE_TID, name, a, b, "whole") for name, a, b in spans]
     for phase, steps in phases:
         marks = [m for step in steps for m in step.marks[:1] + step.marks[-1:]]
         if not marks:
@@ -47,8 +55,12 @@ def timeline(phases: list[tuple[str, list[Any]]], pid: int | None = None) -> dic
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 
-def write_timeline(path: str | os.PathLike[str], phases: list[tuple[str, list[Any]]]) -> Path:
-    return write_json_atomic(path, timeline(phases))
+def write_timeline(
+    path: str | os.PathLike[str],
+    phases: list[tuple[str, list[Any]]],
+    spans: list[tuple[str, int, int]] = (),  # type: ignore[assignment]
+) -> Path:
+    return write_json_atomic(path, timeline(phases, spans=spans))
 
 
 class _Mark(NamedTuple):

@@ -100,12 +100,12 @@ def _table(run: WholeRun) -> Table:
             f"{kind.seconds:.2f}",
             f"{kind.seconds / wall:.1%}",
             str(kind.count) if kind.count else "",
-            _where_words(kind),
+            where_words(kind),
         )
     return table
 
 
-def _where_words(kind: WholeKind) -> str:
+def where_words(kind: WholeKind) -> str:
     """Where and what, the place once (startup's detail names its places itself)."""
     where = kind.where if kind.where and kind.where not in kind.detail else ""
     return "; ".join(w for w in (where, kind.detail) if w)
