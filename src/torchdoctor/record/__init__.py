@@ -23,6 +23,7 @@ from ._kinds import (
     TRACE_FINDING_KINDS,
     UNKNOWN,
     VERDICT_KINDS,
+    WHOLE_FINDING_KINDS,
     FindingKind,
     Severity,
     Status,
@@ -81,6 +82,7 @@ from ._ranks import STRAGGLER, WAITS, DistributedReport, RankRun, Straggler
 from ._trials import Flops, Trial, TrialPoint
 
 __all__ = [
+    "WHOLE_FINDING_KINDS",
     "WHOLE_KINDS",
     "WholeBlock",
     "WholeEvent",

@@ -19,6 +19,8 @@ from torchdoctor.record import (
     SYNC_FINDING_KINDS,
     TRACE_FINDING_KINDS,
     VERDICT_KINDS,
+    WHOLE_FINDING_KINDS,
+    WHOLE_KINDS,
     Finding,
 )
 
@@ -46,6 +48,7 @@ def _listed(label: str) -> list[str]:
         ("Trace finding kinds", TRACE_FINDING_KINDS),
         ("Distributed finding kinds", DISTRIBUTED_FINDING_KINDS),
         ("Loop finding kinds", LOOP_FINDING_KINDS),
+        ("Whole-run finding kinds", WHOLE_FINDING_KINDS),
     ],
 )
 def test_the_doc_lists_the_kinds_of_the_code(label, code):
@@ -66,3 +69,9 @@ def test_a_finding_of_an_unknown_kind_or_severity_is_refused():
         Finding(kind="tensor-item", title="t", fix="f")
     with pytest.raises(ValueError, match="severity"):
         Finding(kind="item", title="t", fix="f", severity="fatal")
+
+
+def test_the_doc_lists_the_whole_runs_kinds():
+    row = next(line for line in DOC.splitlines() if line.startswith("| `whole_run`"))
+    listed = re.findall(r"`([a-z-]+)`", row.split("each `kind`:", 1)[1].split(";", 1)[0])
+    assert listed == list(WHOLE_KINDS)
