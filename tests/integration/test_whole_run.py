@@ -18,7 +18,10 @@ import time
 import psutil
 import pytest
 
+from browser import assert_offline, browser_view
 from paths import SCENARIOS
+from torchdoctor.analysis.compare import compare
+from torchdoctor.record import RunRecord
 
 pytestmark = pytest.mark.integration
 
@@ -56,10 +59,12 @@ def within(measured: float, injected: float, slack_s: float) -> bool:
 @pytest.fixture(scope="module")
 def whole(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("whole")
-    cmd, record = _command(tmp_path)
+    cmd, record = _command(
+        tmp_path, "--html", str(tmp_path / "run.html"), "--timeline", str(tmp_path / "trace.json")
+    )
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
-    return json.loads(record.read_text()), done.stdout
+    return json.loads(record.read_text()), done.stdout, tmp_path
 
 
 def kinds(data: dict, kind: str) -> list[dict]:
@@ -67,7 +72,7 @@ def kinds(data: dict, kind: str) -> list[dict]:
 
 
 def test_the_kinds_sum_to_the_wall_time_and_goodput_is_the_steps_share(whole):
-    data, _ = whole
+    data, _, _ = whole
     run = data["whole_run"]
     assert data["status"] == "complete" and run["ending"] == "ended"
     assert sum(k["seconds"] for k in run["categories"]) == pytest.approx(run["wall_s"], rel=0.01)
@@ -77,14 +82,14 @@ def test_the_kinds_sum_to_the_wall_time_and_goodput_is_the_steps_share(whole):
 
 
 def test_startup_names_the_slow_indexing_function(whole):
-    data, _ = whole
+    data, _, _ = whole
     startup = kinds(data, "startup")[0]
     part = next(p for p in startup["detail"].split("; ") if "(index_dataset)" in p)
     assert within(float(part.split()[-2]), INDEX_S, 0.3), startup
 
 
 def test_each_epoch_boundary_is_the_workers_start_and_persistent_workers_is_the_fix(whole):
-    data, _ = whole
+    data, _, _ = whole
     boundary = kinds(data, "epoch-boundary")[0]
     assert boundary["count"] == EPOCHS - 1
     assert within(boundary["seconds"], (EPOCHS - 1) * INIT_S, 0.6), boundary
@@ -93,7 +98,7 @@ def test_each_epoch_boundary_is_the_workers_start_and_persistent_workers_is_the_
 
 
 def test_evaluation_passes_are_counted_and_timed(whole):
-    data, _ = whole
+    data, _, _ = whole
     evaluation = kinds(data, "evaluation")[0]
     assert evaluation["count"] == EPOCHS
     assert within(evaluation["seconds"], EPOCHS * EVAL_BATCHES * EVAL_S, 0.4), evaluation
@@ -101,7 +106,7 @@ def test_evaluation_passes_are_counted_and_timed(whole):
 
 
 def test_a_save_function_counts_with_its_own_work_around_torch_save(whole):
-    data, _ = whole
+    data, _, _ = whole
     checkpoint = kinds(data, "checkpoint")[0]
     assert checkpoint["count"] == EPOCHS
     assert within(checkpoint["seconds"], EPOCHS * SAVE_S, 0.4), checkpoint
@@ -109,7 +114,7 @@ def test_a_save_function_counts_with_its_own_work_around_torch_save(whole):
 
 
 def test_a_metric_flush_between_steps_is_named_at_its_function(whole):
-    data, _ = whole
+    data, _, _ = whole
     flush = [k for k in kinds(data, "between-steps") if "(flush_metrics)" in (k["where"] or "")]
     assert len(flush) == 1, kinds(data, "between-steps")
     # every 10th step flushes; the last flush comes after the last step (the tail)
@@ -119,12 +124,66 @@ def test_a_metric_flush_between_steps_is_named_at_its_function(whole):
 
 
 def test_the_report_shows_the_whole_run(whole):
-    data, stdout = whole
+    data, stdout, _ = whole
     text = " ".join(stdout.split())
     assert "the whole run: where its" in text
     assert f"goodput {data['whole_run']['goodput']:.0%}" in text
     assert "persistent_workers=True" in text
     assert "watched the whole run" in text
+
+
+#: For each kind on the page's bar, its segments' width over the bar's; the timeline's events.
+_PAGE = """() => {
+  const bar = document.querySelector('#whole-run svg.chart');
+  const rects = [...bar.querySelectorAll('rect[class^="kind-"]')];
+  const total = rects.reduce((s, r) => s + r.width.baseVal.value, 0);
+  const share = {};
+  for (const r of rects) { const k = r.getAttribute('class').slice(5);
+    share[k] = (share[k] || 0) + r.width.baseVal.value / total; }
+  const events = [...document.querySelectorAll('#whole-run rect.event')].map(
+    r => r.getAttribute('class').split(' ')[1].slice(5));
+  return {share, events, series: document.querySelectorAll('#whole-run path.series').length};
+}"""
+
+
+def test_the_page_draws_each_kind_at_its_share_and_the_timeline_its_events(whole):
+    data, _, tmp_path = whole
+    page = tmp_path / "run.html"
+    view = browser_view(page, _PAGE)
+    assert_offline(view, page)
+    assert view["ids"][0] == "whole-run" and "goodput" in view["text"]
+    run = data["whole_run"]
+    for kind in {k["kind"] for k in run["categories"]}:
+        seconds = sum(k["seconds"] for k in run["categories"] if k["kind"] == kind)
+        assert view["extra"]["share"].get(kind, 0.0) == pytest.approx(
+            seconds / run["wall_s"], abs=0.01
+        ), kind
+    events = view["extra"]["events"]
+    for kind, count in (("evaluation", EPOCHS), ("checkpoint", EPOCHS), ("epoch-boundary", 2)):
+        assert events.count(kind) == count, (kind, events)
+    assert view["extra"]["series"] == 1
+
+
+def test_the_timeline_has_the_whole_runs_track(whole):
+    data, _, tmp_path = whole
+    trace = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    spans = [e for e in trace if e.get("cat") == "whole"]
+    assert {"startup", "evaluation", "checkpoint", "epoch-boundary"} <= {e["name"] for e in spans}
+    assert len(spans) == len(data["whole_run"]["events"])
+
+
+def test_compare_judges_two_whole_runs_by_their_wall_time(whole):
+    data, _, _ = whole
+    a = RunRecord.from_dict(data)
+    b = RunRecord.from_dict(data)
+    b.whole_run.wall_s = a.whole_run.wall_s / 2  # the same run, in half the time
+    change = compare(a, b).whole
+    assert change is not None and change.kind == "IMPROVED" and change.speedup == pytest.approx(2)
+    assert compare(b, a).whole.kind == "REGRESSED"
+    assert compare(a, a).whole.kind == "NO CHANGE"
+    assert [k[0] for k in change.kinds] == list(
+        dict.fromkeys(k.kind for k in a.whole_run.categories)
+    )
 
 
 def _child_of(proc: subprocess.Popen, timeout_s: float = 60) -> psutil.Process:
