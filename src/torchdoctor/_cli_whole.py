@@ -12,7 +12,6 @@ NOT_WHOLE = {
     "trials": ("--try", "it changes the script's loop to try levers"),
     "trace_dir": ("--trace", "the profiler slows the steps it records"),
     "flops": ("--flops", "counting FLOPs slows the step it counts"),
-    "nproc_per_node": ("--nproc-per-node", "a whole job is not yet accounted for rank by rank"),
 }
 
 

@@ -230,8 +230,25 @@ def test_the_bound_ends_a_whole_run_and_keeps_its_accounts(tmp_path):
     assert "whole run" in " ".join(done.stdout.split())
 
 
+def test_a_job_whose_rank_0_saves_counts_the_wait_as_every_ranks_checkpoint(tmp_path):
+    record = tmp_path / "job.json"
+    cmd = [sys.executable, "-m", "torchdoctor", "run", "--whole", "--quiet", "--nproc-per-node",
+           "2", "--json", str(record), "--", str(SCENARIOS / "whole_ddp.py"), "--save-s", "0.4",
+           "--out", str(tmp_path / "checkpoint.pt")]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    data = json.loads(record.read_text())
+    ranks = {r["rank"]: r for r in data["distributed"]["ranks"]}
+    saves = kinds(data, "checkpoint")[0]["count"]  # 64 steps a rank, one save every 20
+    assert saves == 3
+    for rank in (0, 1):
+        assert ranks[rank]["goodput"] is not None
+        assert within(ranks[rank]["whole_s"]["checkpoint"], saves * 0.4, 0.4), ranks[rank]
+    assert "goodput by rank" in " ".join(done.stdout.split())
+
+
 def test_whole_refuses_what_would_change_the_run(tmp_path):
-    for flags in (["--fix"], ["--try", "amp"], ["--nproc-per-node", "2"]):
+    for flags in (["--fix"], ["--try", "amp"], ["--trace", str(tmp_path)]):
         cmd, _ = _command(tmp_path, *flags)
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
         assert done.returncode == 2, done.stderr

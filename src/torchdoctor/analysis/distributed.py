@@ -42,6 +42,7 @@ from .job_findings import (
     straggler_finding,
 )
 from .verdict import _NEXT_COMPUTE, _NEXT_HOST, _next_input, summarise
+from .whole_run import share_saves
 
 #: A rank whose own work per step is this many times the median of the other ranks' is a
 #: straggler (and the others wait for it), ...
@@ -84,6 +85,7 @@ def combine(
     )
     for rec in by_rank:
         summarise(rec)
+    share_saves(by_rank)  # run --whole: rank 0's saves that the others wait for
     ranks = [_rank_run(rec, (ended or {}).get(rank_of(rec), ""), errors) for rec in by_rank]
     _own_work(ranks)
     backends = [str(r.seen["backend"]) for r in by_rank if r.seen.get("backend")]
@@ -231,7 +233,17 @@ def _rank_run(rec: RunRecord, ended: str, errors: dict[int, list[str]] | None) -
         verdict=rec.verdict,
         ended=ended,
         error=list((errors or {}).get(rank_of(rec), [])),
+        goodput=rec.whole_run.goodput if rec.whole_run is not None else None,
+        wall_s=rec.whole_run.wall_s if rec.whole_run is not None else None,
+        whole_s=_kind_seconds(rec),
     )
+
+
+def _kind_seconds(rec: RunRecord) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for kind in rec.whole_run.categories if rec.whole_run is not None else []:
+        out[kind.kind] = round(out.get(kind.kind, 0.0) + kind.seconds, 4)
+    return out
 
 
 def _own_work(ranks: list[RankRun]) -> None:

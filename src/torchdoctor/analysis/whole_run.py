@@ -92,6 +92,7 @@ def whole_run_of(
         sample_interval_s=raw["sample_interval_s"],
         events=_events(raw, wall),
         events_dropped=raw.get("events_dropped", 0),
+        started_at_s=raw.get("started_at_s"),
     )
     if cut:
         _project(run, raw, tail)
@@ -383,3 +384,64 @@ def _course_findings(blocks: list[WholeBlock]) -> list[Finding]:
                 )
             )
     return findings
+
+
+# --- a job -------------------------------------------------------------------------------------
+
+
+def share_saves(records: list[RunRecord]) -> None:
+    """A save on rank 0 that the other ranks wait for is their checkpoint time too.
+
+    On another rank of the same machine, the excess of a slow step spent while rank 0 was saving
+    (its collective waited for rank 0) moves from ``slow-steps`` to ``checkpoint``; the events
+    line up on the machine's monotonic clock.
+    """
+    zero = next((r for r in records if _rank(r) == 0 and r.whole_run is not None), None)
+    if zero is None or zero.whole_run is None or zero.whole_run.started_at_s is None:
+        return
+    base = zero.whole_run.started_at_s
+    saves = [
+        (base + e.start_s, base + e.start_s + e.seconds)
+        for e in zero.whole_run.events
+        if e.kind == "checkpoint"
+    ]
+    host = zero.env.host if zero.env is not None else ""
+    for record in records:
+        run = record.whole_run
+        if record is zero or run is None or run.started_at_s is None or not saves:
+            continue
+        if (record.env.host if record.env is not None else "") != host:
+            continue  # another machine's clock
+        _share_saves(run, saves)
+
+
+def _share_saves(run: WholeRun, saves: list[tuple[float, float]]) -> None:
+    moved = 0.0
+    for event in run.events:
+        if event.kind != "slow-steps":
+            continue
+        start = run.started_at_s + event.start_s  # type: ignore[operator]
+        end = start + event.seconds
+        overlap = sum(max(0.0, min(end, b) - max(start, a)) for a, b in saves)
+        if overlap > 0.5 * event.seconds:
+            event.kind = "checkpoint"
+            moved += event.seconds
+    if moved <= 0:
+        return
+    slow = next(k for k in run.categories if k.kind == "slow-steps")
+    slow.seconds = round(max(slow.seconds - moved, 0.0), 4)
+    checkpoint = next((k for k in run.categories if k.kind == "checkpoint"), None)
+    if checkpoint is None:
+        checkpoint = WholeKind("checkpoint", 0.0)
+        run.categories.insert(run.categories.index(slow) + 1, checkpoint)
+    checkpoint.seconds = round(checkpoint.seconds + moved, 4)
+    words = f"{moved:.2f} s waiting in collectives while rank 0 saved"
+    checkpoint.detail = f"{checkpoint.detail}; {words}" if checkpoint.detail else words
+    checkpoint.fix = checkpoint.fix or (
+        "the other ranks wait for rank 0's save: save asynchronously "
+        "(torch.distributed.checkpoint.async_save) or less often"
+    )
+
+
+def _rank(record: RunRecord) -> int:
+    return record.env.rank if record.env is not None else 0

@@ -64,6 +64,8 @@ ProgressFn = Callable[[str, int, int], None]
 Listener = Callable[[str, "CaptureSession", Phase, "StepMarks | None"], None]
 
 _session: CaptureSession | None = None
+#: The job's own group's timeout when the run has no bound (``run --whole``).
+UNBOUNDED_RANKS_TIMEOUT_S = 1800.0
 
 
 def active_session() -> CaptureSession | None:
@@ -96,7 +98,7 @@ class CaptureSession(StepHooks):
         self._building = 0
         self.sampler = SystemSampler()
         #: This process's rank in a job launched by torchrun, and the job's own gloo group.
-        self.ranks = Ranks(timeout_s=options.max_seconds)
+        self.ranks = Ranks(timeout_s=options.max_seconds or UNBOUNDED_RANKS_TIMEOUT_S)
         self.parallel = ParallelWatch()
         self.processes = ProcessWatch(self.data.seen, self.data.notes)
         #: What the script already does (autocast, names), so a trial never advises it.

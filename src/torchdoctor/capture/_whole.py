@@ -379,6 +379,7 @@ class WholeRunWatch:
             if self.last_step_ns is None
             else (self.last_step_ns - self.t0_ns) / 1e9,
             "sample_interval_s": self.sampler.interval_s,
+            "started_at_s": self.t0_ns / 1e9,
         }
 
     def note_eval_site(self, find: Callable[[], Any]) -> None:

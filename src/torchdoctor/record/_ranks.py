@@ -43,6 +43,11 @@ class RankRun:
     ended: str = ""
     #: The traceback of a rank whose script raised (its lines).
     error: list[str] = field(default_factory=list)
+    #: ``run --whole``: the rank's goodput and wall time (its accounts are in its own record).
+    goodput: float | None = None
+    wall_s: float | None = None
+    #: ``run --whole``: the rank's seconds by kind.
+    whole_s: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass

@@ -93,6 +93,9 @@ class WholeRun:
     #: ``events_dropped``.
     events: list[WholeEvent] = field(default_factory=list)
     events_dropped: int = 0
+    #: When the process started, on the machine's monotonic clock (s): lines up the events of
+    #: the ranks of a job on one machine.
+    started_at_s: float | None = None
     #: Interval between two samples of the script's stack (s): the finest grain of the kinds found
     #: by sampling (startup's parts, between-steps, a save function's own work).
     sample_interval_s: float = 0.0

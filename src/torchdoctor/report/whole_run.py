@@ -22,6 +22,9 @@ def whole_run_section(record: RunRecord) -> RenderableType | None:
     fixes = _fixes(run)
     if fixes is not None:
         parts.append(fixes)
+    ranks = ranks_words(record)
+    if ranks:
+        parts.append(Text(ranks))
     cost = cost_words(record)
     if cost:
         parts.append(Text(cost, style="dim"))
@@ -124,6 +127,20 @@ def _fixes(run: WholeRun) -> Text | None:
         if saving:
             text.append(f" ({saving})", style="dim")
     return text
+
+
+def ranks_words(record: RunRecord) -> str:
+    """A job's ranks side by side: whose accounts these are, and each rank's goodput."""
+    job = record.distributed
+    if job is None or not any(r.goodput is not None for r in job.ranks):
+        return ""
+    each = "; ".join(
+        f"rank {r.rank} {r.goodput:.0%} of {r.wall_s:.1f} s"
+        + (f" (checkpoints {r.whole_s['checkpoint']:.1f} s)" if r.whole_s.get("checkpoint") else "")
+        for r in job.ranks
+        if r.goodput is not None and r.wall_s is not None
+    )
+    return f"these are rank {job.bounding_rank}'s accounts; goodput by rank: {each}"
 
 
 def cost_words(record: RunRecord) -> str:

@@ -7,7 +7,14 @@ from html import escape
 
 from ..record import RunRecord, WholeRun
 from ._style import WHOLE_KINDS, whole_kind_look
-from .whole_run import cost_words, duration, goodput_words, saving_words, where_words
+from .whole_run import (
+    cost_words,
+    duration,
+    goodput_words,
+    ranks_words,
+    saving_words,
+    where_words,
+)
 
 WIDTH, PAD_LEFT, PAD_RIGHT = 760, 56, 24
 
@@ -22,6 +29,8 @@ def whole_run_section(record: RunRecord) -> str:
         for i, line in enumerate(goodput_words(run))
     )
     cost = cost_words(record)
+    ranks = ranks_words(record)
+    lines += f"<p>{escape(ranks)}</p>" if ranks else ""
     return (
         f'<section id="whole-run"><h2>The whole run: where its {duration(run.wall_s)} went</h2>'
         f"{lines}{share_bar(run)}{timeline(run)}{series(run)}{_table(run)}{_fixes(run)}"
