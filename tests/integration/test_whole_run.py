@@ -9,6 +9,7 @@ bounds allow a busy one its slack.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import signal
 import subprocess
@@ -245,6 +246,41 @@ def test_a_job_whose_rank_0_saves_counts_the_wait_as_every_ranks_checkpoint(tmp_
         assert ranks[rank]["goodput"] is not None
         assert within(ranks[rank]["whole_s"]["checkpoint"], saves * 0.4, 0.4), ranks[rank]
     assert "goodput by rank" in " ".join(done.stdout.split())
+
+
+def _whole_of(tmp_path, script: str, *args: str) -> dict:
+    record = tmp_path / "run.json"
+    cmd = [sys.executable, "-m", "torchdoctor", "run", "--whole", "--quiet", "--json",
+           str(record), "--", str(SCENARIOS / script), *args]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    data = json.loads(record.read_text())
+    run = data["whole_run"]
+    assert sum(k["seconds"] for k in run["categories"]) == pytest.approx(run["wall_s"], rel=0.01)
+    return data
+
+
+def test_lightning_validation_and_checkpoints(tmp_path):
+    if importlib.util.find_spec("pytorch_lightning") is None:  # not imported here: it wraps
+        pytest.skip("pytorch_lightning is not installed")  # torch.compile when imported
+    data = _whole_of(tmp_path, "whole_lightning.py", "--val-batch-s", "0.06", "--save-s", "0.3")
+    evaluation, checkpoint = kinds(data, "evaluation")[0], kinds(data, "checkpoint")[0]
+    assert evaluation["count"] == 3 and checkpoint["count"] == 3
+    assert within(evaluation["seconds"], 3 * 5 * 0.06, 0.4), evaluation
+    # the LightningModule's on_save_checkpoint, called by Lightning's save functions
+    assert within(checkpoint["seconds"], 3 * 0.3, 0.4), checkpoint
+    assert kinds(data, "steps")[0]["count"] == 3 * 40
+
+
+def test_hugging_face_trainer_evaluation_and_save_steps(tmp_path):
+    if importlib.util.find_spec("transformers") is None:
+        pytest.skip("transformers is not installed")
+    data = _whole_of(
+        tmp_path, "hf_trainer.py", "--max-steps", "90", "--eval-steps", "30", "--save-steps", "30"
+    )
+    assert kinds(data, "evaluation")[0]["count"] == 3
+    assert kinds(data, "checkpoint")[0]["count"] == 3
+    assert kinds(data, "steps")[0]["count"] == 90
 
 
 def test_whole_refuses_what_would_change_the_run(tmp_path):

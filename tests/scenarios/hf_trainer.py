@@ -15,6 +15,8 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--max-steps", type=int, default=300)
 parser.add_argument("--batch-size", type=int, default=8)
 parser.add_argument("--seq-len", type=int, default=32)
+parser.add_argument("--eval-steps", type=int, default=0, help="evaluate every N steps (0: never)")
+parser.add_argument("--save-steps", type=int, default=0, help="save every N steps (0: never)")
 args = parser.parse_args()
 
 VOCAB = 128
@@ -52,13 +54,20 @@ with tempfile.TemporaryDirectory() as output_dir:
         max_steps=args.max_steps,
         learning_rate=1e-3,
         report_to="none",
-        save_strategy="no",
+        save_strategy="steps" if args.save_steps else "no",
+        save_steps=args.save_steps or 500,
+        eval_strategy="steps" if args.eval_steps else "no",
+        eval_steps=args.eval_steps or None,
+        per_device_eval_batch_size=args.batch_size,
         logging_strategy="no",
         use_cpu=not torch.cuda.is_available(),
         disable_tqdm=True,
     )
     trainer = Trainer(
-        model=model, args=training_args, train_dataset=RandomTokens(512, args.seq_len)
+        model=model,
+        args=training_args,
+        train_dataset=RandomTokens(512, args.seq_len),
+        eval_dataset=RandomTokens(64, args.seq_len) if args.eval_steps else None,
     )
     trainer.train()
 print("training finished")

@@ -309,7 +309,7 @@ def _checkpoint(raw: dict[str, Any], wall: float) -> WholeKind:
         return kind
     extra = raw["save_extra_s"]
     kind.detail = f"{count} save{'' if count == 1 else 's'}, {seconds / count:.2f} s each" + (
-        f" ({extra:.2f} s of it in the script's own save function, around torch.save)"
+        f" ({extra:.2f} s of it in the save functions around torch.save)"
         if extra >= 0.01
         else ""
     )

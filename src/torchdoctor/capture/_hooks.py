@@ -170,14 +170,8 @@ def _patch_whole_run(session: CaptureSession) -> None:
         try:
             return orig_save(*args, **kwargs)
         finally:
-            frame = sys._getframe(1)
-            while frame is not None and not is_user_file(frame.f_code.co_filename):
-                frame = frame.f_back
-            code = (
-                frame.f_code if frame is not None and frame.f_code.co_name != "<module>" else None
-            )
-            at = f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else None
-            whole.save_ended(started, session.clock_ns(), at, code)
+            at, codes = save_functions(sys._getframe(1))
+            whole.save_ended(started, session.clock_ns(), at, codes)
 
     @functools.wraps(orig_train)
     def train(module, /, *args, **kwargs):
@@ -188,6 +182,26 @@ def _patch_whole_run(session: CaptureSession) -> None:
 
     session.patcher.set(torch, "save", save)
     session.patcher.set(torch.nn.Module, "train", train)
+
+
+def save_functions(frame: Any) -> tuple[str | None, list[Any]]:
+    """Where a save was called (the user's line) and the functions that make the save: the
+    user's function that called it, and every function on the way whose name says it saves
+    (Lightning's ``_save_checkpoint``, the Hugging Face Trainer's ``_save``), whose own work
+    around ``torch.save`` is the checkpoint's too."""
+    at, codes = None, []
+    while frame is not None:
+        code = frame.f_code
+        name = code.co_name.lower()
+        user = is_user_file(code.co_filename)
+        if at is None and user:
+            at = f"{code.co_filename}:{frame.f_lineno}"
+            if code.co_name != "<module>":
+                codes.append(code)
+        elif "save" in name or "checkpoint" in name:
+            codes.append(code)
+        frame = frame.f_back
+    return at, codes
 
 
 def loss_value(tensors: Any) -> float:

@@ -42,6 +42,13 @@ KNOWN = "known"
 #: ... and this inside an epoch boundary, timed exactly too, though a save function called in it
 #: is not: its samples are kept as ``(BOUNDARY, place)`` (or SAVE), for the owner to sort out.
 BOUNDARY = "in-boundary"
+#: ... and this while an evaluation pass is open: a sample after the pass's last call is not the
+#: pass's (a save made before ``model.train()``), so samples are kept with their time until the
+#: pass closes (:meth:`StackSampler.evaluated`), at most MAX_EVALUATING of them.
+EVALUATING = "evaluating"
+MAX_EVALUATING = 20_000
+#: Samples of the current gap kept with their stacks (for a save function found late): 20 s.
+MAX_RECENT = 2_000
 
 
 class StackSampler:
@@ -61,6 +68,9 @@ class StackSampler:
         #: Code objects of the user's functions that called ``torch.save``.
         self.save_codes: set[Any] = set()
         self._gap: dict[tuple, int] = {}
+        self._evaluating: list[tuple[int, tuple, int, tuple]] = []
+        #: The current gap's samples with their stacks: [place, ns, code objects].
+        self._recent: list[list[Any]] = []
         self._user_codes: dict[Any, bool] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -85,8 +95,20 @@ class StackSampler:
         """The current gap's buffer, live (the owner moves samples between its keys)."""
         return self._gap
 
+    def evaluated(self, end_ns: int) -> None:
+        """An evaluation pass closed, its last call at ``end_ns``: the samples after it go to the
+        current gap; the ones before were the pass's (timed exactly)."""
+        kept, self._evaluating = self._evaluating, []
+        gap = self._gap
+        for t, key, elapsed, codes in kept:
+            if t > end_ns:
+                after = min(elapsed, t - end_ns)
+                gap[key] = gap.get(key, 0) + after
+                self._remember(key, after, codes)
+
     def take(self) -> dict[tuple, int] | None:
         """The current gap's buffer (key → ns), or ``None`` when it is empty; a new gap starts."""
+        self._recent = []
         gap = self._gap
         if not gap:
             return None
@@ -107,36 +129,62 @@ class StackSampler:
         context = self._context()
         if context == KNOWN:
             return
-        if context == BOUNDARY:
-            key: tuple = self._where(sys._current_frames().get(self._tid))
-            if key is not SAVE:
-                key = (BOUNDARY, key)
-        elif context is not None:
-            key = ("part", context)
+        self.samples += 1
+        if context == EVALUATING:  # kept with its time: the pass's end is known at its close
+            if len(self._evaluating) < MAX_EVALUATING:
+                key, codes = self._where(sys._current_frames().get(self._tid))
+                self._evaluating.append((now, key, elapsed, codes))
+            return
+        if context is not None and context != BOUNDARY:
+            key: tuple = ("part", context)
         else:
-            key = self._where(sys._current_frames().get(self._tid))
+            key, codes = self._where(sys._current_frames().get(self._tid))
+            if context == BOUNDARY and key is not SAVE:
+                key = (BOUNDARY, key)
+            self._remember(key, elapsed, codes)
         gap = self._gap
         gap[key] = gap.get(key, 0) + elapsed
-        self.samples += 1
 
-    def _where(self, frame: Any) -> tuple:
+    def _remember(self, key: tuple, elapsed: int, codes: tuple) -> None:
+        """A sample of the current gap with its stack, for :meth:`found_saves`."""
+        if key is not SAVE and len(self._recent) < MAX_RECENT:
+            self._recent.append([key, elapsed, codes])
+
+    def found_saves(self, codes: set[Any]) -> None:
+        """New save functions: the current gap's samples taken inside one of them (their work
+        before the first ``torch.save`` was sampled as something else) become SAVE."""
+        gap = self._gap
+        for entry in self._recent:
+            key, elapsed, stack = entry
+            if key is not SAVE and any(code in codes for code in stack):
+                left = gap.get(key, 0)
+                moved = min(left, elapsed)
+                if moved:
+                    gap[key] = left - moved
+                    if not gap[key]:
+                        del gap[key]
+                    gap[SAVE] = gap.get(SAVE, 0) + moved
+                entry[0] = SAVE
+
+    def _where(self, frame: Any) -> tuple[tuple, tuple]:
+        """The place of a stack (see the module's docstring), and the code objects on it."""
         site = None
         saves = self.save_codes
         importing = False
+        codes = []
         while frame is not None:
             code = frame.f_code
-            if saves and code in saves:
-                return SAVE
+            if code in saves:
+                return SAVE, ()
+            codes.append(code)
             if site is None:
                 if self._is_user(code):
                     name = code.co_name + IMPORTING if importing else code.co_name
                     site = (code.co_filename, frame.f_lineno, name, code.co_firstlineno)
-                    if not saves:
-                        break
                 elif code.co_filename.startswith("<frozen importlib"):
                     importing = True
             frame = frame.f_back
-        return site or ELSEWHERE
+        return site or ELSEWHERE, tuple(codes)
 
     def _is_user(self, code: Any) -> bool:
         known = self._user_codes.get(code)
@@ -154,15 +202,6 @@ def drop_boundary_keys(gap: dict[tuple, int]) -> None:
     """Samples taken in an epoch boundary: its time is measured whole (less any save in it)."""
     for key in [k for k in gap if k[0] == BOUNDARY]:
         gap.pop(key, None)
-
-
-def resort(gap: dict[tuple, int], code: Any) -> None:
-    """Move the samples of ``code``'s function in the current gap to SAVE."""
-    ident = (code.co_filename, code.co_name, code.co_firstlineno)
-    for key in list(gap):
-        place = key[1] if key[0] == BOUNDARY else key
-        if len(place) == 4 and (place[0], place[2], place[3]) == ident:
-            gap[SAVE] = gap.get(SAVE, 0) + gap.pop(key, 0)
 
 
 def add(table: dict[tuple, int], gap: dict[tuple, int]) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 
 from ._stacks import (
     BOUNDARY,
+    EVALUATING,
     KNOWN,
     MAX_PLACES,
     SAVE,
@@ -30,7 +31,6 @@ from ._stacks import (
     add,
     drop_boundary_keys,
     fold,
-    resort,
 )
 
 #: Steps judged together (and one point of the step-time series, until blocks merge).
@@ -121,8 +121,10 @@ class WholeRunWatch:
 
     def _context(self) -> str | None:
         """For the sampler: a cost being timed exactly (KNOWN), a part of the step, or None."""
-        if self._eval_open is not None or self._save_depth:
+        if self._save_depth:
             return KNOWN
+        if self._eval_open is not None:
+            return EVALUATING
         if self._boundary_from is not None:
             return BOUNDARY
         return self._part()
@@ -185,7 +187,7 @@ class WholeRunWatch:
         self._close_eval()
         self._save_depth += 1
 
-    def save_ended(self, started: int, now: int, site: str | None, code: Any) -> None:
+    def save_ended(self, started: int, now: int, site: str | None, codes: list[Any]) -> None:
         self._save_depth -= 1
         if self._save_depth:
             return
@@ -197,9 +199,10 @@ class WholeRunWatch:
         if self.sites["save"] is None:
             self.sites["save"] = site
         saves = self.sampler.save_codes
-        if code is not None and code not in self.loop_codes and code not in saves:
-            saves.add(code)
-            resort(self.sampler.gap, code)  # its work before this first save: its own place
+        new = {c for c in codes if c not in self.loop_codes and c not in saves}
+        if new:
+            saves.update(new)
+            self.sampler.found_saves(new)  # their work before this first save: sampled as else
         # drawn from where the save function's own work (sampled) began, as far as known
         before = self.sampler.gap.get(SAVE, 0) - self._save_drawn
         self._save_drawn += before
@@ -251,6 +254,7 @@ class WholeRunWatch:
     def _close_eval(self) -> None:
         if self._eval_open is None:
             return
+        self.sampler.evaluated(self._eval_end)
         self._known(self._eval_end - self._eval_open)
         self.totals["eval"] += self._known_delta
         self.counts["eval"] += 1

@@ -132,7 +132,7 @@ def test_saves_in_one_gap_are_one_checkpoint(run):
     for ms in (200, 50):  # the model, then the optimizer
         run.save_started()
         started = clock.now
-        run.save_ended(started, clock.advance(ms), "train.py:40", None)
+        run.save_ended(started, clock.advance(ms), "train.py:40", [])
     train_step(run)
     whole, kinds, _ = accounts(run)
     assert kinds["checkpoint"].count == 1
