@@ -60,10 +60,16 @@ class ProgressDisplay:
         if phase != self._phase or self._task is None:
             if self._task is not None:
                 self._progress.remove_task(self._task)
+            if not total:  # open-ended: the figures and the time, no bar
+                self._progress.columns = (
+                    TextColumn("[bold cyan]torchdoctor[/] {task.description}"),
+                    TimeElapsedColumn(),
+                )
             self._task = self._progress.add_task(label, total=total or None)
             self._phase = phase
         if not total:
             words = " · ".join(w for w in (f"{done} steps", detail) if w)
-            self._progress.update(self._task, completed=done, description=f"{label} · {words}")
+            # short: the figures must fit an 80-column line with the time
+            self._progress.update(self._task, completed=done, description=f"run so far · {words}")
             return
         self._progress.update(self._task, completed=done)
