@@ -32,6 +32,8 @@ MAX_PLACES = 6
 #: blocks at least.
 DRIFT_RISE = 0.10
 DRIFT_BLOCKS = 6
+#: ... and over this many seconds of the run at least.
+DRIFT_SPAN_S = 60.0
 #: Memory creep: resident memory rising by this share and this many MB.
 CREEP_RISE, CREEP_MB = 0.20, 200.0
 #: A cost is given its fix when it takes at least this share of the run.
@@ -60,10 +62,10 @@ def whole_run_of(
     """
     wall = max(raw["wall_s"], wall_s or 0.0)
     tail = raw["tail_s"] + (wall - raw["wall_s"])
-    between, slow, slow_parts = _excess(raw["excess"], wall)
+    between, slow, slow_parts = _excess(raw["excess"], wall, raw.get("in_step", []))
     kinds = [
         _startup(raw, wall),
-        WholeKind("steps", raw["steps_s"], raw["steps"], detail=_steps_detail(raw)),
+        WholeKind("steps", raw["steps_s"], max(raw["steps"] - 1, 0), detail=_steps_detail(raw)),
         WholeKind(
             "slow-steps",
             slow,
@@ -95,8 +97,21 @@ def whole_run_of(
         started_at_s=raw.get("started_at_s"),
     )
     if cut:
-        _project(run, raw, tail)
-    return run, _course_findings(blocks)
+        mark_cut(run)
+    findings = _course_findings(blocks)
+    if raw.get("trains_in_eval_mode"):
+        findings.append(
+            Finding(
+                kind="whole.eval-mode-training",
+                title="training steps run with the model in eval mode: after an evaluation, "
+                "model.train() is not called again",
+                fix="call model.train() when the evaluation ends (dropout and batch norm train "
+                "as in evaluation until then)",
+                file=(short_where(raw["eval_where"]) or ":").rpartition(":")[0] or None,
+                severity="critical",
+            )
+        )
+    return run, findings
 
 
 def _events(raw: dict[str, Any], wall: float) -> list[WholeEvent]:
@@ -124,9 +139,11 @@ def _steady(blocks: list[WholeBlock]) -> float | None:
 
 
 def _steps_detail(raw: dict[str, Any]) -> str:
-    if not raw["steps"]:
-        return "no training step ended"
-    return f"{raw['steps']} steps, {raw['steps_s'] / max(raw['steps'], 1) * 1e3:.1f} ms each on average"
+    counted = raw["steps"] - 1  # the first step ends the startup
+    if counted < 1:
+        return "no training step after the first (which ends the startup)"
+    each = raw["steps_s"] / counted * 1e3
+    return f"{counted} step{'s' if counted > 1 else ''} after the first, {each:.1f} ms each"
 
 
 # --- places ------------------------------------------------------------------------------------
@@ -191,6 +208,9 @@ def _startup(raw: dict[str, Any], wall: float) -> WholeKind:
     )
     kind = WholeKind("startup", seconds, 1 if raw["steps"] else 0)
     parts = [f"{place_words(key)} {s:.2f} s" for key, s, _ in places[:3] if s >= 0.05]
+    first = sum(p[1] for p in raw["startup_places"] if p[0][0] == "part")
+    if first >= 0.05:
+        parts.append(f"the first step's forward, backward and optimizer {first:.2f} s")
     before = seconds - sampled
     if before >= 0.05:
         parts.append(f"before the script's first line (Python, torch's import) {before:.2f} s")
@@ -208,11 +228,17 @@ def _startup(raw: dict[str, Any], wall: float) -> WholeKind:
     return kind
 
 
-def _excess(excess: list[list[Any]], wall: float) -> tuple[list[WholeKind], float, str]:
+def _excess(
+    excess: list[list[Any]], wall: float, in_step: list[list[Any]]
+) -> tuple[list[WholeKind], float, str]:
     """The slow steps' excess: the user's functions it went to (between steps, biggest first),
-    and the rest (slow steps) with the parts of the step it was in, in words."""
+    and the rest (slow steps) with the parts of the step it was in, in words. A place the steady
+    steps run as much (``in_step``: the loss, the script's own step function) is the step's own
+    code: its share is a slow step's."""
     total = sum(entry[1] for entry in excess)
-    places = _grouped(excess)
+    steady = {tuple(key) for key in in_step}
+    own = [entry for entry in excess if tuple(entry[0]) in steady]
+    places = _grouped([entry for entry in excess if tuple(entry[0]) not in steady])
     named = [p for p in places if p[1] >= PLACE_SHARE * wall][:MAX_PLACES]
     between = [
         WholeKind(
@@ -249,6 +275,9 @@ def _excess(excess: list[list[Any]], wall: float) -> tuple[list[WholeKind], floa
         elif len(key) == 1:
             label = "not sampled" if key[0] == "unsampled" else "torch or a library"
             parts[label] = parts.get(label, 0.0) + seconds
+    for key, seconds, _ in _grouped(own):
+        label = f"the step's own code at {place_words(key)}"
+        parts[label] = parts.get(label, 0.0) + seconds
     words = ", ".join(
         f"{name} {seconds:.2f} s"
         for name, seconds in sorted(parts.items(), key=lambda kv: kv[1], reverse=True)
@@ -291,8 +320,8 @@ def _evaluation(raw: dict[str, Any], wall: float) -> WholeKind:
     kind.detail = f"{count} pass{'' if count == 1 else 'es'}, {seconds / count:.2f} s each"
     if raw["eval_with_grad"]:
         kind.fix = (
-            "the evaluation runs with autograd on (model.eval() alone keeps it): wrap it in "
-            "`with torch.inference_mode():`"
+            "the evaluation runs with autograd on (model.eval() does not turn it off): wrap it "
+            "in `with torch.inference_mode():`"
         )
     elif seconds >= FIX_SHARE * wall:
         kind.fix = (
@@ -309,9 +338,7 @@ def _checkpoint(raw: dict[str, Any], wall: float) -> WholeKind:
         return kind
     extra = raw["save_extra_s"]
     kind.detail = f"{count} save{'' if count == 1 else 's'}, {seconds / count:.2f} s each" + (
-        f" ({extra:.2f} s of it in the save functions around torch.save)"
-        if extra >= 0.01
-        else ""
+        f" ({extra:.2f} s of it in the save functions around torch.save)" if extra >= 0.01 else ""
     )
     if seconds >= FIX_SHARE * wall:
         kind.fix = (
@@ -325,12 +352,14 @@ def _checkpoint(raw: dict[str, Any], wall: float) -> WholeKind:
 # --- the course of the run ---------------------------------------------------------------------
 
 
-def _project(run: WholeRun, raw: dict[str, Any], tail: float) -> None:
-    """A cut run: the goodput of a long one, startup paid once and the rest as observed."""
-    body = run.wall_s - raw["startup_s"] - tail
-    if raw["steps"] < 2 or body <= 0:
+def mark_cut(run: WholeRun) -> None:
+    """A run ended before the script did (the bound, a signal, a kill): the goodput of a long
+    one, the startup paid once and the rest as observed."""
+    run.ending = "cut"
+    body = run.wall_s - run.seconds_of("startup") - run.seconds_of("tail")
+    if run.steps < 3 or body <= 0:
         return
-    run.projected_goodput = round(raw["steps_s"] / body, 4)
+    run.projected_goodput = round(run.seconds_of("steps") / body, 4)
     if run.epochs:
         run.projection = (
             f"the run was cut after {run.wall_s:.0f} s and {run.epochs} epoch(s): a long run is "
@@ -348,8 +377,8 @@ def _project(run: WholeRun, raw: dict[str, Any], tail: float) -> None:
 def _course_findings(blocks: list[WholeBlock]) -> list[Finding]:
     """Step time drifting up over the run, memory creeping up."""
     body = blocks[1:]
-    if len(body) < DRIFT_BLOCKS:
-        return []
+    if len(body) < DRIFT_BLOCKS or body[-1].end_s - body[0].end_s < DRIFT_SPAN_S:
+        return []  # too short a run to tell a trend from a loaded machine's noise
     third = max(len(body) // 3, 1)
     first, last = body[:third], body[-third:]
     findings = []

@@ -67,7 +67,14 @@ def patch_torch(session: CaptureSession) -> None:
     @functools.wraps(orig_iter)
     def dataloader_iter(loader, /):
         started = session.clock_ns()
-        it = orig_iter(loader)
+        whole = session.whole if not session.foreign() else None
+        if whole is not None:
+            whole.loading = True  # workers starting: an epoch boundary's own time
+        try:
+            it = orig_iter(loader)
+        finally:
+            if whole is not None:
+                whole.loading = False
         if session.foreign():
             return it
         if session.whole is not None:

@@ -95,16 +95,24 @@ class StackSampler:
         """The current gap's buffer, live (the owner moves samples between its keys)."""
         return self._gap
 
-    def evaluated(self, end_ns: int) -> None:
-        """An evaluation pass closed, its last call at ``end_ns``: the samples after it go to the
-        current gap; the ones before were the pass's (timed exactly)."""
+    def evaluated(self, end_ns: int) -> int:
+        """An evaluation pass closed, its last call at ``end_ns``; returns where it really ended.
+
+        A sample after that call in a function the pass ran before it (the script's validation
+        step, at work on the last batch a prefetching loop fetched early) is still the pass's:
+        the pass ends at the last such sample. The samples after go to the current gap."""
         kept, self._evaluating = self._evaluating, []
+        during = {_function(key) for t, key, _, _ in kept if t <= end_ns and len(key) == 4}
+        for t, key, _, _ in kept:
+            if t > end_ns and len(key) == 4 and _function(key) in during:
+                end_ns = t
         gap = self._gap
         for t, key, elapsed, codes in kept:
             if t > end_ns:
                 after = min(elapsed, t - end_ns)
                 gap[key] = gap.get(key, 0) + after
                 self._remember(key, after, codes)
+        return end_ns
 
     def take(self) -> dict[tuple, int] | None:
         """The current gap's buffer (key → ns), or ``None`` when it is empty; a new gap starts."""
@@ -195,13 +203,26 @@ class StackSampler:
         return known
 
 
+def _function(place: tuple) -> tuple:
+    """A sampled place's function: file, name, first line."""
+    return (place[0], place[2], place[3])
+
+
 # --- tables of samples (place → ns) ---------------------------------------------------------
 
 
-def drop_boundary_keys(gap: dict[tuple, int]) -> None:
-    """Samples taken in an epoch boundary: its time is measured whole (less any save in it)."""
+def drop_boundary_keys(gap: dict[tuple, int]) -> int:
+    """Sort out the samples taken in an epoch boundary, which is timed whole: those in the
+    script's own code go to their place (ns returned: not the boundary's), the rest (the
+    loader starting, a library's code) are the boundary's."""
+    own = 0
     for key in [k for k in gap if k[0] == BOUNDARY]:
-        gap.pop(key, None)
+        ns = gap.pop(key, 0)
+        place = key[1]
+        if len(place) == 4:
+            gap[place] = gap.get(place, 0) + ns
+            own += ns
+    return own
 
 
 def add(table: dict[tuple, int], gap: dict[tuple, int]) -> None:

@@ -184,8 +184,6 @@ class StepHooks:
                 self.inputs.model_called(args, self.patcher, self)
             if self.whole is not None:
                 self._forward_mode = (self.clock_ns(), torch.is_grad_enabled(), module.training)
-                if not (self._forward_mode[1] and module.training):
-                    self.whole.note_eval_site(call_site)
             self.push("forward")
         self._module_depth += 1
 
@@ -201,7 +199,7 @@ class StepHooks:
             self.pop("forward")
             if self.whole is not None and self._forward_mode is not None:
                 start, grad, training = self._forward_mode
-                self.whole.forward(start, self.clock_ns(), grad, training)
+                self.whole.forward(start, self.clock_ns(), grad, training, call_site)
                 self._forward_mode = None
 
     @costed
@@ -243,7 +241,7 @@ class StepHooks:
         self._settle()
         self._check_done()
         if self.whole is not None:
-            self.whole.training(self.clock_ns())
+            self.whole.backward_started(self.clock_ns())
         boundary = self.boundary
         before = boundary.kind
         if self._optimizer_depth:

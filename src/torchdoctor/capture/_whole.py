@@ -39,6 +39,10 @@ MAX_BLOCKS = 256
 #: A step is slow when its work exceeds its block's median by this factor and this margin.
 SLOW_FACTOR = 1.5
 SLOW_MARGIN_NS = 500_000
+#: A place sampled in the steady steps at a tenth of its time in the slow ones, or more, is the
+#: step's own code (a loss that is slow when the step is), not work between steps (a flush that
+#: costs nothing in most steps and 200 ms in a few).
+IN_STEP_RATIO = 10
 #: Events kept for the timelines (evaluations, saves, boundaries, slow steps); later ones counted.
 MAX_EVENTS = 5000
 
@@ -110,6 +114,20 @@ class WholeRunWatch:
         self._boundary_from: int | None = None
         self._boundary_known = 0
         self._startup_known = 0
+        #: An outermost call with grad on in eval mode, until the next event says what it was.
+        self._held_forward: tuple[int, int, bool] | None = None  # start, end, in eval mode
+        #: A training step is under way (a loader that fetches ahead runs out during the last
+        #: step of an epoch: the boundary starts when that step ends).
+        self._stepping = False
+        self._boundary_deferred = False
+        self.trains_in_eval_mode = False
+        #: Inside a DataLoader's ``__iter__`` or ``__next__`` (set by the hooks).
+        self.loading = False
+        #: Per place of the user's: sampled ns in steps at the steady pace and in slow steps'
+        #: stretches (a place the steady steps run too is the step's own code, not between).
+        self.steady_ns: dict[tuple, int] = {}
+        self.slow_ns: dict[tuple, int] = {}
+        self.steady_steps = 0
         #: SAVE samples of the current gap already drawn as part of a checkpoint event.
         self._save_drawn = 0
         #: The functions on the stack when the first step ended: the loop (a save called from
@@ -126,22 +144,27 @@ class WholeRunWatch:
         if self._eval_open is not None:
             return EVALUATING
         if self._boundary_from is not None:
-            return BOUNDARY
+            return KNOWN if self.loading else BOUNDARY  # the loader starting: the boundary's
         return self._part()
 
     def batch_requested(self, key: int, now: int) -> None:
+        self.loading = True
+        self._commit_forward()
         if key == self.train_key:
             self.training(now)
         elif self.train_key is not None:
             self._eval_activity(now, now)
 
     def batch_returned(self, key: int, now: int) -> None:
+        self.loading = False
         self._last_key = key
         if key == self.train_key:
             if self._boundary_from is not None:
                 self._save_samples()
-                drop_boundary_keys(self.sampler.gap)
-                self._known(now - self._boundary_from - (self.known_ns - self._boundary_known))
+                # the script's own work in it (an end-of-epoch report) is its own place's
+                own = drop_boundary_keys(self.sampler.gap)
+                elapsed = now - self._boundary_from - (self.known_ns - self._boundary_known)
+                self._known(elapsed - own)
                 self.totals["boundary"] += self._known_delta
                 self.counts["boundary"] += 1
                 self._event("epoch-boundary", self._boundary_from, now)
@@ -150,28 +173,61 @@ class WholeRunWatch:
             self._eval_end = now
 
     def loader_exhausted(self, key: int, now: int) -> None:
+        self.loading = False
         if key == self.train_key:
             self.counts["epochs"] += 1
-            self._boundary_start(now)
+            if self._stepping:
+                self._boundary_deferred = True
+            else:
+                self._boundary_start(now)
         elif self._eval_open is not None:
             self._eval_end = now
 
     def iterator_made(self, key: int, now: int) -> None:
-        """A new iterator of the training loader, the old one not run out: a new epoch."""
-        if key == self.train_key and self.steps:
+        """A new iterator of the training loader, the old one not run out (a limit on the
+        batches of an epoch, Lightning's ``limit_train_batches``): a new epoch."""
+        if key == self.train_key and self.steps and self._boundary_from is None:
+            self.counts["epochs"] += 1
             self._boundary_start(now)
 
-    def forward(self, start: int, end: int, grad: bool, training: bool) -> None:
-        """An outermost module call: evaluation when made without grad or in eval mode."""
-        if grad and training:
+    def forward(
+        self, start: int, end: int, grad: bool, training: bool, find: Callable[[], Any]
+    ) -> None:
+        """An outermost module call: evaluation when made without grad, in eval mode, or
+        between epochs (no training step runs there: a validation left with autograd on).
+
+        A call with grad on in eval mode is held until the next event: a backward then says it
+        was a training step of a model left in eval mode (``model.train()`` forgotten)."""
+        self._commit_forward()
+        if grad and training and self._boundary_from is None:
             self.training(start)
+            self._stepping = True
+            return
+        self.note_eval_site(find)
+        if grad:  # in eval mode, or between epochs: a backward after it says it was training
+            self._held_forward = (start, end, not training)
             return
         if grad:
             self.eval_with_grad = True
         self._eval_activity(start, end)
 
+    def backward_started(self, now: int) -> None:
+        """A backward: the held call was a training step's (the model trains in eval mode)."""
+        if self._held_forward is not None:
+            self.trains_in_eval_mode |= self._held_forward[2]
+            self._held_forward = None
+        self.training(now)
+        self._stepping = True
+
+    def _commit_forward(self) -> None:
+        held, self._held_forward = self._held_forward, None
+        if held is not None:
+            self.eval_with_grad = True
+            self._eval_activity(held[0], held[1])
+
     def mode_set(self, training: bool, now: int) -> None:
         """``module.train(mode)`` (``eval()`` calls it): eval mode may open a pass."""
+        self._commit_forward()
         if training:
             self._close_eval()
             self._eval_mode_ns = None
@@ -180,10 +236,12 @@ class WholeRunWatch:
 
     def training(self, now: int) -> None:
         """The training loop went on: an evaluation pass, if one was open, is over."""
+        self._commit_forward()
         self._close_eval()
         self._eval_mode_ns = None
 
     def save_started(self) -> None:
+        self._commit_forward()
         self._close_eval()
         self._save_depth += 1
 
@@ -209,7 +267,9 @@ class WholeRunWatch:
         self._event("checkpoint", started - before, now)
 
     def step_ended(self, now: int) -> None:
+        self._commit_forward()
         self._close_eval()
+        self._stepping = False
         self._save_samples()
         gap = self.sampler.take()
         known = self.known_ns - self._known_at_step
@@ -227,6 +287,9 @@ class WholeRunWatch:
         self.last_step_ns = now
         self._known_at_step = self.known_ns
         self._save_in_gap = False
+        if self._boundary_deferred:
+            self._boundary_deferred = False
+            self._boundary_start(now)
         if self.train_key is None:
             self.train_key = self._last_key
 
@@ -254,7 +317,7 @@ class WholeRunWatch:
     def _close_eval(self) -> None:
         if self._eval_open is None:
             return
-        self.sampler.evaluated(self._eval_end)
+        self._eval_end = self.sampler.evaluated(self._eval_end)
         self._known(self._eval_end - self._eval_open)
         self.totals["eval"] += self._known_delta
         self.counts["eval"] += 1
@@ -276,7 +339,12 @@ class WholeRunWatch:
         for work, gap, end in pending:
             if work <= limit:
                 totals["steps"] += work
+                self.steady_steps += 1
+                if gap:
+                    _add_places(self.steady_ns, gap)
                 continue
+            if gap:
+                _add_places(self.slow_ns, gap)
             totals["steps"] += median
             excess = work - median
             totals["slow"] += excess
@@ -309,6 +377,18 @@ class WholeRunWatch:
             self.events_dropped += 1
             return
         self.events.append([kind, (start - self.t0_ns) / 1e9, (end - start) / 1e9])
+
+    def _in_step(self) -> list[list[Any]]:
+        """Places the steady steps run as much as the slow ones: the step's own code (a loss,
+        a helper that does the step), whose share of a slow step's excess is not between steps."""
+        slow = self.counts["slow"]
+        if not slow or not self.steady_steps:
+            return []
+        return [
+            list(key)
+            for key, ns in self.slow_ns.items()
+            if self.steady_ns.get(key, 0) / self.steady_steps >= ns / slow / IN_STEP_RATIO
+        ]
 
     def status_words(self) -> str:
         """The live status line's figures: the current step and the goodput so far."""
@@ -371,6 +451,8 @@ class WholeRunWatch:
             "excess": [
                 [list(k), v / 1e9, self.excess_gaps.get(k, 0)] for k, v in self.excess.items()
             ],
+            "in_step": self._in_step(),
+            "trains_in_eval_mode": self.trains_in_eval_mode,
             "startup_places": [[list(k), v / 1e9] for k, v in self.startup_places.items()],
             "tail_places": [[list(k), v / 1e9] for k, v in self.tail_places.items()],
             "blocks": [list(b) for b in self.blocks],
@@ -390,6 +472,15 @@ class WholeRunWatch:
         """The first evaluation's line (``find``: :func:`._script_state.call_site`)."""
         if self.sites["eval"] is None:
             self.sites["eval"] = where(find()) or ""
+
+
+def _add_places(table: dict[tuple, int], gap: dict[tuple, int]) -> None:
+    """The user's places of a stretch (keys of 4), into ``table`` (bounded like the others)."""
+    for key, ns in gap.items():
+        if len(key) == 4:
+            table[key] = table.get(key, 0) + ns
+    if len(table) > MAX_PLACES:
+        fold(table)
 
 
 def _stack_codes() -> set[Any]:

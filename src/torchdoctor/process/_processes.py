@@ -75,14 +75,21 @@ class Signals:
         self.received.append(signum)
 
 
-def wait(proc: subprocess.Popen, max_seconds: float | None, signals: Signals) -> bool:
+def wait(
+    proc: subprocess.Popen,
+    max_seconds: float | None,
+    signals: Signals,
+    interrupt_first: bool = False,
+) -> bool:
     """Wait for the child within the bound, handing signals on; returns whether it timed out.
 
     The first Ctrl-C is handed to the script (it ends with its record); a second one, or a
-    SIGTERM, stops it.
+    SIGTERM, stops it. With ``interrupt_first`` (``run --whole``) the bound is a Ctrl-C too, and
+    a stop only after the grace: the script's process sends its accounts as they are then.
     """
     deadline = None if not max_seconds else time.monotonic() + max_seconds
     timed_out = False
+    grace: float | None = None
     while proc.poll() is None:
         while signals.handled < len(signals.received):
             signum = signals.received[signals.handled]
@@ -93,6 +100,13 @@ def wait(proc: subprocess.Popen, max_seconds: float | None, signals: Signals) ->
                 terminate(proc)
         if deadline is not None and time.monotonic() >= deadline and not timed_out:
             timed_out = True
+            if interrupt_first:
+                signal_group(proc.pid, signal.SIGINT)
+                grace = time.monotonic() + TERMINATE_GRACE_S
+            else:
+                terminate(proc)
+        if grace is not None and time.monotonic() >= grace:
+            grace = None
             terminate(proc)
         try:
             proc.wait(timeout=POLL_S)

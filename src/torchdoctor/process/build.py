@@ -11,9 +11,6 @@ from ..capture import CaptureSession, detect_environment
 from ..record import RunRecord, TraceReport
 from .endings import status_of
 
-#: How a script ends on its own (a whole run is then not cut short).
-_WHOLE_ENDINGS = ("finished", "stopped", "exited with status 0")
-
 
 def build_record(
     session: CaptureSession,
@@ -73,13 +70,29 @@ def build_record(
     if session.whole is not None:
         from ..analysis.whole_run import attach_whole
 
-        attach_whole(record, session.whole.summary(), cut=ended not in _WHOLE_ENDINGS)
+        # a crash ends the run as the script does: only a stop from outside cuts it short
+        attach_whole(record, session.whole.summary(), cut=ended == "interrupted")
     if session.data.trace_paths:
         _attach_trace(record, session.data.trace_paths)
     record.status, more_notes = status_of(session, record, ended, error)
     record.notes.extend(more_notes)
     summarise(record)
+    if record.whole_run is not None and record.whole_run.steps and not record.measured_steps:
+        _whole_without_window(record)
     return record
+
+
+def _whole_without_window(record: RunRecord) -> None:
+    """A whole run too short for its measured window: the verdict says so, not that no step
+    was taken."""
+    if record.verdict is not None:
+        record.verdict.why = (
+            f"the run took {record.whole_run.steps} step(s), all of them in --warmup: none was "
+            "measured part by part"
+        )
+        record.verdict.next = (
+            "read the whole run's accounts above; for the steps' verdict, lower --warmup"
+        )
 
 
 def _attach_trials(record: RunRecord, session: CaptureSession) -> None:

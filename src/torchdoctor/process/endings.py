@@ -32,9 +32,15 @@ def status_of(
         ]
     if ended == "stopped" or session.phase_name == phase_names.DONE:
         return "complete", []
-    if opts.whole and ended == "finished" and measured:
+    whole = session.whole
+    if whole is not None and ended in WHOLE_ENDED and whole.steps:
         # a whole run ends with the script; its steps' verdict covers the measured window
-        return "complete", []
+        if measured:
+            return "complete", []
+        return "complete", [
+            f"the run took {whole.steps} step(s), no more than --warmup ({opts.warmup}): none "
+            "was measured part by part for the verdict (lower --warmup to have some)"
+        ]
     if ended == "interrupted":
         return "interrupted", [f"interrupted (Ctrl-C) after {measured} measured steps"]
     notes: list[str] = []
@@ -92,6 +98,10 @@ def _seen_text(seen: dict[str, int]) -> str:
     )
 
 
+#: How a script ends on its own, for a whole run (its accounts are then not cut short).
+WHOLE_ENDED = ("finished", "stopped", "exited with status 0")
+
+
 def exit_status_of(record: RunRecord, ended: str) -> int:
     if record.status == "internal-error":
         return EXIT_INTERNAL
@@ -99,6 +109,6 @@ def exit_status_of(record: RunRecord, ended: str) -> int:
         return EXIT_INTERRUPTED
     if ended == "error" or _exited_badly(ended):
         return EXIT_SCRIPT_ERROR
-    if record.measured_steps == 0:
+    if record.measured_steps == 0 and not (record.whole_run and record.whole_run.steps):
         return EXIT_NO_TRAINING
     return EXIT_OK

@@ -82,7 +82,7 @@ def run_supervised(
         finally:
             os.close(write_fd)
         reader = StreamReader(read_fd, progress)
-        timed_out = wait(proc, options.max_seconds, signals)
+        timed_out = wait(proc, options.max_seconds, signals, interrupt_first=options.whole)
         end_group(proc.pid)
         reader.join(timeout_s=10.0)
     signalled = signals.received[0] if signals.received else None
@@ -109,6 +109,8 @@ def _outcome(
                 f"{signal_name(signalled)} arrived as the script ended: the record is complete"
             )
             return Supervised(record, EXIT_INTERRUPTED)
+        if record.whole_run is not None and (timed_out or signalled is not None):
+            return _whole_cut(record, timed_out, signalled, options)
         return Supervised(record, int(state.final["exit_status"]))
     error = state.error
     if error is not None and not error.get("internal"):
@@ -129,6 +131,25 @@ def _outcome(
     else:
         record.status, status = "killed", EXIT_SCRIPT_ERROR
     return Supervised(record, status)
+
+
+def _whole_cut(
+    record: RunRecord, timed_out: bool, signalled: int | None, options: RunOptions
+) -> Supervised:
+    """A whole run that torchdoctor's bound or a signal ended, though the script may have
+    caught it and ended as if on its own (Lightning on SIGTERM or Ctrl-C)."""
+    from ..analysis.whole_run import mark_cut
+
+    if record.whole_run is not None and record.whole_run.ending != "cut":
+        mark_cut(record.whole_run)
+    note = _ending(None, timed_out, signalled, options)
+    if note not in record.notes:
+        record.notes.append(note)
+    if timed_out:
+        record.status = "timed-out"
+        return Supervised(record, EXIT_TIMED_OUT)
+    record.status = "interrupted"
+    return Supervised(record, EXIT_INTERRUPTED)
 
 
 def _write_logged_timeline(state: StreamState, path: str, record: RunRecord) -> None:

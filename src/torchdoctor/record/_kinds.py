@@ -81,7 +81,7 @@ DistributedFindingKind = Literal[
 #: What the training loop itself does wrong (docs/how-it-works.md).
 LoopFindingKind = Literal["loop.never-updates"]
 #: The course of a whole run (``run --whole``, docs/whole-run.md).
-WholeFindingKind = Literal["whole.drift", "whole.memory-creep"]
+WholeFindingKind = Literal["whole.drift", "whole.memory-creep", "whole.eval-mode-training"]
 FindingKind = Literal[
     SyncFindingKind,
     LoaderFindingKind,

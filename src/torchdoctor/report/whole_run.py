@@ -48,10 +48,11 @@ def duration(seconds: float) -> str:
 def goodput_words(run: WholeRun) -> list[str]:
     """The goodput and, for a cut run, its projection, in sentences (terminal and page)."""
     steps = run.seconds_of("steps")
-    pace = f", {run.steady_step_ms:.1f} ms each" if run.steady_step_ms else ""
+    counted = sum(k.count for k in run.categories if k.kind == "steps")
+    pace = f" (steady step {run.steady_step_ms:.1f} ms)" if run.steady_step_ms else ""
     lines = [
         f"goodput {run.goodput:.0%}: {duration(steps)} of {duration(run.wall_s)} went to "
-        f"{run.steps} training steps at their steady pace{pace}"
+        f"training steps at their steady pace, {counted} after the first{pace}"
     ]
     if run.ending == "cut":
         if run.projected_goodput is not None:

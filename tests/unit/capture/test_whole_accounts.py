@@ -14,6 +14,10 @@ MS = 1_000_000
 TRAIN, VAL = 1, 2
 
 
+def no_site():
+    return None
+
+
 class Clock:
     def __init__(self) -> None:
         self.now = 0
@@ -61,7 +65,7 @@ def test_startup_steps_and_tail_sum_to_the_wall(run):
     whole, kinds, _ = accounts(run)
     sums_to_wall(whole)
     assert kinds["startup"].seconds == pytest.approx(1.010, abs=1e-6)  # until the first step ended
-    assert kinds["steps"].count == 65
+    assert kinds["steps"].count == 64  # after the first, which ends the startup
     assert kinds["steps"].seconds == pytest.approx(64 * 0.010, abs=1e-6)
     assert kinds["tail"].seconds == pytest.approx(0.050, abs=1e-6)
     assert whole.goodput == pytest.approx(0.64 / whole.wall_s, abs=1e-3)
@@ -107,7 +111,7 @@ def test_an_evaluation_pass_from_eval_mode_to_its_last_batch(run):
     for _ in range(3):
         run.batch_requested(VAL, clock.advance(2))
         run.batch_returned(VAL, clock.advance(5))
-        run.forward(clock.now, clock.advance(20), grad=False, training=False)
+        run.forward(clock.now, clock.advance(20), grad=False, training=False, find=no_site)
     end = clock.now
     run.mode_set(True, clock.advance(3))  # model.train(): after the pass
     train_step(run)
@@ -120,7 +124,7 @@ def test_an_evaluation_pass_from_eval_mode_to_its_last_batch(run):
 
 def test_an_evaluation_with_autograd_on_is_told_to_use_inference_mode(run):
     train_step(run)
-    run.forward(run.clock.now, run.clock.advance(30), grad=True, training=False)
+    run.forward(run.clock.now, run.clock.advance(30), grad=True, training=False, find=no_site)
     train_step(run)
     _, kinds, _ = accounts(run)
     assert "autograd on" in kinds["evaluation"].fix and "inference_mode" in kinds["evaluation"].fix
@@ -147,7 +151,9 @@ def test_an_epoch_boundary_less_the_evaluation_in_it(run):
     train_step(run)
     run.loader_exhausted(TRAIN, clock.advance(1))  # the epoch's last batch was drawn
     clock.advance(100)  # end-of-epoch work
-    run.forward(clock.now, clock.advance(40), grad=False, training=True)  # a no_grad evaluation
+    run.forward(
+        clock.now, clock.advance(40), grad=False, training=True, find=no_site
+    )  # a no_grad evaluation
     run.iterator_made(TRAIN, clock.advance(5))
     run.batch_requested(TRAIN, clock.now)
     run.batch_returned(TRAIN, clock.advance(300))  # workers started again
@@ -172,15 +178,20 @@ def test_a_run_of_many_steps_keeps_a_bounded_series(run):
 
 def test_a_step_that_slows_over_the_run_is_a_drift_finding(run):
     for i in range(BLOCK * 12):
-        train_step(run, ms=10 + i // BLOCK)  # 10 ms rising to 21 ms
+        train_step(run, ms=200 + 20 * (i // BLOCK))  # 200 ms rising to 420 ms, over 77 s
     _, _, findings = accounts(run)
     assert [f.kind for f in findings] == ["whole.drift"]
 
 
 def test_a_steady_run_has_no_drift(run):
     for _ in range(BLOCK * 12):
-        train_step(run)
+        train_step(run, ms=200)
     assert accounts(run)[2] == []
+
+
+def test_a_short_run_has_no_drift_however_its_steps_go(run):
+    for i in range(BLOCK * 12):
+        train_step(run, ms=10 + i // BLOCK)  # 10 ms rising to 21 ms, over 6 s: noise here
 
 
 def test_a_cut_run_is_projected_without_its_startup(run):
@@ -192,3 +203,48 @@ def test_a_cut_run_is_projected_without_its_startup(run):
     assert whole.goodput < 0.2
     assert whole.projected_goodput == pytest.approx(1.0, abs=0.02)
     assert "before an epoch ended" in whole.projection
+    assert accounts(run)[2] == []
+
+
+def test_a_call_in_eval_mode_followed_by_backward_is_a_training_step(run):
+    clock = run.clock
+    train_step(run)
+    for _ in range(3):  # model.eval() was left on: each step's forward runs in eval mode
+        run.forward(clock.now, clock.advance(4), grad=True, training=False, find=no_site)
+        run.backward_started(clock.advance(1))
+        run.step_ended(clock.advance(5))
+    whole, kinds, findings = accounts(run)
+    assert "evaluation" not in kinds
+    assert [f.kind for f in findings] == ["whole.eval-mode-training"]
+
+
+def test_a_forward_between_epochs_is_an_evaluation(run):
+    clock = run.clock
+    train_step(run)
+    train_step(run)
+    run.loader_exhausted(TRAIN, clock.advance(1))
+    run.forward(clock.now, clock.advance(50), grad=True, training=True, find=no_site)
+    run.batch_requested(TRAIN, clock.advance(1))
+    run.batch_returned(TRAIN, clock.advance(2))
+    run.step_ended(clock.advance(8))
+    _, kinds, _ = accounts(run)
+    assert kinds["evaluation"].count == 1
+    assert kinds["evaluation"].seconds == pytest.approx(0.050, abs=1e-6)
+    assert "autograd on" in kinds["evaluation"].fix
+
+
+def step_of_the_script(watch):
+    """A function of the 'user' run in every step (its loss, say), sampled."""
+    watch.sampler.sample()
+
+
+def test_the_steps_own_code_is_not_between_steps(run):
+    for i in range(BLOCK + 1):
+        run.sampler._last_ns = run.clock.now
+        run.clock.advance(6 if i != 10 else 30)  # one step is slow, in the same code
+        step_of_the_script(run)
+        train_step(run, ms=4)
+    whole, kinds, _ = accounts(run)
+    assert "between-steps" not in kinds
+    assert "the step's own code" in kinds["slow-steps"].detail
+    sums_to_wall(whole)
