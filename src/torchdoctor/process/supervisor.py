@@ -143,6 +143,12 @@ def _whole_cut(
     if record.whole_run is not None and record.whole_run.ending != "cut":
         mark_cut(record.whole_run)
     note = _ending(None, timed_out, signalled, options)
+    # the script's own words for how it ended were about the stop torchdoctor handed it
+    record.notes = [
+        n
+        for n in record.notes
+        if not n.startswith(("interrupted (Ctrl-C)", "the script exited with status"))
+    ]
     if note not in record.notes:
         record.notes.append(note)
     if timed_out:
