@@ -252,7 +252,7 @@ def _excess(
             )
             if seconds >= FIX_SHARE * wall
             else None,
-            saves_s=seconds,
+            saves_s=seconds if seconds >= FIX_SHARE * wall else None,
         )
         for key, seconds, gaps in named
     ]
