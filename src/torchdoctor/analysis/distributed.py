@@ -42,7 +42,7 @@ from .job_findings import (
     straggler_finding,
 )
 from .verdict import _NEXT_COMPUTE, _NEXT_HOST, _next_input, summarise
-from .whole_run import share_saves
+from .whole_course import share_saves
 
 #: A rank whose own work per step is this many times the median of the other ranks' is a
 #: straggler (and the others wait for it), ...

@@ -9,9 +9,9 @@ the median goes to what the stack samples of its gap saw (:mod:`._stacks`): a fu
 user's (between steps), or a part of the step (slow steps). Before the first step ends is
 startup; after the last, the tail.
 
-Per step this is a few additions and one list append; a block's judgement (a sort of its steps)
-runs every :data:`BLOCK` steps. Memory is bounded for a run of days: the step-time series merges
-its blocks in pairs past :data:`MAX_BLOCKS`, and sampled places are one number each.
+Per step this is a few additions and one list append (the blocks: :mod:`._whole_steps`). Memory
+is bounded for a run of days: the step-time series merges its blocks in pairs, and sampled places
+are one number each.
 """
 
 from __future__ import annotations
@@ -25,24 +25,13 @@ from ._stacks import (
     BOUNDARY,
     EVALUATING,
     KNOWN,
-    MAX_PLACES,
     SAVE,
     StackSampler,
     add,
     drop_boundary_keys,
-    fold,
 )
+from ._whole_steps import SteadySteps
 
-#: Steps judged together (and one point of the step-time series, until blocks merge).
-BLOCK = 32
-MAX_BLOCKS = 256
-#: A step is slow when its work exceeds its block's median by this factor and this margin.
-SLOW_FACTOR = 1.5
-SLOW_MARGIN_NS = 500_000
-#: A place sampled in the steady steps at a tenth of its time in the slow ones, or more, is the
-#: step's own code (a loss that is slow when the step is), not work between steps (a flush that
-#: costs nothing in most steps and 200 ms in a few).
-IN_STEP_RATIO = 10
 #: Events kept for the timelines (evaluations, saves, boundaries, slow steps); later ones counted.
 MAX_EVENTS = 5000
 
@@ -90,22 +79,16 @@ class WholeRunWatch:
         #: last step's end: their difference is the current gap's.
         self.known_ns = 0
         self._known_at_step = 0
-        self.totals = {"eval": 0, "save": 0, "save_extra": 0, "boundary": 0, "steps": 0, "slow": 0}
-        self.counts = {"eval": 0, "save": 0, "boundary": 0, "slow": 0, "epochs": 0}
+        self.totals = {"eval": 0, "save": 0, "save_extra": 0, "boundary": 0}
+        self.counts = {"eval": 0, "save": 0, "boundary": 0, "epochs": 0}
         self.sites: dict[str, str | None] = {"eval": None, "save": None}
         self.eval_with_grad = False
-        #: Seconds the excess of slow steps went to: ``(file, line, fn, first)`` or ``("part",
-        #: name)`` or ELSEWHERE / "unsampled"; and in how many slow gaps each was seen.
-        self.excess: dict[tuple, float] = {}
-        self.excess_gaps: dict[tuple, int] = {}
         self.startup_places: dict[tuple, int] = {}
         self.tail_places: dict[tuple, int] = {}
-        self.blocks: list[list[float]] = []  # [end_s, steps, median ms, rss MB]
-        self._block_size = BLOCK
-        self._pending: list[tuple[int, Any, int]] = []  # (work, gap's samples, end)
         #: What happened when, for the timelines: [kind, start s, seconds], at most MAX_EVENTS.
         self.events: list[list[Any]] = []
         self.events_dropped = 0
+        self.judged = SteadySteps(self.t0_ns, self._event)
         self._eval_open: int | None = None
         self._eval_end = 0
         self._eval_mode_ns: int | None = None
@@ -123,11 +106,6 @@ class WholeRunWatch:
         self.trains_in_eval_mode = False
         #: Inside a DataLoader's ``__iter__`` or ``__next__`` (set by the hooks).
         self.loading = False
-        #: Per place of the user's: sampled ns in steps at the steady pace and in slow steps'
-        #: stretches (a place the steady steps run too is the step's own code, not between).
-        self.steady_ns: dict[tuple, int] = {}
-        self.slow_ns: dict[tuple, int] = {}
-        self.steady_steps = 0
         #: SAVE samples of the current gap already drawn as part of a checkpoint event.
         self._save_drawn = 0
         #: The functions on the stack when the first step ended: the loop (a save called from
@@ -280,9 +258,7 @@ class WholeRunWatch:
             if gap:
                 add(self.startup_places, gap)
         else:
-            self._pending.append((now - self.last_step_ns - known, gap, now))
-            if len(self._pending) >= self._block_size:
-                self._judge_block(now)
+            self.judged.add(now - self.last_step_ns - known, gap, now)
         self.steps += 1
         self.last_step_ns = now
         self._known_at_step = self.known_ns
@@ -329,76 +305,22 @@ class WholeRunWatch:
             self._boundary_from = now
             self._boundary_known = self.known_ns
 
-    def _judge_block(self, now: int) -> None:
-        """Judge the pending steps against their median; one point of the series."""
-        pending, self._pending = self._pending, []
-        works = sorted(p[0] for p in pending)
-        median = works[len(works) // 2]
-        limit = max(median * SLOW_FACTOR, median + SLOW_MARGIN_NS)
-        totals = self.totals
-        for work, gap, end in pending:
-            if work <= limit:
-                totals["steps"] += work
-                self.steady_steps += 1
-                if gap:
-                    _add_places(self.steady_ns, gap)
-                continue
-            if gap:
-                _add_places(self.slow_ns, gap)
-            totals["steps"] += median
-            excess = work - median
-            totals["slow"] += excess
-            self.counts["slow"] += 1
-            between = self._attribute(excess, gap)
-            self._event("between-steps" if between else "slow-steps", end - excess, end)
-        self.blocks.append([(now - self.t0_ns) / 1e9, len(pending), median / 1e6, _rss_mb()])
-        if len(self.blocks) > MAX_BLOCKS:
-            blocks = self.blocks
-            merged = [_merged(a, b) for a, b in zip(blocks[::2], blocks[1::2])]
-            self.blocks = merged + blocks[len(merged) * 2 :]  # an odd last one stays
-            self._block_size *= 2
-
-    def _attribute(self, excess: int, gap: dict[tuple, int] | None) -> bool:
-        """Share a slow step's excess among what its gap's samples saw; True when most of it
-        went to the user's own functions (time between steps)."""
-        if not gap:
-            self.excess[("unsampled",)] = self.excess.get(("unsampled",), 0.0) + excess
-            return False
-        seen = sum(gap.values())
-        for key, ns in gap.items():
-            self.excess[key] = self.excess.get(key, 0.0) + excess * ns / seen
-            self.excess_gaps[key] = self.excess_gaps.get(key, 0) + 1
-        if len(self.excess) > MAX_PLACES:
-            fold(self.excess)
-        return sum(ns for key, ns in gap.items() if len(key) == 4) * 2 > seen
-
     def _event(self, kind: str, start: int, end: int) -> None:
         if len(self.events) >= MAX_EVENTS:
             self.events_dropped += 1
             return
         self.events.append([kind, (start - self.t0_ns) / 1e9, (end - start) / 1e9])
 
-    def _in_step(self) -> list[list[Any]]:
-        """Places the steady steps run as much as the slow ones: the step's own code (a loss,
-        a helper that does the step), whose share of a slow step's excess is not between steps."""
-        slow = self.counts["slow"]
-        if not slow or not self.steady_steps:
-            return []
-        return [
-            list(key)
-            for key, ns in self.slow_ns.items()
-            if self.steady_ns.get(key, 0) / self.steady_steps >= ns / slow / IN_STEP_RATIO
-        ]
-
     def status_words(self) -> str:
         """The live status line's figures: the current step and the goodput so far."""
         now = self.clock_ns()
         words = []
-        if self.blocks:
-            words.append(f"step {self.blocks[-1][2]:.1f} ms")
+        judged = self.judged
+        if judged.blocks:
+            words.append(f"step {judged.blocks[-1][2]:.1f} ms")
         if self.steps:
-            pending = sum(p[0] for p in self._pending)
-            words.append(f"goodput {(self.totals['steps'] + pending) / (now - self.t0_ns):.0%}")
+            steady = judged.steady_total + judged.pending_ns()
+            words.append(f"goodput {steady / (now - self.t0_ns):.0%}")
         return " · ".join(words)
 
     def summary(self, now: int | None = None, final: bool = True) -> dict[str, Any]:
@@ -412,15 +334,14 @@ class WholeRunWatch:
         pending = 0
         if final:
             self._close_eval()
-            if self._pending:
-                self._judge_block(now)
+            self.judged.judge(now)
             self._save_samples()
             last_gap = self.sampler.take()
             if last_gap:
                 places = self.tail_places if self.steps else self.startup_places
                 add(places, {k[1] if k[0] == BOUNDARY else k: v for k, v in last_gap.items()})
         else:
-            pending = sum(p[0] for p in self._pending)
+            pending = self.judged.pending_ns()
         wall = now - self.t0_ns
         if self.first_step_ns is None:
             startup = wall - self.known_ns
@@ -434,9 +355,9 @@ class WholeRunWatch:
             "startup_s": max(startup, 0) / 1e9,
             "tail_s": max(tail, 0) / 1e9,
             "steps": self.steps,
-            "steps_s": (t["steps"] + pending) / 1e9,
-            "slow_s": t["slow"] / 1e9,
-            "slow_steps": self.counts["slow"],
+            "steps_s": (self.judged.steady_total + pending) / 1e9,
+            "slow_s": self.judged.slow_total / 1e9,
+            "slow_steps": self.judged.slow_count,
             "eval_s": t["eval"] / 1e9,
             "evals": self.counts["eval"],
             "eval_with_grad": self.eval_with_grad,
@@ -448,14 +369,10 @@ class WholeRunWatch:
             "boundary_s": t["boundary"] / 1e9,
             "boundaries": self.counts["boundary"],
             "epochs": self.counts["epochs"],
-            "excess": [
-                [list(k), v / 1e9, self.excess_gaps.get(k, 0)] for k, v in self.excess.items()
-            ],
-            "in_step": self._in_step(),
+            **self.judged.summary(),
             "trains_in_eval_mode": self.trains_in_eval_mode,
             "startup_places": [[list(k), v / 1e9] for k, v in self.startup_places.items()],
             "tail_places": [[list(k), v / 1e9] for k, v in self.tail_places.items()],
-            "blocks": [list(b) for b in self.blocks],
             "events": [list(e) for e in self.events],
             "events_dropped": self.events_dropped,
             "first_step_s": None
@@ -474,15 +391,6 @@ class WholeRunWatch:
             self.sites["eval"] = where(find()) or ""
 
 
-def _add_places(table: dict[tuple, int], gap: dict[tuple, int]) -> None:
-    """The user's places of a stretch (keys of 4), into ``table`` (bounded like the others)."""
-    for key, ns in gap.items():
-        if len(key) == 4:
-            table[key] = table.get(key, 0) + ns
-    if len(table) > MAX_PLACES:
-        fold(table)
-
-
 def _stack_codes() -> set[Any]:
     import sys
 
@@ -497,24 +405,3 @@ def _stack_codes() -> set[Any]:
 def where(site: Any) -> str | None:
     """``file:line`` of a call site, or ``None``."""
     return f"{site.file}:{site.line}" if site is not None else None
-
-
-def _merged(a: list[float], b: list[float]) -> list[float]:
-    steps = a[1] + b[1]
-    median = (a[2] * a[1] + b[2] * b[1]) / steps if steps else b[2]
-    rss = max(x for x in (a[3], b[3]) if x is not None) if a[3] or b[3] else None
-    return [b[0], steps, median, rss]
-
-
-_process: list[Any] = []
-
-
-def _rss_mb() -> float | None:
-    try:
-        if not _process or _process[0].pid != os.getpid():
-            import psutil
-
-            _process[:] = [psutil.Process(os.getpid())]
-        return round(_process[0].memory_info().rss / 2**20, 1)
-    except Exception:  # noqa: BLE001 - memory is a detail of the series
-        return None

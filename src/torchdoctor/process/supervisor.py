@@ -138,7 +138,7 @@ def _whole_cut(
 ) -> Supervised:
     """A whole run that torchdoctor's bound or a signal ended, though the script may have
     caught it and ended as if on its own (Lightning on SIGTERM or Ctrl-C)."""
-    from ..analysis.whole_run import mark_cut
+    from ..analysis.whole_course import mark_cut
 
     if record.whole_run is not None and record.whole_run.ending != "cut":
         mark_cut(record.whole_run)

@@ -8,7 +8,8 @@ import threading
 import pytest
 
 from torchdoctor.analysis.whole_run import whole_run_of
-from torchdoctor.capture._whole import BLOCK, MAX_BLOCKS, WholeRunWatch
+from torchdoctor.capture._whole import WholeRunWatch
+from torchdoctor.capture._whole_steps import BLOCK, MAX_BLOCKS
 
 MS = 1_000_000
 TRAIN, VAL = 1, 2

@@ -1,0 +1,156 @@
+"""A whole run's steps judged in blocks: the steady pace, the slow steps and where their excess
+went, and the step-time series (part of :mod:`._whole`).
+
+A block's steps are judged against its median: a step whose work is beyond
+:data:`SLOW_FACTOR` times the median (and :data:`SLOW_MARGIN_NS` more) is slow, counts at the
+median, and its excess is shared among what the stack samples of its stretch saw. Per step this
+is one list append; a block is judged (a sort of its steps) every ``block_size`` steps, and the
+series merges its blocks in pairs past :data:`MAX_BLOCKS` (the block then doubles), so a run of
+days keeps bounded memory.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from ._stacks import MAX_PLACES, fold
+
+#: Steps judged together (and one point of the series, until blocks merge).
+BLOCK = 32
+MAX_BLOCKS = 256
+#: A step is slow when its work exceeds its block's median by this factor and this margin.
+SLOW_FACTOR = 1.5
+SLOW_MARGIN_NS = 500_000
+#: A place sampled in the steady steps at a tenth of its time in the slow ones, or more, is the
+#: step's own code (a loss that is slow when the step is), not work between steps (a flush that
+#: costs nothing in most steps and 200 ms in a few).
+IN_STEP_RATIO = 10
+
+
+class SteadySteps:
+    """The judged steps of a whole run (see the module docstring)."""
+
+    def __init__(self, t0_ns: int, event: Callable[[str, int, int], None]) -> None:
+        self.t0_ns = t0_ns
+        self._event = event
+        #: ns at the steady pace, ns of slow steps' excess, and how many were slow.
+        self.steady_total = 0
+        self.slow_total = 0
+        self.slow_count = 0
+        #: Seconds the excess of slow steps went to: ``(file, line, fn, first)`` or ``("part",
+        #: name)`` or ELSEWHERE / "unsampled"; and in how many slow stretches each was seen.
+        self.excess: dict[tuple, float] = {}
+        self.excess_gaps: dict[tuple, int] = {}
+        #: Per place of the user's: sampled ns in steps at the steady pace and in slow steps'
+        #: stretches (a place the steady steps run too is the step's own code, not between).
+        self.steady_places: dict[tuple, int] = {}
+        self.slow_places: dict[tuple, int] = {}
+        self.steady_steps = 0
+        self.blocks: list[list[Any]] = []  # [end_s, steps, median ms, rss MB]
+        self.block_size = BLOCK
+        self.pending: list[tuple[int, Any, int]] = []  # (work, its stretch's samples, end)
+
+    def add(self, work: int, gap: dict[tuple, int] | None, end: int) -> None:
+        self.pending.append((work, gap, end))
+        if len(self.pending) >= self.block_size:
+            self.judge(end)
+
+    def pending_ns(self) -> int:
+        return sum(p[0] for p in self.pending)
+
+    def judge(self, now: int) -> None:
+        """Judge the pending steps against their median; one point of the series."""
+        pending, self.pending = self.pending, []
+        if not pending:
+            return
+        works = sorted(p[0] for p in pending)
+        median = works[len(works) // 2]
+        limit = max(median * SLOW_FACTOR, median + SLOW_MARGIN_NS)
+        for work, gap, end in pending:
+            if work <= limit:
+                self.steady_total += work
+                self.steady_steps += 1
+                if gap:
+                    _add_places(self.steady_places, gap)
+                continue
+            if gap:
+                _add_places(self.slow_places, gap)
+            self.steady_total += median
+            excess = work - median
+            self.slow_total += excess
+            self.slow_count += 1
+            between = self._attribute(excess, gap)
+            self._event("between-steps" if between else "slow-steps", end - excess, end)
+        self.blocks.append([(now - self.t0_ns) / 1e9, len(pending), median / 1e6, _rss_mb()])
+        if len(self.blocks) > MAX_BLOCKS:
+            blocks = self.blocks
+            merged = [_merged(a, b) for a, b in zip(blocks[::2], blocks[1::2])]
+            self.blocks = merged + blocks[len(merged) * 2 :]  # an odd last one stays
+            self.block_size *= 2
+
+    def _attribute(self, excess: int, gap: dict[tuple, int] | None) -> bool:
+        """Share a slow step's excess among what its stretch's samples saw; True when most of it
+        went to the user's own functions (time between steps)."""
+        if not gap:
+            self.excess[("unsampled",)] = self.excess.get(("unsampled",), 0.0) + excess
+            return False
+        seen = sum(gap.values())
+        for key, ns in gap.items():
+            self.excess[key] = self.excess.get(key, 0.0) + excess * ns / seen
+            self.excess_gaps[key] = self.excess_gaps.get(key, 0) + 1
+        if len(self.excess) > MAX_PLACES:
+            fold(self.excess)
+        return sum(ns for key, ns in gap.items() if len(key) == 4) * 2 > seen
+
+    def in_step(self) -> list[list[Any]]:
+        """Places the steady steps run as much as the slow ones: the step's own code (a loss,
+        a helper that does the step), whose share of a slow step's excess is not between steps."""
+        slow = self.slow_count
+        if not slow or not self.steady_steps:
+            return []
+        return [
+            list(key)
+            for key, ns in self.slow_places.items()
+            if self.steady_places.get(key, 0) / self.steady_steps >= ns / slow / IN_STEP_RATIO
+        ]
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "excess": [
+                [list(k), v / 1e9, self.excess_gaps.get(k, 0)] for k, v in self.excess.items()
+            ],
+            "in_step": self.in_step(),
+            "blocks": [list(b) for b in self.blocks],
+        }
+
+
+def _add_places(table: dict[tuple, int], gap: dict[tuple, int]) -> None:
+    """The user's places of a stretch (keys of 4), into ``table`` (bounded like the others)."""
+    for key, ns in gap.items():
+        if len(key) == 4:
+            table[key] = table.get(key, 0) + ns
+    if len(table) > MAX_PLACES:
+        fold(table)
+
+
+def _merged(a: list[Any], b: list[Any]) -> list[Any]:
+    steps = a[1] + b[1]
+    median = (a[2] * a[1] + b[2] * b[1]) / steps if steps else b[2]
+    rss = max(x for x in (a[3], b[3]) if x is not None) if a[3] or b[3] else None
+    return [b[0], steps, median, rss]
+
+
+_process: list[Any] = []
+
+
+def _rss_mb() -> float | None:
+    try:
+        if not _process or _process[0].pid != os.getpid():
+            import psutil
+
+            _process[:] = [psutil.Process(os.getpid())]
+        return round(_process[0].memory_info().rss / 2**20, 1)
+    except Exception:  # noqa: BLE001 - memory is a detail of the series
+        return None
