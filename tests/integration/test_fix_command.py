@@ -172,8 +172,10 @@ def test_the_seed_004_round_trips_are_rewritten_checked_and_gone_on_a_rerun(tmp_
 def test_a_measured_fused_optimizer_trial_is_written_at_the_optimizers_construction(tmp_path):
     shutil.copy(SCENARIOS / "many_params.py", tmp_path / "train.py")
     out = _torchdoctor(
-        "fix", "--steps", "8", "--warmup", "2", "--try", "foreach", "--quiet", "--json",
-        "fix.json", "--", "train.py",
+        # steps and rounds enough that a loaded machine's burst cannot widen the allowance
+        # past the ~1.9x (seen: 1.38x against an 83% allowance with 8 steps and 2 rounds)
+        "fix", "--steps", "20", "--warmup", "2", "--rounds", "3", "--try", "foreach", "--quiet",
+        "--json", "fix.json", "--", "train.py",
         cwd=tmp_path,
     )  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
