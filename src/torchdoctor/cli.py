@@ -168,7 +168,8 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         description=(
             "Run SCRIPT for a bounded number of optimizer steps, measure where each step's time "
             "goes, then measure the same loop with data made free and the loader alone, and say "
-            "what bounds the run."
+            "what bounds the run. With --whole, watch the script to its own end instead and "
+            "account for every second of the run by kind."
         ),
     )
     _run_options(p, loader_doctor="auto")
