@@ -137,3 +137,12 @@ def test_a_measuring_run_writes_nothing_and_measures_only_steps():
     assert measuring.trace_dir is None and measuring.trials == () and not measuring.flops
     assert not measuring.fix and not measuring.counterfactuals and measuring.sync_steps == 0
     assert measuring.loader_doctor == "off" and (measuring.steps, measuring.warmup) == (9, 1)
+
+
+def test_a_whole_run_has_no_bound_unless_asked_and_the_others_keep_theirs():
+    assert from_args(_parse(["run", "--whole", "train.py"])).max_seconds is None
+    assert (
+        from_args(_parse(["run", "--whole", "--max-seconds", "60", "train.py"])).max_seconds == 60
+    )
+    assert from_args(_parse(["run", "train.py"])).max_seconds == 900.0
+    assert from_args(_parse(["fix", "train.py"])).max_seconds == 900.0
