@@ -117,6 +117,14 @@ def decide(record: RunRecord) -> Verdict:
 
 
 def _no_step(record: RunRecord) -> Verdict:
+    whole = record.whole_run
+    if whole is not None and whole.steps:  # run --whole, a run too short for its window
+        return Verdict(
+            kind=UNKNOWN,
+            why=f"the run took {whole.steps} step(s), all of them in --warmup: none was "
+            "measured part by part",
+            next="read the whole run's accounts above; for the steps' verdict, lower --warmup",
+        )
     if record.status == "script-error":
         return Verdict(
             kind=UNKNOWN,

@@ -49,7 +49,7 @@ def whole_run_of(
 ) -> tuple[WholeRun, list[Finding]]:
     """The record's whole run from the capture's summary.
 
-    ``cut``: the run ended before the script did (the bound, a signal, a crash); ``wall_s``: the
+    ``cut``: the run ended before the script did (the bound, a signal, a kill); ``wall_s``: the
     run's length as the supervisor measured it, when it outlived the last summary (the time since
     counts as tail).
     """
@@ -82,7 +82,6 @@ def whole_run_of(
         steady_step_ms=steady,
         categories=kinds,
         series=blocks,
-        ending="cut" if cut else "ended",
         epochs=raw["epochs"],
         sample_interval_s=raw["sample_interval_s"],
         events=_events(raw, wall),

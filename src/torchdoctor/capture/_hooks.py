@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader
 from ._frames import is_user_file, user_site
 from ._patch import passes_through
 from ._script_state import call_site
+from ._whole import loader_key
 
 if TYPE_CHECKING:
     from ._session import CaptureSession
@@ -66,8 +67,9 @@ def patch_torch(session: CaptureSession) -> None:
 
     @functools.wraps(orig_iter)
     def dataloader_iter(loader, /):
-        started = session.clock_ns()
-        whole = session.whole if not session.foreign() else None
+        if session.foreign():
+            return orig_iter(loader)
+        started, whole = session.clock_ns(), session.whole
         if whole is not None:
             whole.loading = True  # workers starting: an epoch boundary's own time
         try:
@@ -75,10 +77,8 @@ def patch_torch(session: CaptureSession) -> None:
         finally:
             if whole is not None:
                 whole.loading = False
-        if session.foreign():
-            return it
-        if session.whole is not None:
-            session.whole.iterator_made(id(getattr(it, "_index_sampler", it)), started)
+        if whole is not None:
+            whole.iterator_made(loader_key(it), started)
         session._check_done()
         if not session.phase.owns_loaders:  # else: torchdoctor's own clones
             session.loaders.iterated(loader, it)

@@ -269,6 +269,13 @@ class CaptureSession(StepHooks):
         summarise(record)
         return record.verdict.kind if record.verdict else ""
 
+    def watch_only(self) -> None:
+        """``run --whole`` after its measured steps: the data-parallel findings read, then the
+        steps only counted (the timeline keeps its parts, no marks; no batch kept)."""
+        self._note_parallel()
+        self.timeline.lean = self.lean = True
+        self._batch_ids = set()
+
     def hook_root_modules_only(self) -> None:
         """Swap the global module hooks for hooks on the outermost modules seen in warmup."""
         if not self._global_forward_hooks or not self._root_modules:

@@ -64,13 +64,12 @@ class StackSampler:
         self._tid = thread_id
         self._context = context
         self._clock_ns = clock_ns
-        #: Code objects of the user's functions that called ``torch.save``.
+        #: Code objects of the functions that make a save (:func:`._hooks.save_functions`).
         self.save_codes: set[Any] = set()
         self._gap: dict[tuple, int] = {}
         self._evaluating: list[tuple[int, tuple, int, tuple]] = []
         #: The current gap's samples with their stacks: [place, ns, code objects].
         self._recent: list[list[Any]] = []
-        self._user_codes: dict[Any, bool] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_ns = 0
@@ -188,21 +187,14 @@ class StackSampler:
                 return SAVE, ()
             codes.append(code)
             if site is None:
-                if self._is_user(code):
+                # "<string>": the ``python -c`` that runs the script under torchdoctor
+                if code.co_filename != "<string>" and is_user_file(code.co_filename):
                     name = code.co_name + IMPORTING if importing else code.co_name
                     site = (code.co_filename, frame.f_lineno, name, code.co_firstlineno)
                 elif code.co_filename.startswith("<frozen importlib"):
                     importing = True
             frame = frame.f_back
         return site or ELSEWHERE, tuple(codes)
-
-    def _is_user(self, code: Any) -> bool:
-        known = self._user_codes.get(code)
-        if known is None:
-            # "<string>": the ``python -c`` that runs the script under torchdoctor
-            name = code.co_filename
-            known = self._user_codes[code] = name != "<string>" and is_user_file(name)
-        return known
 
 
 def _function(place: tuple) -> tuple:
@@ -227,9 +219,12 @@ def drop_boundary_keys(gap: dict[tuple, int]) -> int:
     return own
 
 
-def add(table: dict[tuple, int], gap: dict[tuple, int]) -> None:
+def add(table: dict[tuple, int], gap: dict[tuple, int], places_only: bool = False) -> None:
+    """Add a stretch's samples into ``table`` (``places_only``: the user's places, keys of 4),
+    which keeps its biggest places past MAX_PLACES."""
     for key, ns in gap.items():
-        table[key] = table.get(key, 0) + ns
+        if not places_only or len(key) == 4:
+            table[key] = table.get(key, 0) + ns
     if len(table) > MAX_PLACES:
         fold(table)
 

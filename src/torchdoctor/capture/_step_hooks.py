@@ -19,6 +19,7 @@ from ..record import Finding, phase_names
 from ._boundary import graph_leaves
 from ._patch import passes_through
 from ._script_state import call_site
+from ._whole import loader_key
 from .phases import NOT_SERVED, Done
 
 
@@ -314,21 +315,21 @@ class StepHooks:
         if batch is NOT_SERVED:
             whole = self.whole
             if whole is not None:
-                loader_key = id(getattr(it, "_index_sampler", it))  # one per loader
-                whole.batch_requested(loader_key, self.clock_ns())
+                key = loader_key(it)
+                whole.batch_requested(key, self.clock_ns())
             self.push("data_wait")
             self._producing += 1
             try:
                 batch = self._own(orig_next, it)
             except StopIteration:
                 if whole is not None:
-                    whole.loader_exhausted(loader_key, self.clock_ns())
+                    whole.loader_exhausted(key, self.clock_ns())
                 raise
             finally:
                 self._producing -= 1
                 self.pop("data_wait")
             if whole is not None:
-                whole.batch_returned(loader_key, self.clock_ns())
+                whole.batch_returned(key, self.clock_ns())
             self.data.seen["batches"] += 1
             if self.lean:  # run --whole after its measured steps: counted only
                 self._step_batches += 1

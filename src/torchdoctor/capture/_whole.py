@@ -36,6 +36,12 @@ from ._whole_steps import SteadySteps
 MAX_EVENTS = 5000
 
 
+def loader_key(it: Any) -> int:
+    """Which DataLoader an iterator is of: its batch sampler, one per loader (two loaders over
+    one dataset, a training and an evaluation one, are told apart)."""
+    return id(getattr(it, "_index_sampler", it))
+
+
 def process_start_ns(clock_ns: Callable[[], int] = time.perf_counter_ns) -> int:
     """When this process started, on ``clock_ns``'s scale: its age, to 10 ms, from the kernel's
     clock ticks since boot (``/proc``; psutil's start time is wall-clock, to the second)."""
@@ -111,7 +117,6 @@ class WholeRunWatch:
         #: The functions on the stack when the first step ended: the loop (a save called from
         #: one of them is not a save function of its own).
         self.loop_codes: set[Any] = set()
-        self._known_delta = 0
 
     # --- what the hooks tell ----------------------------------------------------------------
 
@@ -142,8 +147,7 @@ class WholeRunWatch:
                 # the script's own work in it (an end-of-epoch report) is its own place's
                 own = drop_boundary_keys(self.sampler.gap)
                 elapsed = now - self._boundary_from - (self.known_ns - self._boundary_known)
-                self._known(elapsed - own)
-                self.totals["boundary"] += self._known_delta
+                self.totals["boundary"] += self._known(elapsed - own)
                 self.counts["boundary"] += 1
                 self._event("epoch-boundary", self._boundary_from, now)
                 self._boundary_from = None
@@ -185,8 +189,6 @@ class WholeRunWatch:
         if grad:  # in eval mode, or between epochs: a backward after it says it was training
             self._held_forward = (start, end, not training)
             return
-        if grad:
-            self.eval_with_grad = True
         self._eval_activity(start, end)
 
     def backward_started(self, now: int) -> None:
@@ -227,8 +229,7 @@ class WholeRunWatch:
         self._save_depth -= 1
         if self._save_depth:
             return
-        self._known(now - started)
-        self.totals["save"] += self._known_delta
+        self.totals["save"] += self._known(now - started)
         if not self._save_in_gap:
             self.counts["save"] += 1
             self._save_in_gap = True
@@ -274,15 +275,13 @@ class WholeRunWatch:
     def _save_samples(self) -> None:
         """The save function's own work around torch.save, sampled in the current gap."""
         self._save_drawn = 0
-        extra = self.sampler.gap.pop(SAVE, 0)
-        if extra:
-            self._known(extra)
-            self.totals["save_extra"] += extra
+        self.totals["save_extra"] += self._known(self.sampler.gap.pop(SAVE, 0))
 
-    def _known(self, ns: int) -> None:
+    def _known(self, ns: int) -> int:
+        """Count ``ns`` (not below 0) as exactly timed; returns it."""
         ns = max(int(ns), 0)
-        self._known_delta = ns
         self.known_ns += ns
+        return ns
 
     def _eval_activity(self, start: int, end: int) -> None:
         if self._eval_open is None:
@@ -294,8 +293,7 @@ class WholeRunWatch:
         if self._eval_open is None:
             return
         self._eval_end = self.sampler.evaluated(self._eval_end)
-        self._known(self._eval_end - self._eval_open)
-        self.totals["eval"] += self._known_delta
+        self.totals["eval"] += self._known(self._eval_end - self._eval_open)
         self.counts["eval"] += 1
         self._event("evaluation", self._eval_open, self._eval_end)
         self._eval_open = None
@@ -356,7 +354,6 @@ class WholeRunWatch:
             "tail_s": max(tail, 0) / 1e9,
             "steps": self.steps,
             "steps_s": (self.judged.steady_total + pending) / 1e9,
-            "slow_s": self.judged.slow_total / 1e9,
             "slow_steps": self.judged.slow_count,
             "eval_s": t["eval"] / 1e9,
             "evals": self.counts["eval"],

@@ -11,11 +11,10 @@ days keeps bounded memory.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
 
-from ._stacks import MAX_PLACES, fold
+from ._stacks import MAX_PLACES, add, fold
 
 #: Steps judged together (and one point of the series, until blocks merge).
 BLOCK = 32
@@ -73,10 +72,10 @@ class SteadySteps:
                 self.steady_total += work
                 self.steady_steps += 1
                 if gap:
-                    _add_places(self.steady_places, gap)
+                    add(self.steady_places, gap, places_only=True)
                 continue
             if gap:
-                _add_places(self.slow_places, gap)
+                add(self.slow_places, gap, places_only=True)
             self.steady_total += median
             excess = work - median
             self.slow_total += excess
@@ -126,15 +125,6 @@ class SteadySteps:
         }
 
 
-def _add_places(table: dict[tuple, int], gap: dict[tuple, int]) -> None:
-    """The user's places of a stretch (keys of 4), into ``table`` (bounded like the others)."""
-    for key, ns in gap.items():
-        if len(key) == 4:
-            table[key] = table.get(key, 0) + ns
-    if len(table) > MAX_PLACES:
-        fold(table)
-
-
 def _merged(a: list[Any], b: list[Any]) -> list[Any]:
     steps = a[1] + b[1]
     median = (a[2] * a[1] + b[2] * b[1]) / steps if steps else b[2]
@@ -142,15 +132,10 @@ def _merged(a: list[Any], b: list[Any]) -> list[Any]:
     return [b[0], steps, median, rss]
 
 
-_process: list[Any] = []
-
-
 def _rss_mb() -> float | None:
     try:
-        if not _process or _process[0].pid != os.getpid():
-            import psutil
+        import psutil
 
-            _process[:] = [psutil.Process(os.getpid())]
-        return round(_process[0].memory_info().rss / 2**20, 1)
+        return round(psutil.Process().memory_info().rss / 2**20, 1)
     except Exception:  # noqa: BLE001 - memory is a detail of the series
         return None

@@ -77,22 +77,7 @@ def build_record(
     record.status, more_notes = status_of(session, record, ended, error)
     record.notes.extend(more_notes)
     summarise(record)
-    if record.whole_run is not None and record.whole_run.steps and not record.measured_steps:
-        _whole_without_window(record)
     return record
-
-
-def _whole_without_window(record: RunRecord) -> None:
-    """A whole run too short for its measured window: the verdict says so, not that no step
-    was taken."""
-    if record.verdict is not None:
-        record.verdict.why = (
-            f"the run took {record.whole_run.steps} step(s), all of them in --warmup: none was "
-            "measured part by part"
-        )
-        record.verdict.next = (
-            "read the whole run's accounts above; for the steps' verdict, lower --warmup"
-        )
 
 
 def _attach_trials(record: RunRecord, session: CaptureSession) -> None:

@@ -42,7 +42,7 @@ def status_of(
             "was measured part by part for the verdict (lower --warmup to have some)"
         ]
     if ended == "interrupted":
-        return "interrupted", [f"interrupted (Ctrl-C) after {measured} measured steps"]
+        return "interrupted", [f"{INTERRUPTED_NOTE} after {measured} measured steps"]
     notes: list[str] = []
     if ended == "error":
         notes.append(
@@ -97,6 +97,12 @@ def _seen_text(seen: dict[str, int]) -> str:
         + (f"{steps} optimizer step(s)" if steps else "no optimizer.step()")
     )
 
+
+#: How the notes above begin that say how the script's process ended (``ended`` is "exited
+#: with status N"); a whole run stopped by torchdoctor puts its own words instead
+#: (process.supervisor).
+INTERRUPTED_NOTE = "interrupted (Ctrl-C)"
+EXITED_NOTE = "the script exited"
 
 #: How a script ends on its own, for a whole run (its accounts are then not cut short).
 WHOLE_ENDED = ("finished", "stopped", "exited with status 0")

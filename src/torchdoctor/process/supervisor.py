@@ -42,6 +42,7 @@ from ._processes import (
     signal_name,
     wait,
 )
+from .endings import EXITED_NOTE, INTERRUPTED_NOTE
 from .stream import StreamReader, StreamState
 
 
@@ -144,11 +145,7 @@ def _whole_cut(
         mark_cut(record.whole_run)
     note = _ending(None, timed_out, signalled, options)
     # the script's own words for how it ended were about the stop torchdoctor handed it
-    record.notes = [
-        n
-        for n in record.notes
-        if not n.startswith(("interrupted (Ctrl-C)", "the script exited with status"))
-    ]
+    record.notes = [n for n in record.notes if not n.startswith((INTERRUPTED_NOTE, EXITED_NOTE))]
     if note not in record.notes:
         record.notes.append(note)
     if timed_out:

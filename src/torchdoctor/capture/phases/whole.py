@@ -13,7 +13,7 @@ import threading
 
 from ...record import phase_names
 from .._whole import WholeRunWatch
-from .base import Phase
+from .measure import MeasurePhase
 
 
 def watch_whole_run(session) -> WholeRunWatch:
@@ -35,8 +35,8 @@ def watch_whole_run(session) -> WholeRunWatch:
     return watch
 
 
-class WholeRunPhase(Phase):
-    """Every step of the run; measuring during the window after warmup."""
+class WholeRunPhase(MeasurePhase):
+    """Every step of the run; during the window after warmup, the measure phase's steps."""
 
     name = phase_names.WHOLE
 
@@ -62,16 +62,9 @@ class WholeRunPhase(Phase):
         opts = session.options
         start, end = opts.warmup, opts.warmup + opts.steps
         if self.steps_done == start and not self.measuring:
-            if start > 0:
-                session.hook_root_modules_only()
             self.measuring = True
-            session.sampler.start()
+            super().start(session)  # the measured steps' hooks and the system sampler
         elif self.steps_done == end and self.measuring:
             self.measuring = False
-            session.data.system = session.sampler.stop()
-            session._note_parallel()
-            # From here on the steps are only counted: the timeline keeps its parts, no marks,
-            # and no batch is kept or searched (what the verdict needed is measured).
-            session.timeline.lean = True
-            session.lean = True
-            session._batch_ids = set()
+            super().finish(session)  # (the table never ends this phase: the window's end does)
+            session.watch_only()
