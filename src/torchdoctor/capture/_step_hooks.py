@@ -310,26 +310,25 @@ class StepHooks:
         phase = self.phase
         if not phase.takes_steps:
             return self._own(orig_next, it)  # torchdoctor's clones (loader-alone, loader doctor)
-        dataset_key = id(getattr(it, "_dataset", it))
+        dataset_key = loader_key(it)
         batch = phase.next_batch(self, dataset_key)
         if batch is NOT_SERVED:
             whole = self.whole
             if whole is not None:
-                key = loader_key(it)
-                whole.batch_requested(key, self.clock_ns())
+                whole.batch_requested(dataset_key, self.clock_ns())
             self.push("data_wait")
             self._producing += 1
             try:
                 batch = self._own(orig_next, it)
             except StopIteration:
                 if whole is not None:
-                    whole.loader_exhausted(key, self.clock_ns())
+                    whole.loader_exhausted(dataset_key, self.clock_ns())
                 raise
             finally:
                 self._producing -= 1
                 self.pop("data_wait")
             if whole is not None:
-                whole.batch_returned(key, self.clock_ns())
+                whole.batch_returned(dataset_key, self.clock_ns())
             self.data.seen["batches"] += 1
             if self.lean:  # run --whole after its measured steps: counted only
                 self._step_batches += 1

@@ -37,9 +37,10 @@ MAX_EVENTS = 5000
 
 
 def loader_key(it: Any) -> int:
-    """Which DataLoader an iterator is of: its batch sampler, one per loader (two loaders over
-    one dataset, a training and an evaluation one, are told apart)."""
-    return id(getattr(it, "_index_sampler", it))
+    """Which DataLoader an iterator is of, as the capture tells loaders apart: by its dataset (a
+    script that builds its loader anew each epoch keeps its training loader; a training and an
+    evaluation loader over one Dataset object are taken as one)."""
+    return id(getattr(it, "_dataset", it))
 
 
 def process_start_ns(clock_ns: Callable[[], int] = time.perf_counter_ns) -> int:

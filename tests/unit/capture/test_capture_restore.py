@@ -116,3 +116,32 @@ def test_uninstall_after_user_error_mid_step():
                 raise ValueError("user bug")
     finally:
         session.uninstall()
+
+
+def test_a_whole_run_is_undone_with_its_sampler_thread_and_workers():
+    """run --whole's own patches (torch.save, Module.train), its stack sampler and the script's
+    DataLoader workers are gone after uninstall (the hygiene fixture checks torch and threads)."""
+    import io
+
+    from torch.utils.data import DataLoader, TensorDataset
+
+    session = CaptureSession(RunOptions(whole=True, stop=False, warmup=1, steps=2))
+    session.install()
+    try:
+        assert torch.save is not vars(torch.serialization)["save"]
+        model = torch.nn.Linear(4, 2)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        data = TensorDataset(torch.randn(32, 4), torch.randint(0, 2, (32,)))
+        for _ in range(2):
+            for x, y in DataLoader(data, batch_size=8, num_workers=2):
+                torch.nn.functional.cross_entropy(model(x), y).backward()
+                optimizer.step()
+            model.eval()
+            with torch.no_grad():
+                model(x)
+            model.train()
+            torch.save(model.state_dict(), io.BytesIO())
+        assert session.whole.steps == 8 and session.whole.counts["eval"] == 2
+    finally:
+        session.uninstall()
+    assert torch.save is vars(torch.serialization)["save"]
