@@ -192,3 +192,37 @@ def test_a_measured_fused_optimizer_trial_is_written_at_the_optimizers_construct
         ["git", "apply", "--check", "torchdoctor-fix.diff"], cwd=tmp_path, capture_output=True
     )
     assert check.returncode == 0, check.stderr
+
+
+def test_a_measured_amp_trial_is_written_around_the_forward_and_loss_with_its_caveat(tmp_path):
+    shutil.copy(SCENARIOS / "small_cnn.py", tmp_path / "train.py")
+    out = _torchdoctor(
+        "fix", "--steps", "12", "--warmup", "2", "--try", "amp", "--quiet", "--json",
+        "fix.json", "--html", "fix.html", "--", "train.py",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    record = RunRecord.load(tmp_path / "fix.json")
+    (trial,) = record.trials
+    assert trial.detail["model_at"] == f"{tmp_path / 'train.py'}:27", trial.detail
+    assert trial.detail["dtype"] == "bfloat16" and trial.detail["device_type"] == "cpu"
+    if (trial.speedup or 0) <= 1:
+        pytest.skip(f"bf16 autocast measured {trial.speedup}x on this CPU: nothing to write")
+    (remedy,) = record.patch.remedies
+    assert remedy.key == "amp" and "changes the numerics" in remedy.caveat
+    assert [(c.file, c.line) for c in remedy.changes] == [("train.py", 27)]
+    assert remedy.judgement in ("IMPROVED", "NO CHANGE", "REGRESSED") and remedy.speedup
+    assert "caveat: changes the numerics" in out.stdout
+    assert "caveat: changes the numerics" in (tmp_path / "fix.html").read_text()
+    if remedy.kept:
+        assert (
+            "+        # torchdoctor fix: bf16 autocast changes the numerics: check the loss curve\n"
+            '+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16):\n'
+            "+            loss = nn.functional.cross_entropy(model(x), y)\n"
+        ) in record.patch.diff
+        check = subprocess.run(
+            ["git", "apply", "--check", "torchdoctor-fix.diff"], cwd=tmp_path, capture_output=True
+        )
+        assert check.returncode == 0, check.stderr
+    else:
+        assert "not faster" in remedy.reason or "slower" in remedy.reason, remedy.reason

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from ._trials import Lever, trained_roots
+from ._trials import Lever, model_detail, trained_roots
 
 
 class Compile(Lever):
@@ -87,6 +87,9 @@ class Compile(Lever):
     def code(self, session, setting) -> str:
         model = session.state.model_name()
         return f"{model} = torch.compile({model})"
+
+    def detail(self, session) -> dict[str, Any]:
+        return model_detail(session)
 
     def caveats(self, session) -> list[str]:
         return [

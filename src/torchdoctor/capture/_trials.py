@@ -126,6 +126,14 @@ class Amp(Lever):
             f"    {_model_line(session)}"
         )
 
+    def detail(self, session) -> dict[str, Any]:
+        device = session.clock.device
+        return {
+            **model_detail(session),
+            "device_type": device.type if device is not None else "cpu",
+            "dtype": str(self._dtype(session)).replace("torch.", ""),
+        }
+
     def caveats(self, session) -> list[str]:
         if self._dtype(session) == torch.float16:
             return [
@@ -150,6 +158,8 @@ class ChannelsLast(Lever):
         return None
 
     def apply(self, session, patcher, setting) -> None:
+        #: The positions of the forward's 4-D inputs, as seen (for ``torchdoctor fix``).
+        self.inputs: set[int] = set()
         for module in session.root_modules():
             module.to(memory_format=torch.channels_last)
             patcher.on_restore(
@@ -157,17 +167,20 @@ class ChannelsLast(Lever):
             )
 
             def inputs(mod, args):
+                four = [isinstance(a, torch.Tensor) and a.dim() == 4 for a in args]
+                self.inputs.update(i for i, yes in enumerate(four) if yes)
                 return tuple(
-                    a.contiguous(memory_format=torch.channels_last)
-                    if isinstance(a, torch.Tensor) and a.dim() == 4
-                    else a
-                    for a in args
+                    a.contiguous(memory_format=torch.channels_last) if yes else a
+                    for a, yes in zip(args, four)
                 )
 
             patcher.hook(module.register_forward_pre_hook(inputs))
 
     def changed(self, setting: str) -> str:
         return "model and 4-D inputs in torch.channels_last"
+
+    def detail(self, session) -> dict[str, Any]:
+        return {**model_detail(session), "inputs": sorted(getattr(self, "inputs", ()))}
 
     def code(self, session, setting) -> str:
         model = session.state.model_name()
@@ -314,6 +327,14 @@ def _is_conv2d(module: Any) -> bool:
 def trained_roots(session: Any) -> list[Any]:
     """The outermost modules with trainable parameters: the model(s), not a loss module."""
     return [m for m in session.root_modules() if any(p.requires_grad for p in m.parameters())]
+
+
+def model_detail(session: Any) -> dict[str, Any]:
+    """Where the script calls its model and its name for it there (for ``torchdoctor fix``)."""
+    site = session.state.model
+    if site is None:
+        return {}
+    return {"model_at": f"{site.file}:{site.line}", "model": site.name or ""}
 
 
 def _model_line(session: Any) -> str:

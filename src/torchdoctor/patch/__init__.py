@@ -2,7 +2,8 @@
 own code and each measured on the patched code (docs/fix.md).
 
 ``_edits`` changes source on its concrete syntax tree (libcst); ``_remedies`` plans each remedy
-where its setting lives; ``_project`` says which files are the user's and writes the diff;
+where its setting lives, ``_threads``, ``_syncs`` and ``_levers`` (the trials' levers) too;
+``_project`` says which files are the user's and writes the diff;
 ``_measure`` alternates the original and the patched runs; ``command`` puts them together.
 Torch-free: the script runs in supervised child processes.
 """
@@ -10,6 +11,7 @@ Torch-free: the script runs in supervised child processes.
 from __future__ import annotations
 
 from ._edits import PatchError
+from ._levers import LEVERS, plan_lever
 from ._measure import LOSS_STEPS, measure_patch
 from ._project import Project, file_diff, project_root
 from ._remedies import Remedy, plan_loader, plan_optimizer
@@ -19,6 +21,7 @@ from .command import BACKUP_DIR, DEFAULT_ROUNDS, check_patchable, fix_cli, patch
 
 __all__ = [
     "BACKUP_DIR",
+    "LEVERS",
     "DEFAULT_ROUNDS",
     "LOSS_STEPS",
     "PatchError",
@@ -30,6 +33,7 @@ __all__ = [
     "measure_patch",
     "patch_record",
     "plan",
+    "plan_lever",
     "plan_loader",
     "plan_optimizer",
     "plan_syncs",

@@ -213,6 +213,30 @@ def dotted(node: cst.BaseExpression) -> str | None:
     return None
 
 
+def torch_name(source: SourceFile) -> str | None:
+    """The name ``import torch`` (or ``import torch as th``) binds in the file, if it does."""
+    for node in source.nodes(cst.Import):
+        for alias in node.names:  # type: ignore[attr-defined]
+            if dotted(alias.name) == "torch":
+                return alias.asname.name.value if alias.asname else "torch"  # type: ignore[union-attr]
+    return None
+
+
+def assignments(source: SourceFile, variable: str) -> list[cst.Assign | cst.AnnAssign]:
+    """Every plain assignment of ``variable`` in the file (``x = ...``, ``x: T = ...``)."""
+    return [
+        node
+        for node in source.nodes(cst.Assign)
+        if len(node.targets) == 1  # type: ignore[attr-defined]
+        and isinstance(node.targets[0].target, cst.Name)  # type: ignore[attr-defined]
+        and node.targets[0].target.value == variable  # type: ignore[attr-defined]
+    ] + [
+        node
+        for node in source.nodes(cst.AnnAssign)
+        if isinstance(node.target, cst.Name) and node.target.value == variable  # type: ignore[attr-defined]
+    ]
+
+
 def keyword(call: cst.Call, name: str) -> cst.Arg | None:
     return next((a for a in call.args if a.keyword is not None and a.keyword.value == name), None)
 

@@ -29,6 +29,7 @@ from ._edits import (
     Skipped,
     SourceFile,
     add_keywords,
+    assignments,
     callee_name,
     chain,
     dotted,
@@ -67,6 +68,8 @@ class Remedy:
     #: Judged by the losses it computes, not by its speed: a rewrite whose gain cannot show on a
     #: CPU (a host round-trip costs nothing there).
     numerics: bool = False
+    #: What else the remedy changes, said beside it (AMP: the numerics).
+    caveat: str = ""
 
     def __post_init__(self) -> None:
         self.title = self.title or TITLES.get(self.key, self.key)
@@ -240,12 +243,12 @@ def _plan_variable(
                     f"set by its callers: pass {value!r} there"
                 )
     call_source, call_variable, call_line = source, variable, source.line_of(arg)
-    assigns = _assignments(source, variable)
+    assigns = assignments(source, variable)
     if not assigns:
         imported = _imported_from(project, source, variable)
         if imported is not None:
             source, variable = imported
-            assigns = _assignments(source, variable)
+            assigns = assignments(source, variable)
     if len(assigns) != 1 or assigns[0].value is None or not is_literal(assigns[0].value):
         how = "assigned more than once" if len(assigns) > 1 else "not assigned a constant"
         return f"{name} comes from {variable!r}, {how} in {source.path.name}: make it {value!r}"
@@ -286,21 +289,6 @@ def _also(uses: list[str]) -> str:
         return ""
     shown = ", ".join(uses[:4]) + (f" and {len(uses) - 4} more" if len(uses) > 4 else "")
     return f"; also read at {shown}, which change too"
-
-
-def _assignments(source: SourceFile, variable: str) -> list[cst.Assign | cst.AnnAssign]:
-    """Every plain assignment of ``variable`` in the file."""
-    return [
-        node
-        for node in source.nodes(cst.Assign)
-        if len(node.targets) == 1
-        and isinstance(node.targets[0].target, cst.Name)
-        and node.targets[0].target.value == variable
-    ] + [
-        node
-        for node in source.nodes(cst.AnnAssign)
-        if isinstance(node.target, cst.Name) and node.target.value == variable
-    ]
 
 
 def _imported_from(

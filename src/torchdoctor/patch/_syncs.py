@@ -23,7 +23,7 @@ from pathlib import Path
 import libcst as cst
 
 from ..record import Finding
-from ._edits import Change, Skipped, SourceFile, dotted, keyword
+from ._edits import Change, Skipped, SourceFile, dotted, keyword, torch_name
 from ._project import Project
 from ._remedies import Remedy
 
@@ -59,7 +59,7 @@ def plan_syncs(project: Project, findings: Iterable[Finding]) -> list[Remedy]:
         source = project.patchable(path, finding.kind, remedy.skipped)
         if source is None:
             continue
-        torch = _torch_name(source)
+        torch = torch_name(source)
         if torch is None:
             remedy.skipped.append(Skipped(finding.kind, f"{path.name} does not `import torch`"))
             continue
@@ -73,14 +73,6 @@ def plan_syncs(project: Project, findings: Iterable[Finding]) -> list[Remedy]:
         if reason is not None:
             remedy.skipped.append(Skipped(finding.kind, reason))
     return remedies
-
-
-def _torch_name(source: SourceFile) -> str | None:
-    for node in source.nodes(cst.Import):
-        for alias in node.names:
-            if dotted(alias.name) == "torch":
-                return alias.asname.name.value if alias.asname else "torch"  # type: ignore[union-attr]
-    return None
 
 
 def _on_line(source: SourceFile, node_type: type, line: int) -> list:

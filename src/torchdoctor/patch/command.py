@@ -26,6 +26,7 @@ from .._errors import EXIT_INTERRUPTED, EXIT_OK, TorchdoctorError
 from ..options import RunOptions
 from ..record import Patch, PatchChange, PatchRemedy, PatchSkip, RunRecord, write_text_atomic
 from ._edits import PatchError, Skipped
+from ._levers import LEVERS, plan_lever
 from ._measure import Interrupted, measure_patch
 from ._project import Project, project_root
 from ._remedies import (
@@ -108,7 +109,8 @@ def patch_record(
     if not remedies:
         patch.notes.append(
             "no measured remedy is one the patcher writes (DataLoader settings, torch threads, "
-            "host round-trip rewrites): see the findings for what to change by hand"
+            "host round-trip rewrites, and with --try: the optimizer's fused step, amp, "
+            "channels-last, compile): see the findings for what to change by hand"
         )
     status = EXIT_OK
     if active:
@@ -169,8 +171,17 @@ def plan(record: RunRecord, project: Project, argv: Sequence[str]) -> list[Remed
                 f"--try foreach measured {foreach.speedup:.2f}x in the script's own loop",
             )
         )
+    for trial in record.trials:
+        if trial.name in LEVERS and _paid(trial):
+            because = f"--try {trial.name} measured {trial.speedup:.2f}x in the script's own loop"
+            remedies.append(plan_lever(project, trial.name, trial.detail, because))
     remedies += plan_syncs(project, record.findings)
     return remedies
+
+
+def _paid(trial) -> bool:
+    """A trial measured faster than the script as it runs (the patch is then measured anew)."""
+    return trial.status == "measured" and (trial.speedup or 0) > 1
 
 
 def _remedy_record(remedy: Remedy, project: Project) -> PatchRemedy:
@@ -182,6 +193,7 @@ def _remedy_record(remedy: Remedy, project: Project) -> PatchRemedy:
         skipped=[PatchSkip(s.setting, s.reason) for s in remedy.skipped],
         reason="" if remedy.changes else "nothing to change that the patcher can write",
         numerics=remedy.numerics,
+        caveat=remedy.caveat,
     )
 
 

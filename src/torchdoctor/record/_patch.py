@@ -51,6 +51,8 @@ class PatchRemedy:
     numerics: bool = False
     #: Losses compared by that check.
     checked_losses: int = 0
+    #: What else it changes, said beside it (``amp``: the numerics).
+    caveat: str = ""
     #: Whether the remedy is in the patch (only what measured faster is).
     kept: bool = False
     #: Why it is not, in words, when it is not.

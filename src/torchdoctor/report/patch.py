@@ -42,6 +42,8 @@ def _remedy_lines(remedy: PatchRemedy) -> Text:
         text.append(f"\n  {change.file}:{change.line}  {change.what}")
     for skip in remedy.skipped:
         text.append(f"\n  left out: {skip.setting}: {skip.reason}", style="yellow")
+    if remedy.caveat:
+        text.append(f"\n  caveat: {remedy.caveat}", style="yellow")
     return text
 
 

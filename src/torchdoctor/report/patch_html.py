@@ -44,6 +44,8 @@ def _row(remedy: PatchRemedy) -> str:
         f"<div class='muted'>left out: {escape(s.setting)}: {escape(s.reason)}</div>"
         for s in remedy.skipped
     )
+    if remedy.caveat:
+        changes += f"<div class='bad'>caveat: {escape(remedy.caveat)}</div>"
     figure = figure_words(remedy)
     fate = (
         "<span class='good'>kept</span>"

@@ -3,13 +3,12 @@ that every diff applies with `git apply` and `patch -p1`."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import textwrap
 from pathlib import Path
 
 import pytest
 
+from diffs import assert_applies
 from torchdoctor.patch import PatchError, Project, file_diff, plan_loader, plan_threads
 
 HEADER = "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\nds = None\n"
@@ -31,19 +30,6 @@ def _line(project: Project, needle: str, name: str = "train.py") -> str:
 def _folder(tmp_path: Path, name: str) -> Path:
     (tmp_path / name).mkdir()
     return tmp_path / name
-
-
-def assert_applies(project: Project, diff: str, remedies=("loader", "threads")) -> None:
-    """The diff applies to a copy of the project with git and with patch, to the same text."""
-    assert diff
-    for tool in (["git", "apply", "--whitespace=nowarn", "-"], ["patch", "-p1", "-s"]):
-        copy = project.root.parent / f"copy-{tool[0]}"
-        shutil.rmtree(copy, ignore_errors=True)
-        shutil.copytree(project.root, copy)
-        out = subprocess.run(tool, cwd=copy, input=diff, text=True, capture_output=True)
-        assert out.returncode == 0, (tool, out.stdout, out.stderr, diff)
-        for path, text in project.rendered(remedies).items():
-            assert (copy / project.rel(path)).read_text() == text
 
 
 def test_a_literal_argument_is_replaced_and_comments_stay(tmp_path):

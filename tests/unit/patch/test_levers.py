@@ -1,0 +1,196 @@
+"""The trials' levers written into the code (amp, channels-last, compile): where each lands, that
+the patched script runs, that the diffs apply, and what is left out with the reason."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from diffs import assert_applies
+from torchdoctor.patch import Project, plan, plan_lever
+from torchdoctor.record import RunRecord, Trial
+
+TRAIN = """\
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3)
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.head(self.conv(x).mean((2, 3)))
+
+
+def train(model, batches, optimizer):
+    for x, y in batches:
+        optimizer.zero_grad()
+        # the forward, then the loss
+        out = model(x)
+        loss = nn.functional.cross_entropy(out, y)
+        loss.backward()
+        optimizer.step()
+    return loss.item()
+
+
+def main():
+    torch.manual_seed(0)
+    model = Net()
+    model = model.to("cpu")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    batches = [(torch.randn(4, 3, 8, 8), torch.randint(0, 4, (4,)))] * 3
+    print(train(model, batches, optimizer))
+
+
+main()
+"""
+
+
+def _setup(tmp_path: Path, text: str = TRAIN) -> tuple[Project, Path]:
+    script = tmp_path / "train.py"
+    script.write_text(text)
+    return Project(script, root=tmp_path), script
+
+
+def _detail(script: Path, needle: str, **more) -> dict:
+    line = next(i + 1 for i, t in enumerate(script.read_text().splitlines()) if needle in t)
+    return {
+        "model_at": f"{script}:{line}",
+        "model": "model",
+        "device_type": "cpu",
+        "dtype": "bfloat16",
+        "inputs": [0],
+        **more,
+    }
+
+
+def test_amp_wraps_the_forward_and_loss_up_to_backward_with_its_caveat(tmp_path):
+    project, script = _setup(tmp_path)
+    remedy = plan_lever(project, "amp", _detail(script, "out = model(x)"), "trial")
+    assert not remedy.skipped, remedy.skipped
+    assert [(c.line, c.what) for c in remedy.changes] == [
+        (19, 'lines 19–20 (the forward and loss) under '
+             'torch.autocast(device_type="cpu", dtype=torch.bfloat16)'),
+    ]  # fmt: skip
+    assert "numerics" in remedy.caveat
+    text = project.rendered({"amp"})[script.resolve()]
+    assert (
+        "        optimizer.zero_grad()\n"
+        "        # the forward, then the loss\n"
+        "        # torchdoctor fix: bf16 autocast changes the numerics: check the loss curve\n"
+        '        with torch.autocast(device_type="cpu", dtype=torch.bfloat16):\n'
+        "            out = model(x)\n"
+        "            loss = nn.functional.cross_entropy(out, y)\n"
+        "        loss.backward()\n"
+    ) in text
+    assert_applies(project, project.diff({"amp"}), remedies=("amp",))
+    # rendered twice (each variant renders): the same text
+    assert project.rendered({"amp"})[script.resolve()] == text
+
+
+def test_amp_is_left_out_when_forward_and_backward_are_one_statement_or_fp16(tmp_path):
+    project, script = _setup(
+        tmp_path,
+        TRAIN.replace(
+            "        out = model(x)\n        loss = nn.functional.cross_entropy(out, y)\n"
+            "        loss.backward()\n",
+            "        nn.functional.cross_entropy(model(x), y).backward()\n",
+        ),
+    )
+    one = plan_lever(project, "amp", _detail(script, "model(x), y).backward()"), "trial")
+    assert not one.changes and "one statement" in one.skipped[0].reason
+    fp16 = plan_lever(project, "amp", _detail(script, "model(x)", dtype="float16"), "trial")
+    assert not fp16.changes and "GradScaler" in fp16.skipped[0].reason
+
+
+def test_channels_last_converts_the_model_where_it_is_assigned_and_its_4d_input(tmp_path):
+    project, script = _setup(tmp_path)
+    remedy = plan_lever(project, "channels-last", _detail(script, "out = model(x)"), "trial")
+    assert [(c.line, c.what) for c in remedy.changes] == [
+        (29, "model = ...to(memory_format=torch.channels_last)"),
+        (19, "x → x.contiguous(memory_format=torch.channels_last)"),
+    ]
+    text = project.rendered({"channels-last"})[script.resolve()]
+    assert '    model = model.to("cpu").to(memory_format=torch.channels_last)\n' in text
+    assert "        out = model(x.contiguous(memory_format=torch.channels_last))\n" in text
+    assert_applies(project, project.diff({"channels-last"}), remedies=("channels-last",))
+
+
+def test_compile_is_added_after_the_models_last_assignment(tmp_path):
+    project, script = _setup(tmp_path)
+    remedy = plan_lever(project, "compile", _detail(script, "out = model(x)"), "trial")
+    assert [(c.line, c.what) for c in remedy.changes] == [
+        (29, "model.compile() added after line 29")
+    ]
+    text = project.rendered({"compile"})[script.resolve()]
+    assert (
+        '    model = model.to("cpu")\n'
+        "    model.compile()  # torchdoctor fix: compiled in place, state_dict keys unchanged\n"
+        "    optimizer = torch.optim.SGD("
+    ) in text
+    assert_applies(project, project.diff({"compile"}), remedies=("compile",))
+
+
+def test_the_levers_together_make_a_script_that_runs(tmp_path):
+    project, script = _setup(tmp_path)
+    detail = _detail(script, "out = model(x)")
+    for name in ("amp", "channels-last"):
+        assert plan_lever(project, name, detail, "trial").changes
+    text = project.rendered({"amp", "channels-last"})[script.resolve()]
+    assert "out = model(x.contiguous(memory_format=torch.channels_last))" in text
+    patched = tmp_path / "patched.py"
+    patched.write_text(text)
+    done = subprocess.run([sys.executable, str(patched)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    float(done.stdout)  # it trained and printed its last loss
+
+
+@pytest.mark.parametrize(
+    ("model", "text", "reason"),
+    [
+        ("self.model", TRAIN, "the model is self.model, not a variable of train.py"),
+        ("", TRAIN, "the run did not see the model's name"),
+        (
+            "model",
+            TRAIN.replace("def main():\n", "def other():\n    model = None\n\n\ndef main():\n"),
+            "model is not assigned once in train.py (or in one function)",
+        ),
+    ],
+)
+def test_a_model_the_patcher_cannot_follow_is_left_out_with_why(tmp_path, model, text, reason):
+    project, script = _setup(tmp_path, text)
+    for name in ("channels-last", "compile"):
+        remedy = plan_lever(project, name, _detail(script, "out = model(x)", model=model), "t")
+        assert not remedy.changes
+        assert remedy.skipped[0].reason.startswith(reason), remedy.skipped
+
+
+def test_a_file_without_import_torch_or_an_unseen_call_is_left_out(tmp_path):
+    project, _ = _setup(tmp_path)
+    missing = plan_lever(project, "amp", {"model": "model"}, "trial")
+    assert "did not see where the model is called" in missing.skipped[0].reason
+    other = tmp_path / "loop.py"
+    other.write_text("def step(model, x):\n    return model(x)\n")
+    remedy = plan_lever(project, "amp", _detail(other, "model(x)"), "trial")
+    assert "does not `import torch`" in remedy.skipped[0].reason
+
+
+def test_only_trials_measured_faster_are_planned(tmp_path):
+    project, script = _setup(tmp_path)
+    detail = _detail(script, "out = model(x)")
+    record = RunRecord()
+    record.trials = [
+        Trial("amp", "autocast", speedup=1.4, detail=detail),
+        Trial("channels-last", "cl", speedup=0.9, detail=detail),
+        Trial("compile", "compile", status="failed", speedup=2.0, detail=detail),
+        Trial("batch-size", "bs", speedup=3.0, detail=detail),
+    ]
+    remedies = plan(record, project, [])
+    assert [r.key for r in remedies] == ["amp"]
+    assert remedies[0].because == "--try amp measured 1.40x in the script's own loop"
