@@ -10,7 +10,7 @@ allows for (its allowance): both are printed. One line per scenario:
 
     scenario  fix: speedup (interval, allowance)  applied: speedup over N rounds  inside?
 
-    PYTHONPATH=src python benchmarks/fix_patch.py [--rounds 4] [--steps 8]
+    PYTHONPATH=src python benchmarks/fix_patch.py [--rounds 4] [--steps 8] [--only TEXT]
 """
 
 from __future__ import annotations
@@ -36,6 +36,9 @@ CASES = {
     "costly transform (train_loop)": (["train_loop.py"], "train_loop.py",
                                       ["--transform-ms", "12", "--dataset-len", "96"], []),
     "fused Adam (many_params)": (["many_params.py"], "many_params.py", [], ["--try", "foreach"]),
+    "bf16 autocast (small_cnn)": (["small_cnn.py"], "small_cnn.py", [], ["--try", "amp"]),
+    "channels_last (small_cnn)": (["small_cnn.py"], "small_cnn.py", [],
+                                  ["--try", "channels-last"]),
 }  # fmt: skip
 
 
@@ -100,8 +103,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--only", help="the cases whose name contains this text")
     args = parser.parse_args()
     for name, (files, script, script_args, flags) in CASES.items():
+        if args.only and args.only not in name:
+            continue
         print(case(name, files, script, script_args, flags, args.rounds, args.steps), flush=True)
 
 

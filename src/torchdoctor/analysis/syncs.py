@@ -107,8 +107,9 @@ KINDS: dict[str, SyncKind] = {
     ),
     "cuda-synchronize": SyncKind(
         SYNC,
-        "`torch.cuda.synchronize()` in the step",
-        "Remove `torch.cuda.synchronize()` from the training step; it is only needed around "
+        "a device synchronize (`torch.accelerator.synchronize()`, or the device's own such as "
+        "CUDA's) in the step",
+        "Remove the `synchronize()` call from the training step; it is only needed around "
         "timing code (torchdoctor times the steps for you).",
     ),
     "python-index": SyncKind(

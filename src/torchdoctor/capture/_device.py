@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from .._devices import synchronize
 from ._timeline import StepTimeline
 
 
@@ -52,7 +53,4 @@ class DeviceClock:
     def synchronize(self) -> None:
         """Wait for the device once, after measuring, so recorded events can be read."""
         if self.uses_events and self.device is not None:
-            if hasattr(torch, "accelerator"):
-                torch.accelerator.synchronize(self.device)
-            elif self.device.type == "cuda":
-                torch.cuda.synchronize(self.device)
+            synchronize(self.device)

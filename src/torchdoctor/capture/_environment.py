@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import psutil
 import torch
 
+from .. import _devices
 from ..record import Environment
 
 if TYPE_CHECKING:
@@ -24,11 +25,8 @@ def detect_environment(session: CaptureSession | None = None) -> Environment:
     """Versions, device, clock and cores of this process."""
     clock = session.clock if session is not None else None
     device = clock.device if clock is not None else None
-    device_type = device.type if device is not None else "cpu"
-    if device_type == "cuda" and torch.cuda.is_available():
-        device_name = torch.cuda.get_device_name(device)
-    else:
-        device_name = _cpu_name()
+    named = _devices.device_name(device) if device is not None else None
+    device_name = named or _cpu_name()
     use_events = bool(clock is not None and clock.uses_events)
     return Environment(
         torch_version=torch.__version__,

@@ -179,7 +179,8 @@ _DATA_PARALLEL = (
     "the model is copied to each device on every step and outputs gather on the first",
     "use DistributedDataParallel with one process per device: launch with "
     "`torchrun --nproc-per-node N train.py`, call init_process_group and "
-    "torch.cuda.set_device(local_rank), wrap with DDP(model, device_ids=[local_rank])",
+    "torch.accelerator.set_device_index(local_rank), wrap with DDP(model, "
+    "device_ids=[local_rank])",
 )
 _NO_SAMPLER = (
     "DDP without a DistributedSampler: every rank draws the same batches, so N ranks do the "
@@ -188,8 +189,9 @@ _NO_SAMPLER = (
     "sampler.set_epoch(epoch) at the start of each epoch",
 )
 _DEVICE_FIX = (
-    "torch.cuda.set_device(local_rank) (local_rank = int(os.environ['LOCAL_RANK'])) before "
-    "building the model, and DDP(model, device_ids=[local_rank])"
+    "torch.accelerator.set_device_index(local_rank) (local_rank = "
+    "int(os.environ['LOCAL_RANK'])) before building the model, and DDP(model, "
+    "device_ids=[local_rank])"
 )
 _NO_SYNC_FIX = (
     "run all but the last micro-step under `with ddp_model.no_sync():` so gradients are "

@@ -9,6 +9,7 @@ import time
 
 import psutil
 
+from .._devices import nvml_handle, nvml_read
 from ..loader import sample_children
 from ..record import SystemUsage
 
@@ -50,7 +51,7 @@ class SystemSampler:
         self._workers_max = 0
         self._gpu_util: list[float] = []
         self._gpu_mem: list[float] = []
-        self._nvml = _nvml_handle()
+        self._nvml = nvml_handle()
         self._cpu_times = psutil.cpu_times(percpu=True)
         self._children: list[psutil.Process] = []
         self._children_found_at: float | None = None
@@ -95,7 +96,7 @@ class SystemSampler:
         self._workers_rss.append(sum(workers.rss_mb))
         self._workers_max = max(self._workers_max, workers.count)
         if self._nvml is not None:
-            util, mem_mb = _nvml_read(self._nvml)
+            util, mem_mb = nvml_read(self._nvml)
             self._gpu_util.append(util)
             self._gpu_mem.append(mem_mb)
 
@@ -136,26 +137,3 @@ class SystemSampler:
             else None,
             gpu_mem_mb_max=round(max(self._gpu_mem), 1) if self._gpu_mem else None,
         )
-
-
-def _nvml_handle():
-    """An NVML handle for the current CUDA device, or ``None`` (no GPU, no pynvml)."""
-    try:
-        import torch
-
-        if not torch.cuda.is_available():
-            return None
-        import pynvml
-
-        pynvml.nvmlInit()
-        return pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
-    except Exception:  # noqa: BLE001 - NVML is optional; any failure means "not sampled"
-        return None
-
-
-def _nvml_read(handle) -> tuple[float, float]:
-    import pynvml
-
-    util = pynvml.nvmlDeviceGetUtilizationRates(handle)
-    mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
-    return float(util.gpu), mem.used / 2**20

@@ -2,7 +2,8 @@
 
 :class:`SyncWatcher` pushes a ``TorchFunctionMode`` and, while it is active, three small patches:
 ``torch.Tensor.__new__`` (the legacy ``torch.Tensor([...])`` constructor) and ``torch.from_numpy``,
-which no mode sees, and ``torch.cuda.synchronize``. :meth:`SyncWatcher.stop` undoes all of them.
+which no mode sees, and the device synchronize functions (``torch.accelerator``'s, the device
+type's own). :meth:`SyncWatcher.stop` undoes all of them.
 The events it records are turned into findings by :func:`torchdoctor.analysis.syncs.sync_findings`.
 
 On a CPU run nothing really blocks, so the watcher emulates an accelerator run (the *CPU rule*,
@@ -35,6 +36,7 @@ from torch.overrides import _push_mode
 from torch.utils.weak import WeakIdKeyDictionary
 
 from .._batches import tensors_in
+from .._devices import is_accelerator_available, synchronize_functions
 from ..analysis.syncs import sync_findings
 from ..record import Finding
 from ._frames import Site, user_site
@@ -98,7 +100,7 @@ class SyncWatcher(SyncRules):
         patcher: Patcher | None = None,
     ) -> None:
         if on_accelerator is None:
-            on_accelerator = torch.cuda.is_available()
+            on_accelerator = is_accelerator_available()
         self.on_accelerator = on_accelerator
         self.is_batch_tensor = is_batch_tensor
         #: Every event recorded, also those the end of the window may drop (see ``events``).
@@ -129,7 +131,7 @@ class SyncWatcher(SyncRules):
         self._patcher = self._given_patcher or Patcher.for_process()
         try:
             self._patch_tensor_new()
-            self._patch_cuda_synchronize()
+            self._patch_synchronize()
             self._patch_from_numpy()
             self._mode = SyncMode(self)
             _push_mode(self._mode)
@@ -306,8 +308,16 @@ class SyncWatcher(SyncRules):
 
         self._patcher.set(torch.Tensor, "__new__", tensor_new)
 
-    def _patch_cuda_synchronize(self) -> None:
-        original = torch.cuda.synchronize
+    def _patch_synchronize(self) -> None:
+        """A script's own wait for the device: ``torch.accelerator.synchronize`` and the device
+        type's own (CUDA's, XPU's: see _devices)."""
+        for owner, attr in synchronize_functions():
+            self._patch_one_synchronize(owner, attr)
+
+    def _patch_one_synchronize(self, owner: Any, attr: str) -> None:
+        assert self._patcher is not None
+        original = getattr(owner, attr)
+        label = f"{owner.__name__}.{attr}"
         watcher = self
 
         @passes_through
@@ -322,12 +332,12 @@ class SyncWatcher(SyncRules):
                 if site is not None:
                     watcher._emit(
                         "cuda-synchronize",
-                        "torch.cuda.synchronize",
+                        label,
                         site,
                         duration_ns=watcher._measured(start_ns),
                     )
 
-        self._patcher.set(torch.cuda, "synchronize", synchronize)
+        self._patcher.set(owner, attr, synchronize)
 
     def _patch_from_numpy(self) -> None:
         """See ``torch.from_numpy``: like the legacy constructor, no torch function mode does."""

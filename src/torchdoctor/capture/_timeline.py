@@ -95,6 +95,8 @@ class StepTimeline:
 def parts_from_marks(marks: list[_Mark], use_events: bool = False) -> dict[str, float]:
     """Milliseconds per step part from a step's marks (host clock or device events)."""
     parts = dict.fromkeys(STEP_PARTS, 0.0)
+    if use_events:
+        finished(marks)
     for prev, mark in zip(marks, marks[1:]):
         if use_events and prev.event is not None and mark.event is not None:
             ms = float(prev.event.elapsed_time(mark.event))  # type: ignore[attr-defined]
@@ -102,3 +104,13 @@ def parts_from_marks(marks: list[_Mark], use_events: bool = False) -> dict[str, 
             ms = (mark.host_ns - prev.host_ns) / 1e6
         parts[mark.label if mark.label in parts else OTHER] += ms
     return parts
+
+
+def finished(marks: list[_Mark]) -> None:
+    """Wait until the device has finished the marks' events: an event is read only once it
+    completed (reading one before raises on CUDA and other accelerators). After the run's one
+    synchronisation they all have, and this costs a query each."""
+    for mark in reversed(marks):
+        event = mark.event
+        if event is not None and not event.query():  # type: ignore[attr-defined]
+            event.synchronize()  # type: ignore[attr-defined]

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from .._devices import bf16_supported
 from ._patch import Patcher
 
 #: Batch size multipliers tried, in order, until samples/s stop growing.
@@ -91,10 +92,7 @@ class Amp(Lever):
         return text
 
     def _dtype(self, session: Any) -> torch.dtype:
-        device = session.clock.device
-        if device is not None and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-            return torch.float16
-        return torch.bfloat16
+        return torch.bfloat16 if bf16_supported(session.clock.device) else torch.float16
 
     def apply(self, session, patcher, setting) -> None:
         device_type = session.clock.device.type if session.clock.device is not None else "cpu"

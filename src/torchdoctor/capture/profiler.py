@@ -87,10 +87,9 @@ class StepProfiler:
 
         self.out_dir.mkdir(parents=True, exist_ok=True)
         activities = [ProfilerActivity.CPU]
-        if torch.cuda.is_available():
-            activities.append(ProfilerActivity.CUDA)
-        elif hasattr(torch, "xpu") and torch.xpu.is_available():
-            activities.append(ProfilerActivity.XPU)
+        device_activity = _device_activity(ProfilerActivity)
+        if device_activity is not None:
+            activities.append(device_activity)
         handler = torch.profiler.tensorboard_trace_handler(str(self.out_dir))
 
         def on_trace_ready(prof: Any) -> None:
@@ -141,3 +140,19 @@ class StepProfiler:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _device_activity(activity: Any) -> Any:
+    """The profiler activity of the accelerator present here (CUDA, XPU, MTIA, or a PrivateUse1
+    backend such as OpenReg), or ``None`` on a CPU-only machine."""
+    import torch
+
+    from .._devices import current_accelerator
+
+    device = current_accelerator()
+    if device is None:
+        return None
+    named = {"cuda": "CUDA", "xpu": "XPU", "mtia": "MTIA", "hpu": "HPU"}.get(device.type)
+    if named is None and device.type == torch._C._get_privateuse1_backend_name():
+        named = "PrivateUse1"
+    return getattr(activity, named, None) if named else None

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from .._batches import map_tensors
+from .._devices import current_accelerator
 
 
 class DevicePrefetcher:
@@ -18,7 +19,10 @@ class DevicePrefetcher:
     created once with the prefetcher and reused every epoch, from pinned host memory, while the
     caller works on the current batch. Before a batch is handed out the compute stream waits for
     its copy, and every tensor records the compute stream (``record_stream``), so the caching
-    allocator does not reuse its memory while compute may still read it.
+    allocator does not reuse its memory while compute may still read it. On a device without
+    ``record_stream`` (OpenReg and other PrivateUse1 backends) the side stream instead waits for
+    the compute stream's work so far before each copy: memory the side stream reuses is then no
+    longer read, and the copy of batch k+1 still overlaps the compute of batch k.
 
     On the CPU batches pass through unchanged, so the same loop code runs everywhere; to a device
     without streams (MPS, ...) they are moved with a plain ``.to(device)``.
@@ -94,6 +98,8 @@ class _StreamCopier:
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self.stream = _new_stream(device)
+        #: Whether the device's tensors have ``record_stream`` (found on the first batch).
+        self._records: bool | None = None
 
     def iterate(self, batches: Iterator[Any]) -> Iterator[Any]:
         try:
@@ -107,6 +113,8 @@ class _StreamCopier:
         yield self._ready(ahead)
 
     def _start_copy(self, batch: Any) -> Any:
+        if self._records is False:  # no record_stream: reuse only memory compute is done with
+            self.stream.wait_stream(_current_stream(self.device))
         with _on_stream(self.stream, self.device):
             return map_tensors(batch, self._copy_tensor)
 
@@ -120,8 +128,15 @@ class _StreamCopier:
         compute.wait_stream(self.stream)
 
         def record(tensor: torch.Tensor) -> torch.Tensor:
-            if tensor.device.type == self.device.type:
-                tensor.record_stream(compute)
+            if tensor.device.type == self.device.type and self._records is not False:
+                try:
+                    tensor.record_stream(compute)
+                    self._records = True
+                except (NotImplementedError, RuntimeError, AttributeError):
+                    if self._records:  # it worked on an earlier tensor: a real error
+                        raise
+                    self._records = False
+                    self.stream.wait_stream(compute)  # from now on, before each copy
             return tensor
 
         return map_tensors(batch, record)
@@ -130,26 +145,23 @@ class _StreamCopier:
 def _resolve_device(device: torch.device | str | None) -> torch.device:
     if device is not None:
         return torch.device(device)
-    accelerator = getattr(torch, "accelerator", None)  # torch >= 2.6
-    if accelerator is not None and accelerator.is_available():
-        return torch.device(accelerator.current_accelerator())
-    if torch.cuda.is_available():
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
+    return current_accelerator() or torch.device("cpu")
 
 
 def _has_streams(device: torch.device) -> bool:
-    """Whether ``device`` is an accelerator with streams that is present here."""
+    """Whether ``device`` is an accelerator present here on which a stream can be made."""
     if device.type in ("cpu", "meta", "mps"):
         return False
-    backend = getattr(torch, device.type, None)
-    is_available = getattr(backend, "is_available", None)
-    return bool(is_available and is_available() and hasattr(backend, "Stream"))
+    try:
+        _new_stream(device)
+    except (RuntimeError, TypeError, ValueError, AttributeError, NotImplementedError):
+        return False
+    return True
 
 
 def _new_stream(device: torch.device) -> Any:
-    # The generic torch.Stream is used where it is also a context manager (torch >= 2.7);
-    # before that, the backend's own class (torch.cuda.Stream, torch.xpu.Stream).
+    # The generic torch.Stream where it is also a context manager (torch >= 2.7); before that,
+    # the device type's own class (torch.xpu.Stream, ...), by name.
     if hasattr(torch, "accelerator") and hasattr(getattr(torch, "Stream", None), "__enter__"):
         with contextlib.suppress(RuntimeError, TypeError, ValueError):
             return torch.Stream(device=device)

@@ -80,10 +80,20 @@ def test_reset_discards_time_before_it():
 
 def test_device_events_are_used_when_present():
     class Event:
+        """A device event: read only once the device has finished it, as CUDA's."""
+
         def __init__(self, t):
-            self.t = t
+            self.t, self.done = t, False
+
+        def query(self):
+            return self.done
+
+        def synchronize(self):
+            self.done = True
 
         def elapsed_time(self, other):
+            if not (self.done and other.done):
+                raise RuntimeError("Both events must be completed before calculating elapsed time")
             return other.t - self.t
 
     clock = FakeClock()
@@ -91,5 +101,7 @@ def test_device_events_are_used_when_present():
     tl = StepTimeline(clock, make_event=lambda: Event(next(times)))
     tl.push("forward")
     clock.advance(1)  # the host returns at once: kernels run asynchronously
-    parts = parts_from_marks(tl.cut(), use_events=True)
+    marks = tl.cut()
+    parts = parts_from_marks(marks, use_events=True)  # waits for the device's events first
     assert parts["other"] == pytest.approx(50) and parts["forward"] == pytest.approx(30)
+    assert all(m.event.done for m in marks)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..._devices import peak_memory_mb, reset_peak_memory, total_memory_mb
 from ...analysis.trials import samples_per_s
 from ...record import phase_names
 from .._compile_lever import Compile
@@ -46,6 +47,9 @@ class TrialRun:
     warmup_ms: list[float] = field(default_factory=list)
     steps_ms: list[float] = field(default_factory=list)
     batches: list[int] = field(default_factory=list)
+    #: Its steps as cut, read into ``warmup_ms`` and ``steps_ms`` once the setting has run (on
+    #: an accelerator, after the device has finished them: one wait per setting, none per step).
+    marks: list[Any] = field(default_factory=list)
     memory_mb: float | None = None
     skipped: str | None = None
     #: ``changed``, ``code``, ``caveats`` and a failed lever's ``error``, read while it was live.
@@ -118,14 +122,14 @@ class TrialsPhase(Phase):
         run = self._run
         if run is None:
             return True
-        ms = session.step_ms(step)
-        if len(run.warmup_ms) < run.lever.warmup:
-            run.warmup_ms.append(ms)
+        run.marks.append(step)
+        if len(run.marks) < run.lever.warmup + run.steps:
             return False
-        run.steps_ms.append(ms)
-        run.batches.append(step.batches)
-        if len(run.steps_ms) < run.steps:
-            return False
+        session.clock.synchronize()
+        times = [session.step_ms(s) for s in run.marks]
+        run.warmup_ms, run.steps_ms = times[: run.lever.warmup], times[run.lever.warmup :]
+        run.batches = [s.batches for s in run.marks[run.lever.warmup :]]
+        run.marks = []
         self._finish_run(session)
         session.progress(self.name, len(session.data.trials), self.total(session))
         return self._next(session)
@@ -214,29 +218,25 @@ def _skip_reason(session, lever: Lever) -> str | None:
 
 
 def _device_memory_mb(session) -> float | None:
-    import torch
-
     device = session.clock.device
-    if device is None or device.type != "cuda":
+    if device is None or device.type == "cpu":
         return None  # on CPU the process's RSS is reported, not bounded
-    return torch.cuda.get_device_properties(device).total_memory / 2**20
+    return total_memory_mb(device)
 
 
 class _MemoryPeak:
     """Peak memory while a setting runs: the device's allocator, or this process's RSS."""
 
     def __init__(self, session) -> None:
-        import torch
-
-        self._device = session.clock.device
-        self._cuda = self._device is not None and self._device.type == "cuda"
-        if self._cuda:
-            torch.cuda.reset_peak_memory_stats(self._device)
+        device = session.clock.device
+        on_device = device is not None and device.type != "cpu"
+        self._device = device if on_device and reset_peak_memory(device) else None
 
     def peak_mb(self) -> float:
         import psutil
-        import torch
 
-        if self._cuda:
-            return round(torch.cuda.max_memory_allocated(self._device) / 2**20, 1)
+        if self._device is not None:
+            peak = peak_memory_mb(self._device)
+            if peak is not None:
+                return peak
         return round(psutil.Process().memory_info().rss / 2**20, 1)
