@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint install
+.PHONY: demo test lint install gpu-check
 
 install: $(STAMP)
 
@@ -22,3 +22,8 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
+
+# On a machine with a CUDA GPU: the gpu- and accelerator-marked tests and the figures only a GPU
+# gives (benchmarks/gpu_check.py); elsewhere it says so and exits 0.
+gpu-check: $(STAMP)
+	PYTHONPATH=src $(PY) benchmarks/gpu_check.py

@@ -1,0 +1,175 @@
+"""The GPU acceptance run: ``make gpu-check`` on a machine with a CUDA GPU.
+
+Runs the tests marked ``gpu`` and ``accelerator``, then prints figures only a GPU can give, each
+measured here, in this run:
+
+1. the device-event clock against ``torch.profiler`` on the same loop: the mean step timed with
+   torch.Event beside the profiler's mean step (a GPU-bound loop: they should agree within 5%);
+2. ``DevicePrefetcher`` on a copy-heavy loop: the mean step with the prefetcher beside plain
+   ``.to(device, non_blocking=True)`` copies (the prefetcher's should be no longer);
+3. the seed-004 loss on the GPU: the host round-trips the sync finder names and what they cost;
+4. ``--try amp,batch-size``: autocast's dtype (bf16 or fp16 with its GradScaler caveat) and the
+   device memory the batch-size trial saw per size;
+5. ``--flops``: the step's utilisation of the device's peak (MFU) against the table's peak.
+
+Without a CUDA GPU it says so and exits 0 (the accelerator paths are tested on the OpenReg
+reference backend: docs/devices.md).
+
+    PYTHONPATH=src python benchmarks/gpu_check.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+
+#: A GPU-bound loop: big matmuls on device-resident batches (no input pipeline to wait for).
+GPU_BOUND = """\
+import torch
+from torch import nn
+device = torch.device("cuda")
+model = nn.Sequential(*[nn.Linear(4096, 4096) for _ in range(8)]).to(device)
+opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+x = torch.randn(2048, 4096, device=device)
+for step in range(100000):
+    loss = model(x).square().mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+#: The seed-004 loss (three host round-trips per step) on the GPU.
+SYNC_LOSS = (
+    (ROOT / "tests" / "scenarios" / "sync_loss.py")
+    .read_text()
+    .replace("loss_fn = WeightedLoss()", "model = model.cuda()\nloss_fn = WeightedLoss()")
+    .replace(
+        "loss = loss_fn(model(x), y)",
+        "x, y = x.cuda(), y.cuda()\n        loss = loss_fn(model(x), y)",
+    )
+)
+
+
+def main() -> int:
+    if not torch.cuda.is_available():
+        print(
+            "gpu-check: no CUDA GPU here, nothing to check. The accelerator paths are tested on "
+            "PyTorch's reference backend instead: docs/devices.md"
+        )
+        return 0
+    print(f"gpu-check on {torch.cuda.get_device_name(0)}, torch {torch.__version__}")
+    tests = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-m", "gpu or accelerator", "-p", "no:cacheprovider"],
+        cwd=ROOT, env=ENV, capture_output=True, text=True,
+    )  # fmt: skip
+    print("tests:", (tests.stdout.strip().splitlines() or ["no output"])[-1])
+    with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
+        folder = Path(tmp)
+        for name, check in (
+            ("event clock vs profiler", event_clock),
+            ("prefetcher", prefetcher),
+            ("seed-004 syncs", seed_004),
+            ("trials", trials),
+        ):
+            try:
+                print(f"{name}: {check(folder)}", flush=True)
+            except Exception as exc:  # noqa: BLE001 - one check's failure is printed, the rest run
+                print(f"{name}: FAILED: {type(exc).__name__}: {exc}", flush=True)
+    return 0 if tests.returncode == 0 else 1
+
+
+def _run(folder: Path, script: str, text: str, *args: str) -> dict:
+    (folder / script).write_text(text)
+    record = folder / f"{script}.json"
+    out = subprocess.run(
+        [sys.executable, "-m", "torchdoctor", "run", "--quiet", "--json", str(record), *args,
+         "--", script],
+        cwd=folder, env=ENV, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    if out.returncode != 0:
+        raise RuntimeError(out.stdout[-1500:] + out.stderr[-1500:])
+    return json.loads(record.read_text())
+
+
+def event_clock(folder: Path) -> str:
+    rec = _run(folder, "gpu_bound.py", GPU_BOUND, "--steps", "20", "--trace", "trace")
+    events_ms = rec["step_ms"]["mean"]
+    ranks = (rec.get("trace") or {}).get("ranks") or []
+    steps = ranks[0]["steps"] if ranks else []
+    profiled = [s["wall_ms"] for s in steps if s.get("wall_ms")]
+    if not profiled:
+        return f"events {events_ms:.2f} ms per step; the trace had no steps to compare"
+    prof_ms = sum(profiled) / len(profiled)
+    return (
+        f"events {events_ms:.2f} ms per step, profiler {prof_ms:.2f} ms "
+        f"({abs(events_ms - prof_ms) / prof_ms:.1%} apart; goal within 5%); "
+        f"clock {rec['env']['clock']!r}"
+    )
+
+
+def prefetcher(folder: Path) -> str:
+    from torchdoctor import DevicePrefetcher
+
+    device = torch.device("cuda")
+    data = torch.utils.data.TensorDataset(torch.randn(64, 64, 3, 224, 224))
+    loader = torch.utils.data.DataLoader(data, batch_size=None, pin_memory=True)
+    weight = torch.randn(224, 224, device=device)
+
+    def mean_step(batches) -> float:
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        n = 0
+        for (x,) in batches:
+            x = x.to(device, non_blocking=True)
+            for _ in range(4):  # compute about as long as the copy
+                x = torch.tanh(x @ weight)
+            n += 1
+        torch.cuda.synchronize()
+        return (time.perf_counter() - start) * 1000 / n
+
+    plain, prefetched = [], []
+    for _ in range(3):
+        plain.append(mean_step(loader))
+        prefetched.append(mean_step(DevicePrefetcher(loader, device)))
+    a, b = min(plain), min(prefetched)
+    return f"plain copies {a:.2f} ms per step, prefetcher {b:.2f} ms ({a / b:.2f}x)"
+
+
+def seed_004(folder: Path) -> str:
+    rec = _run(folder, "sync_loss.py", SYNC_LOSS, "--steps", "20")
+    from torchdoctor.analysis.syncs import KINDS
+
+    found = [f for f in rec["findings"] if f["kind"] in KINDS]
+    words = "; ".join(
+        f"{f['kind']} at line {f.get('line')} ({f.get('cost_ms')} ms per step)" for f in found
+    )
+    return f"step {rec['step_ms']['mean']:.2f} ms; host round-trips found: {words or 'none'}"
+
+
+def trials(folder: Path) -> str:
+    rec = _run(folder, "gpu_bound.py", GPU_BOUND, "--steps", "10", "--try", "amp,batch-size")
+    by_name = {t["name"]: t for t in rec["trials"]}
+    amp = by_name.get("amp", {})
+    sizes = by_name.get("batch-size", {}).get("points", [])
+    memory = ", ".join(f"{p['setting']}: {p.get('memory_mb')} MB" for p in sizes) or "none"
+    flops = rec.get("flops") or {}
+    mfu = flops.get("utilisation")
+    return (
+        f"amp {amp.get('speedup')}x ({amp.get('detail', {}).get('dtype')}); batch sizes' device "
+        f"memory {memory}; MFU {mfu if mfu is None else f'{mfu:.1%}'} of "
+        f"{flops.get('peak_source', 'no peak')}"
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
