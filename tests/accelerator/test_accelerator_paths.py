@@ -94,12 +94,12 @@ def test_a_run_on_the_device_is_timed_with_its_events(tmp_path):
 def test_trials_read_their_events_after_the_device_finished_and_memory_is_the_devices(tmp_path):
     _script(tmp_path)
     _torchdoctor(tmp_path, "run", "--steps", "6", "--warmup", "2", "--try",
-                 "amp,batch-size,foreach", "--quiet", "--json", "r.json", "--", "train.py")  # fmt: skip
+                 "amp,batch-size,foreach,threads", "--quiet", "--json", "r.json", "--", "train.py")  # fmt: skip
     record = RunRecord.load(tmp_path / "r.json")
     assert record.status == "complete", record.notes
     trials = {t.name: t for t in record.trials}
-    assert {"amp", "batch-size", "foreach"} <= set(trials), trials
-    for name in ("amp", "foreach"):
+    assert {"amp", "batch-size", "foreach", "threads"} <= set(trials), trials
+    for name in ("amp", "foreach", "threads"):
         assert trials[name].status == "measured" and trials[name].steps, trials[name]
     points = trials["batch-size"].points
     assert [p.setting for p in points][:1] == ["64"] and all(p.samples_per_s for p in points)
