@@ -10,8 +10,11 @@ wrapper, not the method, for a call of a patched ``Tensor`` method.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
+
+import torch
 
 _MISSING = object()
 
@@ -45,6 +48,8 @@ def raised_by_torchdoctor(exc: BaseException) -> bool:
 
 #: The patcher that owns this process's patches while a capture session is installed.
 _owner: Patcher | None = None
+#: The ids of the hooks torchdoctor has on modules now (hook ids are unique in the process).
+_hook_ids: set[int] = set()
 
 
 class Patcher:
@@ -111,7 +116,25 @@ class Patcher:
 
     def hook(self, handle: Any) -> None:
         """Remember a ``RemovableHandle`` (module/optimizer hook) to remove on restore."""
-        self._undo.append(handle.remove)
+        _hook_ids.add(handle.id)
+
+        def remove() -> None:
+            handle.remove()
+            _hook_ids.discard(handle.id)
+
+        self._undo.append(remove)
+
+    def keep_modules_picklable(self) -> None:
+        """While patched, a module pickled or copied (``torch.save(model)``,
+        ``copy.deepcopy(model)`` for an EMA) leaves torchdoctor's hooks out of its state: they
+        hold the session, which neither pickles nor copies, and are not the script's."""
+        module_cls = torch.nn.Module
+        original = module_cls.__getstate__
+
+        def __getstate__(module: Any) -> Any:
+            return _without_our_hooks(original(module))
+
+        self.set(module_cls, "__getstate__", __getstate__)
 
     def on_restore(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` during restore (in reverse order of registration)."""
@@ -145,3 +168,18 @@ def _key(fn: Any) -> Any:
 def _release_owner() -> None:
     global _owner
     _owner = None
+
+
+def _without_our_hooks(state: Any) -> Any:
+    """A module's state with torchdoctor's hooks taken out of its hook dicts (copies)."""
+    if not _hook_ids or not isinstance(state, dict):
+        return state
+    for name, value in list(state.items()):
+        if name.endswith(_HOOK_DICTS) and isinstance(value, dict) and _hook_ids & value.keys():
+            state[name] = OrderedDict((k, v) for k, v in value.items() if k not in _hook_ids)
+    return state
+
+
+#: How the names of a module's hook dicts end (``_forward_pre_hooks``,
+#: ``_forward_hooks_always_called``, ``_forward_hooks_with_kwargs``...).
+_HOOK_DICTS = ("_hooks", "_hooks_always_called", "_hooks_with_kwargs")

@@ -172,6 +172,7 @@ class CaptureSession(StepHooks):
         if self.options.whole:
             self.whole = watch_whole_run(self)
         patch_torch(self)
+        self.patcher.keep_modules_picklable()
         self.parallel.install(self.patcher)
         # Global module hooks put every module call on torch's slow path (measured: 22% on an
         # 81-module MLP, benchmarks/capture_overhead.py). They find the outermost modules during

@@ -145,3 +145,38 @@ def test_a_whole_run_is_undone_with_its_sampler_thread_and_workers():
     finally:
         session.uninstall()
     assert torch.save is vars(torch.serialization)["save"]
+
+
+def test_a_hooked_model_pickles_and_copies_without_torchdoctors_hooks():
+    """``torch.save(model)`` and ``copy.deepcopy(model)`` in the middle of a diagnosis: the
+    model's state leaves torchdoctor's hooks out (they hold the session); the script's own hook
+    stays; after the session, Module.__getstate__ is torch's again."""
+    import copy
+    import io
+    import pickle
+
+    original = torch.nn.Module.__getstate__
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
+    model.register_forward_hook(_script_hook)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    session = CaptureSession(RunOptions(steps=3, warmup=1, stop=False, sync_steps=0))
+    session.install()
+    try:
+        for _ in range(4):  # past warmup: the outermost module carries the session's hooks
+            model(torch.randn(2, 4)).sum().backward()
+            opt.step()
+        assert len(model._forward_pre_hooks) == 1 and len(model._forward_hooks) == 2
+        torch.save(model, io.BytesIO())
+        loaded = pickle.loads(pickle.dumps(model))
+        twin = copy.deepcopy(model)
+        for other in (loaded, twin):
+            assert not other._forward_pre_hooks
+            assert list(other._forward_hooks.values()) == [_script_hook]
+        assert len(model._forward_hooks) == 2  # the live model keeps them
+    finally:
+        session.uninstall()
+    assert torch.nn.Module.__getstate__ is original
+
+
+def _script_hook(module, args, output):
+    return None
