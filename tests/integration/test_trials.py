@@ -178,3 +178,39 @@ def test_amp_code_is_the_scripts_own_line():
     amp = trial(out.record, "amp")
     assert amp.status == "measured"
     assert "loss = lf(m(x), y)  # autocast_clipping.py:" in amp.code, amp.code
+
+
+def test_a_gan_loop_survives_an_autocast_trial_undone_mid_iteration():
+    """The generator's output made under the trial's autocast reaches the discriminator after
+    the trial is undone (the step ends at the first optimizer): the trial ends its autocast
+    region at the model's output in the weights' float32, so the run goes on (it raised
+    "Input type (c10::BFloat16) and bias type (float) should be the same")."""
+    out = _threads_kept(
+        lambda: run_target(
+            Target(script=str(SHAPES / "gan.py")), RunOptions(steps=4, warmup=2, trials=("amp",))
+        )
+    )
+    rec = out.record
+    assert rec.status == "complete", rec.notes
+    assert trial(rec, "amp").status == "measured"
+
+
+def test_the_models_call_the_trials_record_is_a_training_forward(tmp_path):
+    """An evaluation pass (no grad) before each training step: the trials say where the model
+    trains, which `torchdoctor fix` wraps in autocast (it wrapped the evaluation call)."""
+    script = tmp_path / "evaltrain.py"
+    script.write_text(
+        "import torch\nfrom torch import nn\ntorch.set_num_threads(1)\n"
+        "model = nn.Linear(8, 2)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for step in range(100000):\n"
+        "    with torch.no_grad():\n"
+        "        model(torch.randn(4, 8))  # line 8: evaluation\n"
+        "    out = model(torch.randn(4, 8))  # line 9: training\n"
+        "    out.sum().backward()\n    opt.step()\n    opt.zero_grad()\n"
+    )
+    out = _threads_kept(
+        lambda: run_target(
+            Target(script=str(script)), RunOptions(steps=4, warmup=2, trials=("amp",))
+        )
+    )
+    assert trial(out.record, "amp").detail["model_at"] == f"{script}:9"

@@ -178,7 +178,13 @@ class StepHooks:
                     self._boundary_decided()
                 self._end_step()
             self.parallel.forward_starting(module, self.phase.measuring)
-            if self.phase.measuring and not self.state.forward_probed and _trainable(module):
+            if (
+                self.phase.measuring
+                and not self.state.forward_probed
+                and _trainable(module)
+                and module.training
+                and torch.is_grad_enabled()
+            ):  # a training forward: an evaluation pass is not where the model trains
                 device = self.clock.device
                 self.state.probe_forward(module, device.type if device is not None else "cpu")
             if self.inputs.searching:

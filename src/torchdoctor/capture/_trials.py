@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from .._batches import map_tensors
 from .._devices import bf16_supported
 from ._patch import Patcher
 
@@ -107,6 +108,16 @@ class Amp(Lever):
         def leave(module, args, output):
             if contexts:
                 contexts.pop().__exit__(None, None, None)
+            # The autocast region ends at the model's output, in the float32 of its weights:
+            # what runs after it outside autocast (a GAN's second model once the trial ends
+            # mid-iteration, at the first optimizer's step) gets the dtype it expects.
+            # Only a tensor or a plain tuple/list: another structure (a ModelOutput) keeps
+            # its type untouched.
+            if _float32(module) and (
+                isinstance(output, torch.Tensor) or type(output) in (tuple, list)
+            ):
+                return map_tensors(output, _to_float32)
+            return None
 
         for module in session.root_modules():
             patcher.hook(module.register_forward_pre_hook(enter))
@@ -316,6 +327,15 @@ class BatchSize(Lever):
             "a larger batch changes the optimisation: scale the learning rate (linearly, with a "
             "warm-up) and expect fewer steps per epoch",
         ]
+
+
+def _float32(module: Any) -> bool:
+    param = next(module.parameters(), None)
+    return param is not None and param.dtype == torch.float32
+
+
+def _to_float32(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.float() if tensor.dtype in (torch.bfloat16, torch.float16) else tensor
 
 
 def _is_conv2d(module: Any) -> bool:

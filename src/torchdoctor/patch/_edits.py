@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
@@ -67,6 +68,9 @@ class _Edit:
     line: int
     column: int
     apply: Callable[[cst.CSTNode], cst.CSTNode]
+    #: Moves or surrounds the node (a ``with`` block around it, a statement added after it):
+    #: applied after the edits that change the node itself, to the node they made.
+    wraps: bool = False
 
 
 @dataclass
@@ -116,11 +120,17 @@ class SourceFile:
     # --- planning and applying -----------------------------------------------------------------
 
     def plan(
-        self, remedy: str, node: cst.CSTNode, apply: Callable[[cst.CSTNode], cst.CSTNode]
+        self,
+        remedy: str,
+        node: cst.CSTNode,
+        apply: Callable[[cst.CSTNode], Any],
+        wraps: bool = False,
     ) -> None:
-        """Change ``node`` with ``apply`` when ``remedy`` is part of the rendered patch."""
+        """Change ``node`` with ``apply`` when ``remedy`` is part of the rendered patch.
+        ``apply`` is given the node as the other edits left it; with ``wraps`` it may return a
+        ``FlattenSentinel`` (statements added around it) or ``RemovalSentinel`` (it moves)."""
         pos = self.positions[node]
-        self.edits.append(_Edit(remedy, type(node), pos.start.line, pos.start.column, apply))
+        self.edits.append(_Edit(remedy, type(node), pos.start.line, pos.start.column, apply, wraps))
 
     def remedies(self) -> set[str]:
         return {e.remedy for e in self.edits}
@@ -157,7 +167,7 @@ class _Applier(cst.CSTTransformer):
 
     def __init__(self, edits: Sequence[_Edit]) -> None:
         super().__init__()
-        self._edits = edits
+        self._edits = sorted(edits, key=lambda e: e.wraps)  # stable: planned order otherwise
 
     def on_leave(self, original_node, updated_node):  # type: ignore[override]
         try:
@@ -213,12 +223,34 @@ def dotted(node: cst.BaseExpression) -> str | None:
     return None
 
 
+def statements_of(node: Any) -> list[cst.BaseStatement]:
+    """The statements a wrapping edit left of a statement: itself, what a ``FlattenSentinel``
+    holds, or none (it moved)."""
+    if isinstance(node, cst.FlattenSentinel):
+        return list(node.nodes)
+    if isinstance(node, cst.RemovalSentinel):
+        return []
+    return [node]
+
+
+def insert_after(statements: Sequence[cst.BaseStatement]) -> Callable[[Any], Any]:
+    """A wrapping edit of a statement: ``statements`` added after it."""
+
+    def apply(node: Any) -> Any:
+        return cst.FlattenSentinel([*statements_of(node), *statements])
+
+    return apply
+
+
 def torch_name(source: SourceFile) -> str | None:
     """The name ``import torch`` (or ``import torch as th``) binds in the file, if it does."""
     for node in source.nodes(cst.Import):
         for alias in node.names:  # type: ignore[attr-defined]
-            if dotted(alias.name) == "torch":
+            name = dotted(alias.name) or ""
+            if name == "torch":
                 return alias.asname.name.value if alias.asname else "torch"  # type: ignore[union-attr]
+            if name.startswith("torch.") and alias.asname is None:
+                return "torch"  # `import torch.nn` binds torch too
     return None
 
 

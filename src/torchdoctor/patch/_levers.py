@@ -4,16 +4,21 @@
   (the forward and the loss) under ``with torch.autocast(device_type=..., dtype=torch.bfloat16):``,
   with a comment that says the numerics change. fp16 (a device without bf16) needs a
   ``GradScaler`` around backward and the optimizer step: left out, with the reason.
-- ``channels-last`` (``--try channels-last``): ``.to(memory_format=torch.channels_last)`` on the
-  value the model's variable is assigned, and ``.contiguous(memory_format=torch.channels_last)``
-  on each 4-D input the trial saw the forward take.
-- ``compile`` (``--try compile``): ``model.compile()`` after the model's assignment: the module
-  is compiled in place, so its ``state_dict`` keys (and checkpoints) stay as they are, unlike
+- ``channels-last`` (``--try channels-last``): ``model = model.to(memory_format=...)`` after the
+  model is built, and ``.contiguous(memory_format=torch.channels_last)`` on each 4-D input the
+  trial saw the forward take.
+- ``compile`` (``--try compile``): ``model.compile()`` after the model is built: the module is
+  compiled in place, so its ``state_dict`` keys (and checkpoints) stay as they are, unlike
   ``model = torch.compile(model)``.
 
-The model is found by the call the run saw (``file:line``) and the script's name for it there. A
-model that is not a variable of that file (``self.model``, a parameter with no assignment in the
-file, one assigned in several functions) is left out with the reason. Torch-free.
+The model is the variable the script calls at the line the run saw (a training forward: with
+grad, in training mode). Where it is built: the last assignment of that variable before its use
+in the same function (or at module level for a global), followed through one call when it is a
+parameter of the function that calls it (``train(model, ...)`` called as ``train(net, ...)``). The
+new line goes after the statement holding that assignment in the block that also holds the use,
+so an ``if``/``else`` that builds it one of two ways is followed by one line for both. What
+cannot be followed (``self.model``, a model passed in from another file) is left out with the
+reason. Torch-free.
 """
 
 from __future__ import annotations
@@ -24,7 +29,16 @@ from typing import Any
 
 import libcst as cst
 
-from ._edits import Change, Skipped, SourceFile, assignments, callee_name, torch_name
+from ._edits import (
+    Change,
+    Skipped,
+    SourceFile,
+    assignments,
+    callee_name,
+    insert_after,
+    statements_of,
+    torch_name,
+)
 from ._project import Project
 from ._remedies import Remedy
 
@@ -61,10 +75,15 @@ def plan_lever(project: Project, name: str, detail: Mapping[str, Any], because: 
     if torch is None:
         remedy.skipped.append(Skipped(name, f"{path.name} does not `import torch`"))
         return remedy
-    if name == AMP:
-        reason = _plan_amp(source, line, torch, detail, remedy)
-    else:
-        reason = _plan_model(project, source, line, torch, detail, remedy)
+    try:
+        if name == AMP:
+            reason = _plan_amp(source, line, torch, detail, remedy)
+        else:
+            reason = _plan_model(source, line, torch, detail, remedy)
+    except Exception as exc:  # noqa: BLE001 - a shape of code nobody foresaw: left out, said
+        remedy.changes.clear()
+        source.edits = [e for e in source.edits if e.remedy != name]
+        reason = f"the patcher could not follow this code ({type(exc).__name__}: {exc})"[:300]
     if reason is not None:
         remedy.skipped.append(Skipped(name, reason))
     return remedy
@@ -84,30 +103,33 @@ def _plan_amp(
         )
     found = _statement_block(source, line)
     if found is None:
-        return f"the model is called in a compound statement's header at line {line}"
+        return (
+            f"the model is called at line {line} in a statement the patcher cannot wrap (a "
+            "compound statement's header, or a body written on the same line)"
+        )
     block, at = found
     body = list(block.body)
-    if ".backward(" in source.code(body[at]):
+    if _calls_backward(body[at]):
         return (
             f"the forward and backward are one statement at line {line}: compute the loss in a "
             f"statement of its own, under {torch}.autocast"
         )
-    end = next((k for k in range(at + 1, len(body)) if ".backward(" in source.code(body[k])), None)
+    end = next((k for k in range(at + 1, len(body)) if _calls_backward(body[k])), None)
     wrapped = body[at:end] if end is not None else body[at : at + 1]
     device = str(detail.get("device_type") or "cpu")
     header = f'{torch}.autocast(device_type="{device}", dtype={torch}.bfloat16)'
     held: list[cst.BaseStatement] = []
 
-    def hold(node: cst.CSTNode) -> Any:
-        held.append(node)  # type: ignore[arg-type]
+    def hold(node: Any) -> Any:
+        held.extend(statements_of(node))
         return cst.RemovalSentinel.REMOVE
 
-    def first(node: cst.CSTNode) -> Any:
+    def first(node: Any) -> Any:
         held.clear()  # each rendering of the file starts afresh
         return hold(node)
 
-    def wrap(node: cst.CSTNode) -> cst.CSTNode:
-        statements = [*held, node]
+    def wrap(node: Any) -> Any:
+        statements = [*held, *statements_of(node)]
         held.clear()
         lead = statements[0].leading_lines  # type: ignore[attr-defined]
         statements[0] = statements[0].with_changes(leading_lines=[])
@@ -119,19 +141,33 @@ def _plan_amp(
 
     for k, stmt in enumerate(wrapped):
         last = k == len(wrapped) - 1
-        source.plan(remedy.key, stmt, wrap if last else first if k == 0 else hold)
+        source.plan(remedy.key, stmt, wrap if last else first if k == 0 else hold, wraps=True)
     last_line = source.positions[wrapped[-1]].end.line
     lines = f"line {line}" if last_line == line else f"lines {line}–{last_line}"
-    what = "the forward and loss" if end is not None else "the forward"
+    what = "from the model's call to the backward" if end is not None else "the forward"
     remedy.changes.append(Change(source.path, line, f"{lines} ({what}) under {header}"))
     return None
+
+
+def _calls_backward(stmt: cst.CSTNode) -> bool:
+    """Whether the statement calls ``.backward(...)`` (code, not a comment's words)."""
+    found = []
+
+    class Find(cst.CSTVisitor):
+        def visit_Call(self, node: cst.Call) -> None:
+            func = node.func
+            if isinstance(func, cst.Attribute) and func.attr.value == "backward":
+                found.append(node)
+
+    stmt.visit(Find())
+    return bool(found)
 
 
 def _statement_block(
     source: SourceFile, line: int
 ) -> tuple[cst.IndentedBlock | cst.Module, int] | None:
     """The block holding the innermost simple statement written over ``line``, and its index
-    there; ``None`` when the line is a compound statement's header."""
+    there; ``None`` when the line is a compound statement's header or a one-line body."""
     simple = [s for s in source.nodes(cst.SimpleStatementLine) if source.spans(s, line)]
     if not simple:
         return None
@@ -147,62 +183,154 @@ def _statement_block(
 
 
 def _plan_model(
-    project: Project,
-    source: SourceFile,
-    line: int,
-    torch: str,
-    detail: Mapping[str, Any],
-    remedy: Remedy,
+    source: SourceFile, line: int, torch: str, detail: Mapping[str, Any], remedy: Remedy
 ) -> str | None:
-    name = str(detail.get("model") or "")
-    fix = (
-        f"{name or 'model'}.compile() where the model is built"
+    recorded = str(detail.get("model") or "")
+    name = _called_name(source, line, recorded, torch)
+    added = (
+        "{0}.compile()  # torchdoctor fix: compiled in place, state_dict keys unchanged"
         if remedy.key == COMPILE
-        else f"{name or 'model'}.to(memory_format={torch}.channels_last) where the model is built"
+        else f"{{0}} = {{0}}.to(memory_format={torch}.channels_last)"
     )
-    if not name.isidentifier():
-        held = f"the model is {name}" if name else "the run did not see the model's name"
-        return f"{held}, not a variable of {source.path.name}: add {fix}"
-    assign = _model_assignment(source, name)
-    if assign is None:
-        return f"{name} is not assigned once in {source.path.name} (or in one function): add {fix}"
-    at = source.line_of(assign)
-    if remedy.key == COMPILE:
-        statement = next(
-            s
-            for s in source.nodes(cst.SimpleStatementLine)
-            if any(small is assign for small in s.body)  # type: ignore[attr-defined]
+    if name is None or name == "self":
+        held = (
+            "the model calls itself (self(...))"
+            if name == "self"
+            else f"the model is {recorded}, not a variable of {source.path.name}"
+            if recorded
+            else "the run did not see the model's name"
         )
-        added = cst.parse_statement(
-            f"{name}.compile()  # torchdoctor fix: compiled in place, state_dict keys unchanged\n"
-        )
-        source.plan(remedy.key, statement, lambda node: cst.FlattenSentinel([node, added]))
-        remedy.changes.append(Change(source.path, at, f"{name}.compile() added after line {at}"))
-        return None
-    source.plan(
-        remedy.key, assign, lambda node: node.with_changes(value=_method(node.value, "to", torch))
-    )
+        return f"{held}: add `{added.format('model').split('  #')[0]}` where the model is built"
+    found = _where_built(source, name, line)
+    if isinstance(found, str):
+        return f"{found}: add `{added.format(name).split('  #')[0]}` where the model is built"
+    after, built = found
+    text = added.format(built)
+    source.plan(remedy.key, after, insert_after([cst.parse_statement(text + "\n")]), wraps=True)
+    end = source.positions[after].end.line
     remedy.changes.append(
-        Change(source.path, at, f"{name} = ...to(memory_format={torch}.channels_last)")
+        Change(source.path, end, f"{text.split('  #')[0]} added after line {end}")
     )
-    return _plan_inputs(source, line, name, torch, detail.get("inputs") or [], remedy)
+    if remedy.key == CHANNELS_LAST:
+        return _plan_inputs(source, line, name, torch, detail.get("inputs") or [], remedy)
+    return None
 
 
-def _model_assignment(source: SourceFile, name: str) -> cst.Assign | cst.AnnAssign | None:
-    """The assignment that gives ``name`` its model: the only one, or the last of several in one
-    function (``model = Net()`` then ``model = model.to(device)``)."""
-    found = [a for a in assignments(source, name) if a.value is not None]
-    if not found:
+#: Names called at a model's line that are not the model.
+_NOT_MODELS = frozenset({"len", "range", "print", "float", "int", "list", "tuple", "dict", "zip"})
+
+
+def _called_name(source: SourceFile, line: int, recorded: str, torch: str) -> str | None:
+    """The variable the script calls as its model at ``line``: the run's name for it when the
+    line calls that name, else the one plain name called there."""
+    called = (
+        {
+            c.func.value  # type: ignore[attr-defined]
+            for c in source.nodes(cst.Call)
+            if source.spans(c, line) and isinstance(c.func, cst.Name)  # type: ignore[attr-defined]
+        }
+        - _NOT_MODELS
+        - {torch}
+    )
+    if recorded in called or (recorded == "self" and not called):
+        return recorded
+    return next(iter(called)) if len(called) == 1 else None
+
+
+def _where_built(source: SourceFile, name: str, use_line: int) -> tuple[Any, str] | str:
+    """The statement after which the model ``name`` (used at ``use_line``) is built, and its
+    name there; or why it cannot be found."""
+    scope = _function_at(source, use_line)
+    if scope is not None and name in _parameters(scope):
+        passed = _passed_as(source, scope, name)
+        if isinstance(passed, str):
+            return passed
+        name, use_line = passed
+        scope = _function_at(source, use_line)
+    in_scope = [
+        a
+        for a in assignments(source, name)
+        if a.value is not None and _function_at(source, source.line_of(a)) is scope
+    ]
+    if not in_scope and scope is not None:  # a global the function reads
+        scope = None
+        calls = [
+            c
+            for c in source.nodes(cst.Call)
+            if callee_name(c) == _function_name(source, use_line)
+            and _function_at(source, source.line_of(c)) is None
+        ]
+        use_line = source.line_of(calls[0]) if calls else use_line
+        in_scope = [
+            a
+            for a in assignments(source, name)
+            if a.value is not None and _function_at(source, source.line_of(a)) is None
+        ]
+    before = [a for a in in_scope if source.line_of(a) < use_line]
+    if not before:
+        return f"{name} is not assigned before it is used in {source.path.name}"
+    assign = before[-1]
+    after = _statement_before(source, source.line_of(assign), use_line)
+    if after is None:
+        return f"{name} is built where the patcher cannot add a line after it"
+    return after, name
+
+
+def _passed_as(source: SourceFile, func: cst.FunctionDef, param: str) -> tuple[str, int] | str:
+    """The variable the file's calls of ``func`` pass as ``param``, and the first call's line."""
+    params = _parameters(func)
+    index = params.index(param)
+    names = set()
+    first = None
+    for call in source.nodes(cst.Call):
+        if not isinstance(call.func, cst.Name) or call.func.value != func.name.value:  # type: ignore[attr-defined]
+            continue
+        args = call.args  # type: ignore[attr-defined]
+        arg = next((a for a in args if a.keyword and a.keyword.value == param), None)
+        positional = [a for a in args if a.keyword is None]
+        if arg is None and not any(a.star for a in positional) and index < len(positional):
+            arg = positional[index]
+        names.add(arg.value.value if arg is not None and isinstance(arg.value, cst.Name) else None)
+        first = first or source.line_of(call)
+    if first is None:
+        return (
+            f"{param} is a parameter of {func.name.value}(), which {source.path.name} does not call"
+        )
+    if len(names) != 1 or None in names:
+        return f"{func.name.value}() is called with other models than one variable as {param}"
+    return names.pop(), first
+
+
+def _statement_before(source: SourceFile, assigned: int, used: int) -> Any:
+    """In the innermost block holding both lines in different statements, the statement that
+    holds ``assigned`` (the model's line goes after it, before the use)."""
+    best = None
+    for block in [*source.nodes(cst.IndentedBlock), source.module]:
+        body = list(block.body)  # type: ignore[attr-defined]
+        holding = [i for i, s in enumerate(body) if source.spans(s, assigned)]
+        using = [i for i, s in enumerate(body) if source.spans(s, used)]
+        if holding and using and holding[0] < using[0]:
+            span = (source.positions[body[0]].start.line, source.positions[body[-1]].end.line)
+            if best is None or span[1] - span[0] < best[0]:
+                best = (span[1] - span[0], body[holding[0]])
+    if best is None or not isinstance(best[1], cst.BaseStatement):
         return None
-    scopes = {_scope(source, a) for a in found}
-    return found[-1] if len(scopes) == 1 else None
+    return best[1]
 
 
-def _scope(source: SourceFile, node: cst.CSTNode) -> int:
-    """The line of the innermost function holding ``node`` (0 for the module)."""
-    line = source.line_of(node)
+def _function_at(source: SourceFile, line: int) -> cst.FunctionDef | None:
     funcs = [f for f in source.nodes(cst.FunctionDef) if source.spans(f, line)]
-    return source.line_of(funcs[-1]) if funcs else 0
+    return funcs[-1] if funcs else None  # type: ignore[return-value]
+
+
+def _function_name(source: SourceFile, line: int) -> str:
+    func = _function_at(source, line)
+    return func.name.value if func is not None else ""
+
+
+def _parameters(func: cst.FunctionDef) -> list[str]:
+    params = func.params
+    return [p.name.value for p in [*params.posonly_params, *params.params, *params.kwonly_params]]
 
 
 def _method(value: cst.BaseExpression, method: str, torch: str) -> cst.BaseExpression:
@@ -228,30 +356,34 @@ def _method(value: cst.BaseExpression, method: str, torch: str) -> cst.BaseExpre
 def _plan_inputs(
     source: SourceFile, line: int, name: str, torch: str, inputs: list, remedy: Remedy
 ) -> str | None:
-    """Each 4-D positional input of the forward call at ``line`` made channels_last."""
+    """Each 4-D positional input of the model's calls at ``line`` made channels_last."""
     calls = [c for c in source.nodes(cst.Call) if source.spans(c, line) and callee_name(c) == name]
     if not calls or not inputs:
         return (
             f"the model's 4-D input at line {line} is not one the patcher can find: convert it "
             f"with x.contiguous(memory_format={torch}.channels_last) before the forward"
         )
-    call = calls[-1]
-    positional = [a for a in call.args if a.keyword is None and not a.star]
-    wanted = [positional[i] for i in inputs if isinstance(i, int) and i < len(positional)]
-    if not wanted:
-        return f"the model's 4-D input is not a positional argument of the call at line {line}"
-    for arg in wanted:
-        source.plan(
-            remedy.key,
-            arg,
-            lambda node: node.with_changes(value=_method(node.value, "contiguous", torch)),
-        )
-        remedy.changes.append(
-            Change(
-                source.path,
-                source.line_of(arg),
-                f"{source.code(arg.value)} → "
-                f"{source.code(arg.value)}.contiguous(memory_format={torch}.channels_last)",
+    for call in calls:
+        args = [a for a in call.args if a.keyword is None]  # type: ignore[attr-defined]
+        for i in inputs:
+            if not isinstance(i, int) or i >= len(args) or any(a.star for a in args[: i + 1]):
+                return (
+                    f"the model's 4-D input is not a plain positional argument of the call at "
+                    f"line {line}: convert it with x.contiguous(memory_format="
+                    f"{torch}.channels_last) before the forward"
+                )
+            arg = args[i]
+            source.plan(
+                remedy.key,
+                arg,
+                lambda node: node.with_changes(value=_method(node.value, "contiguous", torch)),
             )
-        )
+            remedy.changes.append(
+                Change(
+                    source.path,
+                    source.line_of(arg),
+                    f"{source.code(arg.value)} → "
+                    f"{source.code(arg.value)}.contiguous(memory_format={torch}.channels_last)",
+                )
+            )
     return None

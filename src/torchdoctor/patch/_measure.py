@@ -117,6 +117,21 @@ def _measure(
         return measured[kept]
 
     kept = kept_timed | kept_numeric
+    if kept and measure(kept).failures and kept_numeric and kept_timed:
+        # remedies that each run fail together: the timed ones alone, if they run and pay
+        failure = measured[kept].failures[0]
+        alone_ok = not measure(kept_timed).failures
+        for k in kept_numeric if alone_ok else ():
+            by_key[k].kept = False
+            by_key[k].reason = f"with the other remedies the patched script failed ({failure})"
+        kept = kept_timed if alone_ok else kept
+    if kept and measure(kept).failures:
+        failure = measured[kept].failures[0]
+        for k in kept:
+            by_key[k].kept = False
+            by_key[k].reason = f"the whole patch failed when run ({failure})"
+        patch.notes.append(f"the whole patch failed when run ({failure}): nothing was written")
+        kept = frozenset()
     verdict = judged(original, measure(kept)) if kept else None
     if verdict is not None and verdict.kind != IMPROVED and len(kept_timed) > 1:
         # together they do not pay: the best single timed remedy is the patch

@@ -84,11 +84,15 @@ def _plan_assert(source: SourceFile, key: str, line: int, torch: str, remedy: Re
     if len(asserts) != 1:
         return f"no single assert statement at line {line}"
     node = asserts[0]
-    args = [cst.Arg(node.test)]
-    if isinstance(node.msg, cst.SimpleString):
-        args.append(cst.Arg(node.msg))
-    call = cst.Expr(cst.Call(func=cst.parse_expression(f"{torch}._assert_async"), args=args))
-    source.plan(key, node, lambda _: call)
+
+    def rewrite(node: cst.CSTNode) -> cst.CSTNode:  # the assert as the other edits left it
+        assert isinstance(node, cst.Assert)
+        args = [cst.Arg(node.test)]
+        if isinstance(node.msg, cst.SimpleString):
+            args.append(cst.Arg(node.msg))
+        return cst.Expr(cst.Call(func=cst.parse_expression(f"{torch}._assert_async"), args=args))
+
+    source.plan(key, node, rewrite)
     remedy.changes.append(
         Change(source.path, line, f"assert {source.code(node.test)} → {torch}._assert_async(...)")
     )
@@ -137,12 +141,15 @@ def _plan_item(source: SourceFile, key: str, line: int, torch: str, remedy: Reme
     counter = _step_counter(loop)
     if counter is None:
         return "the loop has no step counter (`for step in range(...)` or `enumerate(...)`)"
-    guarded = cst.If(
-        test=cst.parse_expression(f"{counter} % {LOG_EVERY} == 0"),
-        body=cst.IndentedBlock(body=[stmt.with_changes(leading_lines=[])]),
-        leading_lines=stmt.leading_lines,
-    )
-    source.plan(key, stmt, lambda _: guarded)
+
+    def guarded(node: cst.CSTNode) -> cst.CSTNode:  # the statement as the other edits left it
+        return cst.If(
+            test=cst.parse_expression(f"{counter} % {LOG_EVERY} == 0"),
+            body=cst.IndentedBlock(body=[node.with_changes(leading_lines=[])]),  # type: ignore[list-item]
+            leading_lines=node.leading_lines,  # type: ignore[attr-defined]
+        )
+
+    source.plan(key, stmt, guarded)
     remedy.changes.append(
         Change(source.path, line, f"read every {LOG_EVERY} steps: if {counter} % {LOG_EVERY} == 0")
     )

@@ -75,7 +75,7 @@ def test_amp_wraps_the_forward_and_loss_up_to_backward_with_its_caveat(tmp_path)
     remedy = plan_lever(project, "amp", _detail(script, "out = model(x)"), "trial")
     assert not remedy.skipped, remedy.skipped
     assert [(c.line, c.what) for c in remedy.changes] == [
-        (19, 'lines 19–20 (the forward and loss) under '
+        (19, "lines 19–20 (from the model's call to the backward) under "
              'torch.autocast(device_type="cpu", dtype=torch.bfloat16)'),
     ]  # fmt: skip
     assert "numerics" in remedy.caveat
@@ -109,15 +109,19 @@ def test_amp_is_left_out_when_forward_and_backward_are_one_statement_or_fp16(tmp
     assert not fp16.changes and "GradScaler" in fp16.skipped[0].reason
 
 
-def test_channels_last_converts_the_model_where_it_is_assigned_and_its_4d_input(tmp_path):
+def test_channels_last_converts_the_model_where_it_is_built_and_its_4d_input(tmp_path):
     project, script = _setup(tmp_path)
     remedy = plan_lever(project, "channels-last", _detail(script, "out = model(x)"), "trial")
     assert [(c.line, c.what) for c in remedy.changes] == [
-        (29, "model = ...to(memory_format=torch.channels_last)"),
+        (29, "model = model.to(memory_format=torch.channels_last) added after line 29"),
         (19, "x → x.contiguous(memory_format=torch.channels_last)"),
-    ]
+    ]  # train(model, ...) is called from main() as train(model, ...): built there, line 29
     text = project.rendered({"channels-last"})[script.resolve()]
-    assert '    model = model.to("cpu").to(memory_format=torch.channels_last)\n' in text
+    assert (
+        '    model = model.to("cpu")\n'
+        "    model = model.to(memory_format=torch.channels_last)\n"
+        "    optimizer = torch.optim.SGD("
+    ) in text
     assert "        out = model(x.contiguous(memory_format=torch.channels_last))\n" in text
     assert_applies(project, project.diff({"channels-last"}), remedies=("channels-last",))
 
@@ -151,22 +155,48 @@ def test_the_levers_together_make_a_script_that_runs(tmp_path):
     float(done.stdout)  # it trained and printed its last loss
 
 
+TRAINER = """\
+import torch
+
+
+class Trainer:
+    def __init__(self, model):
+        self.model = model
+
+    def step(self, x, y):
+        out = self.model(x)
+        loss = torch.nn.functional.cross_entropy(out, y)
+        loss.backward()
+"""
+
+
 @pytest.mark.parametrize(
-    ("model", "text", "reason"),
+    ("model", "text", "needle", "reason"),
     [
-        ("self.model", TRAIN, "the model is self.model, not a variable of train.py"),
-        ("", TRAIN, "the run did not see the model's name"),
+        ("self.model", TRAINER, "self.model(x)", "the model is self.model, not a variable"),
+        ("", TRAINER, "self.model(x)", "the run did not see the model's name"),
         (
             "model",
-            TRAIN.replace("def main():\n", "def other():\n    model = None\n\n\ndef main():\n"),
-            "model is not assigned once in train.py (or in one function)",
+            TRAIN.replace("    print(train(model, batches, optimizer))\n",
+                          "    print(train(model, batches, optimizer))\n"
+                          "    print(train(Net(), batches, optimizer))\n"),
+            "out = model(x)",
+            "train() is called with other models than one variable as model",
+        ),
+        (
+            "model",
+            "import torch\n\n\ndef step(model, x):\n    return model(x)\n",
+            "return model(x)",
+            "model is a parameter of step(), which train.py does not call",
         ),
     ],
-)
-def test_a_model_the_patcher_cannot_follow_is_left_out_with_why(tmp_path, model, text, reason):
+)  # fmt: skip
+def test_a_model_the_patcher_cannot_follow_is_left_out_with_why(
+    tmp_path, model, text, needle, reason
+):
     project, script = _setup(tmp_path, text)
     for name in ("channels-last", "compile"):
-        remedy = plan_lever(project, name, _detail(script, "out = model(x)", model=model), "t")
+        remedy = plan_lever(project, name, _detail(script, needle, model=model), "t")
         assert not remedy.changes
         assert remedy.skipped[0].reason.startswith(reason), remedy.skipped
 
@@ -194,3 +224,127 @@ def test_only_trials_measured_faster_are_planned(tmp_path):
     remedies = plan(record, project, [])
     assert [r.key for r in remedies] == ["amp"]
     assert remedies[0].because == "--try amp measured 1.40x in the script's own loop"
+
+
+def _run_patched(tmp_path: Path, text: str) -> None:
+    patched = tmp_path / "patched.py"
+    patched.write_text(text)
+    done = subprocess.run([sys.executable, str(patched)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr + text
+
+
+ITEM = """\
+import torch
+from torch import nn
+
+model = nn.Linear(4, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(3):
+    x, y = torch.randn(8, 4), torch.randint(0, 2, (8,))
+    out = model(x)
+    loss = nn.functional.cross_entropy(out, y)
+    # scale the loss before .backward() is called
+    print(f"step {step} loss {loss.item()}")
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_autocast_and_the_item_rewrite_on_the_same_statements_compose(tmp_path):
+    """Seen in a new user's try: both edits on the logging line made the print twice, one of
+    them before `loss` existed (NameError), and the patch was written."""
+    from torchdoctor.patch import plan_syncs
+    from torchdoctor.record import Finding
+
+    project, script = _setup(tmp_path, ITEM)
+    amp = plan_lever(project, "amp", _detail(script, "out = model(x)"), "trial")
+    (item,) = plan_syncs(project, [Finding("item", "t", "f", file=str(script), line=11)])
+    assert amp.changes and item.changes
+    text = project.rendered({"amp", item.key})[script.resolve()]
+    assert text.count("print(") == 1, text
+    assert (
+        '    with torch.autocast(device_type="cpu", dtype=torch.bfloat16):\n'
+        "        out = model(x)\n"
+        "        loss = nn.functional.cross_entropy(out, y)\n"
+        "        # scale the loss before .backward() is called\n"
+        "        if step % 10 == 0:\n"
+        '            print(f"step {step} loss {loss.item()}")\n'
+        "        opt.zero_grad()\n"
+        "    loss.backward()\n"
+    ) in text  # a comment that names .backward() does not end the block
+    _run_patched(tmp_path, text)
+    assert_applies(project, project.diff({"amp", item.key}), remedies=("amp", item.key))
+
+
+BUILT = """\
+import sys
+import torch
+from torch import nn
+
+
+def train(net, steps):
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    for _ in range(steps):
+        out = net(*[torch.randn(2, 3, 8, 8)])
+        out.mean().backward()
+        opt.step()
+
+
+def main():
+    name = "conv"
+    if len(sys.argv) > 5: model = nn.Conv2d(3, 4, 3)
+    if name == "conv":
+        model = nn.Conv2d(3, 4, 3)
+    else:
+        model = nn.Conv2d(3, 4, 1)
+    train(model, 2)
+    model = torch.load("after-training.pt") if len(sys.argv) > 5 else model
+
+
+main()
+"""
+
+
+def test_the_model_is_followed_through_a_call_to_the_block_that_builds_it(tmp_path):
+    """A parameter of the training function, built in an if/else of its caller, one-line `if`
+    and a reload after training beside it (each once sent the line to the wrong place or
+    raised StopIteration)."""
+    project, script = _setup(tmp_path, BUILT)
+    detail = _detail(script, "out = net(", model="net")
+    compile_ = plan_lever(project, "compile", detail, "trial")
+    assert [c.what for c in compile_.changes] == ["model.compile() added after line 20"]
+    channels = plan_lever(project, "channels-last", detail, "trial")
+    assert [c.what for c in channels.changes] == [
+        "model = model.to(memory_format=torch.channels_last) added after line 20"
+    ]
+    # *args before the 4-D input: its position is not the call's
+    assert "not a plain positional argument" in channels.skipped[0].reason
+    text = project.rendered({"compile", "channels-last"})[script.resolve()]
+    assert (
+        "        model = nn.Conv2d(3, 4, 1)\n"
+        "    model.compile()  # torchdoctor fix: compiled in place, state_dict keys unchanged\n"
+        "    model = model.to(memory_format=torch.channels_last)\n"
+        "    train(model, 2)\n"
+    ) in text or (
+        "        model = nn.Conv2d(3, 4, 1)\n"
+        "    model = model.to(memory_format=torch.channels_last)\n"
+        "    model.compile()  # torchdoctor fix: compiled in place, state_dict keys unchanged\n"
+        "    train(model, 2)\n"
+    ) in text
+    assert_applies(
+        project, project.diff({"compile", "channels-last"}), remedies=("compile", "channels-last")
+    )
+
+
+def test_the_name_called_at_the_line_wins_over_another_name_of_the_same_model(tmp_path):
+    project, script = _setup(
+        tmp_path, TRAIN.replace("    model = Net()\n", "    net = Net()\n    model = net\n")
+    )
+    remedy = plan_lever(project, "compile", _detail(script, "out = model(x)", model="net"), "t")
+    assert [c.what for c in remedy.changes] == ["model.compile() added after line 30"]
+
+
+def test_import_torch_nn_binds_torch(tmp_path):
+    project, script = _setup(tmp_path, TRAIN.replace("import torch\n", "import torch.nn\n", 1))
+    assert plan_lever(project, "amp", _detail(script, "out = model(x)"), "trial").changes

@@ -254,3 +254,55 @@ def test_a_signal_between_two_runs_writes_nothing(tmp_path):
 
     assert measure_patch(project, patch, active, run, rounds=2) == 130
     assert patch.diff == "" and "interrupted" in patch.notes[-1] and len(calls) == 2
+
+
+def test_remedies_that_fail_together_are_not_written_together(tmp_path):
+    """Each runs alone, the two together fail (seen: an autocast block and a rewritten logging
+    line made a NameError): the timed remedy alone is the patch; when nothing runs, nothing is
+    written."""
+    from torchdoctor.patch import plan_syncs
+    from torchdoctor.record import Finding
+
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nfrom torch.utils.data import DataLoader\n"
+        "loader = DataLoader([1], batch_size=1)\nx = torch.ones(1)\n"
+        'assert x.max() < 2, "m"\n'
+    )
+
+    def check(each_fails: bool) -> Patch:
+        project = Project(script, root=tmp_path)
+        active = [
+            plan_loader(project, f"{script}:3", {"num_workers": 2}, [], "sweep"),
+            *plan_syncs(project, [Finding("tensor-assert", "t", "f", file=str(script), line=5)]),
+        ]
+        patch = Patch(root=str(tmp_path))
+        patch.remedies = [
+            PatchRemedy(r.key, r.title, r.because, numerics=r.numerics) for r in active
+        ]
+
+        def run(overrides, label, losses=0):
+            text = "".join(Path(p).read_text() for p in overrides.values())
+            if losses:
+                record = _record([1.0, 1.0])
+                record.losses = [0.5] * losses
+                return record
+            fails = ("num_workers" in text) + ("_assert_async" in text) >= (1 if each_fails else 2)
+            if fails:
+                record = _record([], status="script-error")
+                record.notes.append("NameError: name 'loss' is not defined")
+                return record
+            ms = 40.0 if "num_workers" in text else 100.0
+            return _record([ms * (1 + 0.01 * ((i % 3) - 1)) for i in range(12)])
+
+        measure_patch(project, patch, active, run, rounds=1)
+        return patch
+
+    patch = check(each_fails=False)
+    loader, rewrite = patch.remedies
+    assert loader.kept and not rewrite.kept
+    assert rewrite.reason.startswith("with the other remedies the patched script failed")
+    assert "num_workers=2" in patch.diff and "_assert_async" not in patch.diff
+    patch = check(each_fails=True)
+    assert patch.diff == "" and not any(r.kept for r in patch.remedies)
+    assert any(n.startswith("the whole patch failed when run") for n in patch.notes), patch.notes
