@@ -74,6 +74,7 @@ def snapshot() -> dict[str, object]:
     out["modes.function"] = len(_get_current_function_mode_stack())
     out["modes.dispatch"] = len(_get_current_dispatch_mode_stack())
     out["grad_enabled"] = torch.is_grad_enabled()
+    out["autocast_cpu"] = torch.is_autocast_enabled("cpu")  # the amp trial enters it
     out["num_threads"] = torch.get_num_threads()  # the worker sweep and --fix set it
     # fix's patched-source import hook
     out["sys.meta_path"] = [

@@ -192,7 +192,7 @@ def test_a_gan_loop_survives_an_autocast_trial_undone_mid_iteration():
     )
     rec = out.record
     assert rec.status == "complete", rec.notes
-    assert trial(rec, "amp").status == "measured"
+    assert trial(rec, "amp").status == "measured", trial(rec, "amp").reason
 
 
 def test_the_models_call_the_trials_record_is_a_training_forward(tmp_path):

@@ -99,8 +99,14 @@ class Amp(Lever):
         device_type = session.clock.device.type if session.clock.device is not None else "cpu"
         dtype = self._dtype(session)
         contexts: list[Any] = []
+        live = [True]
 
         def enter(module, args):
+            # Undone while this module's pre-hooks run (the step ended in a hook before this
+            # one: torch calls the hooks it listed before), it must not enter autocast: no
+            # forward hook of the trial would leave it, and the script would run on under it.
+            if not live[0]:
+                return
             ctx = torch.autocast(device_type=device_type, dtype=dtype)
             ctx.__enter__()
             contexts.append(ctx)
@@ -123,6 +129,7 @@ class Amp(Lever):
             patcher.hook(module.register_forward_pre_hook(enter))
             patcher.hook(module.register_forward_hook(leave, always_call=True))
         patcher.on_restore(lambda: [c.__exit__(None, None, None) for c in reversed(contexts)])
+        patcher.on_restore(lambda: live.clear() or live.append(False))
 
     def changed(self, setting: str) -> str:
         return "the outermost forward under torch.autocast"
