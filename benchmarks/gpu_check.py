@@ -10,7 +10,10 @@ measured here, in this run:
 3. the seed-004 loss on the GPU: the host round-trips the sync finder names and what they cost;
 4. ``--try amp,batch-size``: autocast's dtype (bf16 or fp16 with its GradScaler caveat) and the
    device memory the batch-size trial saw per size;
-5. ``--flops``: the step's utilisation of the device's peak (MFU) against the table's peak.
+5. ``--flops``: the step's utilisation of the device's peak (MFU) against the table's peak;
+6. the demo on the GPU (its diagnosis before and after, the measured speedup);
+7. with two GPUs or more, a 2-rank NCCL job under ``--nproc-per-node 2`` (torchdoctor's own
+   gloo group beside the job's NCCL one): its verdict and communication-free ceiling.
 
 Without a CUDA GPU it says so and exits 0 (the accelerator paths are tested on the OpenReg
 reference backend: docs/devices.md).
@@ -80,6 +83,8 @@ def main() -> int:
             ("prefetcher", prefetcher),
             ("seed-004 syncs", seed_004),
             ("trials", trials),
+            ("demo", demo),
+            ("2-rank NCCL job", nccl_job),
         ):
             try:
                 print(f"{name}: {check(folder)}", flush=True)
@@ -168,6 +173,54 @@ def trials(folder: Path) -> str:
         f"amp {amp.get('speedup')}x ({amp.get('detail', {}).get('dtype')}); batch sizes' device "
         f"memory {memory}; MFU {mfu if mfu is None else f'{mfu:.1%}'} of "
         f"{flops.get('peak_source', 'no peak')}"
+    )
+
+
+def demo(folder: Path) -> str:
+    out = subprocess.run(
+        [sys.executable, "-m", "torchdoctor", "demo", "--workdir", str(folder / "demo"),
+         "--json", str(folder / "demo-json"), "--html", str(folder / "demo.html")],
+        cwd=folder, env=ENV, capture_output=True, text=True, timeout=1800,
+    )  # fmt: skip
+    if out.returncode != 0:
+        raise RuntimeError(out.stdout[-1500:] + out.stderr[-1500:])
+    before = json.loads((folder / "demo-json" / "before.json").read_text())
+    after = json.loads((folder / "demo-json" / "after.json").read_text())
+    return (
+        f"device {before['env']['device']}: before {before['verdict']['kind']} "
+        f"{before['step_ms']['mean']:.2f} ms per step, after {after['verdict']['kind']} "
+        f"{after['step_ms']['mean']:.2f} ms ({before['step_ms']['mean'] / after['step_ms']['mean']:.2f}x)"
+    )
+
+
+DDP = """\
+import os
+import torch
+import torch.distributed as dist
+from torch import nn
+dist.init_process_group("nccl")
+rank = int(os.environ["LOCAL_RANK"])
+torch.cuda.set_device(rank)
+model = nn.parallel.DistributedDataParallel(
+    nn.Sequential(*[nn.Linear(2048, 2048) for _ in range(6)]).cuda(), device_ids=[rank]
+)
+opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+x = torch.randn(512, 2048, device="cuda")
+for step in range(100000):
+    model(x).square().mean().backward()
+    opt.step()
+    opt.zero_grad()
+"""
+
+
+def nccl_job(folder: Path) -> str:
+    if torch.cuda.device_count() < 2:
+        return f"skipped: {torch.cuda.device_count()} GPU here, the job needs 2"
+    rec = _run(folder, "ddp.py", DDP, "--nproc-per-node", "2", "--steps", "10")
+    job = rec.get("distributed") or {}
+    return (
+        f"{rec['verdict']['kind']}, backend {job.get('backend')}, no-sync step "
+        f"{job.get('no_sync_step_ms')} ms, communication-free ceiling {job.get('comm_ceiling')}x"
     )
 
 
