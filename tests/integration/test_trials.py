@@ -214,3 +214,27 @@ def test_the_models_call_the_trials_record_is_a_training_forward(tmp_path):
         )
     )
     assert trial(out.record, "amp").detail["model_at"] == f"{script}:9"
+
+
+def test_the_model_the_trials_record_is_the_largest_one_trained(tmp_path):
+    """An online linear probe trained beside the model: the model is the larger one, wherever
+    the step's boundary falls between them."""
+    script = tmp_path / "probe.py"
+    script.write_text(
+        "import torch\nfrom torch import nn\ntorch.set_num_threads(1)\n"
+        "model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 16))\n"
+        "probe = nn.Linear(16, 2)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.01)\n"
+        "popt = torch.optim.SGD(probe.parameters(), lr=0.01)\n"
+        "for step in range(100000):\n"
+        "    feats = model(torch.randn(4, 16))  # line 9\n"
+        "    feats.pow(2).mean().backward()\n    opt.step()\n    opt.zero_grad()\n"
+        "    probe(feats.detach()).sum().backward()\n    popt.step()\n    popt.zero_grad()\n"
+    )
+    out = _threads_kept(
+        lambda: run_target(
+            Target(script=str(script)), RunOptions(steps=4, warmup=2, trials=("amp",))
+        )
+    )
+    detail = trial(out.record, "amp").detail
+    assert (detail["model_at"], detail["model"]) == (f"{script}:9", "model"), detail

@@ -50,6 +50,9 @@ def raised_by_torchdoctor(exc: BaseException) -> bool:
 _owner: Patcher | None = None
 #: The ids of the hooks torchdoctor has on modules now (hook ids are unique in the process).
 _hook_ids: set[int] = set()
+#: Attributes torchdoctor set on module instances now (the compile trial's ``forward``), by the
+#: module's id: name -> the module's own value before (``_MISSING``: it had none).
+_module_attrs: dict[int, dict[str, Any]] = {}
 
 
 class Patcher:
@@ -89,9 +92,16 @@ class Patcher:
         original = getattr(owner, name)
         setattr(owner, name, value)
         self._remember(value, original)
+        on_module = isinstance(owner, torch.nn.Module)
+        if on_module:
+            _module_attrs.setdefault(id(owner), {}).setdefault(name, own)
 
         def undo() -> None:
             self._originals.pop(_key(value), None)
+            if on_module:
+                _module_attrs.get(id(owner), {}).pop(name, None)
+                if not _module_attrs.get(id(owner), True):
+                    del _module_attrs[id(owner)]
             if own is _MISSING:
                 # The attribute was inherited (e.g. Tensor.to from TensorBase): remove ours.
                 if name in vars(owner):
@@ -126,13 +136,20 @@ class Patcher:
 
     def keep_modules_picklable(self) -> None:
         """While patched, a module pickled or copied (``torch.save(model)``,
-        ``copy.deepcopy(model)`` for an EMA) leaves torchdoctor's hooks out of its state: they
-        hold the session, which neither pickles nor copies, and are not the script's."""
+        ``copy.deepcopy(model)`` for an EMA) leaves torchdoctor's hooks and the attributes it
+        set on the module (the compile trial's ``forward``) out of its state: they hold the
+        session or local functions, which neither pickle nor copy, and are not the script's."""
         module_cls = torch.nn.Module
         original = module_cls.__getstate__
 
         def __getstate__(module: Any) -> Any:
-            return _without_our_hooks(original(module))
+            state = _without_our_hooks(original(module))
+            for name, own in _module_attrs.get(id(module), {}).items():
+                if own is _MISSING:
+                    state.pop(name, None)
+                else:
+                    state[name] = own
+            return state
 
         self.set(module_cls, "__getstate__", __getstate__)
 

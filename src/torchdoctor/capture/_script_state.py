@@ -31,14 +31,22 @@ class ScriptState:
     def __init__(self) -> None:
         #: The dtype the model's forward computes in under the script's own ``torch.autocast``.
         self.autocast_dtype: str | None = None
+        #: Where the script calls its model: the trainable outermost module with the most
+        #: parameters (a GAN's larger model, not an online probe trained beside it).
         self.model: CallSite | None = None
         self.optimizer: CallSite | None = None
-        self.forward_probed = False
         self.optimizer_probed = False
+        #: The trainable outermost modules probed (by id), and the model's parameter count.
+        self._probed: set[int] = set()
+        self._model_size = -1
+
+    def wants_forward(self, module: Any) -> bool:
+        """Whether ``module``'s training forward is still to be probed (once per module)."""
+        return id(module) not in self._probed
 
     def probe_forward(self, module: Any, device_type: str) -> None:
-        """At a measured call of a trainable outermost module (the model)."""
-        self.forward_probed = True
+        """At the first measured training call of each trainable outermost module."""
+        self._probed.add(id(module))
         try:
             if torch.is_autocast_enabled(device_type):
                 self.autocast_dtype = str(torch.get_autocast_dtype(device_type)).replace(
@@ -46,7 +54,11 @@ class ScriptState:
                 )
         except (RuntimeError, TypeError):  # a device type autocast does not know
             pass
-        self.model = _call_site(module)
+        size = sum(p.numel() for p in module.parameters())
+        if size > self._model_size:
+            site = _call_site(module)
+            if site is not None:
+                self.model, self._model_size = site, size
 
     def probe_optimizer(self, optimizer: Any) -> None:
         self.optimizer_probed = True

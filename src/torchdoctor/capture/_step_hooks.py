@@ -180,7 +180,7 @@ class StepHooks:
             self.parallel.forward_starting(module, self.phase.measuring)
             if (
                 self.phase.measuring
-                and not self.state.forward_probed
+                and self.state.wants_forward(module)
                 and _trainable(module)
                 and module.training
                 and torch.is_grad_enabled()

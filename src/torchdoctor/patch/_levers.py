@@ -11,14 +11,10 @@
   compiled in place, so its ``state_dict`` keys (and checkpoints) stay as they are, unlike
   ``model = torch.compile(model)``.
 
-The model is the variable the script calls at the line the run saw (a training forward: with
-grad, in training mode). Where it is built: the last assignment of that variable before its use
-in the same function (or at module level for a global), followed through one call when it is a
-parameter of the function that calls it (``train(model, ...)`` called as ``train(net, ...)``). The
-new line goes after the statement holding that assignment in the block that also holds the use,
-so an ``if``/``else`` that builds it one of two ways is followed by one line for both. What
-cannot be followed (``self.model``, a model passed in from another file) is left out with the
-reason. Torch-free.
+The model is the variable the script calls at the line where the run saw it train (a forward with
+grad, in training mode; the largest such model); where it is built is :mod:`._model_site`'s.
+What cannot be followed (``self.model``, a model passed in from another file) is left out with
+the reason. Torch-free.
 """
 
 from __future__ import annotations
@@ -33,12 +29,12 @@ from ._edits import (
     Change,
     Skipped,
     SourceFile,
-    assignments,
     callee_name,
     insert_after,
     statements_of,
     torch_name,
 )
+from ._model_site import called_name, where_built
 from ._project import Project
 from ._remedies import Remedy
 
@@ -186,7 +182,7 @@ def _plan_model(
     source: SourceFile, line: int, torch: str, detail: Mapping[str, Any], remedy: Remedy
 ) -> str | None:
     recorded = str(detail.get("model") or "")
-    name = _called_name(source, line, recorded, torch)
+    name = called_name(source, line, recorded, torch)
     added = (
         "{0}.compile()  # torchdoctor fix: compiled in place, state_dict keys unchanged"
         if remedy.key == COMPILE
@@ -201,7 +197,7 @@ def _plan_model(
             else "the run did not see the model's name"
         )
         return f"{held}: add `{added.format('model').split('  #')[0]}` where the model is built"
-    found = _where_built(source, name, line)
+    found = where_built(source, name, line)
     if isinstance(found, str):
         return f"{found}: add `{added.format(name).split('  #')[0]}` where the model is built"
     after, built = found
@@ -214,123 +210,6 @@ def _plan_model(
     if remedy.key == CHANNELS_LAST:
         return _plan_inputs(source, line, name, torch, detail.get("inputs") or [], remedy)
     return None
-
-
-#: Names called at a model's line that are not the model.
-_NOT_MODELS = frozenset({"len", "range", "print", "float", "int", "list", "tuple", "dict", "zip"})
-
-
-def _called_name(source: SourceFile, line: int, recorded: str, torch: str) -> str | None:
-    """The variable the script calls as its model at ``line``: the run's name for it when the
-    line calls that name, else the one plain name called there."""
-    called = (
-        {
-            c.func.value  # type: ignore[attr-defined]
-            for c in source.nodes(cst.Call)
-            if source.spans(c, line) and isinstance(c.func, cst.Name)  # type: ignore[attr-defined]
-        }
-        - _NOT_MODELS
-        - {torch}
-    )
-    if recorded in called or (recorded == "self" and not called):
-        return recorded
-    return next(iter(called)) if len(called) == 1 else None
-
-
-def _where_built(source: SourceFile, name: str, use_line: int) -> tuple[Any, str] | str:
-    """The statement after which the model ``name`` (used at ``use_line``) is built, and its
-    name there; or why it cannot be found."""
-    scope = _function_at(source, use_line)
-    if scope is not None and name in _parameters(scope):
-        passed = _passed_as(source, scope, name)
-        if isinstance(passed, str):
-            return passed
-        name, use_line = passed
-        scope = _function_at(source, use_line)
-    in_scope = [
-        a
-        for a in assignments(source, name)
-        if a.value is not None and _function_at(source, source.line_of(a)) is scope
-    ]
-    if not in_scope and scope is not None:  # a global the function reads
-        scope = None
-        calls = [
-            c
-            for c in source.nodes(cst.Call)
-            if callee_name(c) == _function_name(source, use_line)
-            and _function_at(source, source.line_of(c)) is None
-        ]
-        use_line = source.line_of(calls[0]) if calls else use_line
-        in_scope = [
-            a
-            for a in assignments(source, name)
-            if a.value is not None and _function_at(source, source.line_of(a)) is None
-        ]
-    before = [a for a in in_scope if source.line_of(a) < use_line]
-    if not before:
-        return f"{name} is not assigned before it is used in {source.path.name}"
-    assign = before[-1]
-    after = _statement_before(source, source.line_of(assign), use_line)
-    if after is None:
-        return f"{name} is built where the patcher cannot add a line after it"
-    return after, name
-
-
-def _passed_as(source: SourceFile, func: cst.FunctionDef, param: str) -> tuple[str, int] | str:
-    """The variable the file's calls of ``func`` pass as ``param``, and the first call's line."""
-    params = _parameters(func)
-    index = params.index(param)
-    names = set()
-    first = None
-    for call in source.nodes(cst.Call):
-        if not isinstance(call.func, cst.Name) or call.func.value != func.name.value:  # type: ignore[attr-defined]
-            continue
-        args = call.args  # type: ignore[attr-defined]
-        arg = next((a for a in args if a.keyword and a.keyword.value == param), None)
-        positional = [a for a in args if a.keyword is None]
-        if arg is None and not any(a.star for a in positional) and index < len(positional):
-            arg = positional[index]
-        names.add(arg.value.value if arg is not None and isinstance(arg.value, cst.Name) else None)
-        first = first or source.line_of(call)
-    if first is None:
-        return (
-            f"{param} is a parameter of {func.name.value}(), which {source.path.name} does not call"
-        )
-    if len(names) != 1 or None in names:
-        return f"{func.name.value}() is called with other models than one variable as {param}"
-    return names.pop(), first
-
-
-def _statement_before(source: SourceFile, assigned: int, used: int) -> Any:
-    """In the innermost block holding both lines in different statements, the statement that
-    holds ``assigned`` (the model's line goes after it, before the use)."""
-    best = None
-    for block in [*source.nodes(cst.IndentedBlock), source.module]:
-        body = list(block.body)  # type: ignore[attr-defined]
-        holding = [i for i, s in enumerate(body) if source.spans(s, assigned)]
-        using = [i for i, s in enumerate(body) if source.spans(s, used)]
-        if holding and using and holding[0] < using[0]:
-            span = (source.positions[body[0]].start.line, source.positions[body[-1]].end.line)
-            if best is None or span[1] - span[0] < best[0]:
-                best = (span[1] - span[0], body[holding[0]])
-    if best is None or not isinstance(best[1], cst.BaseStatement):
-        return None
-    return best[1]
-
-
-def _function_at(source: SourceFile, line: int) -> cst.FunctionDef | None:
-    funcs = [f for f in source.nodes(cst.FunctionDef) if source.spans(f, line)]
-    return funcs[-1] if funcs else None  # type: ignore[return-value]
-
-
-def _function_name(source: SourceFile, line: int) -> str:
-    func = _function_at(source, line)
-    return func.name.value if func is not None else ""
-
-
-def _parameters(func: cst.FunctionDef) -> list[str]:
-    params = func.params
-    return [p.name.value for p in [*params.posonly_params, *params.params, *params.kwonly_params]]
 
 
 def _method(value: cst.BaseExpression, method: str, torch: str) -> cst.BaseExpression:

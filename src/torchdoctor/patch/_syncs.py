@@ -23,7 +23,7 @@ from pathlib import Path
 import libcst as cst
 
 from ..record import Finding
-from ._edits import Change, Skipped, SourceFile, dotted, keyword, torch_name
+from ._edits import Change, Skipped, SourceFile, callee_name, dotted, keyword, torch_name
 from ._project import Project
 from ._remedies import Remedy
 
@@ -36,6 +36,12 @@ REWRITES = {
 }
 #: How often a rewritten logging statement runs (steps).
 LOG_EVERY = 10
+#: Calls whose statement is a log line (print, logging, TensorBoard, tqdm, Lightning, W&B): the
+#: only ones read on fewer steps; ``losses.append(loss.item())`` keeps every value.
+LOGGING_CALLS = frozenset({
+    "print", "log", "info", "debug", "warning", "add_scalar", "add_scalars", "write",
+    "set_postfix", "set_description", "log_metrics", "log_dict",
+})  # fmt: skip
 
 
 def plan_syncs(project: Project, findings: Iterable[Finding]) -> list[Remedy]:
@@ -135,6 +141,13 @@ def _plan_item(source: SourceFile, key: str, line: int, torch: str, remedy: Reme
     if len(lines) != 1 or len(lines[0].body) != 1 or not isinstance(lines[0].body[0], cst.Expr):
         return "the .item() is not in a statement of its own (its value is used): keep it"
     stmt = lines[0]
+    call = stmt.body[0].value  # type: ignore[attr-defined]
+    callee = callee_name(call) if isinstance(call, cst.Call) else ""
+    if callee not in LOGGING_CALLS:
+        return (
+            f"the .item() feeds {callee or 'an expression'}(...), not a log line: reading it on "
+            "fewer steps would change what the script computes"
+        )
     loop = _innermost(source, cst.For, line)
     if loop is None or not any(s is stmt for s in loop.body.body):
         return "it is not read on every step of a loop (already read only on some steps?)"

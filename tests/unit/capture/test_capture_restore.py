@@ -149,8 +149,9 @@ def test_a_whole_run_is_undone_with_its_sampler_thread_and_workers():
 
 def test_a_hooked_model_pickles_and_copies_without_torchdoctors_hooks():
     """``torch.save(model)`` and ``copy.deepcopy(model)`` in the middle of a diagnosis: the
-    model's state leaves torchdoctor's hooks out (they hold the session); the script's own hook
-    stays; after the session, Module.__getstate__ is torch's again."""
+    model's state leaves torchdoctor's hooks and a trial's ``forward`` out (they hold the
+    session, or are local functions); the script's own hook stays; after the session,
+    Module.__getstate__ is torch's again."""
     import copy
     import io
     import pickle
@@ -166,13 +167,17 @@ def test_a_hooked_model_pickles_and_copies_without_torchdoctors_hooks():
             model(torch.randn(2, 4)).sum().backward()
             opt.step()
         assert len(model._forward_pre_hooks) == 1 and len(model._forward_hooks) == 2
+        trial = Patcher.for_process()  # as the compile trial replaces the model's forward
+        trial.set(model, "forward", lambda *args: None)
         torch.save(model, io.BytesIO())
         loaded = pickle.loads(pickle.dumps(model))
         twin = copy.deepcopy(model)
         for other in (loaded, twin):
             assert not other._forward_pre_hooks
             assert list(other._forward_hooks.values()) == [_script_hook]
+            assert "forward" not in vars(other)
         assert len(model._forward_hooks) == 2  # the live model keeps them
+        trial.restore()
     finally:
         session.uninstall()
     assert torch.nn.Module.__getstate__ is original

@@ -348,3 +348,58 @@ def test_the_name_called_at_the_line_wins_over_another_name_of_the_same_model(tm
 def test_import_torch_nn_binds_torch(tmp_path):
     project, script = _setup(tmp_path, TRAIN.replace("import torch\n", "import torch.nn\n", 1))
     assert plan_lever(project, "amp", _detail(script, "out = model(x)"), "trial").changes
+
+
+NET = "import torch\nfrom torch import nn\n\n\ndef Net():\n    return nn.Conv2d(3, 4, 3)\n\n\n"
+
+
+@pytest.mark.parametrize(
+    ("body", "needle", "recorded", "after"),
+    [
+        (  # a tuple assignment, after a constant placeholder
+            "def build(kind):\n    return Net(), None\n\n\ndef main():\n    model = 'cnn'\n"
+            "    model, opt = build(model)\n    out = model(torch.randn(1, 3, 8, 8))\n\n\nmain()\n",
+            "out = model(", "model", "    model, opt = build(model)\n",
+        ),
+        (  # a global placeholder, built in main() under `global`
+            "model = None\n\n\ndef step():\n    return model(torch.randn(1, 3, 8, 8))\n\n\n"
+            "def main():\n    global model\n    model = Net()\n    step()\n\n\nmain()\n",
+            "return model(", "model", "    model = Net()\n",
+        ),
+        (  # a closure over main()'s local
+            "def main():\n    def step():\n        return model(torch.randn(1, 3, 8, 8))\n\n"
+            "    model = Net()\n    step()\n\n\nmain()\n",
+            "return model(", "model", "    model = Net()\n",
+        ),
+        (  # a method's parameter, called as obj.fit(net)
+            "class Trainer:\n    def fit(self, model):\n        return model(torch.randn(1, 3, 8, 8))"
+            "\n\n\nnet = Net()\nTrainer().fit(net)\n",
+            "return model(", "model", "net = Net()\n",
+        ),
+        (  # model.forward(x), a global built under `if __name__ == "__main__":`
+            "class Loop:\n    def step(self):\n        return model.forward(torch.randn(1, 3, 8, 8))"
+            "\n\n\nif __name__ == '__main__':\n    model = Net()\n    Loop().step()\n",
+            "model.forward(", "model", "    model = Net()\n",
+        ),
+    ],
+)  # fmt: skip
+def test_the_model_is_found_where_it_is_built(tmp_path, body, needle, recorded, after):
+    project, script = _setup(tmp_path, NET + body)
+    detail = _detail(script, needle, model=recorded)
+    remedy = plan_lever(project, "compile", detail, "trial")
+    assert remedy.changes and not remedy.skipped, remedy.skipped
+    text = project.rendered({"compile"})[script.resolve()]
+    indent = after[: len(after) - len(after.lstrip())]
+    name = "net" if "net = Net()" in after else "model"
+    assert after + f"{indent}{name}.compile()  # torchdoctor fix" in text, text
+    _run_patched(tmp_path, text.replace(f"{name}.compile()", f"assert {name} is not None"))
+
+
+def test_what_self_model_is_called_with_is_not_the_model(tmp_path):
+    project, script = _setup(
+        tmp_path,
+        NET + "augment = nn.Identity()\n\n\nclass T:\n    def __init__(self):\n"
+        "        self.model = Net()\n\n    def step(self, x):\n        return self.model(augment(x))\n",
+    )
+    remedy = plan_lever(project, "compile", _detail(script, "self.model(", model="self.model"), "t")
+    assert not remedy.changes and "the model is self.model" in remedy.skipped[0].reason

@@ -155,6 +155,8 @@ def test_a_logged_item_is_read_every_n_steps_of_a_counted_loop(tmp_path):
         ("for step in range(9):\n    if step % 5 == 0:\n        print(loss.item())\n",
          "already read only on some steps"),
         ("for x in loader:\n    print(loss.item())\n", "no step counter"),
+        ("losses = []\nfor step in range(9):\n    losses.append(loss.item())\n",
+         "feeds append(...), not a log line"),
     ],
 )  # fmt: skip
 def test_an_item_whose_value_matters_or_that_has_no_counter_is_kept(tmp_path, loop, words):
