@@ -35,12 +35,25 @@ def mixed() -> MixedDataset:
 
 
 class SlowDataset:
-    """Numbered samples that take ``delay_s`` each and log every index they serve to a file."""
+    """Numbered samples that take ``delay_s`` each and log every index they serve to a file.
 
-    def __init__(self, count: int, delay_s: float, log_path: str | None) -> None:
+    With ``gate`` (a path) and ``gate_from``, a sample from that index on waits until the path
+    exists (the first, middle and last, which the cache's fingerprint reads, do not): a build
+    cannot finish before the test says so, however fast or slow the machine."""
+
+    def __init__(
+        self,
+        count: int,
+        delay_s: float,
+        log_path: str | None,
+        gate: str | None = None,
+        gate_from: int = 0,
+    ) -> None:
         self.count = count
         self.delay_s = delay_s
         self.log_path = log_path
+        self.gate = gate
+        self.gate_from = gate_from
 
     def __len__(self) -> int:
         return self.count
@@ -51,6 +64,10 @@ class SlowDataset:
             os.write(fd, f"{index}\n".encode())
             os.close(fd)
         time.sleep(self.delay_s)
+        fingerprinted = index in (0, self.count // 2, self.count - 1)
+        if self.gate and index >= self.gate_from and not fingerprinted:
+            while not os.path.exists(self.gate):
+                time.sleep(0.01)
         image = np.full((8, 8, 3), index % 256, dtype=np.uint8)
         return image, index
 
@@ -61,6 +78,8 @@ def slow() -> SlowDataset:
         int(os.environ.get("TD_SLOW_COUNT", "40")),
         float(os.environ.get("TD_SLOW_DELAY_S", "0")),
         os.environ.get("TD_SLOW_LOG"),
+        os.environ.get("TD_SLOW_GATE"),
+        int(os.environ.get("TD_SLOW_GATE_FROM", "0")),
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
 import types
@@ -75,6 +76,10 @@ def snapshot() -> dict[str, object]:
     out["modes.dispatch"] = len(_get_current_dispatch_mode_stack())
     out["grad_enabled"] = torch.is_grad_enabled()
     out["autocast_cpu"] = torch.is_autocast_enabled("cpu")  # the amp trial enters it
+    # inherited by every process a later test starts: an ignored or blocked SIGINT there
+    # cannot be Ctrl-C'd
+    out["sigint"] = signal.getsignal(signal.SIGINT)
+    out["sigmask"] = sorted(signal.pthread_sigmask(signal.SIG_BLOCK, []))
     out["num_threads"] = torch.get_num_threads()  # the worker sweep and --fix set it
     # fix's patched-source import hook
     out["sys.meta_path"] = [
