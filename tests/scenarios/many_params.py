@@ -5,6 +5,7 @@ import torch
 from torch import nn
 
 torch.manual_seed(0)
+torch.set_num_threads(1)  # tiny matmuls: a second thread only adds noise beside torchdoctor's
 model = nn.Sequential(*[nn.Linear(32, 32) for _ in range(150)])
 opt = torch.optim.Adam(
     model.parameters(),

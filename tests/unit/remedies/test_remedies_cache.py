@@ -299,7 +299,15 @@ def test_ctrl_c_stops_a_parallel_cli_build_which_then_resumes(tmp_path):
     )  # fmt: skip
     argv = [sys.executable, "-m", "torchdoctor", "cache", "build", "cache_sources:slow"]
     argv += [str(dest), "--workers", "2", "--quiet"]
-    child = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True)
+    # Ctrl-C's default action in the child, even when this test runs where SIGINT is ignored
+    # (a background job of a non-interactive shell): the child inherits an ignored SIGINT.
+    child = subprocess.Popen(
+        argv,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         deadline = time.monotonic() + 120
         while len(_markers(dest)) < 2 and time.monotonic() < deadline:
