@@ -181,7 +181,9 @@ def test_a_measured_fused_optimizer_trial_is_written_at_the_optimizers_construct
     assert out.returncode == 0, out.stdout + out.stderr
     record = RunRecord.load(tmp_path / "fix.json")
     (trial,) = record.trials
-    assert trial.detail["where"] == f"{tmp_path / 'train.py'}:10" and trial.detail["flag"] == "fused"
+    assert (
+        trial.detail["where"] == f"{tmp_path / 'train.py'}:10" and trial.detail["flag"] == "fused"
+    )
     (remedy,) = record.patch.remedies
     assert remedy.key == "optimizer" and remedy.kept, remedy  # ~1.9x: 150 layers' Adam step
     assert [(c.file, c.line, c.what) for c in remedy.changes] == [
