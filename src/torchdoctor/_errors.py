@@ -28,3 +28,18 @@ class TorchdoctorError(Exception):
 
     def __str__(self) -> str:
         return self.message if not self.hint else f"{self.message}\n  fix: {self.hint}"
+
+
+#: What a collective raises when a peer rank went away (gloo, NCCL): the consequence of another
+#: rank's ending, never a rank's own failure.
+PEER_LOST_SIGNS = (
+    "Connection closed by peer",
+    "Connection reset by peer",
+    "remote process exited",
+    "Broken pipe",
+)
+
+
+def lost_peer(text: str) -> bool:
+    """Whether an error's text says a collective lost its peer rank."""
+    return any(sign in text for sign in PEER_LOST_SIGNS)

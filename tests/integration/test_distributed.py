@@ -11,70 +11,17 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
-import psutil
 import pytest
 
-import torchdoctor
-from paths import SCENARIOS
+from distjobs import JOB, QUICK, SLOW_SAMPLE_MS, SRC, assert_no_orphans, job, run, torchdoctor_cmd
 
 pytestmark = pytest.mark.integration
-
-JOB = str(SCENARIOS / "ddp_train.py")
-SRC = str(Path(torchdoctor.__file__).resolve().parent.parent)
-#: Enough steps for a mean, few enough for two ranks on two cores.
-QUICK = ("--steps", "6", "--warmup", "2")
-#: A rank's samples this slow make it the straggler beyond any doubt (8 samples per batch).
-SLOW_SAMPLE_MS = "20"
-
-
-def torchdoctor_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "torchdoctor", *args]
-
-
-def run(cmd: list[str], cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.run(
-        cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
-    )
-
-
-def job(tmp: Path, *job_args: str, flags: tuple[str, ...] = QUICK):
-    """``torchdoctor run --nproc-per-node 2 FLAGS --json r.json -- ddp_train.py JOB_ARGS``:
-    its output, its record (``None`` if none was written), and the tag its processes carry."""
-    tag = uuid.uuid4().hex
-    res = run(
-        torchdoctor_cmd("run", "--nproc-per-node", "2", *flags, "--json", "r.json", "--",
-                        JOB, *job_args, "--tag", tag),
-        tmp,
-    )  # fmt: skip
-    path = tmp / "r.json"
-    return res, json.loads(path.read_text()) if path.exists() else None, tag
-
-
-def tagged(tag: str) -> list[int]:
-    found = []
-    for p in psutil.process_iter(["cmdline"]):
-        try:
-            if tag in " ".join(p.info["cmdline"] or []):
-                found.append(p.pid)
-        except psutil.Error:
-            continue
-    return found
-
-
-def assert_no_orphans(tag: str) -> None:
-    deadline = time.monotonic() + 5.0
-    while tagged(tag) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not tagged(tag), "processes of the job outlived torchdoctor"
 
 
 @pytest.fixture(scope="module")
@@ -135,56 +82,6 @@ def test_balanced_job_has_no_straggler_and_its_mistakes_are_found(tmp_path):
     } <= kinds, (kinds, record["notes"])
     sampler = next(f for f in record["findings"] if f["kind"] == "ddp.no-distributed-sampler")
     assert sampler["file"].endswith("ddp_train.py") and sampler["line"]
-    assert_no_orphans(tag)
-
-
-def test_a_rank_that_raises_ends_the_job_with_its_traceback(tmp_path):
-    res, record, tag = job(tmp_path, "--raise-on-rank", "1", "--raise-at", "6")
-    assert res.returncode == 1, res.stderr[-3000:]
-    assert record["status"] == "script-error"
-    assert record["notes"][0].startswith("rank 1 ended the job first")
-    ranks = {r["rank"]: r for r in record["distributed"]["ranks"]}
-    assert "failed on purpose" in "".join(ranks[1]["error"])
-    assert ranks[0]["error"] == [] and "when rank 1 did" in ranks[0]["ended"]
-    assert "rank 1 raised" in res.stdout
-    assert "_step_hooks.py" not in res.stdout + res.stderr, "torchdoctor's frames in a traceback"
-    # The script did call init_process_group("gloo"): a job that failed still says so.
-    assert record["distributed"]["backend"] == "gloo"
-    assert not any("never initialised" in n for n in record["notes"]), record["notes"]
-    assert_no_orphans(tag)
-
-
-def test_a_rank_whose_process_dies_ends_the_job(tmp_path):
-    res, record, tag = job(tmp_path, "--exit-on-rank", "0", "--raise-at", "6")
-    assert res.returncode == 1, res.stderr[-3000:]
-    assert record["notes"][0].startswith("rank 0 ended the job first")
-    ranks = {r["rank"]: r for r in record["distributed"]["ranks"]}
-    assert ranks[0]["status"] == "killed"
-    assert_no_orphans(tag)
-
-
-def test_ctrl_c_stops_every_rank_with_a_partial_report(tmp_path):
-    tag = uuid.uuid4().hex
-    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    proc = subprocess.Popen(
-        torchdoctor_cmd(
-            "run", "--nproc-per-node", "2", "--steps", "200", "--warmup", "2", "--json", "r.json",
-            "--", JOB, "--slow-rank", "1", "--getitem-ms", SLOW_SAMPLE_MS, "--tag", tag,
-        ),
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        _wait_for_phase(proc, "measuring")
-        time.sleep(2.0)
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
-    assert proc.returncode == 130, err[-3000:]
-    record = json.loads((tmp_path / "r.json").read_text())
-    assert record["status"] == "interrupted"
-    assert 0 < record["measured_steps"] < 200
-    assert "Traceback" not in err, "the launcher's or a rank's traceback on Ctrl-C"
     assert_no_orphans(tag)
 
 
@@ -253,19 +150,6 @@ def test_torchrun_running_torchdoctor_gives_one_report_for_fsdp2(tmp_path):
     assert all(r["no_sync"] == [] for r in record["distributed"]["ranks"])
     assert any("communication-free phase skipped" in n for n in record["notes"])
     assert_no_orphans(tag)
-
-
-def _wait_for_phase(proc: subprocess.Popen, phase: str, timeout: float = 120) -> None:
-    """Read the progress lines on stderr until ``phase`` starts."""
-    assert proc.stderr is not None
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            break
-        if phase in line:
-            return
-    raise AssertionError(f"the job never reached the {phase} phase")
 
 
 def _free_port() -> int:

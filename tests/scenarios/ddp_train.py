@@ -27,6 +27,11 @@ parser.add_argument("--fsdp", action="store_true", help="FSDP2's fully_shard ins
 parser.add_argument("--raise-on-rank", type=int, default=-1)
 parser.add_argument("--raise-at", type=int, default=3)
 parser.add_argument("--exit-on-rank", type=int, default=-1, help="os._exit(3) at --raise-at")
+parser.add_argument("--abort-on-rank", type=int, default=-1, help="os.abort() at --raise-at")
+parser.add_argument("--samples", type=int, default=512, help="samples of the data set")
+parser.add_argument("--rank1-samples", type=int, help="rank 1's data set has this many samples")
+parser.add_argument("--manual-allreduce", action="store_true",
+                    help="no DDP: each gradient all-reduced by hand with dist.all_reduce")
 parser.add_argument("--epochs", type=int, default=100)
 parser.add_argument("--hidden", type=int, default=256)
 parser.add_argument("--timing-file", help="each rank appends its step times (ms) to PATH.RANK")
@@ -42,7 +47,7 @@ slow = args.slow_rank in (-2, rank)
 
 class Samples(Dataset):
     def __len__(self):
-        return 512
+        return args.rank1_samples if rank == 1 and args.rank1_samples else args.samples
 
     def __getitem__(self, i):
         if slow and args.getitem_ms:
@@ -59,6 +64,10 @@ if args.fsdp:
         if isinstance(layer, nn.Linear):
             fully_shard(layer)
     ddp = fully_shard(model)
+elif args.manual_allreduce:
+    ddp = model
+    for p in model.parameters():
+        dist.broadcast(p.data, 0)
 else:
     if args.module_keyword:
         ddp = DDP(module=model, find_unused_parameters=args.find_unused)
@@ -79,8 +88,14 @@ for epoch in range(args.epochs):
             raise RuntimeError(f"rank {rank} failed on purpose at step {step}")
         if step == args.raise_at and rank == args.exit_on_rank:
             os._exit(3)
+        if step == args.raise_at and rank == args.abort_on_rank:
+            os.abort()
         loss = nn.functional.cross_entropy(ddp(x), y) / args.accumulate
         loss.backward()
+        if args.manual_allreduce:
+            for p in model.parameters():
+                dist.all_reduce(p.grad)
+                p.grad /= dist.get_world_size()
         if (i + 1) % args.accumulate == 0:
             opt.step()
             opt.zero_grad()

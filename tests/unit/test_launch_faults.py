@@ -1,43 +1,105 @@
-"""Which rank ended a launched job (``_launch._first_failure``), from what each rank streamed."""
+"""How each rank of a launched job ended, and which ended the job (``process.rank_endings``),
+from what each rank streamed and the launcher's exit codes."""
 
 from __future__ import annotations
 
-from torchdoctor.process.launch import _first_failure
+import signal
+
+from torchdoctor.process.endings import PEER_LEFT_NOTE
+from torchdoctor.process.rank_endings import describe, first_cause, rank_ends, uneven
 from torchdoctor.process.stream import StreamState
 
 PEER_LOST = ["RuntimeError: [gloo/transport/tcp/pair.cc:553] Connection closed by peer\n"]
 
 
-def rank(n: int, status: str | None, at: float, traceback: list[str] | None = None) -> StreamState:
+def rank(
+    n: int,
+    status: str | None,
+    at: float,
+    traceback: list[str] | None = None,
+    steps: int = 10,
+    notes: list[str] | None = None,
+) -> StreamState:
     """A rank's stream: its last word (``status`` None: none came) and when it ended."""
     state = StreamState(hello={"rank": n, "local_rank": n, "world_size": 2, "pid": 1})
     if status is None:
         state.closed_at = at
+        state.snapshot = {"seen": {"optimizer_steps": steps}}
     else:
-        state.final = {"record": {"status": status}, "traceback": traceback or []}
+        record = {"status": status, "seen": {"optimizer_steps": steps}, "notes": notes or []}
+        state.final = {"record": record, "traceback": traceback or []}
         state.final_at = at
     return state
 
 
+def cause_of(states, exitcodes=None, stopped=None):
+    found = first_cause(rank_ends(states, exitcodes or {}, stopped))
+    return found.rank if found is not None else None
+
+
 def test_the_rank_that_raised_is_blamed_not_the_one_whose_collective_lost_it():
     states = [rank(0, "script-error", 1.0, PEER_LOST), rank(1, "script-error", 2.0, ["ValueError"])]
-    assert _first_failure(states) == 1
+    assert cause_of(states) == 1
+    ends = rank_ends(states, {}, None)
+    assert [e.ending for e in ends] == ["follower", "raised"]
+    assert describe(ends)[0].startswith("ended when rank 1 did")
 
 
 def test_a_killed_rank_whose_stream_closed_late_is_still_the_cause():
     # Its DataLoader worker held the socket a while after the rank died.
     states = [rank(0, "script-error", 2.0, PEER_LOST), rank(1, None, 5.0)]
-    assert _first_failure(states) == 1
+    assert cause_of(states) == 1
 
 
-def test_a_rank_that_exited_early_ends_the_job():
-    states = [rank(0, "script-error", 2.0, PEER_LOST), rank(1, "partial", 1.5)]
-    assert _first_failure(states) == 1
+def test_ranks_that_raise_their_own_errors_both_keep_them():
+    # Both ranks fail the same way before any collective (torch.cuda.set_device on a CPU box).
+    states = [rank(0, "script-error", 2.0, ["AttributeError: x\n"], steps=0),
+              rank(1, "script-error", 1.0, ["AttributeError: x\n"], steps=0)]  # fmt: skip
+    ends = rank_ends(states, {}, None)
+    assert [e.ending for e in ends] == ["raised", "raised"] and cause_of(states) == 1
+    assert describe(ends) == {0: "raised AttributeError at step 0", 1: "raised AttributeError at step 0"}
+
+
+def test_ranks_whose_data_ran_out_together_blame_nobody():
+    states = [rank(0, "partial", 1.0, steps=32), rank(1, "partial", 1.5, steps=32)]
+    ends = rank_ends(states, {}, None)
+    assert cause_of(states) is None and uneven(ends) == []
+    assert "its data ran out" in describe(ends)[0]
+
+
+def test_a_rank_that_ran_out_while_another_went_on_is_uneven_inputs():
+    states = [rank(0, "script-error", 2.0, PEER_LOST, steps=13), rank(1, "partial", 1.5, steps=12)]
+    ends = rank_ends(states, {}, None)
+    assert cause_of(states) is None
+    assert [e.rank for e in uneven(ends)] == [1]
+    # torchdoctor's own collective lost the peer: the rank stopped, and follows too.
+    states[0] = rank(0, "partial", 2.0, steps=20, notes=[f"{PEER_LEFT_NOTE} after 8 measured steps"])
+    ends = rank_ends(states, {}, None)
+    assert ends[0].ending == "follower" and [e.rank for e in uneven(ends)] == [1]
+    assert describe(ends)[0].startswith("ended when rank 1 did")
+
+
+def test_the_launcher_exit_code_names_the_signal_and_the_launcher_ended_the_others():
+    states = [rank(0, None, 2.0, steps=6), rank(1, None, 1.0, steps=6)]
+    ends = rank_ends(states, {0: -signal.SIGTERM, 1: -signal.SIGABRT}, None)
+    assert [e.ending for e in ends] == ["follower", "killed"]
+    assert describe(ends)[1].startswith("was killed by SIGABRT (signal 6")
+    exited = rank_ends([rank(0, None, 1.0, steps=6)], {0: 3}, None)
+    assert describe(exited)[0].startswith("exited with status 3 without torchdoctor's last word")
+
+
+def test_a_job_torchdoctor_stopped_blames_no_rank():
+    states = [rank(0, None, 2.0), rank(1, None, 1.0)]
+    ends = rank_ends(states, {}, "interrupted")
+    assert first_cause(ends) is None
+    assert describe(ends, "on SIGTERM (signal 15)")[0] == (
+        "stopped by torchdoctor on SIGTERM (signal 15) at step 10"
+    )
 
 
 def test_the_earliest_cause_wins_and_a_complete_job_has_none():
-    assert _first_failure([rank(0, None, 3.0), rank(1, "script-error", 2.0, ["KeyError"])]) == 1
-    assert _first_failure([rank(0, "complete", 1.0), rank(1, "complete", 1.0)]) is None
-    # Only followers (every rank lost its peer): the earliest of them.
-    assert _first_failure([rank(0, "script-error", 3.0, PEER_LOST),
-                           rank(1, "script-error", 2.0, PEER_LOST)]) == 1  # fmt: skip
+    assert cause_of([rank(0, None, 3.0), rank(1, "script-error", 2.0, ["KeyError"])]) == 1
+    assert cause_of([rank(0, "complete", 1.0), rank(1, "complete", 1.0)]) is None
+    # Only followers (every rank lost its peer): no rank raised on its own.
+    assert cause_of([rank(0, "script-error", 3.0, PEER_LOST),
+                     rank(1, "script-error", 2.0, PEER_LOST)]) is None  # fmt: skip

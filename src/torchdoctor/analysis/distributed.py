@@ -41,7 +41,7 @@ from .job_findings import (
     part_bound,
     straggler_finding,
 )
-from .verdict import _NEXT_COMPUTE, _NEXT_HOST, _next_input, summarise
+from .verdict import _NEXT_COMPUTE, _NEXT_HOST, MIN_VERDICT_STEPS, _next_input, summarise
 from .whole_course import share_saves
 
 #: A rank whose own work per step is this many times the median of the other ranks' is a
@@ -52,7 +52,7 @@ STRAGGLER_STEP_SHARE = 0.20
 #: ... and its own work must exceed theirs by this many standard errors of the two means.
 NOISE_SIGMAS = 3.0
 #: Measured steps each rank needs before any is called a straggler.
-MIN_STEPS = 3
+MIN_STEPS = MIN_VERDICT_STEPS
 
 #: Where a balanced job's communication can be hidden or shrunk.
 NEXT_COMMUNICATION = (
@@ -60,6 +60,13 @@ NEXT_COMMUNICATION = (
     "gradient accumulation under DDP's no_sync() for all but the last micro-step, "
     "DDP(bucket_cap_mb=...) tuned so buckets overlap backward, gradient_as_bucket_view=True, and "
     "a compression hook (ddp_comm_hooks.default_hooks.bf16_compress_hook) on slow links"
+)
+
+
+#: Where a job that all-reduces by hand (no DDP) can hide or shrink its communication.
+NEXT_MANUAL = (
+    "let DistributedDataParallel all-reduce the gradients (in buckets, overlapping backward), or "
+    "all-reduce them by hand in one flattened tensor per step instead of one call per parameter"
 )
 
 
@@ -196,14 +203,24 @@ def job_verdict(job: RunRecord, report: DistributedReport) -> Verdict:
         shares = _shares(job)
         shares["compute"] = round(max(shares.get("compute", 0.0) - share, 0.0), 4)
         shares["communication"] = round(share, 4)
-        return Verdict(COMMUNICATION_BOUND, why, NEXT_COMMUNICATION, shares)
-    if own is None or own.kind == "UNKNOWN" or not any(r.steps.step_ms for r in report.ranks):
+        manual = any(r.collectives_ms for r in report.ranks) and "ddp_at" not in job.seen
+        return Verdict(
+            COMMUNICATION_BOUND, why, NEXT_MANUAL if manual else NEXT_COMMUNICATION, shares
+        )
+    if own is None or not any(r.steps.step_ms for r in report.ranks):
         return Verdict(
             "UNKNOWN",
             "no rank measured a training step",
             own.next if own is not None else "see what each rank's notes say torchdoctor saw",
             {},
         )
+    few = min(len(r.steps.step_ms) for r in report.ranks)
+    if own.kind == "UNKNOWN" or few < MIN_STEPS:
+        why = own.why if own.kind == "UNKNOWN" else (
+            f"only {few} step{'' if few == 1 else 's'} measured on a rank before the job ended: "
+            f"too few to compare the ranks or for a verdict ({MIN_STEPS} needed)"
+        )  # fmt: skip
+        return Verdict("UNKNOWN", why, own.next, own.shares)
     balanced = f"the {report.world_size} ranks are balanced"
     if report.skew_ms is not None:
         balanced += f" (own work differs by {report.skew_ms:.1f} ms per step)"
@@ -230,6 +247,7 @@ def _rank_run(rec: RunRecord, ended: str, errors: dict[int, list[str]] | None) -
         model_alone_step_ms=rec.model_alone_step_ms,
         no_sync=list(rec.no_sync),
         no_sync_step_ms=Stat.of(rec.no_sync),
+        collectives_ms=round(statistics.fmean(rec.collectives), 4) if rec.collectives else None,
         verdict=rec.verdict,
         ended=ended,
         error=list((errors or {}).get(rank_of(rec), [])),
@@ -254,6 +272,13 @@ def _own_work(ranks: list[RankRun]) -> None:
             assert r.step_ms is not None and r.no_sync_step_ms is not None
             r.own_ms = round(r.no_sync_step_ms.mean, 3)
             r.comm_ms = round(max(r.step_ms.mean - r.no_sync_step_ms.mean, 0.0), 3)
+        return
+    if measured and all(r.collectives_ms is not None for r in measured):
+        # The script's own collectives, timed where it calls them: its communication.
+        for r in measured:
+            assert r.step_ms is not None and r.collectives_ms is not None
+            r.comm_ms = round(min(r.collectives_ms, r.step_ms.mean), 3)
+            r.own_ms = round(r.step_ms.mean - r.comm_ms, 3)
         return
     # No communication-free steps: the wait shows as backward (and forward, with buffers) time
     # beyond the least any rank spends there.

@@ -4,6 +4,7 @@ The loader doctor's measurements (clones, sweeps, transform costs, worker memory
 :mod:`torchdoctor.loader`."""
 
 from ..report.timeline import timeline, write_timeline
+from ._collectives import manual_collectives_finding
 from ._data import StepMarks
 from ._environment import detect_environment
 from ._inloop_sweep import InLoopSweep
@@ -16,6 +17,7 @@ from .profiler import StepProfiler
 from .syncs import SyncEvent, SyncWatcher, find_syncs, watch_syncs
 
 __all__ = [
+    "manual_collectives_finding",
     "CaptureSession",
     "InLoopSweep",
     "Listener",

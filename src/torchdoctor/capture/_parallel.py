@@ -20,6 +20,7 @@ from torch.nn.parallel import DataParallel, DistributedDataParallel
 
 from ..loader import sampler_chain
 from ..record import Finding, split_where
+from ._collectives import CollectiveWatch
 from ._frames import user_site
 from ._patch import Patcher
 
@@ -34,10 +35,14 @@ class ParallelWatch:
         #: After the first measured backward of a DDP with ``find_unused_parameters=True``:
         #: whether every parameter got a gradient.
         self.all_params_used: bool | None = None
+        #: The collectives the script calls itself (timed in a launched rank only).
+        self.collectives = CollectiveWatch()
 
-    def install(self, patcher: Patcher) -> None:
+    def install(self, patcher: Patcher, collectives: bool = False) -> None:
         for cls in (DataParallel, DistributedDataParallel):
             patcher.set(cls, "__init__", self._noting_site(cls.__init__))
+        if collectives:
+            self.collectives.install(patcher)
 
     def _noting_site(self, original: Any) -> Any:
         # ``self`` positional-only: DDP is often built as DistributedDataParallel(module=model).

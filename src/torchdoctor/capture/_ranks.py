@@ -17,6 +17,9 @@ from typing import Any
 
 import torch
 
+from .._errors import lost_peer
+from ._step_hooks import StopRun
+
 #: ``torch.distributed`` has no group to coordinate on (never initialised, or one process).
 _NO_GROUP: Any = object()
 
@@ -30,6 +33,12 @@ class Ranks:
         self.local_rank = _env_int("LOCAL_RANK", 0)
         self._timeout_s = timeout_s
         self._group: Any = None
+        #: The script's process group's backend, once seen initialised: kept for the record
+        #: whatever happens after (a script that destroys its group, a rank that fails).
+        self.backend = ""
+        #: The first line of the error of torchdoctor's collective that lost a peer rank (the
+        #: rank then stops, following the one that left).
+        self.peer_lost = ""
 
     @property
     def launched(self) -> bool:
@@ -43,6 +52,7 @@ class Ranks:
             if dist is None or not dist.is_initialized():
                 return None  # not yet: the script has not initialised its process group
             self._group = _NO_GROUP
+            self.backend = str(dist.get_backend())
             if dist.get_world_size() > 1:
                 self._group = dist.new_group(
                     backend="gloo", timeout=_dt.timedelta(seconds=self._timeout_s)
@@ -60,7 +70,13 @@ class Ranks:
             return wanted
         dist = _dist()
         flag = torch.tensor([1 if wanted else 0], dtype=torch.int32)
-        dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)
+        try:
+            dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)
+        except Exception as exc:  # noqa: BLE001 - another rank left: this one stops as well
+            if not lost_peer(str(exc)):
+                raise
+            self.peer_lost = str(exc).strip().splitlines()[0][:300]
+            raise StopRun() from exc
         return bool(flag.item())
 
     def gather(self, payload: Any) -> list[Any] | None:

@@ -173,7 +173,7 @@ class CaptureSession(StepHooks):
             self.whole = watch_whole_run(self)
         patch_torch(self)
         self.patcher.keep_modules_picklable()
-        self.parallel.install(self.patcher)
+        self.parallel.install(self.patcher, collectives=self.ranks.launched)
         # Global module hooks put every module call on torch's slow path (measured: 22% on an
         # 81-module MLP, benchmarks/capture_overhead.py). They find the outermost modules during
         # warmup; from the first measured step only those few carry hooks.
@@ -311,7 +311,7 @@ class CaptureSession(StepHooks):
         """In a distributed job, a phase that takes steps runs only where every rank wants it."""
         if not phase.agreed or not self.ranks.launched:
             return wanted
-        agreed = self.ranks.agree(wanted)
+        agreed = self.ranks.agree(wanted)  # StopRun when another rank has left the job
         if wanted and not agreed:
             phase.close(self)
             self.data.notes.append(
@@ -338,6 +338,7 @@ class CaptureSession(StepHooks):
         self._cost_ns = 0
         if self.whole is not None:
             self.whole.step_ended(step.marks[-1].host_ns)
+        self.parallel.collectives.step_ended(phase.measuring)
         done = phase.on_step(self, step)
         if self._listener is not None:
             self._listener("step", self, phase, step)

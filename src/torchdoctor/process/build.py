@@ -7,7 +7,7 @@ import datetime as _dt
 from .. import __version__
 from .._errors import TorchdoctorError
 from ..analysis.verdict import summarise
-from ..capture import CaptureSession, detect_environment
+from ..capture import CaptureSession, detect_environment, manual_collectives_finding
 from ..record import RunRecord, TraceReport
 from .endings import status_of
 
@@ -55,6 +55,12 @@ def build_record(
     record.seen.update(
         session.data.ddp_settings or session.parallel.ddp_settings(session.root_modules())
     )
+    if session.ranks.backend and not record.seen.get("backend"):
+        record.seen["backend"] = session.ranks.backend  # the script destroyed its group since
+    record.collectives = list(session.parallel.collectives.step_ms)
+    manual = manual_collectives_finding(session.parallel.collectives, record)
+    if manual is not None:
+        record.findings.append(manual)
     record.findings.extend(session.data.parallel_findings)
     record.findings.extend(session.data.loop_findings)
     record.findings.extend(session.data.sync_findings)

@@ -30,6 +30,10 @@ def status_of(
             f"torchdoctor itself failed ({type(exc).__name__}: {exc}) and stopped the script; "
             "torch was restored. Please report this with the traceback above."
         ]
+    if session.ranks.peer_lost:
+        return "partial", [
+            f"{PEER_LEFT_NOTE} after {_measured(measured)} ({session.ranks.peer_lost})"
+        ]
     if ended == "stopped" or session.phase_name == phase_names.DONE:
         return "complete", []
     whole = session.whole
@@ -42,18 +46,18 @@ def status_of(
             "was measured part by part for the verdict (lower --warmup to have some)"
         ]
     if ended == "interrupted":
-        return "interrupted", [f"{INTERRUPTED_NOTE} after {measured} measured steps"]
+        return "interrupted", [f"{INTERRUPTED_NOTE} after {_measured(measured)}"]
     notes: list[str] = []
     if ended == "error":
         notes.append(
-            f"the script raised {type(error).__name__} after {measured} measured steps; "
+            f"the script raised {type(error).__name__} after {_measured(measured)}; "
             f"torchdoctor saw {_seen_text(seen)}"
         )
         status = "script-error"
     elif _exited_badly(ended):
         # sys.exit(n), an argparse error of the script (2); sys.exit(0), e.g. its --help, is an end
         return "script-error", [
-            f"the script {ended} (sys.exit) after {measured} measured steps; torchdoctor saw "
+            f"the script {ended} (sys.exit) after {_measured(measured)}; torchdoctor saw "
             f"{_seen_text(seen)}"
         ]
     elif measured == 0:
@@ -84,6 +88,10 @@ def status_of(
     return status, notes
 
 
+def _measured(n: int) -> str:
+    return f"{n} measured step" + ("" if n == 1 else "s")
+
+
 def _exited_badly(ended: str) -> bool:
     """``sys.exit(n)`` with n other than 0 (``sys.exit("message")`` too)."""
     return ended.startswith("exited with status") and ended != "exited with status 0"
@@ -103,6 +111,10 @@ def _seen_text(seen: dict[str, int]) -> str:
 #: (process.supervisor).
 INTERRUPTED_NOTE = "interrupted (Ctrl-C)"
 EXITED_NOTE = "the script exited"
+
+#: How the note begins of a rank torchdoctor stopped because another rank of its job ended
+#: (torchdoctor's own collective lost its peer): a follower, never the cause.
+PEER_LEFT_NOTE = "stopped: another rank of the job ended and this rank's collectives lost it"
 
 #: How a script ends on its own, for a whole run (its accounts are then not cut short).
 WHOLE_ENDED = ("finished", "stopped", "exited with status 0")

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+from .._errors import lost_peer
 from ..capture import (
     CaptureSession,
     Listener,
@@ -86,7 +87,8 @@ def run_target(
         except BaseException as exc:  # noqa: BLE001 - the user's error is reported, not ours
             ended = "error"
             error = exc
-            if raised_by_torchdoctor(exc) and session.data.internal_error is None:
+            mine = raised_by_torchdoctor(exc) and not lost_peer(str(exc))  # a rank left: not ours
+            if mine and session.data.internal_error is None:
                 # Our hook failed inside the script's call: our bug, never the script's.
                 session.data.internal_error = exc  # type: ignore[assignment]
     finally:
@@ -140,8 +142,8 @@ def _job_record(session: CaptureSession, record: RunRecord, ended: str) -> RunRe
 
     ranks = session.ranks
     try:
-        if ended != "stopped" or not ranks.coordinated:
-            return record
+        if ended != "stopped" or ranks.peer_lost or not ranks.coordinated:
+            return record  # a rank ended early: the parent puts the job together
         gathered = ranks.gather(record.to_dict())
     except (RuntimeError, ValueError) as exc:  # a rank went away meanwhile
         record.notes.append(f"the ranks' records could not be gathered ({exc})")

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import (
+    EXIT_INTERNAL,
     EXIT_INTERRUPTED,
     EXIT_NO_TRAINING,
     EXIT_OK,
@@ -38,7 +39,7 @@ from .._errors import (
     TorchdoctorError,
 )
 from ..options import RunOptions
-from ..record import Environment, RunRecord
+from ..record import Environment, Finding, RunRecord, split_where
 from ._processes import (
     CHILD_CODE,
     Signals,
@@ -47,15 +48,21 @@ from ._processes import (
     end_group,
     not_started,
     record_from_stream,
+    signal_name,
     wait,
 )
+from .rank_endings import RankEnd, describe, first_cause, rank_ends, uneven
 from .stream import STREAM_ENV, StreamReader, StreamState
+
+#: Where the launcher writes the exit code of each rank it saw fail (JSON, rank -> code; a
+#: negative code is the signal that ended the process).
+EXITS_ENV = "TORCHDOCTOR_RANK_EXITS"
 
 #: The launcher's entry: torch.distributed.run's own ``main``. Its log lines (a banner about
 #: OMP_NUM_THREADS, a box per failed worker) and the traceback of a worker's failure or of the
 #: signal that stopped it are muted: the report names the failing rank and its traceback.
 LAUNCH_CODE = (
-    "import sys, logging\n"
+    "import sys, logging, os, json\n"
     "del sys.path[0]\n"
     "from torch.distributed.run import main\n"
     "from torch.distributed.elastic.multiprocessing.api import SignalException\n"
@@ -65,7 +72,10 @@ LAUNCH_CODE = (
     "        logging.getLogger(name).setLevel(logging.CRITICAL)\n"
     "try:\n"
     "    main(sys.argv[1:])\n"
-    "except ChildFailedError:\n"
+    "except ChildFailedError as exc:\n"
+    "    codes = {str(r): f.exitcode for r, f in exc.failures.items()}\n"
+    f"    with open(os.environ['{EXITS_ENV}'], 'w') as out:\n"
+    "        json.dump(codes, out)\n"
     "    sys.exit(1)\n"
     "except SignalException as exc:\n"
     "    sys.exit(128 + int(exc.sigval))\n"
@@ -169,10 +179,11 @@ def run_launched(
             return not_started(target, options, signals.received[0])
         streams = _RankStreams(str(Path(tmp) / "stream.sock"), progress)
         worker = [sys.executable, "-c", CHILD_CODE, str(spec_path), "-"]
+        exits_path = Path(tmp) / "exits.json"
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-c", LAUNCH_CODE, *head, *worker],
-                env={**os.environ, STREAM_ENV: streams.path},
+                env={**os.environ, STREAM_ENV: streams.path, EXITS_ENV: str(exits_path)},
                 start_new_session=True,
             )
         except OSError:
@@ -181,8 +192,19 @@ def run_launched(
         timed_out = wait(proc, options.max_seconds, signals)
         end_group(proc.pid)
         streams.close()
+        exitcodes = _exit_codes(exits_path)
     signalled = signals.received[0] if signals.received else None
-    return job_outcome(streams.states(), proc.returncode, target, options, timed_out, signalled)
+    return job_outcome(
+        streams.states(), proc.returncode, target, options, timed_out, signalled, exitcodes
+    )
+
+
+def _exit_codes(path: Path) -> dict[int, int]:
+    """The launcher's exit code of each rank it saw fail (none when no rank failed)."""
+    try:
+        return {int(k): int(v) for k, v in json.loads(path.read_text(encoding="utf-8")).items()}
+    except (OSError, ValueError, AttributeError):
+        return {}
 
 
 class _RankStreams:
@@ -237,8 +259,10 @@ def job_outcome(
     options: RunOptions,
     timed_out: bool,
     signalled: int | None,
+    exitcodes: dict[int, int] | None = None,
 ) -> Supervised:
-    """The job's record: rank 0's gathered one, or one put together from this node's ranks."""
+    """The job's record: rank 0's gathered one, or one put together from this node's ranks
+    (how each ended: :mod:`.rank_endings`)."""
     from ..analysis.distributed import combine
 
     for state in states:
@@ -258,59 +282,87 @@ def job_outcome(
     world = max(int(s.hello["world_size"]) for s in states if s.hello is not None)
     # torchdoctor itself ended the job (its bound, a signal): no rank failed.
     stopped = "timed-out" if timed_out else "interrupted" if signalled is not None else None
-    records, ended, errors = [], {}, {}
-    for state in states:
-        record, how = _rank_record(state, command, options, world, stopped)
-        rank = int(state.hello["rank"]) if state.hello is not None else 0
-        records.append(record)
-        ended[rank] = how
-        if state.final is not None and state.final.get("traceback"):
-            errors[rank] = list(state.final["traceback"])
-    first = _first_failure(states) if stopped is None else None
-    if first is not None:
-        # The others' errors follow from it (a collective that lost its peer): not theirs.
-        for rank in list(errors):
-            if rank != first:
-                del errors[rank]
-                ended[rank] = f"ended when rank {first} did (its collectives lost their peer)"
-    job = combine(records, world_size=world, ended=ended, errors=errors)
+    ends = rank_ends(states, exitcodes or {}, stopped)
+    cause = first_cause(ends)
+    short = uneven(ends)
+    how = describe(ends, _stopped_words(options, timed_out, signalled))
+    records = [_rank_record(s, command, options, world, stopped) for s in states if s.hello]
+    errors = {e.rank: e.error for e in ends if e.ending == "raised" and e.error}
+    job = combine(records, world_size=world, ended=how, errors=errors)
     job.command = command
-    if first is not None:
-        job.notes.insert(
-            0, f"rank {first} ended the job first; the launcher then ended the other ranks"
-        )
+    if cause is not None:
+        job.notes.insert(0, f"rank {cause.rank} {how[cause.rank]}; the launcher then ended the "
+                            "other ranks")  # fmt: skip
+    if short:
+        job.findings.insert(0, uneven_finding(short, ends, job))
+        job.notes.insert(0, job.findings[0].title)
+    lead = f"rank {cause.rank} {how[cause.rank]}" if cause is not None else ""
+    if short and not lead:
+        lead = f"uneven inputs: rank {short[0].rank} ran out of batches first"
+    if lead and job.verdict is not None:  # the failure leads; the steps before it follow
+        job.verdict.why = f"{lead}; {job.verdict.why}"
     status = EXIT_OK if job.measured_steps else EXIT_NO_TRAINING
     if timed_out:
         job.status, status = "timed-out", EXIT_TIMED_OUT
         job.notes.insert(0, f"stopped at the --max-seconds bound ({options.max_seconds:g} s)")
     elif signalled is not None:
         job.status, status = "interrupted", EXIT_INTERRUPTED
-    elif first is not None or job.status in ("script-error", "killed"):
-        status = EXIT_SCRIPT_ERROR
-        if job.status == "complete":
-            job.status = "script-error"
+        job.notes.insert(0, f"stopped by torchdoctor on {signal_name(signalled)}")
+    elif cause is not None:
+        job.status = (
+            cause.status if cause.status in ("killed", "internal-error") else "script-error"
+        )
+        status = EXIT_INTERNAL if job.status == "internal-error" else EXIT_SCRIPT_ERROR
+    elif any(e.ending == "follower" for e in ends) and not short:
+        job.status, status = "script-error", EXIT_SCRIPT_ERROR
+        job.notes.insert(0, "the ranks' collectives lost a peer that is not among this node's "
+                            "ranks: a rank of another node ended the job")  # fmt: skip
+    elif job.status != "complete":
+        job.status = "partial" if job.measured_steps else "no-training"  # the data ran out
     return Supervised(job, status, reports=reports)
+
+
+def _stopped_words(options: RunOptions, timed_out: bool, signalled: int | None) -> str:
+    if timed_out:
+        return f"at the --max-seconds bound ({options.max_seconds:g} s)"
+    return f"on {signal_name(signalled)}" if signalled is not None else ""
+
+
+def uneven_finding(short: list[RankEnd], ends: list[RankEnd], job: RunRecord) -> Finding:
+    """Ranks that ran out of batches while another still had some: named, with the fix."""
+    first = min(short, key=lambda e: e.steps)
+    others = [e for e in ends if e.rank != first.rank]
+    longest = max(others, key=lambda e: (e.samples or 0, e.steps))
+    sizes = ""
+    if first.samples is not None and longest.samples is not None:
+        sizes = f" ({first.samples} samples against {longest.samples})"
+    title = (
+        f"uneven inputs: rank {first.rank} ran out of batches after {first.steps} steps while "
+        f"rank {longest.rank} still had some{sizes}; the ranks that go on wait in a collective "
+        "for one that is gone (with NCCL, until its timeout)"
+    )
+    fix = (
+        "give every rank the same number of batches: DataLoader(dataset, "
+        "sampler=DistributedSampler(dataset)) pads the shards to equal length (or drop_last=True "
+        "there); where ranks must see different amounts of data, run the loop under "
+        "`with torch.distributed.algorithms.Join([model]):`"
+    )
+    loader = job.loader
+    file, line = split_where(loader.created_at if loader is not None else None)
+    return Finding(kind="ddp.uneven-inputs", title=title, fix=fix, file=file, line=line,
+                   severity="critical")  # fmt: skip
 
 
 def _rank_record(
     state: StreamState, command: list[str], options: RunOptions, world: int, stopped: str | None
-) -> tuple[RunRecord, str]:
-    """One rank's record and how its process ended (``stopped``: torchdoctor ended the job)."""
+) -> RunRecord:
+    """One rank's record (``stopped``: torchdoctor ended the job)."""
     hello = state.hello or {}
     if state.final is not None:
         record = RunRecord.from_dict(state.final["record"])
-        how = "" if record.status == "complete" else f"ended {record.status}"
-    elif stopped is not None:
-        record = record_from_stream(state, command, options)
-        record.status = stopped  # type: ignore[assignment]
-        how = f"stopped by torchdoctor ({stopped})"
     else:
         record = record_from_stream(state, command, options)
-        record.status = "killed"
-        how = (
-            "its process ended without torchdoctor's last word (a signal such as SIGKILL or the "
-            "OOM killer, os._exit, or a crash in native code)"
-        )
+        record.status = stopped or "killed"  # type: ignore[assignment]
     if record.env is None:
         record.env = Environment(
             torch_version="",
@@ -326,34 +378,7 @@ def _rank_record(
             rank=int(hello.get("rank", 0)),
             local_rank=int(hello.get("local_rank", 0)),
         )
-    return record, how
-
-
-#: What a rank's collective raises when a peer rank went away (gloo, NCCL): a consequence.
-_PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "remote process exited")
-
-
-def _first_failure(states: list[StreamState]) -> int | None:
-    """The rank that ended the job: its script raised, exited before the others were done, or
-    its process ended unannounced. A rank whose collective lost its peer only follows one; the
-    earliest of the others is the cause (a dead rank's stream may close late: its DataLoader
-    workers hold the socket until they notice)."""
-    causes, followers = [], []
-    for state in states:
-        final = state.final
-        if final is None:
-            at = state.closed_at
-        elif final["record"].get("status") != "complete":
-            at = state.final_at
-        else:
-            continue
-        if at is None or state.hello is None:
-            continue
-        lines = "".join(final.get("traceback", [])) if final is not None else ""
-        lost = any(sign in lines for sign in _PEER_LOST)
-        (followers if lost else causes).append((at, int(state.hello["rank"])))
-    found = causes or followers
-    return min(found)[1] if found else None
+    return record
 
 
 def _launcher_failed(
@@ -380,7 +405,7 @@ def _launcher_failed(
             f"the launcher (torch.distributed.run) ended with status {returncode} before any "
             "rank started; its messages are above"
         )
-    from .analysis.verdict import summarise
+    from ..analysis.verdict import summarise
 
     summarise(record)
     return Supervised(record, status, reports=True)

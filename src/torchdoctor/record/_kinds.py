@@ -77,6 +77,8 @@ DistributedFindingKind = Literal[
     "ddp.accumulation-sync",
     "ddp.find-unused-parameters",
     "ddp.buckets",
+    "ddp.uneven-inputs",
+    "ddp.manual-collectives",
 ]
 #: What the training loop itself does wrong (docs/how-it-works.md).
 LoopFindingKind = Literal["loop.never-updates"]

@@ -262,6 +262,9 @@ class RunRecord:
     threads_override: int | None = None
     #: Step times (ms) under DDP's ``no_sync()``: communication made free (a distributed run).
     no_sync: list[float] = field(default_factory=list)
+    #: Per measured step, ms in the ``torch.distributed`` collectives the script calls itself
+    #: (``dist.all_reduce`` by hand; not DDP's, which run inside backward); empty when none.
+    collectives: list[float] = field(default_factory=list)
     #: A distributed job: every rank, stragglers, communication (docs/distributed.md).
     distributed: DistributedReport | None = None
     #: ``run --try``: each lever measured in the script's loop, best first (docs/trials.md).

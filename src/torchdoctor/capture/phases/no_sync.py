@@ -1,4 +1,5 @@
-"""Communication made free: the same steps under DDP's ``no_sync()``, gradients not all-reduced.
+"""Communication made free: the same steps under DDP's ``no_sync()``, gradients not all-reduced,
+and the script's own blocking collectives returning at once (``capture._collectives``).
 
 Each DDP module the script calls gets ``require_backward_grad_sync = False`` (what ``no_sync()``
 sets) for ``--steps`` steps: no bucket is all-reduced in backward and, from the second step, no
@@ -27,14 +28,22 @@ class NoSyncPhase(Phase):
     def wanted(self, session) -> bool:
         if not session.options.counterfactuals or not session.ranks.launched:
             return False
-        if not _ddp_modules(session):
-            note = (
-                "communication-free phase skipped: the script calls no DistributedDataParallel "
-                "module (communication is told apart only under DDP)"
+        collectives = session.parallel.collectives
+        if collectives.calls and not collectives.freeable:
+            names = ", ".join(sorted(collectives.not_freeable))
+            return _skipped(
+                session,
+                f"communication-free phase skipped: the script calls {names} itself, whose "
+                "output it reads (only blocking all_reduce, reduce, broadcast and barrier can "
+                "return at once)",
             )
-            if note not in session.data.notes:
-                session.data.notes.append(note)
-            return False
+        if not _ddp_modules(session) and not collectives.calls:
+            return _skipped(
+                session,
+                "communication-free phase skipped: the script calls no DistributedDataParallel "
+                "module and no collective of its own (FSDP's and others' communication is told "
+                "apart only from the ranks' steps)",
+            )
         return True
 
     def total(self, session) -> int:
@@ -44,6 +53,7 @@ class NoSyncPhase(Phase):
         self._patcher = session.patcher.child()
         for module in _ddp_modules(session):
             self._patcher.set(module, "require_backward_grad_sync", False)
+        session.parallel.collectives.free = True  # the script's own collectives return at once
         session.progress(self.name, 0, self.total(session))
 
     def on_step(self, session, step) -> bool:
@@ -52,8 +62,15 @@ class NoSyncPhase(Phase):
 
     def close(self, session) -> None:
         patcher, self._patcher = self._patcher, None
+        session.parallel.collectives.free = False
         if patcher is not None:
             patcher.restore()
+
+
+def _skipped(session, note: str) -> bool:
+    if note not in session.data.notes:
+        session.data.notes.append(note)
+    return False
 
 
 def _ddp_modules(session) -> list[DistributedDataParallel]:

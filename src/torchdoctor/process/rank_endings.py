@@ -1,0 +1,211 @@
+"""How each rank of a launched job ended, and what ended the job (docs/distributed.md).
+
+Read from what each rank streamed (its last word, the heartbeat's counts, when its stream closed)
+and from the launcher's exit code for each rank it saw fail. One table of endings, one wording
+each, whatever caused it:
+
+=========  ======================================================  =============
+ending     what happened                                           the job's
+=========  ======================================================  =============
+complete   the rank took every step torchdoctor asked for           —
+ran-out    its script ended on its own first (its data ran out)     no blame
+raised     its script raised its own error                         cause
+exited     its script called ``sys.exit(n)``, n other than 0       cause
+killed     its process ended without a last word (a signal, the     cause
+           OOM killer, ``os._exit``, a crash in native code)
+follower   its collectives lost a rank that had ended (the error   consequence
+           says so), or the launcher ended it after the cause
+stopped    torchdoctor stopped the job (its bound, Ctrl-C,          no blame
+           SIGTERM)
+=========  ======================================================  =============
+
+Ranks that ran out of data at different steps while another rank still had batches are
+**uneven inputs**: the job is partial, with no rank to blame but a finding that says why.
+
+This module does not import torch.
+"""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass, field
+
+from .._errors import lost_peer
+from .endings import PEER_LEFT_NOTE
+from .stream import StreamState
+
+#: Each ending's kind: a cause ends the job; the others follow or end on their own.
+CAUSES = ("raised", "exited", "killed")
+
+
+@dataclass
+class RankEnd:
+    """One rank's ending."""
+
+    rank: int
+    ending: str
+    #: ``time.monotonic()`` of its last word, else of its stream's close (None: unknown).
+    at: float | None
+    #: Optimizer steps the rank took (its last word's, else its last heartbeat's).
+    steps: int
+    #: The status its own record gives (``complete``, ``partial``, ``script-error``...).
+    status: str = ""
+    #: Its own traceback (a rank that raised), else empty.
+    error: list[str] = field(default_factory=list)
+    #: The launcher's exit code for its process (negative: the signal), where it said one.
+    exitcode: int | None = None
+    #: Samples its main DataLoader holds (uneven inputs), where known.
+    samples: int | None = None
+
+    @property
+    def exception(self) -> str:
+        """The name of the exception a rank raised (``RuntimeError``), from its traceback."""
+        last = self.error[-1].strip() if self.error else ""
+        return last.split(":", 1)[0] if last else "an error"
+
+
+def rank_ends(
+    states: list[StreamState], exitcodes: dict[int, int], stopped: str | None
+) -> list[RankEnd]:
+    """Every rank that said hello, with its ending (``stopped``: torchdoctor ended the job)."""
+    ends = [_rank_end(s, exitcodes, stopped) for s in states if s.hello is not None]
+    cause = first_cause(ends)
+    for end in ends:
+        if cause is not None and end is not cause and end.ending == "killed":
+            # ended by the launcher after the cause (it ends every other rank): a consequence,
+            # unless a signal of its own (a native crash) ended it before the cause.
+            before = end.at is not None and cause.at is not None and end.at < cause.at
+            if not (before and _own_signal(end.exitcode)):
+                end.ending = "follower"
+    return sorted(ends, key=lambda e: e.rank)
+
+
+def _rank_end(state: StreamState, exitcodes: dict[int, int], stopped: str | None) -> RankEnd:
+    hello = state.hello or {}
+    rank = int(hello.get("rank", 0))
+    exitcode = exitcodes.get(rank)
+    final = state.final
+    if final is None:
+        # its last snapshot's count and the steps it logged since, or its last heartbeat's
+        snapped = (state.snapshot or {}).get("seen") or {}
+        steps = max(int((state.seen or {}).get("optimizer_steps", 0)),
+                    int(snapped.get("optimizer_steps", 0)) + len(state.steps))  # fmt: skip
+        ending = "stopped" if stopped is not None else "killed"
+        return RankEnd(rank, ending, state.closed_at, steps, "killed", exitcode=exitcode)
+    record = final.get("record") or {}
+    status = str(record.get("status", ""))
+    steps = int((record.get("seen") or {}).get("optimizer_steps", 0))
+    lines = list(final.get("traceback") or [])
+    notes = record.get("notes") or []
+    samples = (record.get("loader") or {}).get("dataset_len")
+    end = RankEnd(rank, "complete", state.final_at, steps, status, exitcode=exitcode,
+                  samples=samples if isinstance(samples, int) else None)  # fmt: skip
+    if status == "complete":
+        return end
+    if lost_peer("".join(lines)) or any(str(n).startswith(PEER_LEFT_NOTE) for n in notes):
+        end.ending = "follower"
+    elif status in ("timed-out", "interrupted") or stopped is not None and not lines:
+        end.ending = "stopped"
+    elif status == "script-error" and lines:
+        end.ending, end.error = "raised", lines
+    elif status == "script-error":
+        end.ending = "exited"
+    elif status == "internal-error":
+        end.ending = "raised"  # torchdoctor's own failure in that rank: the report says so
+    else:
+        end.ending = "ran-out"  # partial or no-training: the script ended on its own
+    return end
+
+
+def first_cause(ends: list[RankEnd]) -> RankEnd | None:
+    """The rank that ended the job: the earliest that raised, exited or was killed. A rank's
+    stream may close late after it died (its DataLoader workers hold the socket until they
+    notice), so a killed rank counts from when its stream closed, which is never too early."""
+    causes = [e for e in ends if e.ending in CAUSES and e.at is not None]
+    return min(causes, key=lambda e: e.at or 0.0) if causes else None
+
+
+def uneven(ends: list[RankEnd]) -> list[RankEnd]:
+    """The ranks that ran out of data while another rank of the job still had batches (it went
+    on and lost them in a collective, or took more steps): empty when the inputs were even."""
+    ran_out = [e for e in ends if e.ending == "ran-out"]
+    if not ran_out or first_cause(ends) is not None:
+        return []
+    most = max(e.steps for e in ends)
+    went_on = any(e.ending == "follower" for e in ends) or any(e.steps < most for e in ran_out)
+    return [e for e in ran_out if e.steps < most or went_on] if went_on else []
+
+
+def words(end: RankEnd, stopped_words: str = "") -> str:
+    """How the rank ended, in the report's words (empty for a rank that completed);
+    ``stopped_words`` say how torchdoctor stopped the job (``on SIGTERM (signal 15)``)."""
+    at = f"at step {end.steps}"
+    if end.ending == "complete":
+        return ""
+    if end.ending == "ran-out":
+        return f"its script ended on its own after {end.steps} steps (its data ran out)"
+    if end.ending == "raised":
+        if end.status == "internal-error":
+            return f"torchdoctor failed in this rank {at}"
+        return f"raised {end.exception} {at}"
+    if end.ending == "exited":
+        return f"its script exited (sys.exit) with an error status {at}"
+    if end.ending == "killed":
+        return f"{killed_words(end.exitcode)} {at}"
+    if end.ending == "stopped":
+        return f"stopped by torchdoctor {stopped_words} {at}".replace("  ", " ")
+    return f"ended when another rank did {at} (its collectives lost their peer)"
+
+
+def killed_words(exitcode: int | None) -> str:
+    """A process that ended without torchdoctor's last word, named as exactly as known."""
+    if exitcode is not None and exitcode < 0:
+        return f"was killed by {signal_words(-exitcode)}"
+    if exitcode is not None and exitcode > 0:
+        return (
+            f"exited with status {exitcode} without torchdoctor's last word (os._exit, or a "
+            "crash in native code)"
+        )
+    return (
+        "ended without torchdoctor's last word (a signal such as SIGKILL or the OOM killer, "
+        "os._exit, or a crash in native code)"
+    )
+
+
+def signal_words(signum: int) -> str:
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+    why = _SIGNAL_WHY.get(name)
+    return f"{name} (signal {signum}{', ' + why if why else ''})"
+
+
+_SIGNAL_WHY = {
+    "SIGABRT": "an abort in native code, e.g. a collective that failed its checks",
+    "SIGSEGV": "a crash in native code",
+    "SIGBUS": "a crash in native code",
+    "SIGKILL": "the OOM killer, or kill -9",
+    "SIGTERM": "asked to stop",
+}
+
+
+def _own_signal(exitcode: int | None) -> bool:
+    """A signal a process raises itself (a crash), not one the launcher sends to end it."""
+    return (
+        exitcode is not None and exitcode < 0 and -exitcode not in (signal.SIGTERM, signal.SIGINT)
+    )
+
+
+def describe(ends: list[RankEnd], stopped_words: str = "") -> dict[int, str]:
+    """Each rank's words; a follower's name the rank it followed (the cause, else the first that
+    ran out of data)."""
+    short = uneven(ends)
+    leader = first_cause(ends) or (min(short, key=lambda e: e.steps) if short else None)
+    out = {}
+    for end in ends:
+        text = words(end, stopped_words)
+        if end.ending == "follower" and leader is not None:
+            text = f"ended when rank {leader.rank} did at step {end.steps} (its collectives lost their peer)"
+        out[end.rank] = text
+    return out
