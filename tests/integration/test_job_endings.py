@@ -116,8 +116,17 @@ def test_a_rank_whose_process_exits_ends_the_job(tmp_path):
 
 def test_collectives_called_by_hand_are_communication(tmp_path):
     # No DDP: the script all-reduces each gradient itself (dist.all_reduce(p.grad)).
-    res, record, tag = job(tmp_path, "--manual-allreduce", "--hidden", "1024", flags=FLAGS)
+    res, record, tag = job(
+        tmp_path, "--manual-allreduce", "--hidden", "1024", flags=(*FLAGS, "--timeline", "t.json")
+    )
     assert res.returncode == 0, res.stderr[-3000:]
+    # --timeline in a job: a file per rank, each listed, each naming its rank as its process.
+    for rank in (0, 1):
+        path = tmp_path / f"t.rank{rank}.json"
+        assert f"timeline written to {path.name}" in res.stdout
+        names = [e["args"]["name"] for e in json.loads(path.read_text())["traceEvents"]
+                 if e["name"] == "process_name"]  # fmt: skip
+        assert len(names) == 1 and names[0].startswith(f"rank {rank}: "), names
     job_ = record["distributed"]
     for rank in job_["ranks"]:
         assert rank["collectives_ms"] > 0 and len(rank["no_sync"]) == 8, rank

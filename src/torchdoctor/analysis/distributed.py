@@ -14,7 +14,6 @@ the job's.
 from __future__ import annotations
 
 import copy
-import math
 import statistics
 
 from ..record import (
@@ -34,6 +33,7 @@ from ..record import (
     Verdict,
 )
 from ..record.part_names import PART_WORDS
+from .compare import interval
 from .job_findings import (
     COMM_BOUND_SHARE,
     bucket_finding,
@@ -49,8 +49,8 @@ from .whole_course import share_saves
 STRAGGLER_RATIO = 1.25
 #: ... by at least this share of the job's step (what waiting for it costs every rank), ...
 STRAGGLER_STEP_SHARE = 0.20
-#: ... and its own work must exceed theirs by this many standard errors of the two means.
-NOISE_SIGMAS = 3.0
+#: ... and the gap must hold at the low end of the 90% bootstrap interval of the ratio of its own
+#: work to the others' (each rank's own spread across its steps, as ``compare`` judges a change).
 #: Measured steps each rank needs before any is called a straggler.
 MIN_STEPS = MIN_VERDICT_STEPS
 
@@ -121,7 +121,7 @@ def combine(
     job.notes = _merged_notes(by_rank, bounding)
     if straggler is not None:
         job.findings.insert(0, straggler_finding(straggler))
-    if world > 1 and not backends and any(r.steps.step_ms for r in by_rank):
+    if world > 1 and not report.backend and any(r.steps.step_ms for r in by_rank):
         job.notes.insert(
             0,
             f"the {world} ranks never initialised torch.distributed (no init_process_group): "
@@ -153,9 +153,11 @@ def find_straggler(ranks: list[RankRun]) -> Straggler | None:
     job_step = max(r.step_ms.mean for r in measured if r.step_ms is not None)
     if (slow.own_ms or 0.0) - median_own < STRAGGLER_STEP_SHARE * job_step:
         return None
-    # One slow step on a busy machine moves a mean of a few: the gap must stand out of the noise.
-    noise = math.hypot(_standard_error(slow), statistics.median(map(_standard_error, others)))
-    if (slow.own_ms or 0.0) - median_own <= NOISE_SIGMAS * noise:
+    # One slow step on a busy machine moves a mean of a few: the gap must stand out of the noise,
+    # judged against each rank's own spread across its steps.
+    pooled = [v for r in others for v in own_samples(r, measured)]
+    low, _ = interval(own_samples(slow, measured), pooled)
+    if low < STRAGGLER_RATIO:
         return None
     slow.role = STRAGGLER
     for r in others:
@@ -247,7 +249,9 @@ def _rank_run(rec: RunRecord, ended: str, errors: dict[int, list[str]] | None) -
         model_alone_step_ms=rec.model_alone_step_ms,
         no_sync=list(rec.no_sync),
         no_sync_step_ms=Stat.of(rec.no_sync),
-        collectives_ms=round(statistics.fmean(rec.collectives), 4) if rec.collectives else None,
+        collectives_ms=round(statistics.fmean(rec.collectives), 4)
+        if any(rec.collectives)
+        else None,
         verdict=rec.verdict,
         ended=ended,
         error=list((errors or {}).get(rank_of(rec), [])),
@@ -291,12 +295,14 @@ def _own_work(ranks: list[RankRun]) -> None:
         r.own_ms = round(r.step_ms.mean - wait, 3)
 
 
-def _standard_error(r: RankRun) -> float:
-    """Of the mean the rank's own work comes from (its no-sync steps, else its steps)."""
-    values = r.no_sync or r.steps.step_ms
-    if len(values) < 2:
-        return 0.0
-    return statistics.stdev(values) / math.sqrt(len(values))
+def own_samples(r: RankRun, ranks: list[RankRun]) -> list[float]:
+    """The rank's own work step by step: its no-sync steps; without them each step less the
+    forward and backward time beyond the least any rank spends there (as :func:`_own_work`)."""
+    if r.no_sync:
+        return list(r.no_sync)
+    floor = sum(min(_part(o, p) for o in ranks) for p in ("forward", "backward"))
+    forward, backward = r.steps.part("forward"), r.steps.part("backward")
+    return [step - (f + b) + floor for step, f, b in zip(r.steps.step_ms, forward, backward)]
 
 
 def _wait_ms(r: RankRun) -> float:

@@ -57,7 +57,8 @@ def build_record(
     )
     if session.ranks.backend and not record.seen.get("backend"):
         record.seen["backend"] = session.ranks.backend  # the script destroyed its group since
-    record.collectives = list(session.parallel.collectives.step_ms)
+    watch = session.parallel.collectives
+    record.collectives = list(watch.step_ms) if watch.measured_calls else []
     manual = manual_collectives_finding(session.parallel.collectives, record)
     if manual is not None:
         record.findings.append(manual)

@@ -21,6 +21,7 @@ from ..capture import (
 )
 from ..options import RunOptions
 from ..record import RunRecord, phase_names
+from ..report.timeline import rank_timeline_path
 from .build import build_record
 from .endings import exit_status_of
 from .patched import patched_imports, run_patched_script
@@ -108,11 +109,9 @@ def write_run_timeline(session: CaptureSession, path: str, record: RunRecord) ->
     """The kept steps' parts as a Chrome/Perfetto trace (on a job, each rank its own file)."""
     from ..capture import write_timeline
 
-    if session.ranks.launched:
-        stem, dot, ext = path.rpartition(".")
-        path = (
-            f"{stem}.rank{session.ranks.rank}.{ext}" if dot else f"{path}.rank{session.ranks.rank}"
-        )
+    rank = session.ranks.rank if session.ranks.launched else None
+    if rank is not None:
+        path = rank_timeline_path(path, rank)
     phases = [
         (phase_names.MEASURE, session.data.measured),
         (phase_names.MODEL_ALONE, session.data.model_alone),
@@ -126,7 +125,7 @@ def write_run_timeline(session: CaptureSession, path: str, record: RunRecord) ->
             for e in record.whole_run.events
         ]
     try:
-        write_timeline(path, phases, spans)
+        write_timeline(path, phases, spans, process=" ".join(record.command), rank=rank)
     except OSError as exc:
         record.notes.append(f"the timeline could not be written to {path}: {exc}")
 

@@ -57,9 +57,25 @@ def run_cli(target: Target, options: RunOptions) -> int:
             print(f"run record written to {options.json_path}")
         if options.html_path:
             print(f"HTML report written to {options.html_path}")
-        if options.timeline_path and Path(options.timeline_path).exists():
-            print(f"timeline written to {options.timeline_path} (open it in ui.perfetto.dev)")
+        if options.timeline_path:
+            _say_timelines(options.timeline_path, record)
     return status
+
+
+def _say_timelines(path: str, record: RunRecord) -> None:
+    """Every timeline file the run wrote (a job: one per rank), for Perfetto."""
+    from ..report.timeline import timeline_paths
+
+    job = record.distributed
+    written = [
+        p
+        for p in timeline_paths(path, [r.rank for r in job.ranks] if job is not None else None)
+        if Path(p).exists()
+    ]
+    for p in written:
+        print(f"timeline written to {p} (open it in ui.perfetto.dev)")
+    if len(written) > 1:
+        print("  (one file per rank; each names its rank as its process)")
 
 
 class printing:

@@ -33,6 +33,26 @@ SEVERITIES: dict[Severity, Look] = {
     "warning": Look("warning", "yellow"),
     "info": Look("info", "dim"),
 }
+#: How a run ended, when not on purpose: shown first, in the verdict's place (terminal and page).
+#: The style's colour names the page's class too: red endings ``bad``, yellow ones ``warn``.
+ENDINGS: dict[str, Look] = {
+    "script-error": Look("FAILED", "bold red"),
+    "killed": Look("KILLED", "bold red"),
+    "internal-error": Look("TORCHDOCTOR FAILED", "bold red"),
+    "no-training": Look("NO TRAINING STEP", "bold red"),
+    "interrupted": Look("STOPPED", "bold yellow"),
+    "timed-out": Look("STOPPED AT THE BOUND", "bold yellow"),
+    "partial": Look("ENDED EARLY", "bold yellow"),
+}
+
+
+def ending_look(status: str) -> Look | None:
+    """The look of a run's ending; ``None`` for a run that completed its measurement."""
+    if status == "complete":
+        return None
+    return ENDINGS.get(status, Look(status.upper(), "bold yellow"))
+
+
 #: A measured gain or a choice made for the user (a verified speedup, the sweep's pick).
 GOOD = "bold green"
 #: A measurement that failed.

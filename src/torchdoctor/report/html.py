@@ -15,10 +15,10 @@ from pathlib import Path
 from ..analysis.verdict import capture_cost_words, ceiling_words
 from ..record import STEP_PARTS, RunRecord, write_text_atomic
 from . import _svg
-from ._style import verdict_look
+from ._style import ending_look, verdict_look
 from .distributed import role_text
 from .patch_html import patch_section
-from .terminal import command_words, stop_line
+from .terminal import command_words, ending_words, stop_line
 from .trace_html import trace_section, trace_steps
 from .trace_terminal import trace_headline
 from .whole_run_html import whole_run_section
@@ -26,14 +26,17 @@ from .whole_run_html import whole_run_section
 _CSS = """
 :root { --bg:#fff; --fg:#1d1f23; --muted:#5d6470; --card:#f4f5f7; --line:#d5d8de;
   --c-data:#d99a00; --c-copy:#b86e00; --c-fwd:#2f7ed8; --c-bwd:#6a4fc9; --c-opt:#1f9e74;
-  --c-other:#8a8f98; --c-mem:#e0b95a; --c-cpu:#c9527a; --good:#137a47; --bad:#c0392b; --c-free:#1f9e74; }
+  --c-other:#8a8f98; --c-mem:#e0b95a; --c-cpu:#c9527a; --good:#137a47; --bad:#c0392b; --warn:#a86500; --c-free:#1f9e74; }
 @media (prefers-color-scheme: dark) { :root { --bg:#15171b; --fg:#e6e8eb; --muted:#9aa1ab;
-  --card:#1f2228; --line:#343842; --good:#4cc38a; --bad:#ef6f5e; } }
+  --card:#1f2228; --line:#343842; --good:#4cc38a; --bad:#ef6f5e; --warn:#e0a446; } }
 body { background:var(--bg); color:var(--fg); font:15px/1.45 system-ui, sans-serif;
   margin:0 auto; max-width:1100px; padding:16px 20px 40px; }
 h1 { font-size:20px; margin:0 0 4px; } h2 { font-size:16px; margin:26px 0 8px; }
 .muted { color:var(--muted); } code, pre { font:13px/1.4 ui-monospace, monospace; }
 pre { background:var(--card); padding:8px 10px; border-radius:6px; overflow-x:auto; }
+#findings pre, #ranks pre, #notes pre { white-space:pre-wrap; overflow-wrap:anywhere; }
+.card.ended { border-left:6px solid var(--warn); } .card.ended-bad { border-left-color:var(--bad); }
+.warn { color:var(--warn); font-weight:600; } .kind.ending + p { margin-top:2px; }
 section { border-top:1px solid var(--line); }
 .card { background:var(--card); border-radius:8px; padding:12px 16px; }
 .kind { font-weight:700; font-size:18px; }
@@ -124,9 +127,22 @@ def _verdict(record: RunRecord) -> str:
         if record.ceiling_speedup is not None
         else ""
     )
+    ending = ending_look(record.status) if not record.is_trace_analysis else None
+    first = ""
+    card = "card"
+    if ending is not None:  # how the run ended comes first, in the verdict's place and colour
+        tone = "bad" if "red" in ending.style else "warn"
+        card = f"card ended ended-{tone}"
+        first = (
+            f'<div class="kind ending {tone}" id="ending">{escape(ending.label)}</div>'
+            f'<p class="{tone}">{escape(ending_words(record))}</p><p><b>Verdict</b> '
+        )
+        kind = f'<span class="{escape(v.kind)}">{escape(v.kind)}</span></p>'
+    else:
+        kind = f'<div class="kind {escape(v.kind)}">{escape(v.kind)}</div>'
     return (
-        f'<section id="verdict" class="card"><div class="kind {escape(v.kind)}">'
-        f"{escape(v.kind)}</div><p><b>Why</b> {escape(v.why)}</p>"
+        f'<section id="verdict" class="{card}">{first}{kind}'
+        f"<p><b>Why</b> {escape(v.why)}</p>"
         f"<p><b>Next</b> {escape(v.next)}</p>"
         + (f'<p class="muted">{shares}</p>' if shares else "")
         + ceiling
@@ -205,6 +221,9 @@ def _ranks(record: RunRecord) -> str:
         )
     if d.comm_ceiling is not None:
         lines.append(f"<p>communication made free: {d.comm_ceiling:.2f}x ceiling</p>")
+    for r in d.ranks:
+        if r.ended and r.status != "complete":  # as the terminal says it
+            lines.append(f"<p class='bad'>rank {r.rank}: {escape(r.ended)}</p>")
     for r in d.ranks:
         if r.error:
             lines.append(f"<p>rank {r.rank} raised:</p><pre>{escape(''.join(r.error[-15:]))}</pre>")

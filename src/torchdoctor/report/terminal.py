@@ -17,7 +17,7 @@ from ..record import (
     RunRecord,
 )
 from ..record.part_names import PART_LABELS
-from ._style import BAD, GOOD, severity_look, verdict_look
+from ._style import BAD, GOOD, ending_look, severity_look, verdict_look
 from .distributed import breakdown_title, ranks_section
 from .loader import loader_section
 from .patch import patch_section
@@ -181,12 +181,31 @@ def _header(record: RunRecord, title: str | None) -> Text:
     return text
 
 
+def ending_words(record: RunRecord) -> str:
+    """How a run that did not complete its measurement ended, in one sentence: the rank that
+    ended a job first (or the uneven inputs), else the stop line."""
+    job = record.distributed
+    if job is not None:
+        uneven = next((f for f in record.findings if f.kind == "ddp.uneven-inputs"), None)
+        if uneven is not None:
+            return uneven.title.split(";")[0]
+        for note in record.notes:
+            if note.startswith("rank ") and "the launcher then ended" in note:
+                return note
+    return stop_line(record)
+
+
 def _verdict_panel(record: RunRecord) -> Panel:
     v = record.verdict
     assert v is not None
     grid = Table.grid(padding=(0, 1))
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column()
+    ending = ending_look(record.status) if not record.is_trace_analysis else None
+    if ending is not None:  # first, in the verdict's place: how the run ended
+        grid.add_row(
+            "Ended", Text.assemble((ending.label, ending.style), " ", ending_words(record))
+        )
     look = verdict_look(v.kind)
     grid.add_row("Verdict", Text(look.label, style=look.style))
     grid.add_row("Why", v.why)
@@ -196,7 +215,8 @@ def _verdict_panel(record: RunRecord) -> Panel:
         grid.add_row("Shares", shares)
     if record.ceiling_speedup is not None:
         grid.add_row("Ceiling", ceiling_words(record))
-    return Panel(grid, title="diagnosis", title_align="left", border_style="cyan")
+    border = "cyan" if ending is None else ending.style.split()[-1]
+    return Panel(grid, title="diagnosis", title_align="left", border_style=border)
 
 
 def _breakdown_table(record: RunRecord) -> Table:

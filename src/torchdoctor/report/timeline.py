@@ -24,11 +24,17 @@ def timeline(
     phases: list[tuple[str, list[Any]]],
     pid: int | None = None,
     spans: list[tuple[str, int, int]] = (),  # type: ignore[assignment]
+    process: str = "",
+    rank: int | None = None,
 ) -> dict[str, Any]:
     """The trace of ``(phase name, its StepMarks)`` pairs, and ``spans`` (name, start ns, end
-    ns) on a track of their own: a whole run's startup, evaluations, saves, boundaries, tail."""
+    ns) on a track of their own: a whole run's startup, evaluations, saves, boundaries, tail.
+    The process is named ``process`` (the script), with its rank in a job."""
     pid = pid if pid is not None else os.getpid()
+    name = f"rank {rank}: {process}" if rank is not None else process
     events: list[dict[str, Any]] = [
+        {"name": "process_name", "ph": "M", "pid": pid, "args": {"name": name or "script"}},
+        {"name": "process_sort_index", "ph": "M", "pid": pid, "args": {"sort_index": rank or 0}},
         _meta(pid, _PHASES_TID, "phases"),
         _meta(pid, _STEPS_TID, "steps"),
         *(_meta(pid, tid, part.replace("_", " ")) for part, tid in _PART_TID.items()),
@@ -59,8 +65,21 @@ def write_timeline(
     path: str | os.PathLike[str],
     phases: list[tuple[str, list[Any]]],
     spans: list[tuple[str, int, int]] = (),  # type: ignore[assignment]
+    process: str = "",
+    rank: int | None = None,
 ) -> Path:
-    return write_json_atomic(path, timeline(phases, spans=spans))
+    return write_json_atomic(path, timeline(phases, spans=spans, process=process, rank=rank))
+
+
+def rank_timeline_path(path: str, rank: int) -> str:
+    """Where a job's rank writes ``--timeline PATH``: ``NAME.rankR.json`` beside ``PATH``."""
+    stem, dot, ext = path.rpartition(".")
+    return f"{stem}.rank{rank}.{ext}" if dot and "/" not in ext else f"{path}.rank{rank}"
+
+
+def timeline_paths(path: str, ranks: list[int] | None) -> list[str]:
+    """The files ``--timeline PATH`` wrote: PATH, or one per rank of a job."""
+    return [path] if ranks is None else [rank_timeline_path(path, r) for r in ranks]
 
 
 class _Mark(NamedTuple):

@@ -142,3 +142,35 @@ def test_the_step_share_rule_is_what_separates_these_two():
     near = combine([rank_record(0, 0.1, 0.8, 1.0), rank_record(1, 0.1, 0.8, 2.0)])
     far = combine([rank_record(0, 0.1, 2.8, 1.0), rank_record(1, 0.1, 2.8, 2.0)])
     assert len(near.distributed.stragglers) == 1 and far.distributed.stragglers == []
+
+
+def test_a_gap_within_the_ranks_own_spread_is_no_straggler():
+    # The loaded machine: a balanced pair whose no-sync steps ranged 0.56-4.05 ms; rank 1
+    # came out 1.4 ms ahead in its mean from two slow steps. Its interval's low end is below 1.25.
+    a = rank_record(0, 0.1, 0.3, 1.5)
+    b = rank_record(1, 0.1, 0.3, 2.9)
+    a.no_sync = [0.56, 1.2, 0.9, 1.8, 0.7, 2.9, 1.0, 2.9]
+    b.no_sync = [0.7, 1.1, 4.05, 0.9, 4.0, 3.9, 0.8, 3.8]
+    assert combine([a, b]).distributed.stragglers == []
+    # The same means from steady steps: a straggler beyond doubt.
+    a.no_sync = [1.5, 1.45, 1.55, 1.5, 1.5, 1.45, 1.55, 1.5]
+    b.no_sync = [2.9, 2.85, 2.95, 2.9, 2.9, 2.85, 2.95, 2.9]
+    (straggler,) = combine([a, b]).distributed.stragglers
+    assert straggler.rank == 1
+
+
+def test_collectives_the_script_times_itself_are_its_communication():
+    # No DDP, no no-sync steps: each rank all-reduces by hand, 5 ms of a 9.8 ms step.
+    ranks = [rank_record(0, 0.1, 1.0, None), rank_record(1, 0.1, 1.0, None)]
+    for r in ranks:
+        r.steps.other_ms[:] = [5.5] * 10  # the all-reduces sit between backward and the step
+        r.steps.step_ms[:] = [9.8] * 10
+        r.collectives = [5.0] * 10
+    job = combine(ranks)
+    assert [r.comm_ms for r in job.distributed.ranks] == [5.0, 5.0]
+    assert job.verdict.kind == "COMMUNICATION-BOUND"
+    assert "DistributedDataParallel" in job.verdict.next
+    # Steps without a single collective call leave the wait to be read from backward.
+    for r in ranks:
+        r.collectives = [0.0] * 10
+    assert combine(ranks).verdict.kind != "COMMUNICATION-BOUND"
