@@ -246,15 +246,18 @@ class Judgement:
     notes: list[str] = field(default_factory=list)
 
 
-def judge(a_steps: list[float], b_steps: list[float], scale: float = 1.0) -> Judgement:
+def judge(
+    a_steps: list[float], b_steps: list[float], scale: float = 1.0, spread: float = 0.0
+) -> Judgement:
     """Did B's steps get faster than A's, beyond the noise (see the module's docstring)?
 
     ``scale`` turns the ratio of mean steps into the measure compared (samples per step of B
-    over A's, when the batch sizes differ).
+    over A's, when the batch sizes differ); ``spread`` is how far repeated runs of one side
+    were seen to differ (``--fix``'s rounds), a floor for the allowance.
     """
     speedup = scale * statistics.fmean(a_steps) / statistics.fmean(b_steps)
     lo, hi = (scale * x for x in interval(a_steps, b_steps))
-    allowance = max(RUN_TO_RUN, block_spread(a_steps), block_spread(b_steps))
+    allowance = max(RUN_TO_RUN, block_spread(a_steps), block_spread(b_steps), spread)
     kind, notes = NO_CHANGE, []
     if lo > 1.0 and speedup >= 1.0 + allowance:
         kind = IMPROVED

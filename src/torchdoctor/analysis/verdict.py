@@ -59,6 +59,28 @@ def summarise(record: RunRecord) -> None:
             per_step * 1000.0 / record.model_alone_step_ms.mean, 3
         )
     record.verdict = decide(record)
+    busy = busy_words(record)
+    if busy and record.verdict.kind != UNKNOWN:
+        record.verdict.why += f"; {busy}"
+
+
+#: Cores' worth of CPU other processes must take while the steps are measured for the machine
+#: to be called busy (the figures then run slower and scatter more than on a quiet machine).
+BUSY_CORES = 0.25
+
+
+def busy_words(record: RunRecord) -> str:
+    """Words for a machine other processes kept busy during the measurement, or ``""``."""
+    system = record.system
+    others = system.others_cpu_cores if system is not None else None
+    if others is None or others < BUSY_CORES:
+        return ""
+    cores = record.env.cpu_logical if record.env is not None and record.env.cpu_logical else None
+    of = f" of its {cores} cores" if cores else ""
+    return (
+        f"the machine was busy: other processes took {others:.1f}{of} while the steps were "
+        "measured, so these figures may be slower and noisier than on a quiet machine"
+    )
 
 
 def group_shares(record: RunRecord) -> dict[str, float]:

@@ -55,12 +55,19 @@ class SystemSampler:
         self._cpu_times = psutil.cpu_times(percpu=True)
         self._children: list[psutil.Process] = []
         self._children_found_at: float | None = None
+        #: CPU seconds the whole machine was busy, and this process and its children, at start.
+        self._busy0 = self._own0 = 0.0
+        self._others_cores: float | None = None
 
     def start(self) -> None:
         if self._thread is not None:
             return
         self._cpu_times = psutil.cpu_times(percpu=True)
         self._t0 = time.monotonic()
+        try:
+            self._busy0, self._own0 = busy_cpu_s(), self._own_cpu_s()
+        except psutil.Error:
+            self._busy0 = self._own0 = 0.0
         self._thread = threading.Thread(target=self._loop, name="torchdoctor-sampler", daemon=True)
         self._thread.start()
 
@@ -72,9 +79,31 @@ class SystemSampler:
             self._thread = None
         try:
             self._sample()  # the tail since the last sample (a short run gets its only one)
+            wall = time.monotonic() - self._t0
+            others = (busy_cpu_s() - self._busy0) - (self._own_cpu_s() - self._own0)
+            self._others_cores = round(max(others, 0.0) / wall, 2) if wall > 0 else None
         except psutil.Error:
             pass
         return self.summary()
+
+    def _own_cpu_s(self) -> float:
+        """CPU seconds of the script: this process with its reaped children and its live ones
+        (the workers); in a rank launched by torchrun, every local rank's (the others are the
+        same job, not a busy machine)."""
+        family = [self._proc, *self._children]
+        if os.environ.get("LOCAL_RANK") is not None:
+            try:
+                family = self._proc.parent().children(recursive=True)
+            except (psutil.Error, AttributeError):
+                pass
+        own = 0.0
+        for proc in family:
+            try:
+                t = proc.cpu_times()
+            except psutil.Error:
+                continue
+            own += t.user + t.system + t.children_user + t.children_system
+        return own
 
     def _loop(self) -> None:
         lower_thread_priority()
@@ -136,4 +165,11 @@ class SystemSampler:
             if self._gpu_util
             else None,
             gpu_mem_mb_max=round(max(self._gpu_mem), 1) if self._gpu_mem else None,
+            others_cpu_cores=self._others_cores,
         )
+
+
+def busy_cpu_s() -> float:
+    """CPU seconds the whole machine has been busy since boot (every core, every process)."""
+    t = psutil.cpu_times()
+    return sum(t) - t.idle - getattr(t, "iowait", 0.0)

@@ -10,9 +10,12 @@ steps: a throughput ratio, checked against what the worker sweep predicted
 from __future__ import annotations
 
 import math
+import statistics
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from ..analysis.compare import NO_CHANGE, judge
 from ..record import Finding, FixTrial, RunRecord
 from ._rules import counted_batches, valid_loader_kwargs, warm_batches
 
@@ -24,6 +27,10 @@ Rerun = Callable[[dict[str, Any], int, int, "int | None"], RunRecord]
 #: The re-run measures at least this many rounds of ``num_workers`` steps (a mean over few
 #: rounds is dominated by where in a round it starts).
 RERUN_ROUNDS = 4
+#: Pairs of re-runs (the script as it is, then fixed) ``--fix`` always measures, ...
+FIX_ROUNDS = 2
+#: ... and at most, while the judgement is unclear and the bound leaves time.
+MAX_FIX_ROUNDS = 4
 
 
 #: The DataLoader arguments each loader finding sets, for ``--fix`` runs.
@@ -122,20 +129,36 @@ def rerun_window(
     )
 
 
-def fix_trial(record: RunRecord, rerun: Rerun, *, steps: int, warmup: int) -> FixTrial:
-    """Re-run with the advised DataLoader settings (and threads) injected; compare with ``record``.
+def fix_trial(
+    record: RunRecord,
+    rerun: Rerun,
+    *,
+    steps: int,
+    warmup: int,
+    budget_s: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> FixTrial:
+    """Re-run the script as it is and with the advised DataLoader settings (and threads)
+    injected, alternately, and judge the fix as ``compare`` judges a change.
 
-    The re-run measures whole rounds of ``num_workers`` steps (with workers, batches arrive
+    Each re-run measures whole rounds of ``num_workers`` steps (with workers, batches arrive
     several at once, then a wait) after skipping the batches the workers prefetch when they
     start (:func:`~torchdoctor.loader.counted_batches`,
     :func:`~torchdoctor.loader.warm_batches`), and at least the first run's ``steps`` and
-    ``warmup``. Nothing is re-run when no finding sets a DataLoader argument.
+    ``warmup``; the original's re-runs measure the same window. :data:`FIX_ROUNDS` pairs run
+    (original, then fixed), and up to :data:`MAX_FIX_ROUNDS` while the judgement is unclear and
+    another pair fits in ``budget_s``. The speedup pools every step of each side; its 90%
+    bootstrap interval and the run-to-run allowance (the larger of ``compare``'s and how far the
+    rounds of one side differ) decide IMPROVED, NO CHANGE ("no clear gain") or REGRESSED.
+    Nothing is re-run when no finding sets a DataLoader argument or the thread count.
 
     Args:
         record: the first run's record, with its loader findings.
         rerun: runs the script again (see :data:`Rerun`).
         steps: measured steps of the first run.
         warmup: warmup steps of the first run.
+        budget_s: seconds the extra rounds may take (``None``: no extra rounds).
+        clock: the time, for the budget (a fake in tests).
 
     Returns:
         The trial (also what the caller stores as ``record.fix``).
@@ -152,15 +175,60 @@ def fix_trial(record: RunRecord, rerun: Rerun, *, steps: int, warmup: int) -> Fi
     if not overrides and threads is None:
         return trial
     workers = overrides.get("num_workers", record.loader.num_workers if record.loader else 0) or 0
-    after = rerun(overrides, *rerun_window(workers, steps, warmup, overrides), threads)
-    trial.after = after
-    if after.step_ms and record.step_ms and after.step_ms.mean > 0:
-        trial.verified_speedup = round(record.step_ms.mean / after.step_ms.mean, 3)
-        trial.after_step_ms = after.step_ms.mean
+    window = rerun_window(workers, steps, warmup, overrides)
+    befores: list[RunRecord] = []
+    afters: list[RunRecord] = []
+    started = clock()
+    while len(afters) < MAX_FIX_ROUNDS:
+        if len(afters) >= FIX_ROUNDS:
+            pair_s = (clock() - started) / len(afters)
+            unclear = trial.judgement == NO_CHANGE and trial.verified_interval
+            if not unclear or budget_s is None or clock() - started + pair_s > budget_s:
+                break
+        befores.append(rerun({}, *window, None))
+        afters.append(rerun(overrides, *window, threads))
+        trial.after = afters[-1]
+        if not _judged(trial, befores, afters):
+            break
     return trial
 
 
+def _judged(trial: FixTrial, befores: list[RunRecord], afters: list[RunRecord]) -> bool:
+    """Judge the pairs so far into ``trial``; False when a run measured no step."""
+    before = [ms for r in befores for ms in _steps(r)]
+    after = [ms for r in afters for ms in _steps(r)]
+    if not all(_steps(r) for r in befores + afters):
+        trial.verified_speedup = trial.after_step_ms = None
+        trial.verified_interval, trial.judgement = [], ""
+        return False
+    spread = max(_rounds_spread(befores), _rounds_spread(afters))
+    judgement = judge(before, after, spread=spread)
+    trial.verified_speedup = judgement.speedup
+    trial.verified_interval = judgement.interval
+    trial.allowance = judgement.allowance
+    trial.judgement = judgement.kind
+    trial.rounds = len(afters)
+    trial.before_step_ms = round(statistics.fmean(before), 4)
+    trial.after_step_ms = round(statistics.fmean(after), 4)
+    return True
+
+
+def _steps(record: RunRecord) -> list[float]:
+    """A re-run's step times: each measured step, or its mean where only that is known."""
+    if record.steps.step_ms:
+        return list(record.steps.step_ms)
+    return [record.step_ms.mean] if record.step_ms is not None and record.step_ms.mean > 0 else []
+
+
+def _rounds_spread(runs: list[RunRecord]) -> float:
+    """How far apart the means of one side's re-runs are: largest ÷ smallest, less 1."""
+    means = [statistics.fmean(_steps(r)) for r in runs]
+    return max(means) / min(means) - 1.0 if len(means) > 1 and min(means) > 0 else 0.0
+
+
 __all__ = [
+    "FIX_ROUNDS",
+    "MAX_FIX_ROUNDS",
     "RERUN_ROUNDS",
     "Rerun",
     "fix_code",

@@ -21,6 +21,9 @@ workers, 2 workers with ``torch.set_num_threads(1)`` 1.75x). So the whole-step s
    baseline if it was neither given nor measured;
 4. **coordinate step**: when the check moved the threads, more workers at those threads, until a
    plateau.
+5. **confirm**: the two fastest settings are measured again side by side, in ABBA order, and the
+   pick is made between them from those measurements alone: one noisy trial (a burst of load
+   during one setting, or a quiet moment during another) cannot choose it.
 
 The exhaustive grid (every worker candidate with every thread count) costs a whole-step trial per
 pair; with idle threads the search costs one per worker count and two short model-alone ones,
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 from ..record import DEFAULT_PICK_TOLERANCE, SweepPoint, WorkerSweep
 from ._policy import PLATEAU_GAIN, SweepPolicy
@@ -47,6 +51,9 @@ MODEL_ALONE = -1
 #: measured them 1.1-2x faster (benchmarks/worker_sweep.py), and the search saves more than the
 #: extra setting costs.
 PATH_PATIENCE = 2
+#: The fastest settings re-measured side by side before the pick, and how (ABBA: drift in the
+#: machine's load between the two cancels out).
+CONFIRM_TOP = 2
 
 
 def thread_candidates(cpu_count: int, default_threads: int, num_workers: int) -> list[int]:
@@ -128,6 +135,14 @@ class WorkerThreadPolicy:
             self._queue = [(MODEL_ALONE, self.default_threads), (MODEL_ALONE, 1)]
         self._onward: SweepPolicy | None = None
         self._onward_threads = self.default_threads
+        #: The confirm stage's settings and their side-by-side rates, in the order measured.
+        self.confirmed: dict[Setting, list[float]] = {}
+        self._confirm_queue: list[Setting] = []
+
+    @property
+    def confirming(self) -> bool:
+        """In the confirm stage: the settings now asked for were measured before."""
+        return self._stage == "confirm"
 
     @property
     def stopped(self) -> str | None:
@@ -168,12 +183,16 @@ class WorkerThreadPolicy:
             elif self._stage == "onward" and self._onward is not None:
                 workers = self._onward.next()
                 if workers is None:
-                    self._stage = "done"
+                    self._start_confirm()
                     continue
                 known = self.rate(workers, self._onward_threads)
                 if known is None:
                     return workers, self._onward_threads
                 self._onward.add(workers, known)  # the baseline may sit on this line already
+            elif self._stage == "onward":
+                self._start_confirm()
+            elif self._stage == "confirm" and self._confirm_queue:
+                return self._confirm_queue.pop(0)
             else:
                 self._stage = "done"
                 return None
@@ -188,6 +207,9 @@ class WorkerThreadPolicy:
             )
         if num_workers == MODEL_ALONE:
             self.probe.append(SweepPoint(0, batches_per_s, threads=threads, **measured))  # type: ignore[arg-type]
+            return
+        if self._stage == "confirm" and (num_workers, threads) in self.confirmed:
+            self.confirmed[(num_workers, threads)].append(batches_per_s)
             return
         point = SweepPoint(num_workers, batches_per_s, threads=threads, **measured)  # type: ignore[arg-type]
         self.points.append(point)
@@ -213,7 +235,40 @@ class WorkerThreadPolicy:
         """
         if not self.points:
             raise ValueError("nothing measured yet")
-        return pick_setting(self.points, self.default_threads, _or(tolerance, self.tolerance))
+        return pick_setting(self._pickable(), self.default_threads, _or(tolerance, self.tolerance))
+
+    def _pickable(self) -> list[SweepPoint]:
+        """The points the pick is made from: the confirmed settings at their side-by-side mean
+        once each was measured again, else every point."""
+        if not self.confirmed or not all(self.confirmed.values()):
+            return self.points
+        return [p for p in self._with_repeats() if p.repeats]
+
+    def _with_repeats(self) -> list[SweepPoint]:
+        """Every point, a confirmed one with its side-by-side rates and their mean as its rate."""
+        out = []
+        for p in self.points:
+            repeats = self.confirmed.get((p.num_workers, _threads(p, self.default_threads)))
+            if repeats:
+                p = replace(p, batches_per_s=sum(repeats) / len(repeats), repeats=list(repeats),
+                            first_batches_per_s=p.batches_per_s)  # fmt: skip
+            out.append(p)
+        return out
+
+    def _start_confirm(self) -> None:
+        """The fastest :data:`CONFIRM_TOP` settings, again, side by side (ABBA)."""
+        self._stage = "confirm"
+        ranked = sorted(self.points, key=lambda p: -p.batches_per_s)
+        top: list[Setting] = []
+        for p in ranked:
+            setting = (p.num_workers, _threads(p, self.default_threads))
+            if setting not in top:
+                top.append(setting)
+        top = top[:CONFIRM_TOP]
+        if len(top) < 2:
+            return
+        self.confirmed = {setting: [] for setting in top}
+        self._confirm_queue = [*top, *reversed(top)]
 
     def result(
         self,
@@ -226,7 +281,7 @@ class WorkerThreadPolicy:
         tolerance = _or(tolerance, self.tolerance)
         workers, threads = self.best(tolerance)
         return WorkerSweep(
-            points=sorted(self.points, key=lambda p: (p.num_workers, -(p.threads or 0))),
+            points=sorted(self._with_repeats(), key=lambda p: (p.num_workers, -(p.threads or 0))),
             best_workers=workers,
             stopped=self.stopped or "incomplete",
             candidates=list(self.candidates),
@@ -295,6 +350,7 @@ def _or(value: float | None, default: float) -> float:
 
 
 __all__ = [
+    "CONFIRM_TOP",
     "MODEL_ALONE",
     "PATH_PATIENCE",
     "Setting",

@@ -103,7 +103,8 @@ class printing:
 def verify_fix(
     target: Target, options: RunOptions, record: RunRecord, quiet: bool = False
 ) -> FixTrial:
-    """Re-run the script with the advised DataLoader settings injected; the trial is ``record.fix``.
+    """Re-run the script as it is and with the advised DataLoader settings injected, alternately;
+    the trial is ``record.fix``.
 
     See :func:`torchdoctor.loader.fix_trial`: this gives it the re-run (the same script, with
     the overrides and the thread count injected, no loader doctor, no sync sampling, no trace).
@@ -120,5 +121,8 @@ def verify_fix(
 
     from ..loader import fix_trial
 
-    record.fix = fix_trial(record, rerun, steps=options.steps, warmup=options.warmup)
+    # Extra rounds, while the judgement is unclear, within one more --max-seconds.
+    record.fix = fix_trial(
+        record, rerun, steps=options.steps, warmup=options.warmup, budget_s=options.max_seconds
+    )
     return record.fix

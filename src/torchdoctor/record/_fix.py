@@ -28,8 +28,18 @@ class FixTrial:
     where: str | None = None
     #: The change that makes the fix permanent: ``DataLoader(..., num_workers=4)``.
     code: str | None = None
-    #: Mean step of the re-run, in ms.
+    #: Mean step of the fixed re-runs, in ms (every step of every round).
     after_step_ms: float | None = None
+    #: Mean step of the re-runs of the script as it is, alternated with the fixed ones, in ms.
+    before_step_ms: float | None = None
+    #: 90% bootstrap interval of ``verified_speedup`` from the two sides' steps.
+    verified_interval: list[float] = field(default_factory=list)
+    #: How much two runs of one script may differ by here (``compare``'s, or the rounds' own).
+    allowance: float | None = None
+    #: ``IMPROVED``, ``NO CHANGE`` (no clear gain) or ``REGRESSED``, as ``compare`` judges.
+    judgement: str = ""
+    #: Pairs of re-runs measured (original, then fixed).
+    rounds: int = 0
     #: ``torch.set_num_threads(threads)`` injected at the start of the re-run (the sweep's pick
     #: changed the main process's threads); ``None``: the script's own thread count.
     threads: int | None = None

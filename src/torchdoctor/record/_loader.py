@@ -29,6 +29,11 @@ class SweepPoint:
     #: The main process's ``torch.get_num_threads()`` during the trial (the whole-step sweep of
     #: a CPU model searches it with the workers); ``None`` when the sweep left it alone.
     threads: int | None = None
+    #: The whole-step sweep's fastest settings are measured again side by side before the pick:
+    #: those rates (``batches_per_s`` is then their mean), ...
+    repeats: list[float] = field(default_factory=list)
+    #: ... and the rate first measured on the way, for the record.
+    first_batches_per_s: float | None = None
 
 
 @dataclass

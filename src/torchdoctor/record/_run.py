@@ -188,6 +188,9 @@ class SystemUsage:
     workers_rss_mb: list[float] = field(default_factory=list)
     gpu_util_pct: float | None = None
     gpu_mem_mb_max: float | None = None
+    #: Cores' worth of CPU that other processes took while the steps were measured: the
+    #: machine's busy time less the script's and its workers' (``None``: not measured).
+    others_cpu_cores: float | None = None
 
 
 @dataclass

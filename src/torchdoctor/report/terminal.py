@@ -88,16 +88,8 @@ def render_fix(record: RunRecord, trial: FixTrial, console: Console | None = Non
         console.print(Panel(grid, title="fix", title_align="left", border_style="green"))
         return
     grid.add_row("Injected", f"{_one_line(trial.code)}  (no code edited)")
-    before = record.step_ms.mean if record.step_ms else None
-    after = trial.after_step_ms
-    if trial.verified_speedup is not None and before and after:
-        grid.add_row(
-            "Verified",
-            Text(
-                f"{trial.verified_speedup:.2f}x  (mean step {before:.1f} ms -> {after:.1f} ms)",
-                style=GOOD,
-            ),
-        )
+    if trial.verified_speedup is not None:
+        grid.add_row("Verified", fix_verdict_text(trial))
     else:
         grid.add_row("Verified", Text("the re-run measured no step", style=BAD))
     if trial.predicted_speedup:
@@ -105,6 +97,29 @@ def render_fix(record: RunRecord, trial: FixTrial, console: Console | None = Non
     grid.add_row("Make it permanent", _permanent(trial))
     console.print(
         Panel(grid, title="fix, verified by re-running", title_align="left", border_style="green")
+    )
+
+
+def fix_verdict_text(trial: FixTrial) -> Text:
+    """The fix's verification in words, judged as ``compare`` judges (its interval, the
+    allowance two runs of one script differ by here, the rounds)."""
+    speedup = trial.verified_speedup or 0.0
+    lo, hi = trial.verified_interval or [speedup, speedup]
+    noise = f"{lo:.2f}-{hi:.2f}" + (
+        f"; runs differ by up to {trial.allowance:.0%} here" if trial.allowance else ""
+    )
+    steps = ""
+    if trial.before_step_ms and trial.after_step_ms:
+        steps = f", mean step {trial.before_step_ms:.1f} -> {trial.after_step_ms:.1f} ms"
+    rounds = f" over {trial.rounds} alternated rounds" if trial.rounds else ""
+    if trial.judgement == "REGRESSED":
+        return Text(f"slower: {speedup:.2f}x ({noise}){steps}{rounds}", style=BAD)
+    if trial.judgement == "IMPROVED" or not trial.judgement:
+        return Text(f"{speedup:.2f}x faster ({noise}){steps}{rounds}", style=GOOD)
+    return Text(
+        f"no clear gain: {speedup:.2f}x ({noise}){steps}{rounds}: within what two runs of the "
+        "script differ by",
+        style="yellow",
     )
 
 
@@ -344,7 +359,12 @@ def _environment_table(record: RunRecord) -> Group:
         sysu = record.system
         if sysu is not None:
             cores = " ".join(f"{c:.0f}%" for c in sysu.cpu_percent_per_core)
-            grid.add_row("cpu", f"per core {cores} (mean over {sysu.samples} samples)")
+            others = (
+                f"; other processes took {sysu.others_cpu_cores:.1f} cores"
+                if sysu.others_cpu_cores is not None
+                else ""
+            )
+            grid.add_row("cpu", f"per core {cores} (mean over {sysu.samples} samples){others}")
             grid.add_row(
                 "memory",
                 f"main process RSS {sysu.main_rss_mb_max:.0f} MB; "

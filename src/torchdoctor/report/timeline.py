@@ -34,7 +34,6 @@ def timeline(
     name = f"rank {rank}: {process}" if rank is not None else process
     events: list[dict[str, Any]] = [
         {"name": "process_name", "ph": "M", "pid": pid, "args": {"name": name or "script"}},
-        {"name": "process_sort_index", "ph": "M", "pid": pid, "args": {"sort_index": rank or 0}},
         _meta(pid, _PHASES_TID, "phases"),
         _meta(pid, _STEPS_TID, "steps"),
         *(_meta(pid, tid, part.replace("_", " ")) for part, tid in _PART_TID.items()),

@@ -25,3 +25,53 @@ def test_run_shorter_than_one_interval_still_gets_a_sample():
     sampler.start()
     usage = sampler.stop()
     assert usage.samples == 1
+
+
+def test_other_processes_cpu_is_told_from_the_scripts_own():
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    # This process busy: its own CPU, not the machine's load.
+    sampler = SystemSampler(interval_s=0.1)
+    sampler.start()
+    end, x = time.perf_counter() + 1.0, 0
+    while time.perf_counter() < end:
+        x += 1
+    own = sampler.stop()
+    # Another process busy while this one sleeps: the machine is busy. The hog is no child of
+    # this process (a child would be the script's own, e.g. a DataLoader worker).
+    started = subprocess.run(
+        ["sh", "-c", f"'{sys.executable}' -c 'while True: pass' >/dev/null 2>&1 & echo $!"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    hog = int(started.stdout.split()[0])
+    try:
+        time.sleep(0.5)  # the hog is running
+        sampler = SystemSampler(interval_s=0.1)
+        sampler.start()
+        time.sleep(1.5)
+        busy = sampler.stop()
+    finally:
+        os.kill(hog, signal.SIGKILL)
+    assert busy.others_cpu_cores >= 0.6, busy.others_cpu_cores
+    # The machine's busy cores less the others' leave this process's busy loop (whatever else
+    # runs beside the test, the loop got a good part of a core).
+    machine = own.cpu_percent_total / 100 * len(own.cpu_percent_per_core)
+    assert machine - own.others_cpu_cores >= 0.4, own
+
+
+def test_a_busy_machine_is_said_in_the_verdict():
+    from jobgen import rank_record
+    from torchdoctor.analysis.verdict import summarise
+    from torchdoctor.record import SystemUsage
+
+    record = rank_record(0, 1.0, 3.0, None, world_size=1)
+    record.env.cpu_logical = 2
+    record.system = SystemUsage(0.2, 5, [90.0, 95.0], 92.5, 300.0, 0, 0.0, others_cpu_cores=0.9)
+    summarise(record)
+    assert "the machine was busy: other processes took 0.9 of its 2 cores" in record.verdict.why
+    record.system.others_cpu_cores = 0.1
+    summarise(record)
+    assert "busy" not in record.verdict.why

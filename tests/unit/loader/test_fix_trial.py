@@ -58,10 +58,11 @@ def first_run(findings, step_ms: float = 100.0, ceiling: float | None = None) ->
 
 
 class FakeRerun:
-    """Records what the trial asks for and returns a record with the given mean step."""
+    """Records what the trial asks for; the script as it is (nothing injected) steps in
+    ``before_ms``, fixed in ``step_ms`` (each a list of steps, or one mean)."""
 
-    def __init__(self, step_ms: float | None) -> None:
-        self.step_ms = step_ms
+    def __init__(self, step_ms, before_ms=100.0) -> None:
+        self.step_ms, self.before_ms = step_ms, before_ms
         self.calls: list[tuple[dict, int, int]] = []
         self.threads: list[int | None] = []
 
@@ -69,8 +70,16 @@ class FakeRerun:
         self.calls.append((dict(overrides), steps, warmup))
         self.threads.append(threads)
         after = RunRecord(loader_overrides=dict(overrides), threads_override=threads)
-        after.step_ms = Stat.of([self.step_ms]) if self.step_ms is not None else None
+        ms = self.before_ms if not overrides and threads is None else self.step_ms
+        if isinstance(ms, list):
+            for step in ms:
+                after.steps.add_step({"other": step}, 1)
+        after.step_ms = Stat.of(ms if isinstance(ms, list) else [ms]) if ms is not None else None
         return after
+
+    @property
+    def fixed_calls(self) -> list[tuple[dict, int, int]]:
+        return [c for c, t in zip(self.calls, self.threads) if c[0] or t is not None]
 
 
 def test_trial_reruns_with_the_advice_over_whole_rounds_and_verifies():
@@ -79,11 +88,15 @@ def test_trial_reruns_with_the_advice_over_whole_rounds_and_verifies():
     record = first_run(sweep_advice(sweep, settings(), accelerator=False, batches_per_epoch=50))
     rerun = FakeRerun(step_ms=25.0)
     trial = fix_trial(record, rerun, steps=6, warmup=2)
-    ((overrides, steps, warmup),) = rerun.calls
+    # Two rounds: the script as it is, then fixed, alternately, over the same window.
+    assert [c[0] for c in rerun.calls] == [{}, trial.overrides] * 2
+    assert len({c[1:] for c in rerun.calls}) == 1
+    overrides, steps, warmup = rerun.calls[1]
     assert overrides == {"num_workers": 4, "persistent_workers": True} == trial.overrides
     # 4 rounds of 4 workers at least, and the 4 x 2 prefetched batches skipped.
     assert steps == counted_batches(4, 16) == 16 and warmup == warm_batches(4) == 8
     assert trial.verified_speedup == pytest.approx(4.0) and trial.after_step_ms == 25.0
+    assert trial.judgement == "IMPROVED" and trial.rounds == 2 and trial.before_step_ms == 100.0
     assert trial.predicted_speedup == pytest.approx(4.0)  # 20 / 5 batches/s, loader alone
     assert trial.where == "train.py:12"
     assert trial.code == "DataLoader(..., num_workers=4, persistent_workers=True)"
@@ -95,7 +108,7 @@ def test_trial_keeps_the_first_runs_length_when_it_is_longer():
     record = first_run(sweep_advice(sweep, settings(), accelerator=False))
     rerun = FakeRerun(step_ms=60.0)
     fix_trial(record, rerun, steps=20, warmup=5)
-    assert rerun.calls[0][1:] == (20, 5)
+    assert {c[1:] for c in rerun.calls} == {(20, 5)}
 
 
 def test_nothing_to_inject_runs_nothing():
@@ -128,7 +141,7 @@ def test_the_threads_of_the_pick_are_injected_with_the_workers():
     assert fix_threads(record.findings) == 1
     rerun = FakeRerun(step_ms=60.0)
     trial = fix_trial(record, rerun, steps=6, warmup=2)
-    assert rerun.calls[0][0] == {"num_workers": 2} and rerun.threads == [1]
+    assert rerun.fixed_calls[0][0] == {"num_workers": 2} and rerun.threads == [None, 1] * 2
     assert trial.threads == 1 and trial.after.threads_override == 1
     assert trial.code == "DataLoader(..., num_workers=2)\ntorch.set_num_threads(1)"
     assert trial.predicted_speedup == pytest.approx(38.0 / 21.7, abs=1e-3)
@@ -139,6 +152,37 @@ def test_threads_alone_are_a_fix_to_verify():
     record = first_run(sweep_advice(sweep, settings(num_workers=2), accelerator=False))
     rerun = FakeRerun(step_ms=50.0)
     trial = fix_trial(record, rerun, steps=6, warmup=2)
-    assert trial.overrides == {} and rerun.threads == [1] and trial.threads == 1
+    assert trial.overrides == {} and rerun.threads == [None, 1] * 2 and trial.threads == 1
     assert trial.code == "torch.set_num_threads(1)" and trial.verified_speedup == 2.0
     assert fix_code({}, None) == "" and fix_threads([]) is None
+
+
+def noisy(mean: float, n: int = 12) -> list[float]:
+    """Steps around ``mean``, spread by a fifth either way."""
+    return [mean * (0.8 + 0.4 * (i % 4) / 3) for i in range(n)]
+
+
+def test_a_gain_within_the_noise_is_no_clear_gain_and_earns_more_rounds():
+    sweep = sweep_of([(0, 5.0), (1, 9.0), (2, 10.0)], best=1)
+    record = first_run(sweep_advice(sweep, settings(), accelerator=False))
+    # 1.05x: inside the 10% two runs of one script may differ by.
+    rerun = FakeRerun(step_ms=noisy(95.0), before_ms=noisy(100.0))
+    trial = fix_trial(record, rerun, steps=6, warmup=2)
+    assert trial.judgement == "NO CHANGE" and trial.rounds == 2, "no budget: two rounds only"
+    ticks = iter(range(0, 1000, 10))  # each call of the clock: 10 s later
+    trial = fix_trial(record, FakeRerun(noisy(95.0), noisy(100.0)), steps=6, warmup=2,
+                      budget_s=500.0, clock=lambda: float(next(ticks)))  # fmt: skip
+    assert trial.judgement == "NO CHANGE" and trial.rounds == 4, "unclear: rounds up to the most"
+    lo, hi = trial.verified_interval
+    assert lo <= trial.verified_speedup <= hi and trial.allowance >= 0.10
+
+
+def test_a_clear_gain_takes_two_rounds_and_a_slower_fix_is_said_so():
+    sweep = sweep_of([(0, 5.0), (1, 9.0), (2, 10.0)], best=1)
+    record = first_run(sweep_advice(sweep, settings(), accelerator=False))
+    trial = fix_trial(record, FakeRerun(noisy(40.0), noisy(100.0)), steps=6, warmup=2,
+                      budget_s=1e9)  # fmt: skip
+    assert trial.judgement == "IMPROVED" and trial.rounds == 2
+    assert trial.verified_interval[0] > 1.0
+    slower = fix_trial(record, FakeRerun(noisy(150.0), noisy(100.0)), steps=6, warmup=2)
+    assert slower.judgement == "REGRESSED" and slower.verified_speedup < 1.0

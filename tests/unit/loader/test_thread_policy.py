@@ -16,12 +16,14 @@ from torchdoctor.loader import (
 from torchdoctor.record import SweepPoint
 
 
-def search(rates, *, cpus=2, default_threads=2, current=0, baseline=None):
-    """Run the policy on ``rates[(workers, threads)]``; the settings it measured, in order.
+def search(rates, *, cpus=2, default_threads=2, current=0, baseline=None, confirm_rates=None):
+    """Run the policy on ``rates[(workers, threads)]``; the settings it searched, in order.
 
     ``rates[(MODEL_ALONE, threads)]`` are the model's own steps/s (the probe); ``baseline`` the
-    rate of the steps measured before the sweep.
+    rate of the steps measured before the sweep; ``confirm_rates`` what the confirm stage's
+    side-by-side trials measure (else the same rates).
     """
+    confirm_rates = confirm_rates or {}
     policy = WorkerThreadPolicy(
         sweep_candidates(cpus, current),
         cpu_count=cpus,
@@ -31,6 +33,9 @@ def search(rates, *, cpus=2, default_threads=2, current=0, baseline=None):
     )
     tried = []
     while (setting := policy.next()) is not None:
+        if policy.confirming:  # the fastest two, again, side by side (tested below)
+            policy.add(*setting, confirm_rates.get(setting, rates[setting]))
+            continue
         assert setting not in tried, f"{setting} measured twice"
         tried.append(setting)
         policy.add(*setting, rates[setting])
@@ -159,3 +164,26 @@ def test_threads_that_slow_the_model_alone_are_tried_without_workers_too():
     policy, tried = search(rates, baseline=7.5)
     assert tried == [*PROBE, (0, 1), (1, 1), (2, 1), (4, 1)]
     assert policy.best() == (0, 1)
+
+
+def test_the_two_fastest_are_measured_again_side_by_side_and_decide_the_pick():
+    confirmed = []
+
+    class Watching(dict):
+        def get(self, key, default=None):
+            confirmed.append(key)
+            return super().get(key, default)
+
+    # (4, 1) measured 45 steps/s once, in a quiet moment: clearly ahead of (2, 1)'s 38. Side by
+    # side, it runs at 30: the pick is (2, 1), from the confirm trials alone.
+    lucky = {**TINY_MODEL, (4, 1): 45.0}
+    policy, tried = search(lucky, baseline=21.7, confirm_rates=Watching({(4, 1): 30.0}))
+    assert confirmed == [(4, 1), (2, 1), (2, 1), (4, 1)], "ABBA over the fastest two"
+    assert policy.best() == (2, 1)
+    sweep = policy.result()
+    (four,) = [p for p in sweep.points if (p.num_workers, p.threads) == (4, 1)]
+    assert four.repeats == [30.0, 30.0] and four.batches_per_s == 30.0
+    assert four.first_batches_per_s == 45.0
+    # Without the confirm stage the one lucky trial would have chosen 4 workers.
+    first = [SweepPoint(2, 38.0, threads=1), SweepPoint(4, 45.0, threads=1)]
+    assert pick_setting(first, 2) == (4, 1)
