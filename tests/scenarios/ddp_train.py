@@ -30,8 +30,11 @@ parser.add_argument("--exit-on-rank", type=int, default=-1, help="os._exit(3) at
 parser.add_argument("--abort-on-rank", type=int, default=-1, help="os.abort() at --raise-at")
 parser.add_argument("--samples", type=int, default=512, help="samples of the data set")
 parser.add_argument("--rank1-samples", type=int, help="rank 1's data set has this many samples")
-parser.add_argument("--manual-allreduce", action="store_true",
-                    help="no DDP: each gradient all-reduced by hand with dist.all_reduce")
+parser.add_argument(
+    "--manual-allreduce",
+    action="store_true",
+    help="no DDP: each gradient all-reduced by hand with dist.all_reduce",
+)
 parser.add_argument("--epochs", type=int, default=100)
 parser.add_argument("--hidden", type=int, default=256)
 parser.add_argument("--timing-file", help="each rank appends its step times (ms) to PATH.RANK")

@@ -57,7 +57,10 @@ def test_ranks_that_raise_their_own_errors_both_keep_them():
               rank(1, "script-error", 1.0, ["AttributeError: x\n"], steps=0)]  # fmt: skip
     ends = rank_ends(states, {}, None)
     assert [e.ending for e in ends] == ["raised", "raised"] and cause_of(states) == 1
-    assert describe(ends) == {0: "raised AttributeError at step 0", 1: "raised AttributeError at step 0"}
+    assert describe(ends) == {
+        0: "raised AttributeError at step 0",
+        1: "raised AttributeError at step 0",
+    }
 
 
 def test_ranks_whose_data_ran_out_together_blame_nobody():
@@ -73,7 +76,9 @@ def test_a_rank_that_ran_out_while_another_went_on_is_uneven_inputs():
     assert cause_of(states) is None
     assert [e.rank for e in uneven(ends)] == [1]
     # torchdoctor's own collective lost the peer: the rank stopped, and follows too.
-    states[0] = rank(0, "partial", 2.0, steps=20, notes=[f"{PEER_LEFT_NOTE} after 8 measured steps"])
+    states[0] = rank(
+        0, "partial", 2.0, steps=20, notes=[f"{PEER_LEFT_NOTE} after 8 measured steps"]
+    )
     ends = rank_ends(states, {}, None)
     assert ends[0].ending == "follower" and [e.rank for e in uneven(ends)] == [1]
     assert describe(ends)[0].startswith("ended when rank 1 did")
