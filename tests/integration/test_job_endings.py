@@ -167,3 +167,27 @@ def test_ctrl_c_and_sigterm_stop_every_rank_with_the_same_words(tmp_path, signum
         assert rank["ended"].startswith(f"stopped by torchdoctor on {name}"), rank["ended"]
     assert "Traceback" not in err, "the launcher's or a rank's traceback"
     assert_no_orphans(tag)
+
+
+def test_a_stalled_rank_is_named_with_its_line_and_step(tmp_path):
+    # Rank 1 sleeps at step 8 (after 2 warmup and some measured steps); rank 0 then waits in
+    # DDP's all-reduce until the bound.
+    res, record, tag = job(
+        tmp_path, "--hang-on-rank", "1", "--raise-at", "8",
+        flags=("--steps", "20", "--warmup", "2", "--max-seconds", "30"),
+    )  # fmt: skip
+    assert res.returncode == 5, res.stderr[-3000:]
+    assert record["status"] == "timed-out"
+    line = next(i for i, text in enumerate(Path(JOB).read_text().splitlines(), 1)
+                if "time.sleep(3600)" in text)  # fmt: skip
+    stall = record["notes"][0]
+    assert stall.startswith("the job stalled: rank 1 stopped stepping at step 8, at "), stall
+    assert f"ddp_train.py:{line} in <module>" in stall and "rank(s) 0 waited" in stall
+    assert (
+        record["verdict"]["why"].startswith("the job stalled")
+        and "balanced" not in (record["verdict"]["why"])
+    )
+    ranks = ranks_of(record)
+    assert ranks[0]["in_collective"] and not ranks[1]["in_collective"]
+    assert "Ended" in res.stdout and "the job stalled" in res.stdout
+    assert_no_orphans(tag)

@@ -94,6 +94,16 @@ CASES = [
         args=["--help"],
     ),
     Case(
+        # 1 warmup + 2 watched for syncs + 9 measured, then a sleep: where it was is kept.
+        "stalls until the bound",
+        "stalls.py",
+        ["--max-seconds", "12"],
+        5,
+        "timed-out",
+        "stalls.py:18 in <module> (time.sleep(3600))",
+        9,
+    ),
+    Case(
         "bound stops the script's own forked helper",
         "forks_helper.py",
         ["--max-seconds", "4"],

@@ -255,6 +255,8 @@ def _rank_run(rec: RunRecord, ended: str, errors: dict[int, list[str]] | None) -
         verdict=rec.verdict,
         ended=ended,
         error=list((errors or {}).get(rank_of(rec), [])),
+        stopped_at=rec.stopped_at,
+        in_collective=rec.stopped_in_collective,
         goodput=rec.whole_run.goodput if rec.whole_run is not None else None,
         wall_s=rec.whole_run.wall_s if rec.whole_run is not None else None,
         whole_s=_kind_seconds(rec),

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from typing import Any
 
 from .._errors import EXIT_INTERRUPTED
@@ -80,17 +81,26 @@ def wait(
     max_seconds: float | None,
     signals: Signals,
     interrupt_first: bool = False,
+    before_stop: Callable[[], None] | None = None,
 ) -> bool:
     """Wait for the child within the bound, handing signals on; returns whether it timed out.
 
     The first Ctrl-C is handed to the script (it ends with its record); a second one, or a
     SIGTERM, stops it. With ``interrupt_first`` (``run --whole``) the bound is a Ctrl-C too, and
     a stop only after the grace: the script's process sends its accounts as they are then.
+    ``before_stop`` runs once, before the first stop handed on (where the script was then:
+    :mod:`.stacks`).
     """
     deadline = None if not max_seconds else time.monotonic() + max_seconds
     timed_out = False
     grace: float | None = None
+    pending = [before_stop] if before_stop is not None else []
     while proc.poll() is None:
+        stopping = signals.handled < len(signals.received) or (
+            deadline is not None and time.monotonic() >= deadline and not timed_out
+        )
+        if stopping and pending:
+            pending.pop()()
         while signals.handled < len(signals.received):
             signum = signals.received[signals.handled]
             signals.handled += 1

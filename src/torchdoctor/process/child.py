@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..record import phase_names
+from .stacks import arm
 from .stream import LOGGED_PHASES, STREAM_ENV, StepLog, StreamWriter
 
 #: Seconds between two reports of what the capture saw (for a script that never steps).
@@ -51,6 +52,7 @@ def main(argv: list[str]) -> int:
             world_size=int(os.environ.get("WORLD_SIZE", "1")),
             pid=os.getpid(),
         )
+    arm(Path(spec_path).parent)  # where it was when stopped: its stack, on the parent's ask
     try:
         return _run(spec, writer, str(Path(spec_path).parent / f"steps.{os.getpid()}"))
     except KeyboardInterrupt:  # before the script started (importing torch): nothing measured

@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -40,6 +42,7 @@ from .._errors import (
 )
 from ..options import RunOptions
 from ..record import Environment, Finding, RunRecord, split_where
+from . import stacks
 from ._processes import (
     CHILD_CODE,
     Signals,
@@ -189,14 +192,66 @@ def run_launched(
         except OSError:
             streams.close()
             raise
-        timed_out = wait(proc, options.max_seconds, signals)
+        asked: list[float] = []  # when the ranks were asked where they were (the stop)
+
+        def ask_where() -> None:
+            asked.append(time.monotonic())
+            stacks.dump([int(s.hello["pid"]) for s in streams.states() if s.step_log])
+
+        timed_out = wait(proc, options.max_seconds, signals, before_stop=ask_where)
         end_group(proc.pid)
         streams.close()
         exitcodes = _exit_codes(exits_path)
+        where = {}
+        for state in streams.states() if asked else []:
+            found = stacks.read(tmp, int(state.hello["pid"]))
+            if found is not None and found.where:
+                where[int(state.hello["rank"])] = found
     signalled = signals.received[0] if signals.received else None
-    return job_outcome(
+    outcome = job_outcome(
         streams.states(), proc.returncode, target, options, timed_out, signalled, exitcodes
     )
+    if asked:
+        stalled(outcome.record, streams.states(), where, asked[0])
+    return outcome
+
+
+def stalled(
+    job: RunRecord, states: list[StreamState], where: dict[int, stacks.StoppedAt], at: float
+) -> None:
+    """Where each rank was when torchdoctor stopped the job; when every rank had stopped
+    stepping, the job stalled: the rank that was not waiting in a collective stopped first,
+    and the verdict says so instead of judging stale steps."""
+    report = job.distributed
+    if report is None:
+        return
+    for rank in report.ranks:
+        if rank.rank in where:
+            rank.stopped_at = where[rank.rank].words()
+            rank.in_collective = where[rank.rank].in_collective
+    gaps = {int(s.hello["rank"]): stacks.stalled_for(s.logged, at) for s in states if s.hello}
+    if not where or not gaps or any(g is None for g in gaps.values()):
+        return  # some rank was still stepping: the job was stopped, not stalled
+    steps = {e.rank: e.steps for e in rank_ends(states, {}, "stopped")}
+    stuck = sorted(r for r, w in where.items() if not w.in_collective)
+    waiting = sorted(r for r, w in where.items() if w.in_collective)
+    if stuck:
+        first = stuck[0]
+        text = (
+            f"the job stalled: rank {first} stopped stepping at step {steps.get(first, '?')}, at "
+            f"{where[first].words()}"
+        )
+        if waiting:
+            text += f"; rank(s) {', '.join(map(str, waiting))} waited for it in a collective"
+        fix = f"find why rank {first} stops at {where[first].where}"
+    else:
+        text = "the job stalled: every rank was waiting in a collective (a mismatched collective?)"
+        fix = "check that every rank calls the same collectives in the same order"
+    job.notes.insert(0, f"{text} until torchdoctor stopped it")
+    if job.verdict is not None:  # the steps before the stall are not called balanced
+        before = re.sub(r"^the \d+ ranks are balanced[^;]*; ", "", job.verdict.why)
+        job.verdict.why = f"{text}; in the steps measured before: {before}"
+        job.verdict.next = f"{fix}; then run torchdoctor again"
 
 
 def _exit_codes(path: Path) -> dict[int, int]:

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from .._errors import (
 from .._paths import resolve_script
 from ..options import RunOptions
 from ..record import RunRecord
+from . import stacks
 from ._processes import (
     CHILD_CODE,
     Signals,
@@ -83,13 +85,28 @@ def run_supervised(
         finally:
             os.close(write_fd)
         reader = StreamReader(read_fd, progress)
-        timed_out = wait(proc, options.max_seconds, signals, interrupt_first=options.whole)
+        asked: list[float] = []  # when the script was asked where it was (the stop's moment)
+
+        def ask_where() -> None:
+            if reader.state.step_log is None:
+                return  # not armed yet (SIGUSR1's default would end the process)
+            asked.append(time.monotonic())
+            stacks.dump([proc.pid])
+
+        timed_out = wait(
+            proc, options.max_seconds, signals, interrupt_first=options.whole, before_stop=ask_where
+        )
         end_group(proc.pid)
         reader.join(timeout_s=10.0)
+        stopped = stacks.read(tmp, proc.pid) if asked else None
     signalled = signals.received[0] if signals.received else None
     # a signal that came as the script ended was never handed on: the run was still asked to stop
     late = signals.handled < len(signals.received)
-    return _outcome(reader.state, proc.returncode, target, options, timed_out, signalled, late)
+    outcome = _outcome(reader.state, proc.returncode, target, options, timed_out, signalled, late)
+    if asked and not late:
+        stalled = stacks.stalled_for(reader.state.logged, asked[0])
+        stacks.attach(outcome.record, stopped, stalled)
+    return outcome
 
 
 def _outcome(

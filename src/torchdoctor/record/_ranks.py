@@ -45,6 +45,10 @@ class RankRun:
     ended: str = ""
     #: The traceback of a rank whose script raised (its lines).
     error: list[str] = field(default_factory=list)
+    #: Where it was when torchdoctor stopped the job (``file:line in function (source)``), and
+    #: whether it was waiting in a collective then.
+    stopped_at: str = ""
+    in_collective: bool = False
     #: ``run --whole``: the rank's goodput and wall time (its accounts are in its own record).
     goodput: float | None = None
     wall_s: float | None = None

@@ -265,6 +265,13 @@ class RunRecord:
     threads_override: int | None = None
     #: Step times (ms) under DDP's ``no_sync()``: communication made free (a distributed run).
     no_sync: list[float] = field(default_factory=list)
+    #: Where the script was when torchdoctor stopped it (the bound, a signal): the user's
+    #: innermost frame as ``file:line in function (source)``; empty when it ended otherwise.
+    stopped_at: str = ""
+    #: Its main thread's frames then, innermost first (``file:line in function``).
+    stopped_stack: list[str] = field(default_factory=list)
+    #: Whether it was then waiting in a collective (a torch.distributed call, or backward).
+    stopped_in_collective: bool = False
     #: Per measured step, ms in the ``torch.distributed`` collectives the script calls itself
     #: (``dist.all_reduce`` by hand; not DDP's, which run inside backward); empty when none.
     collectives: list[float] = field(default_factory=list)

@@ -229,6 +229,8 @@ def _summary_lines(job: DistributedReport) -> list[Text]:
     for r in job.ranks:
         if r.ended and r.status != "complete":
             lines.append(Text(f"rank {r.rank}: {r.ended}", style=BAD))
+        if r.stopped_at:
+            lines.append(Text(f"rank {r.rank}: when stopped, at {r.stopped_at}{waiting_words(r)}"))
     return lines
 
 
@@ -239,3 +241,8 @@ def _traceback(r: RankRun) -> list[Text]:
     if len(lines) > len(shown):
         head.append(f"  (last {len(shown)} of {len(lines)} lines)", style="dim")
     return [head, *(Text(f"   {line.rstrip()}", style="dim") for line in shown)]
+
+
+def waiting_words(r: RankRun) -> str:
+    """`` (waiting in a collective)`` for a rank that was, else nothing."""
+    return " (waiting in a collective)" if r.in_collective else ""

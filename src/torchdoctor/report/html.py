@@ -16,7 +16,7 @@ from ..analysis.verdict import capture_cost_words, ceiling_words
 from ..record import STEP_PARTS, RunRecord, write_text_atomic
 from . import _svg
 from ._style import ending_look, verdict_look
-from .distributed import role_text
+from .distributed import role_text, waiting_words
 from .patch_html import patch_section
 from .terminal import command_words, ending_words, stop_line
 from .trace_html import trace_section, trace_steps
@@ -224,6 +224,11 @@ def _ranks(record: RunRecord) -> str:
     for r in d.ranks:
         if r.ended and r.status != "complete":  # as the terminal says it
             lines.append(f"<p class='bad'>rank {r.rank}: {escape(r.ended)}</p>")
+        if r.stopped_at:
+            lines.append(
+                f"<p>rank {r.rank}: when stopped, at <code>{escape(r.stopped_at)}</code>"
+                f"{escape(waiting_words(r))}</p>"
+            )
     for r in d.ranks:
         if r.error:
             lines.append(f"<p>rank {r.rank} raised:</p><pre>{escape(''.join(r.error[-15:]))}</pre>")

@@ -198,7 +198,7 @@ def _header(record: RunRecord, title: str | None) -> Text:
 
 def ending_words(record: RunRecord) -> str:
     """How a run that did not complete its measurement ended, in one sentence: the rank that
-    ended a job first (or the uneven inputs), else the stop line."""
+    ended a job first (or the uneven inputs), a stall, else the stop line."""
     job = record.distributed
     if job is not None:
         uneven = next((f for f in record.findings if f.kind == "ddp.uneven-inputs"), None)
@@ -207,6 +207,9 @@ def ending_words(record: RunRecord) -> str:
         for note in record.notes:
             if note.startswith("rank ") and "the launcher then ended" in note:
                 return note
+    for note in record.notes:
+        if note.startswith(("the job stalled", "the script had stopped stepping")):
+            return note
     return stop_line(record)
 
 

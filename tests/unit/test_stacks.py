@@ -1,0 +1,44 @@
+"""Where a stopped script was: faulthandler's dump read, and when a run had stalled."""
+
+from __future__ import annotations
+
+import pytest
+
+from torchdoctor.process.stacks import parse, stalled_for
+from torchdoctor.process.stream import LoggedStep
+
+DUMP = """Thread 0x00007fc1d391c6c0 (most recent call first):
+  File "/work/job/train.py", line 4 in <lambda>
+  File "/usr/lib/python3.11/threading.py", line 1002 in _bootstrap
+
+Current thread 0x00007fc1d4457b80 (most recent call first):
+  File "/venv/lib/python3.11/site-packages/torch/autograd/graph.py", line 979 in _engine_run_backward
+  File "/venv/lib/python3.11/site-packages/torch/_tensor.py", line 623 in backward
+  File "/work/job/train.py", line 15 in step
+  File "/work/job/train.py", line 20 in <module>
+  File "<frozen runpy>", line 88 in _run_code
+"""
+
+
+def test_the_main_threads_innermost_user_frame_and_its_collective():
+    stopped = parse(DUMP)
+    assert stopped.where == "/work/job/train.py:15" and stopped.function == "step"
+    assert stopped.in_collective, "waiting in backward, where DDP all-reduces"
+    assert stopped.frames[0].endswith("graph.py:979 in _engine_run_backward")
+    asleep = parse(DUMP.replace("/venv/lib/python3.11/site-packages/torch/autograd/graph.py",
+                                "/work/job/wait.py"))  # fmt: skip
+    assert asleep.where == "/work/job/wait.py:979" and not asleep.in_collective
+    assert parse("") is None
+
+
+def step(start_s: float, ms: float) -> LoggedStep:
+    return LoggedStep("measure", {"forward": ms}, 1, int(start_s * 1e9))
+
+
+def test_a_run_stalled_when_its_last_step_ended_long_before_the_stop():
+    steps = [step(100.0 + i * 0.01, 10.0) for i in range(10)]  # 10 ms steps, the last at 100.1
+    assert stalled_for(steps, 100.2) is None, "stopped while stepping"
+    assert stalled_for(steps, 112.0) == pytest.approx(11.9, abs=0.01)
+    slow = [step(100.0 + i, 900.0) for i in range(10)]  # 0.9 s steps: 20 of them is 18 s
+    assert stalled_for(slow, 120.0) is None and stalled_for(slow, 130.0) is not None
+    assert stalled_for([], 130.0) is None
