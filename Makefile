@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint install gpu-check
+.PHONY: demo test test-fast test-load lint install gpu-check
 
 install: $(STAMP)
 
@@ -19,6 +19,14 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest
+
+# The edit-test loop: unit tests only, under a minute.
+test-fast: $(STAMP)
+	$(PY) -m pytest tests/unit -m "not slow and not integration" -q
+
+# The tests that assert on measured durations, beside a process that keeps one core busy.
+test-load: $(STAMP)
+	$(PY) -m pytest -m timing --cpu-hog
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks

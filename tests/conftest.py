@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -41,6 +44,36 @@ def torch_left_unpatched():
     assert not leftover, f"test left threads running: {leftover}"
     children = wait_for_children(psutil.Process(), timeout_s=10.0)
     assert not children, f"test left child processes: {children}"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--cpu-hog",
+        action="store_true",
+        help="run every test beside a process that busy-loops on one core (a loaded machine): "
+        "the timing-marked tests must still pass (`make test-load`)",
+    )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def cpu_hog(request: pytest.FixtureRequest):
+    """With ``--cpu-hog``: a busy-looping process for the whole session, no child of this one
+    (the capture counts the script's children as its own)."""
+    if not request.config.getoption("--cpu-hog"):
+        yield None
+        return
+    started = subprocess.run(
+        ["sh", "-c", f"'{sys.executable}' -c 'while True: pass' >/dev/null 2>&1 & echo $!"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    pid = int(started.stdout.split()[0])
+    try:
+        yield pid
+    finally:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 @pytest.fixture

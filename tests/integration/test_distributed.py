@@ -31,6 +31,7 @@ def straggler_job(tmp_path_factory):
                SLOW_SAMPLE_MS)  # fmt: skip
 
 
+@pytest.mark.timing
 def test_straggler_is_named_and_the_job_is_input_bound(straggler_job):
     res, record, tag = straggler_job
     assert res.returncode == 0, res.stderr[-3000:]
@@ -54,6 +55,7 @@ def test_straggler_is_named_and_the_job_is_input_bound(straggler_job):
     assert_no_orphans(tag)
 
 
+@pytest.mark.timing
 def test_straggler_report_names_the_ranks(straggler_job):
     res, _, _ = straggler_job
     out = " ".join(res.stdout.split())
@@ -62,6 +64,7 @@ def test_straggler_report_names_the_ranks(straggler_job):
     assert "step breakdown of rank 1 (the straggler)" in out
 
 
+@pytest.mark.timing
 def test_balanced_job_has_no_straggler_and_its_mistakes_are_found(tmp_path):
     # DDP built as DistributedDataParallel(module=model, ...), as Lightning builds it.
     res, record, tag = job(
@@ -130,6 +133,7 @@ def test_two_nodes_through_the_c10d_rendezvous(tmp_path):
     assert_no_orphans(tag)
 
 
+@pytest.mark.timing
 def test_torchrun_running_torchdoctor_gives_one_report_for_fsdp2(tmp_path):
     """``torchrun -m torchdoctor run`` works the same; FSDP2 (fully_shard) runs on CPU too."""
     tag = uuid.uuid4().hex

@@ -13,7 +13,8 @@ from torchdoctor.options import RunOptions
 from torchdoctor.process import Target, run_target, verify_fix
 from torchdoctor.record import FixTrial, RunRecord
 
-pytestmark = pytest.mark.integration
+#: Their verdicts, speedups and picks come from measured durations (`make test-load`).
+pytestmark = [pytest.mark.integration, pytest.mark.timing]
 
 LOOP = str(SCENARIOS / "train_loop.py")
 

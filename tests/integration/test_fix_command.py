@@ -35,6 +35,7 @@ def _digest(folder: Path) -> dict[str, str]:
     }
 
 
+@pytest.mark.timing
 def test_the_patch_of_a_loader_in_another_module_is_measured_and_applies(tmp_path):
     project = tmp_path / "project"
     shutil.copytree(SCENARIOS / "fix_project", project)
@@ -75,6 +76,7 @@ def test_the_patch_of_a_loader_in_another_module_is_measured_and_applies(tmp_pat
     assert f"patch written to {project / 'fix.diff'} (apply it from {project}:" in out.stdout
 
 
+@pytest.mark.timing
 def test_apply_writes_the_patch_keeps_a_backup_and_the_patched_script_is_faster(tmp_path):
     project = tmp_path / "project"
     project.mkdir()
@@ -116,6 +118,7 @@ def test_apply_writes_the_patch_keeps_a_backup_and_the_patched_script_is_faster(
     assert after.step_ms.mean < before.step_ms.mean / 1.4
 
 
+@pytest.mark.timing
 def test_a_compute_bound_script_gets_no_patch_and_says_why(tmp_path):
     shutil.copy(SCENARIOS / "tiny_mlp.py", tmp_path / "train.py")
     out = _torchdoctor(

@@ -61,11 +61,13 @@ def test_report_html_from_the_command_line(runs, tmp_path, capsys):
     assert "INPUT-BOUND" in out.read_text()
 
 
+@pytest.mark.timing
 def test_the_same_script_twice_is_no_change(runs):
     result = compare(RunRecord.load(runs["a"]), RunRecord.load(runs["a2"]))
     assert result.kind == NO_CHANGE, result
 
 
+@pytest.mark.timing
 def test_an_injected_2x_change_is_improved_one_way_and_regressed_the_other(runs, tmp_path):
     slow, fast = RunRecord.load(runs["slow"]), RunRecord.load(runs["a"])
     better = compare(slow, fast)

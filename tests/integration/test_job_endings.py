@@ -114,6 +114,7 @@ def test_a_rank_whose_process_exits_ends_the_job(tmp_path):
     assert_no_orphans(tag)
 
 
+@pytest.mark.timing
 def test_collectives_called_by_hand_are_communication(tmp_path):
     # No DDP: the script all-reduces each gradient itself (dist.all_reduce(p.grad)).
     res, record, tag = job(
@@ -123,7 +124,7 @@ def test_collectives_called_by_hand_are_communication(tmp_path):
     # --timeline in a job: a file per rank, each listed, each naming its rank as its process.
     for rank in (0, 1):
         path = tmp_path / f"t.rank{rank}.json"
-        assert f"timeline written to {path.name}" in res.stdout
+        assert f"timeline written to {path} (open it in ui.perfetto.dev)" in res.stdout
         names = [e["args"]["name"] for e in json.loads(path.read_text())["traceEvents"]
                  if e["name"] == "process_name"]  # fmt: skip
         assert len(names) == 1 and names[0].startswith(f"rank {rank}: "), names

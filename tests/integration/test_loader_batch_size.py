@@ -14,7 +14,8 @@ from torchdoctor.options import RunOptions
 from torchdoctor.process import Target, run_target
 from torchdoctor.record import BATCH_SIZE_MEASURED, RunRecord
 
-pytestmark = pytest.mark.integration
+#: Their verdicts, speedups and picks come from measured durations (`make test-load`).
+pytestmark = [pytest.mark.integration, pytest.mark.timing]
 
 #: A training loop over ``LOADER``, which each test defines.
 LOOP = """

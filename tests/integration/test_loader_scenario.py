@@ -24,6 +24,7 @@ train([sample_batch(build_loader(shuffle=False))], 1)
 
 
 @pytest.mark.integration
+@pytest.mark.timing
 @pytest.mark.filterwarnings("ignore:This DataLoader will create")
 def test_fix_is_verified_against_the_prediction():
     loader = build_loader()

@@ -21,7 +21,8 @@ from paths import SCENARIOS
 from torchdoctor.options import RunOptions
 from torchdoctor.process import Target, run_target
 
-pytestmark = pytest.mark.integration
+#: Their verdicts, speedups and picks come from measured durations (`make test-load`).
+pytestmark = [pytest.mark.integration, pytest.mark.timing]
 
 SHAPES = SCENARIOS / "shapes"
 

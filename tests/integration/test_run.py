@@ -46,6 +46,7 @@ def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.timing
 def test_input_bound_script():
     out = run(LOOP, "--getitem-ms", "15")
     rec = out.record
@@ -59,6 +60,7 @@ def test_input_bound_script():
     assert rec.loader_alone.needed_batches_per_s > rec.loader_alone.batches_per_s
 
 
+@pytest.mark.timing
 def test_compute_bound_script():
     rec = run(LOOP, "--forward-ms", "80").record
     assert rec.verdict.kind == "COMPUTE-BOUND"
@@ -66,6 +68,7 @@ def test_compute_bound_script():
     assert rec.ceiling_speedup < 1.3
 
 
+@pytest.mark.timing
 def test_host_bound_script():
     rec = run(LOOP, "--host-ms", "80").record
     assert rec.verdict.kind == "HOST-BOUND"
@@ -116,6 +119,7 @@ def test_catching_base_exception_still_ends_complete():
     assert out.record.status == "complete"
 
 
+@pytest.mark.timing
 def test_loop_without_dataloader():
     # get_batch sleeps 60 ms: the loop's own batch building is its input, and replaying what
     # get_batch returned is the model-alone counterfactual.

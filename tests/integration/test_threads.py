@@ -15,6 +15,7 @@ from torchdoctor.process import Target, run_target, verify_fix
 
 pytestmark = [
     pytest.mark.integration,
+    pytest.mark.timing,
     pytest.mark.skipif(torch.get_num_threads() < 2, reason="one thread: nothing to search"),
 ]
 

@@ -15,7 +15,8 @@ from paths import SCENARIOS
 from torchdoctor.options import TRIAL_NAMES, RunOptions, trial_list
 from torchdoctor.process import Target, run_target
 
-pytestmark = pytest.mark.integration
+#: Their verdicts, speedups and picks come from measured durations (`make test-load`).
+pytestmark = [pytest.mark.integration, pytest.mark.timing]
 
 MLP = str(SCENARIOS / "tiny_mlp.py")
 

@@ -24,7 +24,8 @@ from paths import SCENARIOS
 from torchdoctor.analysis.compare import compare
 from torchdoctor.record import RunRecord
 
-pytestmark = pytest.mark.integration
+#: Their verdicts, speedups and picks come from measured durations (`make test-load`).
+pytestmark = [pytest.mark.integration, pytest.mark.timing]
 
 SCRIPT = SCENARIOS / "whole_run.py"
 INDEX_S, INIT_S, EVAL_BATCHES, EVAL_S, SAVE_S, FLUSH_EVERY, FLUSH_S = (

@@ -22,15 +22,22 @@ stopped    torchdoctor stopped the job (its bound, Ctrl-C,          no blame
 Ranks that ran out of data at different steps while another rank still had batches are
 **uneven inputs**: the job is partial, with no rank to blame but a finding that says why.
 
+A job torchdoctor stopped whose every rank had stopped stepping long before **stalled**
+(:func:`stalled`): the rank that was not waiting in a collective then stopped first (its stack:
+:mod:`.stacks`).
+
 This module does not import torch.
 """
 
 from __future__ import annotations
 
+import re
 import signal
 from dataclasses import dataclass, field
 
 from .._errors import lost_peer
+from ..record import Finding, RunRecord, split_where
+from . import stacks
 from .endings import PEER_LEFT_NOTE
 from .stream import StreamState
 
@@ -209,3 +216,66 @@ def describe(ends: list[RankEnd], stopped_words: str = "") -> dict[int, str]:
             text = f"ended when rank {leader.rank} did at step {end.steps} (its collectives lost their peer)"
         out[end.rank] = text
     return out
+
+
+def uneven_finding(short: list[RankEnd], ends: list[RankEnd], job: RunRecord) -> Finding:
+    """Ranks that ran out of batches while another still had some: named, with the fix."""
+    first = min(short, key=lambda e: e.steps)
+    others = [e for e in ends if e.rank != first.rank]
+    longest = max(others, key=lambda e: (e.samples or 0, e.steps))
+    sizes = ""
+    if first.samples is not None and longest.samples is not None:
+        sizes = f" ({first.samples} samples against {longest.samples})"
+    title = (
+        f"uneven inputs: rank {first.rank} ran out of batches after {first.steps} steps while "
+        f"rank {longest.rank} still had some{sizes}; the ranks that go on wait in a collective "
+        "for one that is gone (with NCCL, until its timeout)"
+    )
+    fix = (
+        "give every rank the same number of batches: DataLoader(dataset, "
+        "sampler=DistributedSampler(dataset)) pads the shards to equal length (or drop_last=True "
+        "there); where ranks must see different amounts of data, run the loop under "
+        "`with torch.distributed.algorithms.Join([model]):`"
+    )
+    loader = job.loader
+    file, line = split_where(loader.created_at if loader is not None else None)
+    return Finding(kind="ddp.uneven-inputs", title=title, fix=fix, file=file, line=line,
+                   severity="critical")  # fmt: skip
+
+
+def stalled(
+    job: RunRecord, states: list[StreamState], where: dict[int, stacks.StoppedAt], at: float
+) -> None:
+    """Where each rank was when torchdoctor stopped the job; when every rank had stopped
+    stepping, the job stalled: the rank that was not waiting in a collective stopped first,
+    and the verdict says so instead of judging stale steps."""
+    report = job.distributed
+    if report is None:
+        return
+    for rank in report.ranks:
+        if rank.rank in where:
+            rank.stopped_at = where[rank.rank].words()
+            rank.in_collective = where[rank.rank].in_collective
+    gaps = {int(s.hello["rank"]): stacks.stalled_for(s.logged, at) for s in states if s.hello}
+    if not where or not gaps or any(g is None for g in gaps.values()):
+        return  # some rank was still stepping: the job was stopped, not stalled
+    steps = {e.rank: e.steps for e in rank_ends(states, {}, "stopped")}
+    stuck = sorted(r for r, w in where.items() if not w.in_collective)
+    waiting = sorted(r for r, w in where.items() if w.in_collective)
+    if stuck:
+        first = stuck[0]
+        text = (
+            f"the job stalled: rank {first} stopped stepping at step {steps.get(first, '?')}, at "
+            f"{where[first].words()}"
+        )
+        if waiting:
+            text += f"; rank(s) {', '.join(map(str, waiting))} waited for it in a collective"
+        fix = f"find why rank {first} stops at {where[first].where}"
+    else:
+        text = "the job stalled: every rank was waiting in a collective (a mismatched collective?)"
+        fix = "check that every rank calls the same collectives in the same order"
+    job.notes.insert(0, f"{text} until torchdoctor stopped it")
+    if job.verdict is not None:  # the steps before the stall are not called balanced
+        before = re.sub(r"^the \d+ ranks are balanced[^;]*; ", "", job.verdict.why)
+        job.verdict.why = f"{text}; in the steps measured before: {before}"
+        job.verdict.next = f"{fix}; then run torchdoctor again"

@@ -88,7 +88,13 @@ def render_fix(record: RunRecord, trial: FixTrial, console: Console | None = Non
         console.print(Panel(grid, title="fix", title_align="left", border_style="green"))
         return
     grid.add_row("Injected", f"{_one_line(trial.code)}  (no code edited)")
-    if trial.verified_speedup is not None:
+    before = record.step_ms.mean if record.step_ms else None
+    if trial.verified_speedup is not None and not trial.judgement and before:
+        # a record from before the fix was judged: one re-run against the diagnosis
+        after = trial.after_step_ms or 0.0
+        text = f"{trial.verified_speedup:.2f}x  (mean step {before:.1f} ms -> {after:.1f} ms)"
+        grid.add_row("Verified", Text(text, style=GOOD))
+    elif trial.verified_speedup is not None:
         grid.add_row("Verified", fix_verdict_text(trial))
     else:
         grid.add_row("Verified", Text("the re-run measured no step", style=BAD))
@@ -114,7 +120,7 @@ def fix_verdict_text(trial: FixTrial) -> Text:
     rounds = f" over {trial.rounds} alternated rounds" if trial.rounds else ""
     if trial.judgement == "REGRESSED":
         return Text(f"slower: {speedup:.2f}x ({noise}){steps}{rounds}", style=BAD)
-    if trial.judgement == "IMPROVED" or not trial.judgement:
+    if trial.judgement == "IMPROVED":
         return Text(f"{speedup:.2f}x faster ({noise}){steps}{rounds}", style=GOOD)
     return Text(
         f"no clear gain: {speedup:.2f}x ({noise}){steps}{rounds}: within what two runs of the "

@@ -19,6 +19,9 @@ from torchdoctor.capture._session import CaptureSession, StopRun
 from torchdoctor.options import RunOptions
 from torchdoctor.record import INPUT_BOUND, RunRecord
 
+#: Seconds each: left out of `make test-fast`.
+pytestmark = pytest.mark.slow
+
 BUILD_S = 0.04
 TOKENS = np.arange(10_000, dtype=np.uint16) % 97
 

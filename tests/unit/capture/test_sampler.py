@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from torchdoctor.capture._sampler import SystemSampler
 
 
@@ -27,6 +29,7 @@ def test_run_shorter_than_one_interval_still_gets_a_sample():
     assert usage.samples == 1
 
 
+@pytest.mark.slow
 def test_other_processes_cpu_is_told_from_the_scripts_own():
     import os
     import signal

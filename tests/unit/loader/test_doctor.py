@@ -12,6 +12,9 @@ from torch.utils.data import DataLoader, Dataset
 from torchdoctor.loader import diagnose_loader
 from torchdoctor.record import RunRecord, SweepPoint, WorkerSweep
 
+#: Seconds each: left out of `make test-fast`.
+pytestmark = pytest.mark.slow
+
 
 class Photos(Dataset):
     def __init__(self, n: int = 400) -> None:

@@ -23,6 +23,9 @@ from torchdoctor.loader import (
 )
 from torchdoctor.record import BatchLeaf
 
+#: Seconds each: left out of `make test-fast`.
+pytestmark = pytest.mark.slow
+
 
 def seed_000_batch() -> list[BatchLeaf]:
     """Seed 000's Cityscapes batch: 32 RGB 512x512 float32 images normalised on the CPU and

@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from torchdoctor.loader import is_compose_like, measure_getitem_costs, transform_findings
+
+#: Seconds each: left out of `make test-fast`.
+pytestmark = pytest.mark.slow
 
 
 class Blur(nn.Module):

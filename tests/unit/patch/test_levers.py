@@ -13,6 +13,9 @@ from diffs import assert_applies
 from torchdoctor.patch import Project, plan, plan_lever
 from torchdoctor.record import RunRecord, Trial
 
+#: Seconds each: left out of `make test-fast`.
+pytestmark = pytest.mark.slow
+
 TRAIN = """\
 import torch
 from torch import nn

@@ -14,6 +14,9 @@ from torch import nn
 import torchdoctor
 from torchdoctor import EMA
 
+#: Seconds each: left out of `make test-fast`.
+pytestmark = pytest.mark.slow
+
 
 class Net(nn.Module):
     """A linear layer and a BatchNorm: float parameters, float buffers and an int64 buffer."""

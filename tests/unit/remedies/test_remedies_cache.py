@@ -31,6 +31,9 @@ from torchdoctor.remedies import (
 )
 from torchdoctor.remedies._sources import ImageOptions, preprocess_pil
 
+#: Seconds each: left out of `make test-fast`.
+pytestmark = pytest.mark.slow
+
 HERE = TESTS
 
 

@@ -16,6 +16,9 @@ from test_remedies_cache import make_folder  # noqa: E402
 from torchdoctor.cli import main as cli_main  # noqa: E402
 from torchdoctor.remedies import CachedDataset, CacheError, build_cache  # noqa: E402
 
+#: Seconds each: left out of `make test-fast`.
+pytestmark = pytest.mark.slow
+
 KEYS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
 
 
