@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -17,6 +14,7 @@ sys.path.insert(0, str(HERE))
 # Scenario modules (slow_transform, ...) are imported by unit tests and benchmarks alike.
 sys.path.insert(1, str(HERE / "scenarios"))
 
+from hog import start_hog, stop_hog  # noqa: E402
 from hygiene import snapshot, wait_for_children, warm_up_torch  # noqa: E402
 
 warm_up_torch()
@@ -62,18 +60,11 @@ def cpu_hog(request: pytest.FixtureRequest):
     if not request.config.getoption("--cpu-hog"):
         yield None
         return
-    started = subprocess.run(
-        ["sh", "-c", f"'{sys.executable}' -c 'while True: pass' >/dev/null 2>&1 & echo $!"],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    pid = int(started.stdout.split()[0])
+    pid = start_hog()
     try:
         yield pid
     finally:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
+        stop_hog(pid)
 
 
 @pytest.fixture

@@ -320,6 +320,14 @@ def _cmd_report(args: argparse.Namespace) -> int:
         raise TorchdoctorError(
             str(exc), "pass a file written by `torchdoctor run --json`"
         ) from None
+    from .analysis.compare import impossible_steps, step_times
+
+    bad = impossible_steps(step_times(record))
+    if bad:
+        raise TorchdoctorError(
+            f"{args.path}: the record has {bad}",
+            "re-run the diagnosis with --json; report and compare only records of measured runs",
+        )
     if args.html is not None:
         check_output_file(args.html, "--html", example="run.html")
     try:

@@ -228,17 +228,24 @@ CASES: list[Case] = [
         files={"t.json": GOOD_TRACE},
     ),
     Case(
-        # The loader checks types, not values: a NaN step time is a float the renderer cannot
-        # turn into a bar, and that is still a message, not a traceback.
-        "report-unshowable-value",
+        # The loader checks types, not values: a NaN or a 1e300 ms step is a float, and an
+        # impossible one: refused with what is wrong, as compare refuses it.
+        "report-impossible-value",
         ("report", "r.json"),
         EXIT_USAGE,
-        "r.json: the record holds a value that cannot be shown",
+        "r.json: the record has impossible step times (nan ms among 1 of 1)",
         files={
             "r.json": '{"schema_version": 2, "steps": {"step_ms": [NaN], "forward_ms": [1.0]}, '
             '"parts_ms": {"forward": {"median": 1, "p90": 1, "mean": 1, "min": 1, "max": 1, '
             '"count": 1}}}'
         },
+    ),
+    Case(
+        "report-a-step-of-1e300-ms",
+        ("report", "r.json"),
+        EXIT_USAGE,
+        "r.json: the record has impossible step times (1e+300 ms among 2 of 2)",
+        files={"r.json": '{"schema_version": 2, "steps": {"step_ms": [1e300, 1e300]}}'},
     ),
     Case("report-missing", ("report", "nope.json"), EXIT_USAGE, "nope.json: no such file"),
     Case(

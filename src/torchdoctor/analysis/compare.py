@@ -109,6 +109,18 @@ class Comparison:
         return asdict(self)
 
 
+def impossible_steps(steps: list[float]) -> str:
+    """What is impossible about a record's step times (not finite, zero or negative, longer than
+    a day), in words; ``""`` when nothing is. ``compare`` and ``report`` refuse such records."""
+    bad = [x for x in steps if not (math.isfinite(x) and 0.0 < x <= MAX_STEP_MS)]
+    if not bad:
+        return ""
+    return (
+        f"impossible step times ({bad[0]!r} ms among {len(bad)} of {len(steps)}): it is "
+        "damaged or was not written by torchdoctor"
+    )
+
+
 class CompareError(ValueError):
     """The two records cannot be compared (no steps)."""
 
@@ -119,12 +131,9 @@ def compare(a: RunRecord, b: RunRecord) -> Comparison:
     for name, steps in (("A", a_steps), ("B", b_steps)):
         if len(steps) < 2:
             raise CompareError(f"record {name} has {len(steps)} measured step(s); 2 are needed")
-        bad = [x for x in steps if not (math.isfinite(x) and 0.0 < x <= MAX_STEP_MS)]
+        bad = impossible_steps(steps)
         if bad:
-            raise CompareError(
-                f"record {name} has impossible step times ({bad[0]!r} ms among "
-                f"{len(bad)} of {len(steps)}): it is damaged or was not written by torchdoctor"
-            )
+            raise CompareError(f"record {name} has {bad}")
     differences, like = _differences(a, b)
     scale, measure, notes = _scale(a, b)
     verdict = judge(a_steps, b_steps, scale)

@@ -31,10 +31,7 @@ def test_run_shorter_than_one_interval_still_gets_a_sample():
 
 @pytest.mark.slow
 def test_other_processes_cpu_is_told_from_the_scripts_own():
-    import os
-    import signal
-    import subprocess
-    import sys
+    from hog import start_hog, stop_hog
 
     # This process busy: its own CPU, not the machine's load.
     sampler = SystemSampler(interval_s=0.1)
@@ -45,11 +42,7 @@ def test_other_processes_cpu_is_told_from_the_scripts_own():
     own = sampler.stop()
     # Another process busy while this one sleeps: the machine is busy. The hog is no child of
     # this process (a child would be the script's own, e.g. a DataLoader worker).
-    started = subprocess.run(
-        ["sh", "-c", f"'{sys.executable}' -c 'while True: pass' >/dev/null 2>&1 & echo $!"],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    hog = int(started.stdout.split()[0])
+    hog = start_hog()
     try:
         time.sleep(0.5)  # the hog is running
         sampler = SystemSampler(interval_s=0.1)
@@ -57,7 +50,7 @@ def test_other_processes_cpu_is_told_from_the_scripts_own():
         time.sleep(1.5)
         busy = sampler.stop()
     finally:
-        os.kill(hog, signal.SIGKILL)
+        stop_hog(hog)
     assert busy.others_cpu_cores >= 0.6, busy.others_cpu_cores
     # The machine's busy cores less the others' leave this process's busy loop (whatever else
     # runs beside the test, the loop got a good part of a core).

@@ -1,0 +1,25 @@
+"""A process that busy-loops on one core: a loaded machine for the tests (``--cpu-hog``)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+
+def start_hog() -> int:
+    """Start the hog; its pid. It is no child of this process (a capture counts the script's
+    children, e.g. DataLoader workers, as the script's own)."""
+    started = subprocess.run(
+        ["sh", "-c", f"'{sys.executable}' -c 'while True: pass' >/dev/null 2>&1 & echo $!"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return int(started.stdout.split()[0])
+
+
+def stop_hog(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
