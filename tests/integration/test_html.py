@@ -28,12 +28,14 @@ RUN_SECTIONS = ("verdict", "steps", "counterfactuals", "sweep", "transforms", "m
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """The same input-bound loop twice (2 ms per sample), and once with samples twice as slow.
+    """The same input-bound loop twice (20 ms per sample), and once with samples twice as slow.
     A first run, not compared, takes the cold start (file cache, imports): the first of two
-    runs measured 1.10x slower than the second once, past the 10% allowance."""
+    runs measured 1.10x slower than the second once, past the 10% allowance. The samples' sleep
+    dominates the step even beside a busy process (`make test-load`): at 2 ms per sample the
+    model's step, slowed by a CPU hog to about 37 ms, left the injected 2x at 1.14x."""
     tmp = tmp_path_factory.mktemp("runs")
     out = {}
-    for name, ms in (("cold", "2"), ("a", "2"), ("a2", "2"), ("slow", "4")):
+    for name, ms in (("cold", "20"), ("a", "20"), ("a2", "20"), ("slow", "40")):
         path = tmp / f"{name}.json"
         status = main(["run", "--quiet", "--steps", "12", "--warmup", "2", "--json", str(path),
                        "--timeline", str(tmp / f"{name}.timeline.json"), "--",

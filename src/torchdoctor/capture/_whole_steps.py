@@ -91,17 +91,36 @@ class SteadySteps:
 
     def _attribute(self, excess: int, gap: dict[tuple, int] | None) -> bool:
         """Share a slow step's excess among what its stretch's samples saw; True when most of it
-        went to the user's own functions (time between steps)."""
+        went to the user's own functions (time between steps).
+
+        A place of the user's gets the time it was sampled beyond what it takes in a steady step
+        (a flush of 150 ms in a step of 50 ms gets its 150 ms, not three quarters of them); what
+        is left goes to the rest by its samples. On a busy machine the step's own share of the
+        stretch grows, and a share by samples alone undercounts the place."""
         if not gap:
             self.excess[("unsampled",)] = self.excess.get(("unsampled",), 0.0) + excess
             return False
-        seen = sum(gap.values())
-        for key, ns in gap.items():
-            self.excess[key] = self.excess.get(key, 0.0) + excess * ns / seen
+        steady = self.steady_steps or 1
+        beyond = {
+            key: max(ns - self.steady_places.get(key, 0) / steady, 0.0)
+            for key, ns in gap.items()
+            if len(key) == 4
+        }
+        placed = sum(beyond.values())
+        scale = min(1.0, excess / placed) if placed > 0 else 0.0
+        shares = {key: ns * scale for key, ns in beyond.items() if ns > 0}
+        rest = excess - sum(shares.values())
+        others = {key: ns for key, ns in gap.items() if key not in shares}
+        pool = others if sum(others.values()) > 0 else gap  # the rest is never lost
+        seen = sum(pool.values())
+        for key, ns in pool.items() if seen > 0 and rest > 0 else ():
+            shares[key] = shares.get(key, 0.0) + rest * ns / seen
+        for key, share in shares.items():
+            self.excess[key] = self.excess.get(key, 0.0) + share
             self.excess_gaps[key] = self.excess_gaps.get(key, 0) + 1
         if len(self.excess) > MAX_PLACES:
             fold(self.excess)
-        return sum(ns for key, ns in gap.items() if len(key) == 4) * 2 > seen
+        return sum(v for key, v in shares.items() if len(key) == 4) * 2 > excess
 
     def in_step(self) -> list[list[Any]]:
         """Places the steady steps run as much as the slow ones: the step's own code (a loss,
