@@ -1,8 +1,9 @@
 """Where the script was when torchdoctor stopped it: each process's Python stack at that moment.
 
-The script's process registers :mod:`faulthandler` on ``SIGUSR1`` (:func:`arm`), writing every
+The script's process registers :mod:`faulthandler` on a signal of its own (:data:`ASK`, a
+real-time one on Linux; :func:`arm`), writing every
 thread's stack to a file of its own (``stack.PID.txt``) in the parent's run folder. Before
-it stops a run (the ``--max-seconds`` bound, a signal), the parent sends ``SIGUSR1`` to each
+it stops a run (the ``--max-seconds`` bound, a signal), the parent sends that signal to each
 script process (:func:`dump`): faulthandler writes from its C signal handler, so a process
 blocked in native code (a collective waiting for a peer, a ``time.sleep``) still answers. The
 parent then reads the main thread's stack (:func:`read`): the user's innermost frame, and
@@ -23,6 +24,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+#: The signal that asks for the stacks: a real-time one where there are (SIGUSR1 and SIGUSR2 are
+#: the scripts' own: Lightning and SLURM requeue on SIGUSR1), else SIGUSR1.
+ASK = (
+    getattr(signal, "SIGRTMIN", 0) + 7
+    if hasattr(signal, "SIGRTMIN")
+    else getattr(signal, "SIGUSR1", 0)
+)
 #: How long the parent waits for the stacks to be written.
 DUMP_WAIT_S = 0.5
 
@@ -53,15 +61,15 @@ class StoppedAt:
 
 
 def arm(folder: str | os.PathLike[str]) -> None:
-    """In the script's process: write every thread's stack into ``folder`` on ``SIGUSR1``. The
+    """In the script's process: write every thread's stack into ``folder`` on :data:`ASK`. The
     file stays open for the life of the process."""
-    if not hasattr(signal, "SIGUSR1"):
+    if not ASK:
         return
     import faulthandler
 
     try:
         out = open(Path(folder) / f"stack.{os.getpid()}.txt", "w", encoding="utf-8")  # noqa: SIM115
-        faulthandler.register(signal.SIGUSR1, file=out, all_threads=True)
+        faulthandler.register(ASK, file=out, all_threads=True)
     except (OSError, RuntimeError, ValueError):
         return
     _kept.append(out)
@@ -75,7 +83,7 @@ def dump(pids: list[int]) -> None:
     asked = False
     for pid in pids:
         try:
-            os.kill(pid, signal.SIGUSR1)
+            os.kill(pid, ASK)
             asked = True
         except (OSError, AttributeError):
             continue

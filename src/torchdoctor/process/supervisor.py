@@ -89,7 +89,7 @@ def run_supervised(
 
         def ask_where() -> None:
             if reader.state.step_log is None:
-                return  # not armed yet (SIGUSR1's default would end the process)
+                return  # not armed yet (the signal's default would end the process)
             asked.append(time.monotonic())
             stacks.dump([proc.pid])
 
