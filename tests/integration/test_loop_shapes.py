@@ -47,12 +47,14 @@ def test_manual_sgd_with_accumulation_counts_one_step_per_update():
 
 
 def test_batches_built_in_the_loop_are_input():
-    out = run("built_batches.py", "--build-ms", "150", "--batch", "2", "--block", "8", steps=4)
+    # 400 ms builds: beside a busy process (make test-load) the model's step grew to 300 ms and
+    # two 150 ms builds made input exactly half of the step.
+    out = run("built_batches.py", "--build-ms", "400", "--batch", "2", "--block", "8", steps=4)
     rec = out.record
     assert out.exit_status == 0, rec.notes
     assert rec.step_boundary == "optimizer"
     assert [b.split(" ")[0] for b in rec.built_inputs] == ["get_batch"]
-    # Two 150 ms builds per step (two micro-steps) against a tiny model: input dominates, and
+    # Two 400 ms builds per step (two micro-steps) against a tiny model: input dominates, and
     # replaying the built batches removes it.
     assert rec.verdict.kind == "INPUT-BOUND"
     assert rec.verdict.shares["input"] > 0.5
