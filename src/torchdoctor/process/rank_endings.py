@@ -153,10 +153,10 @@ def words(end: RankEnd, stopped_words: str = "") -> str:
         return f"its script ended on its own after {end.steps} steps (its data ran out)"
     if end.ending == "raised":
         if end.status == "internal-error":
-            return f"torchdoctor failed in this rank {at}"
+            return f"hit a failure of torchdoctor's own {at}"
         return f"raised {end.exception} {at}"
     if end.ending == "exited":
-        return f"its script exited (sys.exit) with an error status {at}"
+        return f"exited (sys.exit) with an error status {at}"
     if end.ending == "killed":
         return f"{killed_words(end.exitcode)} {at}"
     if end.ending == "stopped":
