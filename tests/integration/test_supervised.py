@@ -100,7 +100,7 @@ CASES = [
         ["--max-seconds", "12"],
         5,
         "timed-out",
-        "stalls.py:18 in <module> (time.sleep(3600))",
+        "stalls.py:10 in <module> (time.sleep(3600))",
         9,
     ),
     Case(

@@ -314,7 +314,9 @@ def job_outcome(
         job.notes.insert(0, job.findings[0].title)
     lead = f"rank {cause.rank} {how[cause.rank]}" if cause is not None else ""
     if short and not lead:
-        lead = f"uneven inputs: rank {short[0].rank} ran out of batches first"
+        lead = (
+            f"uneven inputs: rank {min(short, key=lambda e: e.steps).rank} ran out of batches first"
+        )
     if lead and job.verdict is not None:  # the failure leads; the steps before it follow
         job.verdict.why = f"{lead}; {job.verdict.why}"
     status = EXIT_OK if job.measured_steps else EXIT_NO_TRAINING

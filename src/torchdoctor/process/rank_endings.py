@@ -140,7 +140,7 @@ def uneven(ends: list[RankEnd]) -> list[RankEnd]:
         return []
     most = max(e.steps for e in ends)
     went_on = any(e.ending == "follower" for e in ends) or any(e.steps < most for e in ran_out)
-    return [e for e in ran_out if e.steps < most or went_on] if went_on else []
+    return ran_out if went_on else []
 
 
 def words(end: RankEnd, stopped_words: str = "") -> str:
