@@ -12,7 +12,7 @@ import io
 
 from rich.console import Console
 
-from torchdoctor.demo import demo, speedup
+from torchdoctor.cli.demo.runner import demo, speedup
 
 
 def main() -> None:

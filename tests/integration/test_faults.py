@@ -583,12 +583,12 @@ def test_a_refused_probe_names_the_directory_and_the_reason(tmp_path, monkeypatc
 
 def test_a_bug_of_ours_is_status_4_with_its_traceback_and_please_report(monkeypatch, capsys):
     """The one place "please report" belongs: an exception that is no TorchdoctorError."""
-    import torchdoctor.cli as cli
+    import torchdoctor.cli.report as report
 
     def broken(args):
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(cli, "_cmd_report", broken)
+    monkeypatch.setattr(report, "_cmd_report", broken)
     assert main(["report", "anything.json"]) == EXIT_INTERNAL
     err = capsys.readouterr().err
     assert "RuntimeError: a bug" in err and "Traceback (most recent call last)" in err

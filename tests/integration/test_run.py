@@ -424,7 +424,7 @@ def test_batch_copies_count_as_to_device():
 
 
 def test_seed_004_loss_lines_are_found_and_a_clean_loop_has_none(tmp_path):
-    from torchdoctor.demo import DEMO_SCRIPT, generate_images
+    from torchdoctor.cli.demo.runner import DEMO_SCRIPT, generate_images
 
     images = generate_images(tmp_path / "images", per_class=4, size=32)
     rec = run_target(

@@ -9,12 +9,14 @@ import pickle
 import pytest
 
 from torchdoctor import cli
+from torchdoctor.cli._target import target_args
+from torchdoctor.cli.main import script_commands, split_script_args
 from torchdoctor.options import Flag, RunOptions, add_flags, flags, from_args
 
 
 def _parse(argv: list[str], parser: argparse.ArgumentParser | None = None) -> argparse.Namespace:
     parser = parser or cli.build_parser()
-    return parser.parse_args(cli._split_script_args(argv, parser))
+    return parser.parse_args(split_script_args(argv, parser))
 
 
 def _script(args: argparse.Namespace) -> list[str]:
@@ -50,7 +52,7 @@ def test_the_value_taking_flags_come_from_the_parser():
     takes_value = {"--steps", "--warmup", "--json", "--sync-steps", "--trace", "--max-seconds"}
     takes_value |= {"--nproc-per-node", "--nnodes", "--node-rank", "--rdzv-endpoint", "--try"}
     takes_value |= {"--html", "--timeline"}
-    commands = cli._script_commands(cli.build_parser())
+    commands = script_commands(cli.build_parser())
     fix = takes_value | {"--out", "--rounds"}
     assert commands == {"run": takes_value, "loader": takes_value, "fix": fix}
 
@@ -69,13 +71,13 @@ def _parser_for(cls: type[RunOptions]) -> argparse.ArgumentParser:
     sub = parser.add_subparsers()
     run = sub.add_parser("run")
     add_flags(run, cls)
-    cli._target_args(run)
+    target_args(run)
     return parser
 
 
 def test_a_new_field_is_a_new_flag_whose_value_is_not_taken_for_the_script():
     parser = _parser_for(_MoreOptions)
-    assert "--batch-scale" in cli._script_commands(parser)["run"]
+    assert "--batch-scale" in script_commands(parser)["run"]
     args = _parse(["run", "--batch-scale", "7", "train.py", "--lr", "1"], parser)
     options = from_args(args, _MoreOptions)
     assert isinstance(options, _MoreOptions) and options.batch_scale == 7

@@ -36,7 +36,7 @@ def _under(path: str, folder: str | None) -> bool:
 
 _TORCH_DIR = _package_dir("torch")
 _TORCHDOCTOR_DIR = _norm(os.path.dirname(os.path.dirname(__file__)))
-_SCENARIOS_DIR = os.path.join(_TORCHDOCTOR_DIR, "scenarios")
+_SCENARIOS_DIR = os.path.join(_TORCHDOCTOR_DIR, "cli", "demo", "scenarios")
 _STDLIB_DIRS = tuple(
     {_norm(p) for key in ("stdlib", "platstdlib") if (p := sysconfig.get_paths().get(key))}
 )

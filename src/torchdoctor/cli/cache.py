@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ._errors import EXIT_USAGE, TorchdoctorError
-from .options import non_negative_int, positive_int
+from .._errors import EXIT_USAGE, TorchdoctorError
+from ..options import non_negative_int, positive_int
 
 
 def add_cache(sub: argparse._SubParsersAction) -> None:
@@ -69,7 +69,7 @@ def add_cache(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_cache_build(args: argparse.Namespace) -> int:
-    from .remedies import build_cache
+    from ..remedies import build_cache
 
     build_cache(
         args.source,
@@ -89,7 +89,7 @@ def _cmd_cache_build(args: argparse.Namespace) -> int:
 def _cmd_cache_info(args: argparse.Namespace) -> int:
     import json
 
-    from .remedies import open_manifest
+    from ..remedies import open_manifest
 
     manifest = open_manifest(args.dest)
     if args.json:
@@ -114,7 +114,7 @@ def _cmd_cache_info(args: argparse.Namespace) -> int:
 
 
 def _cmd_cache_verify(args: argparse.Namespace) -> int:
-    from .remedies import CachedDataset
+    from ..remedies import CachedDataset
 
     dataset = CachedDataset(args.dest)
     problems = dataset.verify()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from ._errors import TorchdoctorError
-from ._paths import check_output_file
+from .._errors import TorchdoctorError
+from .._paths import check_output_file
 
 
 def add_compare(sub: argparse._SubParsersAction) -> None:
@@ -28,9 +28,9 @@ def add_compare(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from .analysis.compare import CompareError, compare
-    from .record import RecordError, RunRecord, write_json_atomic
-    from .report.compare import render_comparison, write_comparison_html
+    from ..analysis.compare import CompareError, compare
+    from ..record import RecordError, RunRecord, write_json_atomic
+    from ..report.compare import render_comparison, write_comparison_html
 
     for path, flag in ((args.json, "--json"), (args.html, "--html")):
         if path is not None:

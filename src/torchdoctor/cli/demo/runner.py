@@ -19,14 +19,14 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from ._errors import EXIT_OK
-from ._optional import require
-from .options import RunOptions
-from .process import Target
-from .process.inprocess import run_target, user_traceback
-from .record import RunRecord
-from .report.progress import ProgressDisplay
-from .report.terminal import render
+from ..._errors import EXIT_OK
+from ..._optional import require
+from ...options import RunOptions
+from ...process import Target
+from ...process.inprocess import run_target, user_traceback
+from ...record import RunRecord
+from ...report.progress import ProgressDisplay
+from ...report.terminal import render
 
 DEMO_SCRIPT = Path(__file__).parent / "scenarios" / "demo_train.py"
 #: 10 classes x 48 images: 15 batches of 32 per epoch, enough for warmup and 20 measured steps.
@@ -77,8 +77,8 @@ def run_demo(
     diagnoses and the measured speedup there."""
     result = demo(json_dir, steps, workdir)
     if result.ok and html is not None:
-        from .analysis.compare import compare
-        from .report.compare import write_comparison_html
+        from ...analysis.compare import compare
+        from ...report.compare import write_comparison_html
 
         assert result.before is not None and result.after is not None
         path = write_comparison_html(
@@ -104,7 +104,7 @@ def demo(
 
 
 def _run_in(work: Path, json_dir: str | None, steps: int, console: Console) -> DemoResult:
-    from .remedies import build_cache
+    from ...remedies import build_cache
 
     result = DemoResult()
     seconds = result.seconds
@@ -183,8 +183,8 @@ def _diagnose(target: Target, steps: int, console: Console, title: str) -> RunRe
 def _patch(target: Target, steps: int, before: RunRecord, work: Path, console: Console) -> None:
     """``torchdoctor fix`` on the diagnosed script: the patch planned, measured against the
     script as written, shown with its diff (``before.patch``)."""
-    from .patch import patch_record
-    from .report.patch import patch_section
+    from ...patch import patch_record
+    from ...report.patch import patch_section
 
     console.print(
         "each measured remedy is written at its place in train.py, then the patched script runs "
