@@ -10,7 +10,23 @@ import threading
 import pytest
 
 from torchdoctor.capture import lower_thread_priority
-from torchdoctor.process.stream import StepLog, StreamReader, StreamWriter, read_step_log
+from torchdoctor.process.stream import (
+    MESSAGES,
+    Failed,
+    Final,
+    Hello,
+    Progress,
+    Seen,
+    Snapshot,
+    StepLog,
+    StepLogAt,
+    StreamReader,
+    StreamWriter,
+    Whole,
+    decode,
+    encode,
+    read_step_log,
+)
 from torchdoctor.record import STEP_PARTS
 from torchdoctor.report.timeline import phases_of_parts, timeline
 
@@ -56,9 +72,9 @@ def test_the_reader_keeps_the_steps_logged_after_the_last_snapshot(tmp_path):
     read_fd, write_fd = os.pipe()
     reader = StreamReader(read_fd)
     writer = StreamWriter(write_fd)
-    writer.send("steplog", path=log.path)
+    writer.send(StepLogAt(log.path))
     log.append("measure", 1, _parts(1.0))
-    writer.send("snapshot", record={}, logged=log.count)
+    writer.send(Snapshot({}, log.count))
     log.append("measure", 1, _parts(2.0))
     log.append("model-alone", 0, _parts(3.0))
     writer.close()  # the process ended: the reader reads the log
@@ -94,3 +110,27 @@ def test_a_timeline_from_logged_parts_lays_them_end_to_end_from_the_steps_start(
         ("data_wait", 5000.0, 2000.0),
         ("forward", 7000.0, 1000.0),
     ]
+
+
+def test_every_message_reads_back_as_itself_and_strangers_are_dropped():
+    sent = [
+        Hello(rank=1, local_rank=1, world_size=2, pid=42),
+        StepLogAt("/tmp/steps.42"),
+        Snapshot({"status": "running"}, logged=3),
+        Progress("measure", 2, 20, detail=None),
+        Seen({"optimizer_steps": 5}),
+        Whole({"steps": 7}),
+        Final({"status": "complete"}, 0, ["Traceback", "ValueError: x"]),
+        Failed("no such script", "check the path", exit_status=2),
+    ]
+    assert {type(m) for m in sent} == set(MESSAGES.values())  # one of each kind
+    assert [decode(encode(m)) for m in sent] == sent
+    # not ours: no kind, an unknown kind, a field missing or one too many, not JSON
+    for line in (
+        b'{"rank": 1}\n',
+        b'{"t": "gossip"}\n',
+        b'{"t": "hello", "rank": 1}\n',
+        b'{"t": "steplog", "path": "x", "size": 3}\n',
+        b"garbage\n",
+    ):
+        assert decode(line) is None

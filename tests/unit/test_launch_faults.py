@@ -7,7 +7,7 @@ import signal
 
 from torchdoctor.process.endings import PEER_LEFT_NOTE
 from torchdoctor.process.rank_endings import describe, first_cause, rank_ends, uneven
-from torchdoctor.process.stream import StreamState
+from torchdoctor.process.stream import Final, Hello, StreamState
 
 PEER_LOST = ["RuntimeError: [gloo/transport/tcp/pair.cc:553] Connection closed by peer\n"]
 
@@ -21,13 +21,13 @@ def rank(
     notes: list[str] | None = None,
 ) -> StreamState:
     """A rank's stream: its last word (``status`` None: none came) and when it ended."""
-    state = StreamState(hello={"rank": n, "local_rank": n, "world_size": 2, "pid": 1})
+    state = StreamState(hello=Hello(rank=n, local_rank=n, world_size=2, pid=1))
     if status is None:
         state.closed_at = at
         state.snapshot = {"seen": {"optimizer_steps": steps}}
     else:
         record = {"status": status, "seen": {"optimizer_steps": steps}, "notes": notes or []}
-        state.final = {"record": record, "traceback": traceback or []}
+        state.final = Final(record, exit_status=1, traceback=traceback or [])
         state.final_at = at
     return state
 

@@ -21,7 +21,20 @@ from typing import Any
 
 from ..record import phase_names
 from .stacks import arm
-from .stream import LOGGED_PHASES, STREAM_ENV, StepLog, StreamWriter
+from .stream import (
+    LOGGED_PHASES,
+    STREAM_ENV,
+    Failed,
+    Final,
+    Hello,
+    Progress,
+    Seen,
+    Snapshot,
+    StepLog,
+    StepLogAt,
+    StreamWriter,
+    Whole,
+)
 
 #: Seconds between two reports of what the capture saw (for a script that never steps).
 SEEN_INTERVAL_S = 1.0
@@ -46,11 +59,12 @@ def main(argv: list[str]) -> int:
     writer = StreamWriter(int(argv[1]) if argv[1] != "-" else _connect(os.environ[STREAM_ENV]))
     if argv[1] == "-":
         writer.send(
-            "hello",
-            rank=int(os.environ.get("RANK", "0")),
-            local_rank=int(os.environ.get("LOCAL_RANK", "0")),
-            world_size=int(os.environ.get("WORLD_SIZE", "1")),
-            pid=os.getpid(),
+            Hello(
+                rank=int(os.environ.get("RANK", "0")),
+                local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+                world_size=int(os.environ.get("WORLD_SIZE", "1")),
+                pid=os.getpid(),
+            )
         )
     arm(Path(spec_path).parent)  # where it was when stopped: its stack, on the parent's ask
     try:
@@ -79,7 +93,7 @@ def _run(spec: dict[str, Any], writer: StreamWriter, log_path: str) -> int:
     # MAX_LOGGED_STEPS (a few MB).
     capacity = min(len(LOGGED_PHASES) * options.steps + 64, MAX_LOGGED_STEPS)
     log = StepLog(log_path, capacity=capacity)
-    writer.send("steplog", path=log.path)
+    writer.send(StepLogAt(log.path))
     shown: list[Any] = [None, 0.0]  # the phase last shown, and when
 
     def progress(phase: str, done: int, total: int) -> None:
@@ -90,8 +104,8 @@ def _run(spec: dict[str, Any], writer: StreamWriter, log_path: str) -> int:
         shown[0], shown[1] = phase, now
         session = live.get("session")
         whole = session.whole if session is not None else None
-        detail = {"detail": whole.status_words()} if whole is not None else {}
-        writer.send("progress", phase=phase, done=done, total=total, **detail)
+        detail = whole.status_words() if whole is not None else None
+        writer.send(Progress(phase, done, total, detail))
 
     def listen(event: str, session: Any, phase: Any, step: Any) -> None:
         live["session"] = session
@@ -100,17 +114,17 @@ def _run(spec: dict[str, Any], writer: StreamWriter, log_path: str) -> int:
         trials = len(session.data.trials)
         if event == "phase" or trials != live.get("trials", trials):
             record = build_record(session, command, "running", snapshot=True)
-            writer.send("snapshot", record=record.to_dict(), logged=log.count)
+            writer.send(Snapshot(record.to_dict(), log.count))
         live["trials"] = trials
         if event == "step" and session.whole is not None:
             if not live.get("window") and len(session.data.measured) >= options.steps:
                 live["window"] = True  # the measured steps and the loader, for a killed run
                 record = build_record(session, command, "running", snapshot=True)
-                writer.send("snapshot", record=record.to_dict(), logged=log.count)
+                writer.send(Snapshot(record.to_dict(), log.count))
             now = time.monotonic()
             if now - live.get("whole_at", 0.0) >= WHOLE_INTERVAL_S:  # between two steps
                 live["whole_at"] = now
-                writer.send("whole", summary=session.whole.summary(final=False))
+                writer.send(Whole(session.whole.summary(final=False)))
         if event == "step" and phase.name in LOGGED_PHASES:
             log.append(
                 phase.name, step.batches, parts_from_marks(step.marks), step.marks[0].host_ns
@@ -128,7 +142,7 @@ def _run(spec: dict[str, Any], writer: StreamWriter, log_path: str) -> int:
             session = live.get("session")
             if session is None:
                 continue
-            writer.send("seen", seen=dict(session.data.seen))
+            writer.send(Seen(dict(session.data.seen)))
             if session.phase_name != phase_names.DONE or not session.installed:
                 continue  # still measuring, or the script has ended (a job gathers its ranks)
             done_at = done_at or time.monotonic()
@@ -145,7 +159,7 @@ def _run(spec: dict[str, Any], writer: StreamWriter, log_path: str) -> int:
         )
         if options.timeline_path:
             write_run_timeline(session, options.timeline_path, record)
-        writer.send("final", record=record.to_dict(), exit_status=0)
+        writer.send(Final(record.to_dict(), exit_status=0))
         writer.close()
         os._exit(0)
 
@@ -154,10 +168,10 @@ def _run(spec: dict[str, Any], writer: StreamWriter, log_path: str) -> int:
     try:
         outcome = run_target(target, options, progress=progress, listener=listen)
     except TorchdoctorError as exc:
-        writer.send("error", message=exc.message, hint=exc.hint, exit_status=exc.exit_status)
+        writer.send(Failed(exc.message, exc.hint, exc.exit_status))
         return exc.exit_status
     except BaseException as exc:  # noqa: BLE001 - torchdoctor's own failure, told to the parent
-        writer.send("error", message=f"{type(exc).__name__}: {exc}", hint=None, internal=True)
+        writer.send(Failed(f"{type(exc).__name__}: {exc}", internal=True))
         raise SystemExit(EXIT_INTERNAL) from exc
     finally:
         stop.set()
@@ -165,9 +179,7 @@ def _run(spec: dict[str, Any], writer: StreamWriter, log_path: str) -> int:
     if outcome.error is not None:
         lines = user_traceback(outcome.error)
         sys.stderr.write("".join(lines) + "\n")
-    writer.send(
-        "final", record=outcome.record.to_dict(), exit_status=outcome.exit_status, traceback=lines
-    )
+    writer.send(Final(outcome.record.to_dict(), outcome.exit_status, lines))
     return outcome.exit_status
 
 

@@ -195,7 +195,7 @@ def run_launched(
 
         def ask_where() -> None:
             asked.append(time.monotonic())
-            stacks.dump([int(s.hello["pid"]) for s in streams.states() if s.step_log])
+            stacks.dump([s.hello.pid for s in streams.states() if s.step_log])
 
         timed_out = wait(proc, options.max_seconds, signals, before_stop=ask_where)
         end_group(proc.pid)
@@ -203,9 +203,9 @@ def run_launched(
         exitcodes = _exit_codes(exits_path)
         where = {}
         for state in streams.states() if asked else []:
-            found = stacks.read(tmp, int(state.hello["pid"]))
+            found = stacks.read(tmp, state.hello.pid)
             if found is not None and found.where:
-                where[int(state.hello["rank"])] = found
+                where[state.hello.rank] = found
     signalled = signals.received[0] if signals.received else None
     outcome = job_outcome(
         streams.states(), proc.returncode, target, options, timed_out, signalled, exitcodes
@@ -250,7 +250,7 @@ class _RankStreams:
     def _shown(self, holder: list[StreamReader], phase: str, done: int, total: int) -> None:
         """Progress of rank 0 only (the others' runs alongside); a node without it shows none."""
         hello = holder[0].state.hello if holder else None
-        if self._progress is not None and hello is not None and hello["rank"] == 0:
+        if self._progress is not None and hello is not None and hello.rank == 0:
             self._progress(phase, done, total)
 
     def close(self) -> None:
@@ -260,7 +260,7 @@ class _RankStreams:
         for reader in list(self._readers):
             hello = reader.state.hello
             if hello is not None:
-                end_group(int(hello["pid"]))  # a rank is its own session (torchrun's Popen)
+                end_group(hello.pid)  # a rank is its own session (torchrun's Popen)
         for reader in list(self._readers):
             reader.join(timeout_s=10.0)
 
@@ -283,19 +283,19 @@ def job_outcome(
 
     for state in states:
         error = state.error
-        if error is not None and not error.get("internal"):
-            raise TorchdoctorError(error["message"], error.get("hint"))
+        if error is not None and not error.internal:
+            raise TorchdoctorError(error.message, error.hint)
     command = ["--nproc-per-node", str(options.nproc_per_node), *target.describe()]
     if not states:
         return _launcher_failed(command, options, returncode, timed_out, signalled)
-    reports = any(s.hello is not None and s.hello["rank"] == 0 for s in states)
+    reports = any(s.hello is not None and s.hello.rank == 0 for s in states)
     for state in states:
         final = state.final
-        if final is not None and final["record"].get("distributed") is not None:
-            record = RunRecord.from_dict(final["record"])
+        if final is not None and final.record.get("distributed") is not None:
+            record = RunRecord.from_dict(final.record)
             record.command = command
-            return Supervised(record, int(final["exit_status"]), reports=True)
-    world = max(int(s.hello["world_size"]) for s in states if s.hello is not None)
+            return Supervised(record, final.exit_status, reports=True)
+    world = max(s.hello.world_size for s in states if s.hello is not None)
     # torchdoctor itself ended the job (its bound, a signal): no rank failed.
     stopped = "timed-out" if timed_out else "interrupted" if signalled is not None else None
     ends = rank_ends(states, exitcodes or {}, stopped)
@@ -350,9 +350,9 @@ def _rank_record(
     state: StreamState, command: list[str], options: RunOptions, world: int, stopped: str | None
 ) -> RunRecord:
     """One rank's record (``stopped``: torchdoctor ended the job)."""
-    hello = state.hello or {}
+    hello = state.hello
     if state.final is not None:
-        record = RunRecord.from_dict(state.final["record"])
+        record = RunRecord.from_dict(state.final.record)
     else:
         record = record_from_stream(state, command, options)
         record.status = stopped or "killed"  # type: ignore[assignment]
@@ -368,8 +368,8 @@ def _rank_record(
             cpu_logical=0,
             cpu_physical=None,
             world_size=world,
-            rank=int(hello.get("rank", 0)),
-            local_rank=int(hello.get("local_rank", 0)),
+            rank=hello.rank if hello is not None else 0,
+            local_rank=hello.local_rank if hello is not None else 0,
         )
     return record
 

@@ -88,8 +88,7 @@ def rank_ends(
 
 
 def _rank_end(state: StreamState, exitcodes: dict[int, int], stopped: str | None) -> RankEnd:
-    hello = state.hello or {}
-    rank = int(hello.get("rank", 0))
+    rank = state.hello.rank if state.hello is not None else 0
     exitcode = exitcodes.get(rank)
     final = state.final
     if final is None:
@@ -99,10 +98,10 @@ def _rank_end(state: StreamState, exitcodes: dict[int, int], stopped: str | None
                     int(snapped.get("optimizer_steps", 0)) + len(state.steps))  # fmt: skip
         ending = "stopped" if stopped is not None else "killed"
         return RankEnd(rank, ending, state.closed_at, steps, "killed", exitcode=exitcode)
-    record = final.get("record") or {}
+    record = final.record or {}
     status = str(record.get("status", ""))
     steps = int((record.get("seen") or {}).get("optimizer_steps", 0))
-    lines = list(final.get("traceback") or [])
+    lines = list(final.traceback)
     notes = record.get("notes") or []
     samples = (record.get("loader") or {}).get("dataset_len")
     end = RankEnd(rank, "complete", state.final_at, steps, status, exitcode=exitcode,
@@ -256,7 +255,7 @@ def stalled(
         if rank.rank in where:
             rank.stopped_at = where[rank.rank].words()
             rank.in_collective = where[rank.rank].in_collective
-    gaps = {int(s.hello["rank"]): stacks.stalled_for(s.logged, at) for s in states if s.hello}
+    gaps = {s.hello.rank: stacks.stalled_for(s.logged, at) for s in states if s.hello}
     if not where or not gaps or any(g is None for g in gaps.values()):
         return  # some rank was still stepping: the job was stopped, not stalled
     steps = {e.rank: e.steps for e in rank_ends(states, {}, "stopped")}

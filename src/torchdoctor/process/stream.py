@@ -1,21 +1,22 @@
 """The measurements a script's process streams to the ``torchdoctor run`` process that supervises it.
 
-One JSON object per line on a pipe the supervisor opened. What is sent, and why it is enough to
-rebuild a record when the script's process dies at any moment:
+One JSON object per line on a pipe the supervisor opened, each one of the message dataclasses
+below (its ``KIND`` in the object's ``"t"``). What is sent, and why it is enough to rebuild a
+record when the script's process dies at any moment:
 
-- ``steplog``: first, the path of the process's step log (:class:`StepLog`): each measured,
+- :class:`Hello` first, from a rank of a launched job: which rank it is and its process id;
+- :class:`StepLogAt`: the path of the process's step log (:class:`StepLog`): each measured,
   model-alone and no-sync step's parts are written there as it ends, not sent, so a step costs
   no message and wakes nobody, and steps taken since the last snapshot are not lost;
-- ``snapshot``: the whole record so far, at each phase's start (cheap there: between two steps of
-  the script, outside any timed step), with how many steps the log held then;
-- ``progress``: the phase and its progress, for the display, at most a few times a second;
-- ``seen``: what the capture saw so far, once a second from a thread, so even a script that never
-  steps leaves a trace of what it did;
-- ``whole``: ``run --whole``'s accounts so far, every few seconds at a step's end;
-- ``final``: the finished record and the exit status, the last word of a script that ended in a
-  way torchdoctor saw (stopped on purpose, an error, ``sys.exit``, Ctrl-C);
-- ``error``: the script could not be run at all (not found), or torchdoctor itself failed;
-- ``hello``: first, from a rank of a launched job: which rank it is and its process id.
+- :class:`Snapshot`: the whole record so far, at each phase's start (cheap there: between two
+  steps of the script, outside any timed step), with how many steps the log held then;
+- :class:`Progress`: the phase and its progress, for the display, at most a few times a second;
+- :class:`Seen`: what the capture saw so far, once a second from a thread, so even a script that
+  never steps leaves a trace of what it did;
+- :class:`Whole`: ``run --whole``'s accounts so far, every few seconds at a step's end;
+- :class:`Final`: the finished record and the exit status, the last word of a script that ended
+  in a way torchdoctor saw (stopped on purpose, an error, ``sys.exit``, Ctrl-C);
+- :class:`Failed`: the script could not be run at all (not found), or torchdoctor itself failed.
 
 The writer never raises: a supervisor that went away must not break the user's script.
 """
@@ -29,8 +30,8 @@ import struct
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar, NamedTuple
 
 from ..record import STEP_PARTS, phase_names
 
@@ -40,6 +41,110 @@ STREAM_ENV = "TORCHDOCTOR_STREAM"
 LOGGED_PHASES = phase_names.TIMED_PHASES
 _HEADER = struct.Struct("<Q")  # steps written so far
 _STEP = struct.Struct("<IIQ" + "d" * len(STEP_PARTS))  # phase, batches, start (ns), parts (ms)
+
+
+# --- the messages ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Hello:
+    """A rank of a launched job, first on its socket: who it is."""
+
+    KIND: ClassVar[str] = "hello"
+    rank: int
+    local_rank: int
+    world_size: int
+    pid: int
+
+
+@dataclass(frozen=True)
+class StepLogAt:
+    """Where the process writes its step log."""
+
+    KIND: ClassVar[str] = "steplog"
+    path: str
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The record so far (its dict form), and how many steps the step log held then."""
+
+    KIND: ClassVar[str] = "snapshot"
+    record: dict[str, Any]
+    logged: int = 0
+
+
+@dataclass(frozen=True)
+class Progress:
+    """The phase and how far it is; ``detail``: ``run --whole``'s live figures."""
+
+    KIND: ClassVar[str] = "progress"
+    phase: str
+    done: int
+    total: int
+    detail: str | None = None
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What the capture saw so far (calls, batches, steps), by name."""
+
+    KIND: ClassVar[str] = "seen"
+    seen: dict[str, int]
+
+
+@dataclass(frozen=True)
+class Whole:
+    """``run --whole``'s accounts so far."""
+
+    KIND: ClassVar[str] = "whole"
+    summary: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Final:
+    """The finished record, the exit status, and the script's own traceback if it raised."""
+
+    KIND: ClassVar[str] = "final"
+    record: dict[str, Any]
+    exit_status: int
+    traceback: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The script could not be run (``message``, ``hint``: the user's to fix), or torchdoctor
+    itself failed (``internal``)."""
+
+    KIND: ClassVar[str] = "error"
+    message: str
+    hint: str | None = None
+    exit_status: int | None = None
+    internal: bool = False
+
+
+Message = Hello | StepLogAt | Snapshot | Progress | Seen | Whole | Final | Failed
+#: Each message class by the kind on the wire.
+MESSAGES: dict[str, type[Message]] = {
+    cls.KIND: cls for cls in (Hello, StepLogAt, Snapshot, Progress, Seen, Whole, Final, Failed)
+}
+
+
+def encode(message: Message) -> bytes:
+    """One line on the wire."""
+    body = {f.name: getattr(message, f.name) for f in fields(message)}
+    return (json.dumps({"t": message.KIND, **body}, default=_plain) + "\n").encode()
+
+
+def decode(line: bytes | str) -> Message | None:
+    """The message a line holds, or None when it is not one of ours (unknown kind, missing or
+    extra fields)."""
+    try:
+        body = json.loads(line)
+        cls = MESSAGES.get(body.pop("t", None)) if isinstance(body, dict) else None
+        return cls(**body) if cls is not None else None
+    except (ValueError, TypeError):
+        return None
 
 
 class LoggedStep(NamedTuple):
@@ -115,10 +220,10 @@ class StreamWriter:
         self._lock = threading.Lock()
         self._broken = False
 
-    def send(self, kind: str, **fields: Any) -> None:
+    def send(self, message: Message) -> None:
         if self._broken:
             return
-        line = (json.dumps({"t": kind, **fields}, default=_plain) + "\n").encode()
+        line = encode(message)
         with self._lock:
             try:
                 view = memoryview(line)
@@ -155,11 +260,11 @@ class StreamState:
     seen: dict[str, int] | None = None
     #: ``run --whole``'s accounts as last sent (every few seconds).
     whole: dict[str, Any] | None = None
-    final: dict[str, Any] | None = None
-    #: The child could not run the script (``message``, ``hint``, ``internal``).
-    error: dict[str, Any] | None = None
-    #: A rank of a launched job: ``rank``, ``local_rank``, ``world_size``, ``pid``.
-    hello: dict[str, Any] | None = None
+    final: Final | None = None
+    #: The child could not run the script, or torchdoctor failed in it.
+    error: Failed | None = None
+    #: A rank of a launched job: who it is.
+    hello: Hello | None = None
     #: ``time.monotonic()`` when ``final`` arrived: which rank failed first.
     final_at: float | None = None
     #: ``time.monotonic()`` when the writer's end closed (its process ended).
@@ -184,38 +289,35 @@ class StreamReader:
     def _run(self) -> None:
         with self._file:
             for line in self._file:
-                try:
-                    self._take(json.loads(line))
-                except (ValueError, TypeError, KeyError):
-                    continue  # not one of ours (the pipe is ours alone): nothing to keep
+                message = decode(line)
+                if message is not None:  # else not one of ours (the pipe is ours alone)
+                    self._take(message)
         state = self.state
         if state.step_log is not None:
             state.logged = read_step_log(state.step_log)
         state.closed_at = time.monotonic()
 
-    def _take(self, message: dict[str, Any]) -> None:
-        kind = message["t"]
+    def _take(self, message: Message) -> None:
         state = self.state
-        if kind == "progress":
+        if isinstance(message, Progress):
             if self._progress is not None:
-                detail = message.get("detail")  # run --whole's live figures
-                extra = (detail,) if detail else ()
-                self._progress(message["phase"], message["done"], message["total"], *extra)
-        elif kind == "whole":
-            state.whole = message["summary"]
-        elif kind == "snapshot":
-            state.snapshot = message["record"]
-            state.logged_at_snapshot = int(message.get("logged", 0))
-        elif kind == "steplog":
-            state.step_log = message["path"]
-        elif kind == "seen":
-            state.seen = message["seen"]
-        elif kind == "final":
+                extra = (message.detail,) if message.detail else ()  # run --whole's figures
+                self._progress(message.phase, message.done, message.total, *extra)
+        elif isinstance(message, Whole):
+            state.whole = message.summary
+        elif isinstance(message, Snapshot):
+            state.snapshot = message.record
+            state.logged_at_snapshot = message.logged
+        elif isinstance(message, StepLogAt):
+            state.step_log = message.path
+        elif isinstance(message, Seen):
+            state.seen = message.seen
+        elif isinstance(message, Final):
             state.final = message
             state.final_at = time.monotonic()
-        elif kind == "hello":
+        elif isinstance(message, Hello):
             state.hello = message
-        elif kind == "error":
+        elif isinstance(message, Failed):
             state.error = message
 
 

@@ -119,7 +119,7 @@ def _outcome(
     late: bool = False,
 ) -> Supervised:
     if state.final is not None:
-        record = record_from_dict(state.final["record"])
+        record = record_from_dict(state.final.record)
         if late and signalled is not None:
             # the record is whole; the exit status says that the user asked to stop (a
             # command that runs the script again, like `fix`, stops there)
@@ -129,10 +129,10 @@ def _outcome(
             return Supervised(record, EXIT_INTERRUPTED)
         if record.whole_run is not None and (timed_out or signalled is not None):
             return _whole_cut(record, timed_out, signalled, options)
-        return Supervised(record, int(state.final["exit_status"]))
+        return Supervised(record, state.final.exit_status)
     error = state.error
-    if error is not None and not error.get("internal"):
-        raise TorchdoctorError(error["message"], error.get("hint"))
+    if error is not None and not error.internal:
+        raise TorchdoctorError(error.message, error.hint)
     record = record_from_stream(state, target.describe(), options)
     ending = _ending(returncode, timed_out, signalled, options)
     record.notes.append(ending)
@@ -140,7 +140,7 @@ def _outcome(
         _write_logged_timeline(state, options.timeline_path, record)
     if error is not None:
         record.status = "internal-error"
-        record.notes.append(f"torchdoctor itself failed: {error['message']}. Please report this.")
+        record.notes.append(f"torchdoctor itself failed: {error.message}. Please report this.")
         return Supervised(record, EXIT_INTERNAL)
     if timed_out:
         record.status, status = "timed-out", EXIT_TIMED_OUT

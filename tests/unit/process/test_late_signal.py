@@ -8,14 +8,14 @@ import signal
 from torchdoctor._errors import EXIT_INTERRUPTED, EXIT_OK
 from torchdoctor.options import RunOptions
 from torchdoctor.process import Target
-from torchdoctor.process.stream import StreamState
+from torchdoctor.process.stream import Final, StreamState
 from torchdoctor.process.supervisor import _outcome
 from torchdoctor.record import RunRecord
 
 
 def _finished() -> StreamState:
     state = StreamState()
-    state.final = {"record": RunRecord(status="complete").to_dict(), "exit_status": EXIT_OK}
+    state.final = Final(RunRecord(status="complete").to_dict(), EXIT_OK)
     return state
 
 
