@@ -46,3 +46,17 @@ def test_the_verdict_groups_and_a_stragglers_bound_come_from_the_parts_groups():
     assert sorted(grouped) == sorted(part_names.STEP_PARTS)  # each part in one group
     assert GROUPS["input"] == ("data_wait", "to_device")
     assert part_bound("data_wait") == INPUT_BOUND and part_bound("other") == HOST_BOUND
+
+
+def test_every_status_has_one_exit_status_a_look_and_words():
+    from torchdoctor.process.endings import EXIT_FOR
+    from torchdoctor.record import STATUSES, RunRecord
+    from torchdoctor.report._style import ENDINGS
+    from torchdoctor.report.terminal import stop_line
+
+    assert set(EXIT_FOR) == set(STATUSES)
+    ended_badly = set(STATUSES) - {"complete"}
+    assert set(ENDINGS) == ended_badly
+    for status in STATUSES:
+        words = stop_line(RunRecord(status=status))
+        assert words and words != status, f"no words for the status {status!r}"

@@ -13,10 +13,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .._errors import EXIT_INTERRUPTED
 from ..analysis.verdict import summarise
 from ..options import RunOptions
 from ..record import RecordError, RunRecord, phase_names
+from .endings import exit_for
 from .stream import StreamState
 
 #: After the bound, or a SIGTERM to torchdoctor, the script gets this long to end before SIGKILL.
@@ -173,7 +173,7 @@ def not_started(target: Any, options: RunOptions, signum: int) -> Supervised:
     record.status = "interrupted"
     record.notes.append(f"torchdoctor received {signal_name(signum)} before the script started")
     summarise(record)
-    return Supervised(record, EXIT_INTERRUPTED)
+    return Supervised(record, exit_for(record))
 
 
 def record_from_stream(state: StreamState, command: list[str], options: RunOptions) -> RunRecord:

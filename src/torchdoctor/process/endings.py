@@ -1,5 +1,11 @@
 """How a captured script ended, in the record's words: its status, the notes that explain it, and
-the exit status of ``torchdoctor run``."""
+the exit status of ``torchdoctor run``.
+
+:data:`EXIT_FOR` is the one table from a record's status to the exit status; every place that
+decides how a run ended (the script's own process here, the supervisor of one process, the
+launcher of a job) sets the status and takes the exit status from it. How each status reads is
+the renderers' (``report/_style.STATUS``, ``report.terminal``), checked against the same list of
+statuses (``record.STATUSES``) by ``tests/unit/test_vocabulary.py``."""
 
 from __future__ import annotations
 
@@ -11,6 +17,7 @@ from .._errors import (
     EXIT_NO_TRAINING,
     EXIT_OK,
     EXIT_SCRIPT_ERROR,
+    EXIT_TIMED_OUT,
 )
 from ..record import RunRecord, phase_names
 
@@ -120,13 +127,35 @@ PEER_LEFT_NOTE = "stopped: another rank of the job ended and this rank's collect
 WHOLE_ENDED = ("finished", "stopped", "exited with status 0")
 
 
+#: The exit status of ``torchdoctor run`` for each status of a record. A run that ended well
+#: (``complete``, ``partial``) without a measured step is ``no-training``'s (see :func:`exit_for`).
+EXIT_FOR: dict[str, int] = {
+    "complete": EXIT_OK,
+    "partial": EXIT_OK,
+    "no-training": EXIT_NO_TRAINING,
+    "script-error": EXIT_SCRIPT_ERROR,
+    "killed": EXIT_SCRIPT_ERROR,
+    "timed-out": EXIT_TIMED_OUT,
+    "interrupted": EXIT_INTERRUPTED,
+    "internal-error": EXIT_INTERNAL,
+}
+
+
+def exit_for(record: RunRecord) -> int:
+    """The exit status that goes with the record's status (:data:`EXIT_FOR`)."""
+    status = EXIT_FOR[record.status]
+    measured = record.measured_steps or (record.whole_run is not None and record.whole_run.steps)
+    return EXIT_NO_TRAINING if status == EXIT_OK and not measured else status
+
+
 def exit_status_of(record: RunRecord, ended: str) -> int:
+    """The exit status of a run the script's own process saw end: :func:`exit_for`, except that
+    how the script ended decides first (Ctrl-C after the measurement finished is still 130, a
+    script that raised or exited non-zero is the script's error)."""
     if record.status == "internal-error":
         return EXIT_INTERNAL
     if ended == "interrupted":
         return EXIT_INTERRUPTED
     if ended == "error" or _exited_badly(ended):
         return EXIT_SCRIPT_ERROR
-    if record.measured_steps == 0 and not (record.whole_run and record.whole_run.steps):
-        return EXIT_NO_TRAINING
-    return EXIT_OK
+    return exit_for(record)

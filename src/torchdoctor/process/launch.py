@@ -30,15 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .._errors import (
-    EXIT_INTERNAL,
-    EXIT_INTERRUPTED,
-    EXIT_NO_TRAINING,
-    EXIT_OK,
-    EXIT_SCRIPT_ERROR,
-    EXIT_TIMED_OUT,
-    TorchdoctorError,
-)
+from .._errors import TorchdoctorError
 from ..options import RunOptions
 from ..record import Environment, RunRecord
 from . import stacks
@@ -53,6 +45,7 @@ from ._processes import (
     signal_name,
     wait,
 )
+from .endings import exit_for
 from .rank_endings import describe, first_cause, rank_ends, stalled, uneven, uneven_finding
 from .stream import STREAM_ENV, StreamReader, StreamState
 
@@ -319,25 +312,23 @@ def job_outcome(
         )
     if lead and job.verdict is not None:  # the failure leads; the steps before it follow
         job.verdict.why = f"{lead}; {job.verdict.why}"
-    status = EXIT_OK if job.measured_steps else EXIT_NO_TRAINING
     if timed_out:
-        job.status, status = "timed-out", EXIT_TIMED_OUT
+        job.status = "timed-out"
         job.notes.insert(0, f"stopped at the --max-seconds bound ({options.max_seconds:g} s)")
     elif signalled is not None:
-        job.status, status = "interrupted", EXIT_INTERRUPTED
+        job.status = "interrupted"
         job.notes.insert(0, f"stopped by torchdoctor on {signal_name(signalled)}")
     elif cause is not None:
         job.status = (
             cause.status if cause.status in ("killed", "internal-error") else "script-error"
         )
-        status = EXIT_INTERNAL if job.status == "internal-error" else EXIT_SCRIPT_ERROR
     elif any(e.ending == "follower" for e in ends) and not short:
-        job.status, status = "script-error", EXIT_SCRIPT_ERROR
+        job.status = "script-error"
         job.notes.insert(0, "the ranks' collectives lost a peer that is not among this node's "
                             "ranks: a rank of another node ended the job")  # fmt: skip
     elif job.status != "complete":
         job.status = "partial" if job.measured_steps else "no-training"  # the data ran out
-    return Supervised(job, status, reports=reports)
+    return Supervised(job, exit_for(job), reports=reports)
 
 
 def _stopped_words(options: RunOptions, timed_out: bool, signalled: int | None) -> str:
@@ -384,16 +375,16 @@ def _launcher_failed(
     record = RunRecord(command=command, warmup_steps=options.warmup)
     record.requested_steps = options.steps
     if timed_out:
-        record.status, status = "timed-out", EXIT_TIMED_OUT
+        record.status = "timed-out"
         record.notes.append(
             f"no rank started within the --max-seconds bound ({options.max_seconds:g} s): the "
             "rendezvous waited for nodes that did not join"
         )
     elif signalled is not None:
-        record.status, status = "interrupted", EXIT_INTERRUPTED
+        record.status = "interrupted"
         record.notes.append("interrupted before any rank started")
     else:
-        record.status, status = "script-error", EXIT_SCRIPT_ERROR
+        record.status = "script-error"
         record.notes.append(
             f"the launcher (torch.distributed.run) ended with status {returncode} before any "
             "rank started; its messages are above"
@@ -401,4 +392,4 @@ def _launcher_failed(
     from ..analysis.verdict import summarise
 
     summarise(record)
-    return Supervised(record, status, reports=True)
+    return Supervised(record, exit_for(record), reports=True)

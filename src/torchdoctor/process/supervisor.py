@@ -21,13 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .._errors import (
-    EXIT_INTERNAL,
-    EXIT_INTERRUPTED,
-    EXIT_SCRIPT_ERROR,
-    EXIT_TIMED_OUT,
-    TorchdoctorError,
-)
+from .._errors import EXIT_INTERRUPTED, TorchdoctorError
 from .._paths import resolve_script
 from ..options import RunOptions
 from ..record import RunRecord
@@ -44,7 +38,7 @@ from ._processes import (
     signal_name,
     wait,
 )
-from .endings import EXITED_NOTE, INTERRUPTED_NOTE
+from .endings import EXITED_NOTE, INTERRUPTED_NOTE, exit_for
 from .stream import StreamReader, StreamState
 
 
@@ -141,14 +135,13 @@ def _outcome(
     if error is not None:
         record.status = "internal-error"
         record.notes.append(f"torchdoctor itself failed: {error.message}. Please report this.")
-        return Supervised(record, EXIT_INTERNAL)
-    if timed_out:
-        record.status, status = "timed-out", EXIT_TIMED_OUT
+    elif timed_out:
+        record.status = "timed-out"
     elif signalled is not None:
-        record.status, status = "interrupted", EXIT_INTERRUPTED
+        record.status = "interrupted"
     else:
-        record.status, status = "killed", EXIT_SCRIPT_ERROR
-    return Supervised(record, status)
+        record.status = "killed"
+    return Supervised(record, exit_for(record))
 
 
 def _whole_cut(
@@ -165,11 +158,8 @@ def _whole_cut(
     record.notes = [n for n in record.notes if not n.startswith((INTERRUPTED_NOTE, EXITED_NOTE))]
     if note not in record.notes:
         record.notes.append(note)
-    if timed_out:
-        record.status = "timed-out"
-        return Supervised(record, EXIT_TIMED_OUT)
-    record.status = "interrupted"
-    return Supervised(record, EXIT_INTERRUPTED)
+    record.status = "timed-out" if timed_out else "interrupted"
+    return Supervised(record, exit_for(record))
 
 
 def _write_logged_timeline(state: StreamState, path: str, record: RunRecord) -> None:
