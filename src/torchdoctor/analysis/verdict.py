@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 from ..record import (
     COMPUTE_BOUND,
     HOST_BOUND,
@@ -36,32 +38,77 @@ GROUPS = {
 }
 
 
-def summarise(record: RunRecord) -> None:
-    """Fill the record's statistics, ceiling speedup and verdict from its per-step series."""
+@dataclass(frozen=True)
+class Derived:
+    """What a record's measured series give: its statistics, the ceiling and the verdict."""
+
+    step_ms: Stat | None
+    parts_ms: dict[str, Stat]
+    model_alone_step_ms: Stat | None
+    ceiling_speedup: float | None
+    ceiling_interval: list[float]
+    #: Batches per second the loader alone must deliver to keep up with the model, if measured.
+    needed_batches_per_s: float | None
+    verdict: Verdict
+
+
+def derive(record: RunRecord) -> Derived:
+    """The record's derived figures, from its per-step series and counterfactuals (pure: the
+    record is read, never changed)."""
     steps = record.steps
-    record.step_ms = Stat.of(steps.step_ms)
-    record.parts_ms = {name: s for name in STEP_PARTS if (s := Stat.of(steps.part(name)))}
-    record.model_alone_step_ms = Stat.of(record.model_alone)
-    record.ceiling_speedup = None
+    step_ms = Stat.of(steps.step_ms)
+    model_alone = Stat.of(record.model_alone)
+    ceiling, ceiling_interval = None, []
     # Ratios of mean step times: they are ratios of throughput. With DataLoader workers batches
     # arrive in rounds (several at once, then a wait), and a median step misses the waits.
-    record.ceiling_interval = []
-    if record.step_ms and record.model_alone_step_ms and record.model_alone_step_ms.mean > 0:
-        record.ceiling_speedup = round(record.step_ms.mean / record.model_alone_step_ms.mean, 3)
+    if step_ms and model_alone and model_alone.mean > 0:
+        ceiling = round(step_ms.mean / model_alone.mean, 3)
         if len(steps.step_ms) >= 2 and len(record.model_alone) >= 2:
             from .compare import interval
 
             lo, hi = interval(list(steps.step_ms), list(record.model_alone), rounds=500)
-            record.ceiling_interval = [round(lo, 3), round(hi, 3)]
-    if record.loader_alone and record.model_alone_step_ms and record.model_alone_step_ms.mean:
+            ceiling_interval = [round(lo, 3), round(hi, 3)]
+    needed = None
+    loader_alone = record.loader_alone
+    if loader_alone and model_alone and model_alone.mean:
         per_step = _mean(steps.batches) or 1.0
-        record.loader_alone.needed_batches_per_s = round(
-            per_step * 1000.0 / record.model_alone_step_ms.mean, 3
-        )
-    record.verdict = decide(record)
-    busy = busy_words(record)
-    if busy and record.verdict.kind != UNKNOWN:
-        record.verdict.why += f"; {busy}"
+        needed = round(per_step * 1000.0 / model_alone.mean, 3)
+        loader_alone = replace(loader_alone, needed_batches_per_s=needed)
+    parts = {name: s for name in STEP_PARTS if (s := Stat.of(steps.part(name)))}
+    # the verdict reads the figures above: it decides on a copy that holds them
+    view = replace(
+        record,
+        step_ms=step_ms,
+        parts_ms=parts,
+        model_alone_step_ms=model_alone,
+        ceiling_speedup=ceiling,
+        ceiling_interval=ceiling_interval,
+        loader_alone=loader_alone,
+    )
+    verdict = decide(view)
+    busy = busy_words(view)
+    if busy and verdict.kind != UNKNOWN:
+        verdict.why += f"; {busy}"
+    return Derived(step_ms, parts, model_alone, ceiling, ceiling_interval, needed, verdict)
+
+
+def summarise(record: RunRecord) -> None:
+    """Write what :func:`derive` finds into the record's derived fields.
+
+    The one writer of those fields (``step_ms``, ``parts_ms``, ``model_alone_step_ms``, the
+    ceiling, ``loader_alone.needed_batches_per_s``, ``verdict``); it runs wherever a record's
+    measured series are set or changed (built from a session or a stream, a job combined).
+    Everything else in ``analysis`` returns what it finds.
+    """
+    derived = derive(record)
+    record.step_ms = derived.step_ms
+    record.parts_ms = derived.parts_ms
+    record.model_alone_step_ms = derived.model_alone_step_ms
+    record.ceiling_speedup = derived.ceiling_speedup
+    record.ceiling_interval = derived.ceiling_interval
+    if record.loader_alone is not None and derived.needed_batches_per_s is not None:
+        record.loader_alone.needed_batches_per_s = derived.needed_batches_per_s
+    record.verdict = derived.verdict
 
 
 #: Cores' worth of CPU other processes must take while the steps are measured for the machine

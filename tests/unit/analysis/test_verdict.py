@@ -151,3 +151,23 @@ def test_a_script_that_failed_is_told_about_its_error_not_optimizer_step():
     assert rec.verdict.kind == UNKNOWN
     assert "failed" in rec.verdict.why
     assert "optimizer.step()" not in rec.verdict.next
+
+
+def test_derive_reads_the_record_and_summarise_writes_what_it_found():
+    from torchdoctor.analysis.verdict import derive
+
+    rec = _record(30.0, 10.0, 1.0, model_alone=12.0)
+    rec.loader_alone = LoaderAlone(20, 0.4, 50.0, needed_batches_per_s=None)
+    fresh = RunRecord.from_dict(rec.to_dict())
+    for name in ("step_ms", "parts_ms", "model_alone_step_ms", "verdict"):
+        setattr(fresh, name, None if name != "parts_ms" else {})
+    fresh.ceiling_speedup, fresh.ceiling_interval = None, []
+    before = fresh.to_dict()
+    derived = derive(fresh)
+    assert fresh.to_dict() == before  # derive changed nothing
+    assert derived.verdict.kind == INPUT_BOUND and derived.ceiling_speedup > 3
+    assert derived.needed_batches_per_s == pytest.approx(1000 / 12.0, rel=1e-3)
+    summarise(fresh)
+    assert fresh.verdict == derived.verdict and fresh.ceiling_speedup == derived.ceiling_speedup
+    assert fresh.step_ms == derived.step_ms and fresh.parts_ms == derived.parts_ms
+    assert fresh.loader_alone.needed_batches_per_s == derived.needed_batches_per_s
