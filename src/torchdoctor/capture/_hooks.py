@@ -59,7 +59,7 @@ def patch_torch(session: CaptureSession) -> None:
                 bound.pop("self")
                 extra = bound.pop("kwargs", {})
                 args, kwargs = (), {**bound, **extra}
-                kwargs.update(session._overrides_for(kwargs))
+                kwargs.update(session.overrides_for(kwargs))
             site = user_site(sys._getframe(1))
             if site is not None:
                 session.loaders.created(loader, f"{site.file}:{site.line}")
@@ -79,7 +79,7 @@ def patch_torch(session: CaptureSession) -> None:
                 whole.loading = False
         if whole is not None:
             whole.iterator_made(loader_key(it), started)
-        session._check_done()
+        session.check_done()
         if not session.phase.owns_loaders:  # else: torchdoctor's own clones
             session.loaders.iterated(loader, it)
         return it
@@ -88,23 +88,23 @@ def patch_torch(session: CaptureSession) -> None:
     def iterator_next(it, /):
         if session.foreign():
             return orig_next(it)
-        return session._next_batch(it, orig_next)
+        return session.serve_batch(it, orig_next)
 
     def is_batch_copy(tensor) -> bool:  # a batch's copy, or any copy a batch builder makes
-        return bool(session._building or (session._batch_ids and id(tensor) in session._batch_ids))
+        return bool(session.building or (session.batch_ids and id(tensor) in session.batch_ids))
 
     @passes_through
     @functools.wraps(orig_to)
     def tensor_to(tensor, /, *args, **kwargs):
         if is_batch_copy(tensor) and not session.foreign():
-            return session._timed("to_device", orig_to, tensor, *args, **kwargs)
+            return session.time_part("to_device", orig_to, tensor, *args, **kwargs)
         return orig_to(tensor, *args, **kwargs)
 
     @passes_through
     @functools.wraps(orig_cuda)
     def tensor_cuda(tensor, /, *args, **kwargs):
         if is_batch_copy(tensor) and not session.foreign():
-            return session._timed("to_device", orig_cuda, tensor, *args, **kwargs)
+            return session.time_part("to_device", orig_cuda, tensor, *args, **kwargs)
         return orig_cuda(tensor, *args, **kwargs)
 
     @functools.wraps(orig_backward)
@@ -112,17 +112,17 @@ def patch_torch(session: CaptureSession) -> None:
         if session.foreign():
             return orig_backward(*args, **kwargs)
         session.data.seen["backward_calls"] += 1
-        if session._backward_depth:  # a backward inside backward (reentrant checkpointing)
+        if session.backward_depth:  # a backward inside backward (reentrant checkpointing)
             return orig_backward(*args, **kwargs)
         if len(session.data.losses) < session.options.loss_values:  # fix's numerics check
             session.data.losses.append(loss_value(args[0] if args else kwargs.get("tensors")))
-        session._backward_starting()
-        session._backward_depth += 1
+        session.backward_starting()
+        session.backward_depth += 1
         try:
-            result = session._timed("backward", orig_backward, *args, **kwargs)
+            result = session.time_part("backward", orig_backward, *args, **kwargs)
         finally:
-            session._backward_depth -= 1
-        session._backward_ended(args[0] if args else kwargs.get("tensors"))
+            session.backward_depth -= 1
+        session.backward_ended(args[0] if args else kwargs.get("tensors"))
         return result
 
     @functools.wraps(orig_grad)
@@ -130,7 +130,7 @@ def patch_torch(session: CaptureSession) -> None:
         if session.foreign():
             return orig_grad(*args, **kwargs)
         session.data.seen["backward_calls"] += 1
-        return session._timed("backward", orig_grad, *args, **kwargs)
+        return session.time_part("backward", orig_grad, *args, **kwargs)
 
     @functools.wraps(orig_optimizer_init)
     def optimizer_init(optimizer, /, *args, **kwargs):

@@ -231,21 +231,21 @@ def _build(session: CaptureSession, builder: Builder, args: tuple, kwargs: dict)
     """A builder's call: replayed in the model-alone phase, else timed as ``data_wait``."""
     if builder.depth or session.foreign():  # a builder that calls itself, or another thread's
         return builder.fn(*args, **kwargs)
-    session._settle()
-    session._check_done()
+    session.settle()
+    session.check_done()
     if builder.replaying:
         kept = builder.kept.next()
         if kept is not None:
             return kept
     phase = session.phase
     session.push("data_wait")
-    session._building += 1
+    session.building += 1
     builder.depth += 1
     try:
         built = builder.fn(*args, **kwargs)
     finally:
         builder.depth -= 1
-        session._building -= 1
+        session.building -= 1
         session.pop("data_wait")
     if not isinstance(phase, Done):
         builder.kept.keep(0, built, measuring=phase.measuring)

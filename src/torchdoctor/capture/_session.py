@@ -95,7 +95,7 @@ class CaptureSession(StepHooks):
         self.loaders = LoaderTracker(self.data.seen)
         self.replay = ReplayStore(max_batches=options.steps)
         self.inputs = BuiltInputs(max_kept=options.steps, notes=self.data.notes)
-        self._building = 0
+        self.building = 0
         self.sampler = SystemSampler()
         #: This process's rank in a job launched by torchrun, and the job's own gloo group.
         self.ranks = Ranks(timeout_s=options.max_seconds or UNBOUNDED_RANKS_TIMEOUT_S)
@@ -122,7 +122,7 @@ class CaptureSession(StepHooks):
         self.optimizers = OptimizerTracker(self.data)
         self.boundary = StepBoundary()
         self._optimizer_depth = 0
-        self._backward_depth = 0
+        self.backward_depth = 0
         self._step_pending = False
         #: Inside the DataLoader's ``__next__`` (its transforms are input, not the model), and
         #: module calls ignored for it.
@@ -141,7 +141,7 @@ class CaptureSession(StepHooks):
         self._step_batches = 0
         #: torchdoctor's own time in its hooks since the last step ended (ns; see costed).
         self._cost_ns = 0
-        self._batch_ids: set[int] = set()
+        self.batch_ids: set[int] = set()
         self._labels: list[Any] = []
         #: The thread that runs the script's training loop: the only one the hooks measure and
         #: the only one :class:`StopRun` is raised in. ``None`` in a process forked from it.
@@ -178,8 +178,8 @@ class CaptureSession(StepHooks):
         # 81-module MLP, benchmarks/capture_overhead.py). They find the outermost modules during
         # warmup; from the first measured step only those few carry hooks.
         self._global_forward_hooks = [
-            _module_mod.register_module_forward_pre_hook(self._forward_pre),
-            _module_mod.register_module_forward_hook(self._forward_post, always_call=True),
+            _module_mod.register_module_forward_pre_hook(self.forward_pre),
+            _module_mod.register_module_forward_hook(self.forward_post, always_call=True),
         ]
         p = self.patcher
         p.on_restore(self._remove_global_forward_hooks)
@@ -216,7 +216,7 @@ class CaptureSession(StepHooks):
         self.loaders.shutdown_workers()
         self.replay.clear()
         self.inputs.clear()
-        self._batch_ids.clear()
+        self.batch_ids.clear()
         gc.collect()
 
     # --- what phases use --------------------------------------------------------------------
@@ -241,7 +241,7 @@ class CaptureSession(StepHooks):
             self._labels.pop().__exit__(None, None, None)
 
     def is_batch_tensor(self, tensor: torch.Tensor) -> bool:
-        return id(tensor) in self._batch_ids
+        return id(tensor) in self.batch_ids
 
     def root_modules(self) -> list[torch.nn.Module]:
         """The outermost modules the script has called so far (found during warmup)."""
@@ -275,15 +275,15 @@ class CaptureSession(StepHooks):
         steps only counted (the timeline keeps its parts, no marks; no batch kept)."""
         self._note_parallel()
         self.timeline.lean = self.lean = True
-        self._batch_ids = set()
+        self.batch_ids = set()
 
     def hook_root_modules_only(self) -> None:
         """Swap the global module hooks for hooks on the outermost modules seen in warmup."""
         if not self._global_forward_hooks or not self._root_modules:
             return
         for module in list(self._root_modules):
-            self.patcher.hook(module.register_forward_pre_hook(self._forward_pre))
-            self.patcher.hook(module.register_forward_hook(self._forward_post, always_call=True))
+            self.patcher.hook(module.register_forward_pre_hook(self.forward_pre))
+            self.patcher.hook(module.register_forward_hook(self.forward_post, always_call=True))
         self._remove_global_forward_hooks()
 
     # --- the phase table --------------------------------------------------------------------

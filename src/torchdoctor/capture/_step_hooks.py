@@ -7,9 +7,10 @@ optimizer, backward and DataLoader hooks, and how a step ends from inside them.
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Callable
 from time import perf_counter_ns
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -21,6 +22,21 @@ from ._patch import passes_through
 from ._script_state import call_site
 from ._whole import loader_key
 from .phases import NOT_SERVED, Done
+
+if TYPE_CHECKING:
+    from ..options import RunOptions
+    from ._boundary import StepBoundary
+    from ._data import CaptureData
+    from ._device import DeviceClock
+    from ._inputs import BuiltInputs
+    from ._loaders import LoaderTracker, ReplayStore
+    from ._optimizers import OptimizerTracker
+    from ._parallel import ParallelWatch
+    from ._patch import Patcher
+    from ._script_state import ScriptState
+    from ._sync_watcher import SyncWatcher
+    from ._whole import WholeRunWatch
+    from .phases import Phase
 
 
 def never_updates_finding(site: Any) -> Finding:
@@ -71,11 +87,11 @@ def _timed_forward(session: Any, module: Any) -> Callable[..., Any]:
     forward = module.forward
 
     def timed_forward(*args, **kwargs):
-        session._forward_pre(module, args)
+        session.forward_pre(module, args)
         try:
             return forward(*args, **kwargs)
         finally:
-            session._forward_post(module, args, None)
+            session.forward_post(module, args, None)
 
     return timed_forward
 
@@ -106,25 +122,79 @@ class StopRun(BaseException):
 
 
 class StepHooks:
-    """The hooks of :class:`~torchdoctor.capture.CaptureSession` (a mixin: they read its state)."""
+    """The hooks of :class:`~torchdoctor.capture.CaptureSession` (a mixin: they read its state).
 
-    # Set by the session.
-    phase: Any
-    data: Any
-    boundary: Any
-    options: Any
-    parallel: Any
-    whole: Any
+    Everything the hooks use is declared here, typed: the session's members (set in its
+    ``__init__``), the methods it provides, and the state the hooks share with the patched torch
+    functions of ``_hooks`` and the input builders of ``_inputs`` (``building``, ``batch_ids``,
+    ``backward_depth``). ``tests/unit/capture/test_session_surface.py`` fails on a member used
+    and not declared.
+    """
+
+    # --- the session's members ---------------------------------------------------------------
+    options: RunOptions
+    data: CaptureData
+    phase: Phase
+    boundary: StepBoundary
+    parallel: ParallelWatch
+    whole: WholeRunWatch | None
+    patcher: Patcher
+    clock: DeviceClock
+    clock_ns: Callable[[], int]
+    loaders: LoaderTracker
+    replay: ReplayStore
+    inputs: BuiltInputs
+    optimizers: OptimizerTracker
+    state: ScriptState
+    #: Lent by the sync-sample phase: a batch's copy is not a sync finding.
+    sync_watcher: SyncWatcher | None
     #: ``run --whole`` after its measured steps: batches are only counted (no batch kept).
     lean = False
+
+    # --- the session's methods the hooks call ------------------------------------------------
+    foreign: Callable[[], bool]
+    push: Callable[[str], None]
+    pop: Callable[[str], None]
+    root_modules: Callable[[], list[torch.nn.Module]]
+    _on_step_end: Callable[[], None]
+
+    # --- state the hooks share (with ``_hooks`` and ``_inputs``) ------------------------------
+    #: Inside an input builder of the loop (what it copies is input).
+    building: int
+    #: The ids of the current batch's tensors (their copies are ``to_device``).
+    batch_ids: set[int]
+    #: Inside ``autograd.backward`` (a backward inside it is reentrant checkpointing).
+    backward_depth: int
+
+    # --- the hooks' own state ----------------------------------------------------------------
+    #: torchdoctor's own time in its hooks since the last step ended (ns; see :func:`costed`).
+    _cost_ns: int
+    _module_depth: int
+    _optimizer_depth: int
+    #: Inside the DataLoader's ``__next__`` (its transforms are input, not the model), and module
+    #: calls ignored for it.
+    _producing: int
+    _quiet_depth: int
+    _step_pending: bool
+    _step_batches: int
+    _global_forward_hooks: list[Any]
+    _root_modules: weakref.WeakSet[torch.nn.Module]
+    #: A module with trainable parameters was called from the loop (found in warmup).
+    _trainable_root_seen: bool
+    #: The boundary's notes, removed when it moves.
+    _boundary_notes: list[str]
+    #: Modules timed through their ``forward`` (loops that call ``self.forward(x)``).
+    _direct_forwards: list[str]
+    _direct_searched: weakref.WeakSet[torch.nn.Module]
+    _direct_note: bool
     #: ``run --whole``: when the outermost module call began, with grad on, in training mode.
     _forward_mode: tuple[int, bool, bool] | None = None
 
     # --- hooks ------------------------------------------------------------------------------
 
     @costed
-    def _timed(self, part: str, fn: Callable, *args, **kwargs):
-        self._check_done()
+    def time_part(self, part: str, fn: Callable, *args, **kwargs):
+        self.check_done()
         self.push(part)
         try:
             if part == "to_device" and self.sync_watcher is not None:
@@ -147,17 +217,17 @@ class StepHooks:
             self._cost_ns -= perf_counter_ns() - started
 
     @costed
-    def _forward_pre(self, module, args) -> None:
+    def forward_pre(self, module, args) -> None:
         if self.foreign():
             return
-        if self._producing or self._building or self._quiet_depth:
+        if self._producing or self.building or self._quiet_depth:
             # A module the DataLoader or a batch builder calls (a torchvision-style transform):
             # input, not the model.
             self._quiet_depth += 1
             return
         if self._module_depth == 0:
-            self._settle()
-            self._check_done()
+            self.settle()
+            self.check_done()
             if self._global_forward_hooks and module not in self._root_modules:
                 self._root_modules.add(module)
                 if not self._trainable_root_seen and _trainable(module):
@@ -195,7 +265,7 @@ class StepHooks:
         self._module_depth += 1
 
     @costed
-    def _forward_post(self, module, args, output) -> None:
+    def forward_post(self, module, args, output) -> None:
         if self.foreign():
             return
         if self._quiet_depth:
@@ -213,7 +283,7 @@ class StepHooks:
     def _optimizer_pre(self, optimizer, args, kwargs) -> None:
         if self.foreign():
             return
-        self._check_done()
+        self.check_done()
         self.optimizers.seen(optimizer)
         if self.whole is not None:
             self.whole.training(self.clock_ns())
@@ -244,9 +314,9 @@ class StepHooks:
             self._end_step()
 
     @costed
-    def _backward_starting(self) -> None:
-        self._settle()
-        self._check_done()
+    def backward_starting(self) -> None:
+        self.settle()
+        self.check_done()
         if self.whole is not None:
             self.whole.backward_started(self.clock_ns())
         boundary = self.boundary
@@ -257,13 +327,13 @@ class StepHooks:
             self._boundary_decided(moved=before is not None)
 
     @costed
-    def _backward_ended(self, tensors: Any) -> None:
+    def backward_ended(self, tensors: Any) -> None:
         # Ended at the script's next call of interest, not here: under a torch function mode (the
         # sync finder's) backward runs with that mode taken off the stack, so no phase may end now.
         if self.boundary.kind != "optimizer" and not self._optimizer_depth:
             self._step_pending = self.boundary.backward_ended(lambda: self._parameters(tensors))
 
-    def _settle(self) -> None:
+    def settle(self) -> None:
         """End the step whose last backward call has returned (loops without an optimizer)."""
         if self._step_pending:
             self._step_pending = False
@@ -310,9 +380,9 @@ class StepHooks:
         raise StopRun() from exc
 
     @costed
-    def _next_batch(self, it, orig_next):
-        self._settle()
-        self._check_done()
+    def serve_batch(self, it, orig_next):
+        self.settle()
+        self.check_done()
         phase = self.phase
         if not phase.takes_steps:
             return self._own(orig_next, it)  # torchdoctor's clones (loader-alone, loader doctor)
@@ -344,10 +414,10 @@ class StepHooks:
             self.replay.keep(dataset_key, batch, measuring=phase.measuring)
             self.loaders.sized(dataset_key, batch)
         self._step_batches += 1
-        self._batch_ids = tensor_ids(batch)
+        self.batch_ids = tensor_ids(batch)
         return batch
 
-    def _overrides_for(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+    def overrides_for(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         return valid_loader_kwargs({**kwargs, **self.options.loader_overrides})
 
     def _time_direct_forwards(self, optimizer: Any) -> None:
@@ -368,6 +438,6 @@ class StepHooks:
                 f"optimizer trains ({', '.join(dict.fromkeys(self._direct_forwards))})"
             )
 
-    def _check_done(self) -> None:
+    def check_done(self) -> None:
         if isinstance(self.phase, Done) and self.options.stop:
             raise StopRun()

@@ -268,7 +268,7 @@ def test_user_file_rule():
     assert not is_user_file("/opt/venv/lib/python3.11/site-packages/lightning/trainer.py")
     assert not is_user_file("/usr/lib/python3/dist-packages/transformers/trainer.py")
     assert not is_user_file(torchdoctor.__file__)
-    scenarios = Path(torchdoctor.__file__).parent / "scenarios" / "slow_loader.py"
+    scenarios = Path(torchdoctor.__file__).parent / "cli" / "demo" / "scenarios" / "demo_train.py"
     assert is_user_file(str(scenarios))  # the demo's scripts play the user
     assert file_kind(torch.__file__) == "torch"
 

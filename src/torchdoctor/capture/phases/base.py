@@ -6,19 +6,81 @@ order: it asks each whether it is ``wanted``, calls ``start``, hands it every fi
 (``on_step``) until it says it is done, calls ``finish``, and moves on. ``close`` runs on every
 ending (also when the script stops half way) and must release what ``start`` took.
 
-A phase reads the session (options, the step timeline, the device, the tracked loaders) and writes
-its results into ``session.data`` (:class:`~torchdoctor.capture._data.CaptureData`) only.
+A phase sees the session through :class:`PhaseSession` (what it may read and call) and writes its
+results into ``session.data`` (:class:`~torchdoctor.capture._data.CaptureData`): the fields its
+``writes`` names. Besides, a phase may lend the hooks an instrument for its stretch (the session's
+``sync_watcher``, ``profiler``) and say which dataset it serves (``main_dataset``): the only
+members of the session it sets (:data:`LENT`). A phase that needs what an earlier one measured
+names it in ``reads``; the table's order must put the writer first
+(``tests/unit/capture/test_session_surface.py`` checks all of this on the phases' code).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from ...record import phase_names
 
 if TYPE_CHECKING:
-    from .._data import StepMarks
-    from .._session import CaptureSession
+    import torch
+
+    from ...options import RunOptions
+    from ...record import StepSeries
+    from .._data import CaptureData, StepMarks
+    from .._device import DeviceClock
+    from .._inputs import BuiltInputs
+    from .._loaders import LoaderTracker, ReplayStore
+    from .._parallel import ParallelWatch
+    from .._patch import Patcher
+    from .._ranks import Ranks
+    from .._sampler import SystemSampler
+    from .._script_state import ScriptState
+    from .._timeline import StepTimeline
+
+#: The members of the session a phase may set: instruments it lends the hooks for its stretch,
+#: and the dataset whose batches it serves.
+LENT = ("sync_watcher", "profiler", "main_dataset")
+
+
+@runtime_checkable
+class PhaseSession(Protocol):
+    """What a phase sees of the capture session: all it may read, call, or set (:data:`LENT`)."""
+
+    options: RunOptions
+    #: Where results go (each phase writes the fields its ``writes`` names).
+    data: CaptureData
+    timeline: StepTimeline
+    clock: DeviceClock
+    clock_ns: Callable[[], int]
+    loaders: LoaderTracker
+    replay: ReplayStore
+    inputs: BuiltInputs
+    patcher: Patcher
+    ranks: Ranks
+    parallel: ParallelWatch
+    sampler: SystemSampler
+    state: ScriptState
+    original_next: Callable[[Any], Any]
+    main_dataset: int | None
+    sync_watcher: Any
+    profiler: Any
+
+    def progress(self, phase: str, done: int, total: int) -> None: ...
+    def push(self, part: str) -> None: ...
+    def pop(self, part: str) -> None: ...
+    def time_part(self, part: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any: ...
+    def close_labels(self) -> None: ...
+    def is_batch_tensor(self, tensor: torch.Tensor) -> bool: ...
+    def root_modules(self) -> list[torch.nn.Module]: ...
+    def step_ms(self, step: StepMarks, device_events: bool = True) -> float: ...
+    def wants_loader_doctor(self) -> bool: ...
+    def shutdown_workers(self) -> None: ...
+    def watch_only(self) -> None: ...
+    def hook_root_modules_only(self) -> None: ...
+    def measured_series(self) -> StepSeries: ...
+    def model_alone_step_ms(self) -> list[float]: ...
+    def measured_batches_per_step(self) -> float | None: ...
 
 #: Returned by :meth:`Phase.next_batch` when the phase does not serve the batch itself.
 NOT_SERVED: Any = object()
@@ -39,35 +101,39 @@ class Phase:
     #: In a distributed job, runs only when every rank wants it (phases that take steps must:
     #: every rank has to take the same steps); a phase taking no steps may run on some ranks.
     agreed: ClassVar[bool] = True
+    #: The fields of ``session.data`` this phase writes, and those it reads that an earlier
+    #: phase wrote (any phase may add to ``notes``).
+    writes: ClassVar[tuple[str, ...]] = ()
+    reads: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self) -> None:
         self.steps_done = 0
 
-    def wanted(self, session: CaptureSession) -> bool:
+    def wanted(self, session: PhaseSession) -> bool:
         """Whether to run at all; a phase that is skipped for a reason worth telling notes it."""
         return True
 
-    def total(self, session: CaptureSession) -> int:
+    def total(self, session: PhaseSession) -> int:
         """Steps this phase takes, for progress."""
         return 0
 
-    def start(self, session: CaptureSession) -> None:
+    def start(self, session: PhaseSession) -> None:
         """Begin: called between two steps of the script."""
 
-    def next_batch(self, session: CaptureSession, dataset_key: int) -> Any:
+    def next_batch(self, session: PhaseSession, dataset_key: int) -> Any:
         """A batch to hand the script instead of its loader's next one, or :data:`NOT_SERVED`."""
         return NOT_SERVED
 
-    def on_step(self, session: CaptureSession, step: StepMarks) -> bool:
+    def on_step(self, session: PhaseSession, step: StepMarks) -> bool:
         """One finished training step; True when the phase is done."""
         self.steps_done += 1
         session.progress(self.name, self.steps_done, self.total(session))
         return self.steps_done >= self.total(session)
 
-    def finish(self, session: CaptureSession) -> None:
+    def finish(self, session: PhaseSession) -> None:
         """Done: keep the results (``close`` follows)."""
 
-    def close(self, session: CaptureSession) -> None:
+    def close(self, session: PhaseSession) -> None:
         """Release what ``start`` took; idempotent, runs on every ending."""
 
 

@@ -14,13 +14,16 @@ square matmuls in the model's dtype on the same device, done between two steps.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ...record import phase_names
-from .base import Phase
+from .base import Phase, PhaseSession
+
+if TYPE_CHECKING:
+    from .._data import StepMarks
 
 #: Side of the square matmul that measures a device's peak (CPU; accelerators use 4x).
 PEAK_MATMUL_N = 1024
@@ -29,18 +32,20 @@ PEAK_REPEATS = 5
 
 class FlopsPhase(Phase):
     name = phase_names.FLOPS
+    writes = ("flops",)
+    reads = ("measured",)
 
     def __init__(self) -> None:
         super().__init__()
         self._mode: Any = None
 
-    def wanted(self, session) -> bool:
+    def wanted(self, session: PhaseSession) -> bool:
         return bool(session.options.trials or session.options.flops) and bool(session.data.measured)
 
-    def total(self, session) -> int:
+    def total(self, session: PhaseSession) -> int:
         return 1
 
-    def start(self, session) -> None:
+    def start(self, session: PhaseSession) -> None:
         from torch.utils.flop_counter import FlopCounterMode
 
         self._mode = FlopCounterMode(display=False)
@@ -51,7 +56,7 @@ class FlopsPhase(Phase):
         )
         self._uncounted.__enter__()
 
-    def on_step(self, session, step) -> bool:
+    def on_step(self, session: PhaseSession, step: StepMarks) -> bool:
         mode, self._mode = self._mode, None
         if mode is not None:
             uncounted = self._close_uncounted()
@@ -67,7 +72,7 @@ class FlopsPhase(Phase):
             }
         return super().on_step(session, step)
 
-    def close(self, session) -> None:
+    def close(self, session: PhaseSession) -> None:
         mode, self._mode = self._mode, None
         if mode is not None:
             self._close_uncounted()
@@ -93,14 +98,14 @@ class _Uncounted(TorchDispatchMode):
     def __init__(self, counted: set[Any], timed: bool) -> None:
         super().__init__()
         self._counted = counted
-        self._timed = timed
+        self.time_part = timed
         self.total_s = 0.0
         self.ops: dict[str, float] = {}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        start = time.perf_counter() if self._timed else 0.0
+        start = time.perf_counter() if self.time_part else 0.0
         out = func(*args, **(kwargs or {}))
-        spent = time.perf_counter() - start if self._timed else 0.0
+        spent = time.perf_counter() - start if self.time_part else 0.0
         self.total_s += spent
         packet = func.overloadpacket
         if packet not in self._counted and _heavy(packet):
@@ -113,7 +118,7 @@ class _Uncounted(TorchDispatchMode):
         out = [
             {
                 "op": op,
-                "share": round(s / self.total_s, 4) if self._timed and self.total_s else None,
+                "share": round(s / self.total_s, 4) if self.time_part and self.total_s else None,
             }
             for op, s in self.ops.items()
         ]
@@ -152,7 +157,7 @@ def measured_peak(device: Any, dtype: torch.dtype) -> dict[str, Any]:
     }
 
 
-def _model_dtype(session) -> torch.dtype:
+def _model_dtype(session: PhaseSession) -> torch.dtype:
     """autocast's dtype where the script's forward runs under it, else the parameters'."""
     autocast = session.state.autocast_dtype
     if autocast is not None and hasattr(torch, autocast):

@@ -8,16 +8,17 @@ from __future__ import annotations
 
 from ...loader import measure_loader_alone
 from ...record import phase_names
-from .base import Phase
+from .base import Phase, PhaseSession
 
 
 class LoaderAlonePhase(Phase):
     name = phase_names.LOADER_ALONE
+    writes = ("loader_alone",)
     owns_loaders = True
     takes_steps = False
     agreed = False
 
-    def start(self, session) -> None:
+    def start(self, session: PhaseSession) -> None:
         session.shutdown_workers()  # the script's own workers are idle now; free the cores
         if not session.options.counterfactuals:
             return

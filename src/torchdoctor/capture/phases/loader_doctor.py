@@ -7,23 +7,25 @@ import statistics
 
 from ...loader import diagnose_loader
 from ...record import phase_names
-from .base import Phase
+from .base import Phase, PhaseSession
 
 
 class LoaderDoctorPhase(Phase):
     name = phase_names.LOADER_DOCTOR
+    writes = ("loader_diagnosis",)
+    reads = ("measured", "model_alone", "worker_sweep")
     owns_loaders = True
     takes_steps = False
     agreed = False
 
-    def wanted(self, session) -> bool:
+    def wanted(self, session: PhaseSession) -> bool:
         if session.loaders.main_loader() is None:
             return False
         return session.data.worker_sweep is not None or (
             session.options.counterfactuals and session.wants_loader_doctor()
         )
 
-    def start(self, session) -> None:
+    def start(self, session: PhaseSession) -> None:
         loader = session.loaders.main_loader()
         accelerator = session.clock.on_accelerator
         sweep = session.data.worker_sweep

@@ -8,14 +8,20 @@ what input costs the step.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ...record import phase_names
-from .base import NOT_SERVED, Phase
+from .base import NOT_SERVED, Phase, PhaseSession
+
+if TYPE_CHECKING:
+    from .._data import StepMarks
 
 
 class ModelAlonePhase(Phase):
     name = phase_names.MODEL_ALONE
+    writes = ("model_alone",)
 
-    def wanted(self, session) -> bool:
+    def wanted(self, session: PhaseSession) -> bool:
         if not session.options.counterfactuals:
             return False
         main = session.loaders.main_dataset_key()
@@ -35,21 +41,21 @@ class ModelAlonePhase(Phase):
             return False
         return True
 
-    def total(self, session) -> int:
+    def total(self, session: PhaseSession) -> int:
         return session.options.steps
 
-    def start(self, session) -> None:
+    def start(self, session: PhaseSession) -> None:
         session.main_dataset = session.loaders.main_dataset_key()
 
-    def next_batch(self, session, dataset_key):
+    def next_batch(self, session: PhaseSession, dataset_key: int):
         if dataset_key != session.main_dataset:
             return NOT_SERVED
         batch = session.replay.next()
         return NOT_SERVED if batch is None else batch
 
-    def on_step(self, session, step) -> bool:
+    def on_step(self, session: PhaseSession, step: StepMarks) -> bool:
         session.data.model_alone.append(step)
         return super().on_step(session, step)
 
-    def close(self, session) -> None:
+    def close(self, session: PhaseSession) -> None:
         session.inputs.stop_replay()

@@ -12,20 +12,26 @@ come after every phase whose figures depend on the training itself.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from torch.nn.parallel import DistributedDataParallel
 
 from ...record import phase_names
-from .base import Phase
+from .base import Phase, PhaseSession
+
+if TYPE_CHECKING:
+    from .._data import StepMarks
 
 
 class NoSyncPhase(Phase):
     name = phase_names.NO_SYNC
+    writes = ("no_sync",)
 
     def __init__(self) -> None:
         super().__init__()
         self._patcher = None
 
-    def wanted(self, session) -> bool:
+    def wanted(self, session: PhaseSession) -> bool:
         if not session.options.counterfactuals or not session.ranks.launched:
             return False
         collectives = session.parallel.collectives
@@ -46,32 +52,32 @@ class NoSyncPhase(Phase):
             )
         return True
 
-    def total(self, session) -> int:
+    def total(self, session: PhaseSession) -> int:
         return session.options.steps
 
-    def start(self, session) -> None:
+    def start(self, session: PhaseSession) -> None:
         self._patcher = session.patcher.child()
         for module in _ddp_modules(session):
             self._patcher.set(module, "require_backward_grad_sync", False)
         session.parallel.collectives.free = True  # the script's own collectives return at once
         session.progress(self.name, 0, self.total(session))
 
-    def on_step(self, session, step) -> bool:
+    def on_step(self, session: PhaseSession, step: StepMarks) -> bool:
         session.data.no_sync.append(step)
         return super().on_step(session, step)
 
-    def close(self, session) -> None:
+    def close(self, session: PhaseSession) -> None:
         patcher, self._patcher = self._patcher, None
         session.parallel.collectives.free = False
         if patcher is not None:
             patcher.restore()
 
 
-def _skipped(session, note: str) -> bool:
+def _skipped(session: PhaseSession, note: str) -> bool:
     if note not in session.data.notes:
         session.data.notes.append(note)
     return False
 
 
-def _ddp_modules(session) -> list[DistributedDataParallel]:
+def _ddp_modules(session: PhaseSession) -> list[DistributedDataParallel]:
     return [m for m in session.root_modules() if isinstance(m, DistributedDataParallel)]

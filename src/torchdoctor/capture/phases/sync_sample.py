@@ -2,27 +2,33 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ...record import phase_names
 from ..syncs import SyncWatcher
-from .base import Phase
+from .base import Phase, PhaseSession
+
+if TYPE_CHECKING:
+    from .._data import StepMarks
 
 
 class SyncSamplePhase(Phase):
     """``--sync-steps`` steps under a :class:`SyncWatcher` (its function mode slows them)."""
 
     name = phase_names.SYNC_SAMPLE
+    writes = ("sync_sample_ms", "sync_findings")
 
     def __init__(self) -> None:
         super().__init__()
         self._watcher: SyncWatcher | None = None
 
-    def wanted(self, session) -> bool:
+    def wanted(self, session: PhaseSession) -> bool:
         return session.options.sync_steps > 0
 
-    def total(self, session) -> int:
+    def total(self, session: PhaseSession) -> int:
         return session.options.sync_steps
 
-    def start(self, session) -> None:
+    def start(self, session: PhaseSession) -> None:
         session.progress(self.name, 0, self.total(session))
         watcher = SyncWatcher(
             on_accelerator=session.clock.on_accelerator,
@@ -35,17 +41,17 @@ class SyncSamplePhase(Phase):
         # a batch that arrives unmoved makes syncs on it count (CPU rule).
         watcher.hook_model_inputs(session.root_modules())
 
-    def on_step(self, session, step) -> bool:
+    def on_step(self, session: PhaseSession, step: StepMarks) -> bool:
         session.data.sync_sample_ms.append(session.step_ms(step, device_events=False))
         done = super().on_step(session, step)
         if not done and self._watcher is not None:
             self._watcher.mark_step()
         return done
 
-    def finish(self, session) -> None:
+    def finish(self, session: PhaseSession) -> None:
         self.close(session)
 
-    def close(self, session) -> None:
+    def close(self, session: PhaseSession) -> None:
         watcher, self._watcher = self._watcher, None
         session.sync_watcher = None
         if watcher is None:

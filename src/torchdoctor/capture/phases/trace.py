@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ...record import phase_names
 from ..profiler import StepProfiler
-from .base import Phase
+from .base import Phase, PhaseSession
+
+if TYPE_CHECKING:
+    from .._data import StepMarks
 
 #: One warm-up step (the profiler's start-up lands there), then the recorded ones.
 TRACE_WARMUP_STEPS = 1
@@ -13,18 +18,19 @@ TRACE_ACTIVE_STEPS = 3
 
 class TracePhase(Phase):
     name = phase_names.TRACE
+    writes = ("trace_paths",)
 
     def __init__(self) -> None:
         super().__init__()
         self._profiler: StepProfiler | None = None
 
-    def wanted(self, session) -> bool:
+    def wanted(self, session: PhaseSession) -> bool:
         return bool(session.options.trace_dir)
 
-    def total(self, session) -> int:
+    def total(self, session: PhaseSession) -> int:
         return TRACE_WARMUP_STEPS + TRACE_ACTIVE_STEPS
 
-    def start(self, session) -> None:
+    def start(self, session: PhaseSession) -> None:
         session.progress(self.name, 0, self.total(session))
         profiler = StepProfiler(
             session.options.trace_dir, wait=0, warmup=TRACE_WARMUP_STEPS, active=TRACE_ACTIVE_STEPS
@@ -32,15 +38,15 @@ class TracePhase(Phase):
         profiler.start()
         self._profiler = session.profiler = profiler
 
-    def on_step(self, session, step) -> bool:
+    def on_step(self, session: PhaseSession, step: StepMarks) -> bool:
         if self._profiler is not None:
             self._profiler.step()
         return super().on_step(session, step)
 
-    def finish(self, session) -> None:
+    def finish(self, session: PhaseSession) -> None:
         self.close(session)
 
-    def close(self, session) -> None:
+    def close(self, session: PhaseSession) -> None:
         profiler, self._profiler = self._profiler, None
         session.close_labels()
         session.profiler = None

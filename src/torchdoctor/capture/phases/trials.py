@@ -9,7 +9,7 @@ measured steps, undone before the next. The results are ``session.data.trials`` 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..._devices import peak_memory_mb, reset_peak_memory, total_memory_mb
 from ...analysis.trials import samples_per_s
@@ -25,7 +25,10 @@ from .._trials import (
     Lever,
     Threads,
 )
-from .base import NOT_SERVED, Phase
+from .base import NOT_SERVED, Phase, PhaseSession
+
+if TYPE_CHECKING:
+    from .._data import StepMarks
 
 LEVERS: dict[str, type[Lever]] = {
     cls.name: cls for cls in (Amp, ChannelsLast, Compile, Foreach, Threads, BatchSize)
@@ -58,6 +61,8 @@ class TrialRun:
 
 class TrialsPhase(Phase):
     name = phase_names.TRIALS
+    writes = ("trials",)
+    reads = ("measured",)
     #: The batch-size lever iterates clones of the script's loader: they are not the script's.
     owns_loaders = True
 
@@ -68,7 +73,7 @@ class TrialsPhase(Phase):
         self._patcher: Any = None
         self._memory: Any = None
 
-    def wanted(self, session) -> bool:
+    def wanted(self, session: PhaseSession) -> bool:
         names = session.options.trials
         if not names:
             return False
@@ -77,10 +82,10 @@ class TrialsPhase(Phase):
             return False
         return bool(session.data.measured)
 
-    def total(self, session) -> int:
+    def total(self, session: PhaseSession) -> int:
         return len(self._queue) + len(session.data.trials)
 
-    def start(self, session) -> None:
+    def start(self, session: PhaseSession) -> None:
         # The script as it runs, before each lever and after the last: each lever is compared
         # with the steps taken next to it (drift and bursts of load hit both alike).
         baseline = Baseline()
@@ -108,7 +113,7 @@ class TrialsPhase(Phase):
             self._queue.append(TrialRun(baseline, "", short))
         self._next(session)
 
-    def next_batch(self, session, dataset_key):
+    def next_batch(self, session: PhaseSession, dataset_key: int):
         run = self._run
         if run is None or run.lever.name != "batch-size" or dataset_key != session.main_dataset:
             return NOT_SERVED
@@ -118,7 +123,7 @@ class TrialsPhase(Phase):
         finally:
             session.pop("data_wait")
 
-    def on_step(self, session, step) -> bool:
+    def on_step(self, session: PhaseSession, step: StepMarks) -> bool:
         run = self._run
         if run is None:
             return True
@@ -134,7 +139,7 @@ class TrialsPhase(Phase):
         session.progress(self.name, len(session.data.trials), self.total(session))
         return self._next(session)
 
-    def close(self, session) -> None:
+    def close(self, session: PhaseSession) -> None:
         patcher, self._patcher = self._patcher, None
         if patcher is not None:
             patcher.restore()
@@ -142,7 +147,7 @@ class TrialsPhase(Phase):
 
     # --- the queue ----------------------------------------------------------------------------
 
-    def _next(self, session) -> bool:
+    def _next(self, session: PhaseSession) -> bool:
         """Start the next run; True when none is left."""
         while self._queue:
             run = self._queue.pop(0)
@@ -164,7 +169,7 @@ class TrialsPhase(Phase):
             return False
         return True
 
-    def _finish_run(self, session) -> None:
+    def _finish_run(self, session: PhaseSession) -> None:
         run = self._run
         assert run is not None
         run.memory_mb = self._memory.peak_mb() if self._memory is not None else None
@@ -172,7 +177,7 @@ class TrialsPhase(Phase):
         session.data.trials.append(run)
         self.close(session)
 
-    def _plateaued(self, session, run: TrialRun) -> bool:
+    def _plateaued(self, session: PhaseSession, run: TrialRun) -> bool:
         """Batch sizes stop growing once samples/s stop growing, or before the next size would
         not fit the accelerator's memory (grown in proportion to the batch)."""
         done = [r for r in session.data.trials if r.lever is run.lever and r.steps_ms]
@@ -189,7 +194,7 @@ class TrialsPhase(Phase):
         return samples_per_s(b) < PLATEAU_GAIN * samples_per_s(a)
 
 
-def _texts(session, lever: Lever, setting: str) -> dict[str, Any]:
+def _texts(session: PhaseSession, lever: Lever, setting: str) -> dict[str, Any]:
     """What the report says of a lever's run, read while it is live; a lever whose texts fail
     is a failed trial, never torchdoctor's end."""
     try:
@@ -210,14 +215,14 @@ def _texts(session, lever: Lever, setting: str) -> dict[str, Any]:
     return texts
 
 
-def _skip_reason(session, lever: Lever) -> str | None:
+def _skip_reason(session: PhaseSession, lever: Lever) -> str | None:
     try:
         return lever.skip_reason(session)
     except Exception as exc:  # noqa: BLE001 - a lever that cannot tell is skipped, with why
         return f"could not check whether it applies: {type(exc).__name__}: {exc}"[:300]
 
 
-def _device_memory_mb(session) -> float | None:
+def _device_memory_mb(session: PhaseSession) -> float | None:
     device = session.clock.device
     if device is None or device.type == "cpu":
         return None  # on CPU the process's RSS is reported, not bounded
@@ -227,7 +232,7 @@ def _device_memory_mb(session) -> float | None:
 class _MemoryPeak:
     """Peak memory while a setting runs: the device's allocator, or this process's RSS."""
 
-    def __init__(self, session) -> None:
+    def __init__(self, session: PhaseSession) -> None:
         device = session.clock.device
         on_device = device is not None and device.type != "cpu"
         self._device = device if on_device and reset_peak_memory(device) else None

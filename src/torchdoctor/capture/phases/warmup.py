@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ...record import phase_names
-from .base import Phase
+from .base import Phase, PhaseSession
 
 
 class WarmupPhase(Phase):
@@ -11,5 +11,5 @@ class WarmupPhase(Phase):
 
     name = phase_names.WARMUP
 
-    def total(self, session) -> int:
+    def total(self, session: PhaseSession) -> int:
         return session.options.warmup

@@ -10,13 +10,18 @@ goes to the session's :class:`~torchdoctor.capture._whole.WholeRunWatch`.
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
 
 from ...record import phase_names
 from .._whole import WholeRunWatch
+from .base import PhaseSession
 from .measure import MeasurePhase
 
+if TYPE_CHECKING:
+    from .._data import StepMarks
 
-def watch_whole_run(session) -> WholeRunWatch:
+
+def watch_whole_run(session: PhaseSession) -> WholeRunWatch:
     """The accountant of a whole run, its stack sampler started (stopped with the patches)."""
     timeline = session.timeline
 
@@ -44,13 +49,13 @@ class WholeRunPhase(MeasurePhase):
         super().__init__()
         self.measuring = False  # an instance's: true during the measured window only
 
-    def total(self, session) -> int:
+    def total(self, session: PhaseSession) -> int:
         return 0
 
-    def start(self, session) -> None:
+    def start(self, session: PhaseSession) -> None:
         self._window(session)
 
-    def on_step(self, session, step) -> bool:
+    def on_step(self, session: PhaseSession, step: StepMarks) -> bool:
         self.steps_done += 1
         if self.measuring:
             session.data.measured.append(step)
@@ -58,7 +63,7 @@ class WholeRunPhase(MeasurePhase):
         session.progress(self.name, self.steps_done, 0)
         return False
 
-    def _window(self, session) -> None:
+    def _window(self, session: PhaseSession) -> None:
         opts = session.options
         start, end = opts.warmup, opts.warmup + opts.steps
         if self.steps_done == start and not self.measuring:

@@ -8,12 +8,17 @@ intra-op threads compete with the workers: the worker count is searched together
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from ...loader import WorkerThreadPolicy, available_cpus, sweep_candidates
 from ...record import phase_names
 from .._inloop_sweep import InLoopSweep
-from .base import NOT_SERVED, Phase
+from .base import NOT_SERVED, Phase, PhaseSession
+
+if TYPE_CHECKING:
+    from .._data import StepMarks
 
 #: Counted steps per setting of the whole-step worker sweep (after its warm steps).
 SWEEP_MAX_STEPS_PER_SETTING = 8
@@ -21,6 +26,8 @@ SWEEP_MAX_STEPS_PER_SETTING = 8
 
 class WorkerSweepPhase(Phase):
     name = phase_names.WORKER_SWEEP
+    writes = ("worker_sweep",)
+    reads = ("measured", "model_alone")
     owns_loaders = True
 
     def __init__(self) -> None:
@@ -28,7 +35,7 @@ class WorkerSweepPhase(Phase):
         self._sweep: InLoopSweep | None = None
         self._candidates = 0
 
-    def wanted(self, session) -> bool:
+    def wanted(self, session: PhaseSession) -> bool:
         if session.ranks.launched:
             return False  # its steps per setting adapt to each rank's own figures
         return (
@@ -37,10 +44,10 @@ class WorkerSweepPhase(Phase):
             and session.wants_loader_doctor()
         )
 
-    def total(self, session) -> int:
+    def total(self, session: PhaseSession) -> int:
         return self._candidates
 
-    def start(self, session) -> None:
+    def start(self, session: PhaseSession) -> None:
         loader = session.loaders.main_loader()
         session.shutdown_workers()  # the script's own workers would compete with the clones
         cpus = available_cpus()
@@ -71,7 +78,7 @@ class WorkerSweepPhase(Phase):
         session.progress(self.name, 0, self._candidates)
         self._sweep.start()
 
-    def next_batch(self, session, dataset_key):
+    def next_batch(self, session: PhaseSession, dataset_key: int):
         if self._sweep is None or dataset_key != session.main_dataset:
             return NOT_SERVED
         session.push("data_wait")
@@ -80,7 +87,7 @@ class WorkerSweepPhase(Phase):
         finally:
             session.pop("data_wait")
 
-    def on_step(self, session, step) -> bool:
+    def on_step(self, session: PhaseSession, step: StepMarks) -> bool:
         if self._sweep is None:
             return True
         step_ms = session.step_ms(step)
@@ -89,10 +96,10 @@ class WorkerSweepPhase(Phase):
         session.data.worker_sweep = self._sweep.result()
         return True
 
-    def finish(self, session) -> None:
+    def finish(self, session: PhaseSession) -> None:
         self.close(session)
 
-    def close(self, session) -> None:
+    def close(self, session: PhaseSession) -> None:
         sweep, self._sweep = self._sweep, None
         if sweep is not None:
             sweep.close()
