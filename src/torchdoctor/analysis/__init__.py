@@ -2,10 +2,10 @@
 verdicts (no torch import). The loader doctor's analyses live in :mod:`torchdoctor.loader`."""
 
 from .syncs import sync_findings
-from .trace_analysis import analyse_traces, analyze_trace
+from .trace_analysis import analyze_parsed_traces, analyze_trace
 
 __all__ = [
-    "analyse_traces",
+    "analyze_parsed_traces",
     "analyze_trace",
     "sync_findings",
 ]

@@ -56,7 +56,7 @@ def analyse_rank(t: RankTrace, n_step_names: int, include_last_step: bool = Fals
     )
 
 
-def analyse_traces(
+def analyze_parsed_traces(
     traces: list[RankTrace], command: list[str] | None = None, include_last_step: bool = False
 ) -> RunRecord:
     """Analyse one trace per rank and return the record with verdict and findings.
@@ -144,7 +144,7 @@ def analyze_trace(
     from ..trace import find_trace_files, load_trace
 
     files = find_trace_files([paths] if isinstance(paths, str) else list(paths))
-    return analyse_traces([load_trace(f) for f in files], command, include_last_step)
+    return analyze_parsed_traces([load_trace(f) for f in files], command, include_last_step)
 
 
 def attach_trace(record: RunRecord, paths: list[str] | list[Any]) -> RunRecord:

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from ._trials import Lever, model_detail, trained_roots
+from ._levers import Lever, model_detail, trained_roots
 
 
 class Compile(Lever):

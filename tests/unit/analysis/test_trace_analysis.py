@@ -7,7 +7,7 @@ import json
 import pytest
 
 from torchdoctor.analysis import trace_gpu, trace_host, trace_steps
-from torchdoctor.analysis.trace_analysis import analyse_traces, analyze_trace
+from torchdoctor.analysis.trace_analysis import analyze_parsed_traces, analyze_trace
 from torchdoctor.analysis.trace_comm import rank_skew
 from torchdoctor.cli import main
 from torchdoctor.record import RunRecord
@@ -50,7 +50,7 @@ def test_no_profiler_step_analyses_the_whole_trace_with_a_note(tmp_path):
     b = TraceBuilder(rank=None)
     b.host("aten::mm", 0, 100)
     b.host("aten::mm", 200, 100)
-    record = analyse_traces([_load(b, tmp_path, "cpu_only.json")])
+    record = analyze_parsed_traces([_load(b, tmp_path, "cpu_only.json")])
     (rank,) = record.trace.ranks
     assert rank.steps[0].name == "whole trace"
     assert rank.step_wall_ms == pytest.approx(0.3)
@@ -61,8 +61,8 @@ def test_no_profiler_step_analyses_the_whole_trace_with_a_note(tmp_path):
 
 
 def test_gpu_busy_trace_is_compute_bound_and_idle_host_trace_is_host_bound(tmp_path):
-    busy = analyse_traces([_load(training_trace(gpu_busy=True), tmp_path, "busy.json")])
-    idle = analyse_traces([_load(training_trace(gpu_busy=False), tmp_path, "idle.json")])
+    busy = analyze_parsed_traces([_load(training_trace(gpu_busy=True), tmp_path, "busy.json")])
+    idle = analyze_parsed_traces([_load(training_trace(gpu_busy=False), tmp_path, "idle.json")])
     assert busy.verdict.kind == "COMPUTE-BOUND"
     assert idle.verdict.kind == "HOST-BOUND"
     t_idle = idle.trace.ranks[0]
@@ -77,7 +77,7 @@ def test_gpu_busy_trace_is_compute_bound_and_idle_host_trace_is_host_bound(tmp_p
 
 
 def test_slow_dataloader_is_input_bound(tmp_path):
-    record = analyse_traces([_load(training_trace(gpu_busy=False, loader_us=600), tmp_path)])
+    record = analyze_parsed_traces([_load(training_trace(gpu_busy=False, loader_us=600), tmp_path)])
     assert record.verdict.kind == "INPUT-BOUND"
     assert record.verdict.shares["input"] >= 0.5
     assert any(f.kind == "dataloader" for f in record.findings)
@@ -130,7 +130,7 @@ def test_sync_is_traced_to_the_users_line_and_op(tmp_path):
     assert (site.file, site.line, site.function) == ("train.py", 40, "train_step")
     assert site.ops == "aten::item > aten::_local_scalar_dense"
     assert site.count == 1 and site.blocked_ms == pytest.approx(0.25)
-    record = analyse_traces([t])
+    record = analyze_parsed_traces([t])
     finding = next(f for f in record.findings if f.kind == "host-sync")
     assert (finding.file, finding.line) == ("train.py", 40)
     assert any(f.kind == "pageable-memcpy" for f in record.findings)
@@ -295,8 +295,8 @@ def test_render_trace_section_for_the_lead_renderer(tmp_path):
     cpu_only.step(1, 0, 100)
     cpu_only.host("aten::mm", 10, 50)
     for record in (
-        analyse_traces([_load(cpu_only, tmp_path, "cpu.json")]),
-        analyse_traces([_load(training_trace(rank=r), tmp_path, f"r{r}.json") for r in (0, 1)]),
+        analyze_parsed_traces([_load(cpu_only, tmp_path, "cpu.json")]),
+        analyze_parsed_traces([_load(training_trace(rank=r), tmp_path, f"r{r}.json") for r in (0, 1)]),
     ):
         render_trace_section(record, console)
     text = console.export_text()
@@ -304,7 +304,7 @@ def test_render_trace_section_for_the_lead_renderer(tmp_path):
 
 
 def test_an_analysis_of_two_ranks_round_trips_through_the_record(tmp_path):
-    record = analyse_traces([_load(training_trace(rank=r), tmp_path, f"r{r}.json") for r in (0, 1)])
+    record = analyze_parsed_traces([_load(training_trace(rank=r), tmp_path, f"r{r}.json") for r in (0, 1)])
     assert record.trace.analysed and len(record.trace.ranks) == 2
     assert record.trace.ranks[0].temporal is not None and record.trace.ranks[0].idle is not None
     assert record.trace.verdict == record.verdict and record.trace.verdict is not record.verdict

@@ -12,7 +12,7 @@ import pytest
 
 from paths import DATA, HTA_TRACES
 from torchdoctor.analysis import trace_gpu
-from torchdoctor.analysis.trace_analysis import analyse_traces
+from torchdoctor.analysis.trace_analysis import analyze_parsed_traces
 from torchdoctor.cli import main
 from torchdoctor.record import RunRecord
 from torchdoctor.trace import RankTrace, load_trace
@@ -76,7 +76,7 @@ NCCL = "nccl_parser_config/nccl_data.json.gz"
     "rel, kind", [(NS, "COMPUTE-BOUND"), (NCCL, "HOST-BOUND")], ids=["ns_resolution", "nccl"]
 )
 def test_verdicts_on_real_traces(traces, rel, kind):
-    record = analyse_traces([traces(rel)])
+    record = analyze_parsed_traces([traces(rel)])
     assert record.verdict.kind == kind
     assert record.verdict.why and record.verdict.next
     rank = record.trace.ranks[0]
@@ -84,7 +84,7 @@ def test_verdicts_on_real_traces(traces, rel, kind):
 
 
 def test_amd_trace_with_hip_names_and_no_rank(traces):
-    record = analyse_traces([traces("amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz")])
+    record = analyze_parsed_traces([traces("amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz")])
     assert any("no distributedInfo.rank" in n for n in record.notes)
     syncs = record.trace.ranks[0].syncs
     assert syncs.sites[0].call == "hipMemcpyWithStream"
@@ -93,7 +93,7 @@ def test_amd_trace_with_hip_names_and_no_rank(traces):
 
 def test_trace_without_profiler_step_works_with_a_note(traces):
     rel = "critical_path/simple_add/benchmark_result_493459_1694039959_trace.json.gz"
-    record = analyse_traces([traces(rel)])
+    record = analyze_parsed_traces([traces(rel)])
     assert any("no ProfilerStep" in n for n in record.notes)
     assert record.verdict.kind in {"HOST-BOUND", "COMPUTE-BOUND", "INPUT-BOUND"}
     assert any(f.kind == "pageable-memcpy" for f in record.findings)

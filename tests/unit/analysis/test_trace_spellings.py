@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 
 from paths import HTA_TRACES, TESTS
-from torchdoctor.analysis.trace_analysis import analyse_traces, analyze_trace
+from torchdoctor.analysis.trace_analysis import analyze_parsed_traces, analyze_trace
 from torchdoctor.cli import main
 from torchdoctor.trace import CATEGORY_ALIASES, load_trace
 from tracegen import respell_file, training_trace
@@ -30,7 +30,7 @@ STARVED_SHARE = (600 + 590) / 2000
 
 
 def _analyse(path):
-    record = analyse_traces([load_trace(path)])
+    record = analyze_parsed_traces([load_trace(path)])
     return record, record.trace.ranks[0]
 
 

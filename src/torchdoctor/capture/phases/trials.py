@@ -15,7 +15,7 @@ from ..._devices import peak_memory_mb, reset_peak_memory, total_memory_mb
 from ...analysis.trials import samples_per_s
 from ...record import phase_names
 from .._compile_lever import Compile
-from .._trials import (
+from .._levers import (
     PLATEAU_GAIN,
     Amp,
     Baseline,
