@@ -134,3 +134,23 @@ def test_every_message_reads_back_as_itself_and_strangers_are_dropped():
         b"garbage\n",
     ):
         assert decode(line) is None
+
+
+def test_a_progress_display_that_fails_costs_the_display_not_the_messages(capsys):
+    read_fd, write_fd = os.pipe()
+    shown = []
+
+    def display(phase, done, total):  # takes no detail: a whole run's progress breaks it
+        shown.append(phase)
+
+    reader = StreamReader(read_fd, display)
+    writer = StreamWriter(write_fd)
+    writer.send(Progress("measure", 1, 5))
+    writer.send(Progress("whole", 2, 0, detail="step 2"))
+    writer.send(Progress("measure", 3, 5))
+    writer.send(Final({"status": "complete"}, 0))
+    writer.close()
+    reader.join(timeout_s=10)
+    assert shown == ["measure"]  # shown until it failed, then never again
+    assert reader.state.final == Final({"status": "complete"}, 0)
+    assert "TypeError" in capsys.readouterr().err

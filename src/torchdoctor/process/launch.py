@@ -240,11 +240,14 @@ class _RankStreams:
             holder.append(reader)
             self._readers.append(reader)
 
-    def _shown(self, holder: list[StreamReader], phase: str, done: int, total: int) -> None:
-        """Progress of rank 0 only (the others' runs alongside); a node without it shows none."""
+    def _shown(
+        self, holder: list[StreamReader], phase: str, done: int, total: int, *detail: str
+    ) -> None:
+        """Progress of rank 0 only (the others' runs alongside); a node without it shows none.
+        ``detail``: ``run --whole``'s live figures."""
         hello = holder[0].state.hello if holder else None
         if self._progress is not None and hello is not None and hello.rank == 0:
-            self._progress(phase, done, total)
+            self._progress(phase, done, total, *detail)
 
     def close(self) -> None:
         """Stop listening, end what is left of every rank, and read their streams to the end."""

@@ -29,6 +29,7 @@ import os
 import struct
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, NamedTuple
@@ -302,7 +303,11 @@ class StreamReader:
         if isinstance(message, Progress):
             if self._progress is not None:
                 extra = (message.detail,) if message.detail else ()  # run --whole's figures
-                self._progress(message.phase, message.done, message.total, *extra)
+                try:
+                    self._progress(message.phase, message.done, message.total, *extra)
+                except Exception:  # noqa: BLE001 - the display failed: the record must not
+                    self._progress = None  # no more progress shown; the messages still count
+                    traceback.print_exc()
         elif isinstance(message, Whole):
             state.whole = message.summary
         elif isinstance(message, Snapshot):
