@@ -169,7 +169,8 @@ def flops_of(record: RunRecord, counted: dict[str, Any] | None, device_name: str
 
 
 def next_with_trials(record: RunRecord) -> str | None:
-    """The verdict's Next for a compute- or host-bound run: the trials, best first."""
+    """The trials in the verdict's Next, best first (before a compute- or host-bound run's
+    advice, after an input-bound run's); None when none was asked for."""
     measured = [t for t in record.trials if t.status == "measured" and t.speedup is not None]
     if not record.trials:
         return None

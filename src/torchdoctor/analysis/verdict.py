@@ -179,7 +179,8 @@ def decide(record: RunRecord) -> Verdict:
         elif leader == "host":
             host_bound = True
     if input_bound:
-        return Verdict(INPUT_BOUND, _why_input(record, shares, step), _next_input(record), shares)
+        why = _why_input(record, shares, step)
+        return Verdict(INPUT_BOUND, why, _then_trials(record, _next_input(record)), shares)
     if host_bound:
         why = _why_host(record, shares, step, has_loader)
         return Verdict(HOST_BOUND, why, _with_trials(record, _NEXT_HOST), shares)
@@ -248,6 +249,15 @@ def _no_step(record: RunRecord) -> Verdict:
         next="check that the script reaches optimizer.step(), or loss.backward() in a loop "
         "that updates its parameters itself (see what torchdoctor saw)",
     )
+
+
+def _then_trials(record: RunRecord, advice: str) -> str:
+    """An input-bound run's advice first, then the trials the user asked for, when measured
+    (a larger batch pays whatever bounds the loop)."""
+    from .trials import next_with_trials
+
+    measured = next_with_trials(record)
+    return f"{advice}; {measured}" if measured is not None else advice
 
 
 def _with_trials(record: RunRecord, advice: str) -> str:

@@ -171,3 +171,17 @@ def test_derive_reads_the_record_and_summarise_writes_what_it_found():
     assert fresh.verdict == derived.verdict and fresh.ceiling_speedup == derived.ceiling_speedup
     assert fresh.step_ms == derived.step_ms and fresh.parts_ms == derived.parts_ms
     assert fresh.loader_alone.needed_batches_per_s == derived.needed_batches_per_s
+
+
+def test_the_trials_asked_for_follow_the_advice_whatever_bounds_the_loop():
+    from torchdoctor.record import Trial
+
+    bigger = Trial("batch-size", "batch 16", speedup=2.6, spread=[2.2, 3.0], pick="16")
+    for wait, bound in ((30.0, INPUT_BOUND), (0.0, COMPUTE_BOUND)):
+        rec = _record(wait, 10.0, 1.0)
+        rec.trials = [bigger]
+        summarise(rec)
+        assert rec.verdict.kind == bound
+        assert "batch-size 2.60x" in rec.verdict.next and "--try" not in rec.verdict.next
+    rec = _record(30.0, 10.0, 1.0)  # no trial asked for: the input advice alone
+    assert "measured trials" not in rec.verdict.next and "--try" not in rec.verdict.next
