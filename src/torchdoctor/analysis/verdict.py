@@ -93,13 +93,8 @@ def derive(record: RunRecord) -> Derived:
 
 
 def summarise(record: RunRecord) -> None:
-    """Write what :func:`derive` finds into the record's derived fields.
-
-    The one writer of those fields (``step_ms``, ``parts_ms``, ``model_alone_step_ms``, the
-    ceiling, ``loader_alone.needed_batches_per_s``, ``verdict``); it runs wherever a record's
-    measured series are set or changed (built from a session or a stream, a job combined).
-    Everything else in ``analysis`` returns what it finds.
-    """
+    """Write what :func:`derive` finds into the record: the one writer of its derived fields,
+    run wherever its measured series are set (built, rebuilt from a stream, a job combined)."""
     derived = derive(record)
     record.step_ms = derived.step_ms
     record.parts_ms = derived.parts_ms
@@ -252,8 +247,7 @@ def _no_step(record: RunRecord) -> Verdict:
 
 
 def _then_trials(record: RunRecord, advice: str) -> str:
-    """An input-bound run's advice first, then the trials the user asked for, when measured
-    (a larger batch pays whatever bounds the loop)."""
+    """An input-bound run's advice, then the trials the user asked for (when measured)."""
     from .trials import next_with_trials
 
     measured = next_with_trials(record)
