@@ -13,12 +13,16 @@ measured here, in this run:
 5. ``--flops``: the step's utilisation of the device's peak (MFU) against the table's peak;
 6. the demo on the GPU (its diagnosis before and after, the measured speedup);
 7. with two GPUs or more, a 2-rank NCCL job under ``--nproc-per-node 2`` (torchdoctor's own
-   gloo group beside the job's NCCL one): its verdict and communication-free ceiling.
+   gloo group beside the job's NCCL one): its verdict and communication-free ceiling;
+8. what capture adds to a launch-bound GPU step on the script's own clock
+   (``benchmarks/observer_effect.py --device cuda``: one process and ``run --whole``).
 
 Without a CUDA GPU it says so and exits 0 (the accelerator paths are tested on the OpenReg
 reference backend: docs/devices.md).
 
-    PYTHONPATH=src python benchmarks/gpu_check.py
+    PYTHONPATH=src python benchmarks/gpu_check.py [--keep DIR]
+
+``--keep DIR`` leaves the scripts, records and traces in DIR.
 """
 
 from __future__ import annotations
@@ -34,7 +38,13 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+ENV = {
+    **os.environ,
+    "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])),
+    "PYTHONUNBUFFERED": "1",
+}
+#: Each check's bound (s): the whole run fits a lent GPU's minutes.
+TIMEOUT_S = 240
 
 #: A GPU-bound loop: big matmuls on device-resident batches (no input pipeline to wait for).
 GPU_BOUND = """\
@@ -71,25 +81,38 @@ def main() -> int:
         )
         return 0
     print(f"gpu-check on {torch.cuda.get_device_name(0)}, torch {torch.__version__}")
+    started = time.perf_counter()
     tests = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-m", "gpu or accelerator", "-p", "no:cacheprovider"],
-        cwd=ROOT, env=ENV, capture_output=True, text=True,
+        [sys.executable, "-m", "pytest", "-q", "-m", "gpu or accelerator", "-p", "no:cacheprovider",
+         "--timeout", "120"],
+        cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=TIMEOUT_S,
     )  # fmt: skip
-    print("tests:", (tests.stdout.strip().splitlines() or ["no output"])[-1])
+    lines = tests.stdout.strip().splitlines() or ["no output"]
+    for line in lines:
+        if line.startswith(("FAILED", "ERROR")):
+            print("  ", line[:300])
+    print(f"tests: {lines[-1]} [{time.perf_counter() - started:.0f} s]", flush=True)
+    if tests.returncode != 0:
+        print(tests.stdout[-3000:], tests.stderr[-1500:], sep="\n")
+    keep = sys.argv[sys.argv.index("--keep") + 1] if "--keep" in sys.argv else None
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
-        folder = Path(tmp)
+        folder = Path(keep or tmp)
+        folder.mkdir(parents=True, exist_ok=True)
         for name, check in (
             ("event clock vs profiler", event_clock),
             ("prefetcher", prefetcher),
             ("seed-004 syncs", seed_004),
             ("trials", trials),
-            ("demo", demo),
             ("2-rank NCCL job", nccl_job),
+            ("observer effect", observer_effect),
+            ("demo", demo),
         ):
+            started = time.perf_counter()
             try:
-                print(f"{name}: {check(folder)}", flush=True)
+                said = check(folder)
             except Exception as exc:  # noqa: BLE001 - one check's failure is printed, the rest run
-                print(f"{name}: FAILED: {type(exc).__name__}: {exc}", flush=True)
+                said = f"FAILED: {type(exc).__name__}: {exc}"
+            print(f"{name}: {said} [{time.perf_counter() - started:.0f} s]", flush=True)
     return 0 if tests.returncode == 0 else 1
 
 
@@ -99,7 +122,7 @@ def _run(folder: Path, script: str, text: str, *args: str) -> dict:
     out = subprocess.run(
         [sys.executable, "-m", "torchdoctor", "run", "--quiet", "--json", str(record), *args,
          "--", script],
-        cwd=folder, env=ENV, capture_output=True, text=True, timeout=900,
+        cwd=folder, env=ENV, capture_output=True, text=True, timeout=TIMEOUT_S,
     )  # fmt: skip
     if out.returncode != 0:
         raise RuntimeError(out.stdout[-1500:] + out.stderr[-1500:])
@@ -180,7 +203,7 @@ def demo(folder: Path) -> str:
     out = subprocess.run(
         [sys.executable, "-m", "torchdoctor", "demo", "--workdir", str(folder / "demo"),
          "--json", str(folder / "demo-json"), "--html", str(folder / "demo.html")],
-        cwd=folder, env=ENV, capture_output=True, text=True, timeout=1800,
+        cwd=folder, env=ENV, capture_output=True, text=True, timeout=TIMEOUT_S,
     )  # fmt: skip
     if out.returncode != 0:
         raise RuntimeError(out.stdout[-1500:] + out.stderr[-1500:])
@@ -222,6 +245,17 @@ def nccl_job(folder: Path) -> str:
         f"{rec['verdict']['kind']}, backend {job.get('backend')}, no-sync step "
         f"{job.get('no_sync_step_ms')} ms, communication-free ceiling {job.get('comm_ceiling')}x"
     )
+
+
+def observer_effect(folder: Path) -> str:
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "observer_effect.py"), "--device", "cuda",
+         "--jobs", "one,whole", "--threads", "default", "--rounds", "2"],
+        cwd=folder, env=ENV, capture_output=True, text=True, timeout=TIMEOUT_S,
+    )  # fmt: skip
+    if out.returncode != 0:
+        raise RuntimeError(out.stdout[-1500:] + out.stderr[-1500:])
+    return "\n  " + out.stdout.strip().replace("\n", "\n  ")
 
 
 if __name__ == "__main__":

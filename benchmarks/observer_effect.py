@@ -10,9 +10,10 @@ over the same step numbers of the plain run (``whole``: every step after the fir
 per rank, beside the plain step.
 
     PYTHONPATH=src python benchmarks/observer_effect.py [--rounds 3] [--jobs one,ddp,whole]
-        [--threads 1,default] [--hidden 256] [--src DIR]
+        [--threads 1,default] [--hidden 256] [--device cpu] [--src DIR]
 
-``--src`` measures the torchdoctor package found in another checkout's ``src`` (a version before
+``--device cuda`` trains the job on a GPU (one process and ``whole`` only: the DDP job is gloo
+on the CPU); ``--src`` measures the torchdoctor package found in another checkout's ``src`` (a version before
 a change), with this checkout's job and benchmark.
 """
 
@@ -39,6 +40,8 @@ WINDOW = slice(WARMUP + SYNC_STEPS, WARMUP + SYNC_STEPS + STEPS)
 WHOLE_SKIP = 30
 #: Steps of the job (``--steps``).
 JOB_STEPS = 400
+#: Where the job trains (``--device``).
+DEVICE = "cpu"
 
 
 def run_once(tmp: Path, name: str, job: str, threads: str, hidden: int, captured: bool):
@@ -46,7 +49,8 @@ def run_once(tmp: Path, name: str, job: str, threads: str, hidden: int, captured
     timing = tmp / name
     script = [str(JOB), "--timing-file", str(timing), "--hidden", str(hidden),
               "--steps", str(JOB_STEPS),
-              "--threads", "0" if threads == "default" else threads]  # fmt: skip
+              "--threads", "0" if threads == "default" else threads,
+              "--device", DEVICE]  # fmt: skip
     ranks = 2 if job == "ddp" else 1
     record = tmp / f"{name}.json"
     if captured and job == "whole":
@@ -99,7 +103,7 @@ def measure(job: str, threads: str, rounds: int, hidden: int) -> None:
                 plain.setdefault(r, []).append(step)
                 extra.setdefault(r, []).append((medians[True][r] - step) * 1000)
     names = {"one": "one process", "ddp": "2-rank DDP", "whole": "run --whole"}
-    label = f"{names[job]}, torch threads {threads}"
+    label = f"{names[job]}, torch threads {threads}" + ("" if DEVICE == "cpu" else f", {DEVICE}")
     if -1 in extra:  # run --whole: the loop's time after the first steps, plain and watched
         loop = [e / 1000 / p for e, p in zip(extra.pop(-1), plain.pop(-1))]
         print(f"{label}: the loop's time (steps {WHOLE_SKIP}+) grew by "
@@ -129,11 +133,14 @@ def main() -> None:
     parser.add_argument("--threads", default="1,default", help="torch threads per process")
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--steps", type=int, default=400, help="steps of the job")
+    parser.add_argument("--device", default="cpu", help="where the job trains (cpu, cuda)")
     parser.add_argument("--src", type=Path, help="measure the torchdoctor package in DIR")
     args = parser.parse_args()
-    global SRC, JOB_STEPS
+    global SRC, JOB_STEPS, DEVICE
     SRC = args.src.resolve() if args.src else SRC
-    JOB_STEPS = args.steps
+    JOB_STEPS, DEVICE = args.steps, args.device
+    if DEVICE != "cpu" and "ddp" in args.jobs.split(","):
+        parser.error("--device: the 2-rank job runs on the CPU (gloo); use --jobs one,whole")
     for threads in args.threads.split(","):
         for job in args.jobs.split(","):
             measure(job, threads, args.rounds, args.hidden)
