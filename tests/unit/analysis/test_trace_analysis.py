@@ -296,7 +296,9 @@ def test_render_trace_section_for_the_lead_renderer(tmp_path):
     cpu_only.host("aten::mm", 10, 50)
     for record in (
         analyze_parsed_traces([_load(cpu_only, tmp_path, "cpu.json")]),
-        analyze_parsed_traces([_load(training_trace(rank=r), tmp_path, f"r{r}.json") for r in (0, 1)]),
+        analyze_parsed_traces(
+            [_load(training_trace(rank=r), tmp_path, f"r{r}.json") for r in (0, 1)]
+        ),
     ):
         render_trace_section(record, console)
     text = console.export_text()
@@ -304,7 +306,9 @@ def test_render_trace_section_for_the_lead_renderer(tmp_path):
 
 
 def test_an_analysis_of_two_ranks_round_trips_through_the_record(tmp_path):
-    record = analyze_parsed_traces([_load(training_trace(rank=r), tmp_path, f"r{r}.json") for r in (0, 1)])
+    record = analyze_parsed_traces(
+        [_load(training_trace(rank=r), tmp_path, f"r{r}.json") for r in (0, 1)]
+    )
     assert record.trace.analysed and len(record.trace.ranks) == 2
     assert record.trace.ranks[0].temporal is not None and record.trace.ranks[0].idle is not None
     assert record.trace.verdict == record.verdict and record.trace.verdict is not record.verdict
