@@ -16,8 +16,9 @@ def warm_up_torch() -> None:
     Importing ``torch._dynamo`` (which an optimizer step may do) wraps ``torch.manual_seed``;
     doing it once up front keeps that out of every test's before/after comparison. The first
     ``torch.compile`` patches ``nn.Module.__init__`` and ``__setstate__`` for good (dynamo's
-    generation tagging), and the first ``torch.save`` of a tensor gives ``Tensor`` a
-    ``__slotnames__``: both are torch's own one-time setup, done here first too.
+    generation tagging), the first ``torch.save`` of a tensor gives ``Tensor`` a
+    ``__slotnames__``, and CUDA's lazy initialisation binds ``torch.cuda``'s device count,
+    properties and generators: all torch's own one-time setup, done here first too.
     """
     import io
 
@@ -27,6 +28,9 @@ def warm_up_torch() -> None:
 
     install_generation_tagging_init()
     torch.save(torch.zeros(1), io.BytesIO())
+    if torch.cuda.is_available():  # CUDA's lazy init sets torch.cuda attributes once, for good
+        torch.cuda.init()
+        torch.cuda.get_device_properties(0)
 
 
 def snapshot() -> dict[str, object]:
