@@ -1,10 +1,13 @@
 """A compute-bound loop for the trials: an MLP fed tiny batches from memory (no input cost).
 
 ``--graph-break`` adds a data-dependent branch in forward (a graph break for torch.compile) at
-the line marked BRANCH; ``--conv`` makes it a small CNN (for channels_last).
+the line marked BRANCH; ``--conv`` makes it a small CNN (for channels_last); ``--step-cost-ms``
+adds a fixed cost to every step that does not grow with the batch (a sleep, as a launch or a log
+call would: it stays the same beside a busy process).
 """
 
 import argparse
+import time
 
 import torch
 from torch import nn
@@ -13,6 +16,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--batch-size", type=int, default=4)
 parser.add_argument("--graph-break", action="store_true")
 parser.add_argument("--conv", action="store_true")
+parser.add_argument("--step-cost-ms", type=float, default=0.0)
 args = parser.parse_args()
 torch.manual_seed(0)
 
@@ -47,3 +51,5 @@ for epoch in range(1000):
         loss.backward()
         opt.step()
         opt.zero_grad()
+        if args.step_cost_ms:
+            time.sleep(args.step_cost_ms / 1000)
