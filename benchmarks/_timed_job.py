@@ -3,7 +3,8 @@ its own steps.
 
 Each whole step (drawing the batch, forward, backward, the optimizer) is timed with
 ``perf_counter`` and appended to ``--timing-file``.RANK, so the same clock judges the step plain
-and under torchdoctor. Under torchrun (``WORLD_SIZE`` set) the model is wrapped in DDP over gloo.
+and under torchdoctor; beside it, the CPU time the training thread spent in the step
+(``time.thread_time``: torchdoctor's hooks run on that thread; waiting for a peer costs none). Under torchrun (``WORLD_SIZE`` set) the model is wrapped in DDP over gloo.
 
     python benchmarks/_timed_job.py --timing-file /tmp/t --threads 1 [--device cuda]
 
@@ -49,16 +50,16 @@ loader = DataLoader(data, batch_size=32, shuffle=True)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 with open(f"{args.timing_file}.{rank}", "w") as timing:
     step = 0
-    last = time.perf_counter()
+    last, last_cpu = time.perf_counter(), time.thread_time()
     while step < args.steps:
         for x, y in loader:
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
             optimizer.zero_grad()
             nn.functional.cross_entropy(model(x), y).backward()
             optimizer.step()
-            now = time.perf_counter()
-            timing.write(f"{(now - last) * 1000:.4f}\n")
-            last = now
+            now, cpu = time.perf_counter(), time.thread_time()
+            timing.write(f"{(now - last) * 1000:.4f} {(cpu - last_cpu) * 1000:.4f}\n")
+            last, last_cpu = now, cpu
             step += 1
             if step == args.steps:
                 break

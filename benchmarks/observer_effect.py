@@ -7,7 +7,10 @@ the script's end); with one torch thread per process and with torch's default. F
 the extra time per step is the median step over the steps torchdoctor measures minus the median
 over the same step numbers of the plain run (``whole``: every step after the first
 ``WHOLE_SKIP``, and the whole loop's time too); the figure printed is the median over the rounds,
-per rank, beside the plain step.
+per rank, beside the plain step. Beside it, the same difference in the training thread's CPU
+time per step: what torchdoctor's work on that thread costs, without the waits for a peer rank
+that the wall clock also counts (a rank slowed by our work makes the other wait in its
+all-reduce).
 
     PYTHONPATH=src python benchmarks/observer_effect.py [--rounds 3] [--jobs one,ddp,whole]
         [--threads 1,default] [--hidden 256] [--device cpu] [--src DIR]
@@ -76,32 +79,42 @@ def run_once(tmp: Path, name: str, job: str, threads: str, hidden: int, captured
         )
     window = slice(WHOLE_SKIP, None) if job == "whole" else WINDOW
     medians = {r: _window_median(Path(f"{timing}.{r}"), window) for r in range(ranks)}
+    cpu = {r: _window_median(Path(f"{timing}.{r}"), window, column=1) for r in range(ranks)}
     if job == "whole":  # and the loop's whole time, as the last "rank"
-        medians[-1] = sum(float(x) for x in Path(f"{timing}.0").read_text().split()[WHOLE_SKIP:])
-    return medians, (json.loads(record.read_text()) if captured else None)
+        medians[-1] = sum(_column(Path(f"{timing}.0"))[WHOLE_SKIP:])
+    return medians, cpu, (json.loads(record.read_text()) if captured else None)
 
 
-def _window_median(path: Path, window: slice) -> float:
-    steps = [float(x) for x in path.read_text().split()]
-    return statistics.median(steps[window])
+def _column(path: Path, column: int = 0) -> list[float]:
+    """One column of a timing file: 0 the step's wall time, 1 its training thread's CPU time."""
+    return [float(line.split()[column]) for line in path.read_text().splitlines() if line]
+
+
+def _window_median(path: Path, window: slice, column: int = 0) -> float:
+    return statistics.median(_column(path, column)[window])
 
 
 def measure(job: str, threads: str, rounds: int, hidden: int) -> None:
     extra: dict[int, list[float]] = {}
+    extra_cpu: dict[int, list[float]] = {}
     plain: dict[int, list[float]] = {}
     recorded = []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(rounds):
             order = (False, True) if i % 2 == 0 else (True, False)
-            medians = {}
+            medians, cpu = {}, {}
             for captured in order:
                 name = f"{'td' if captured else 'plain'}{i}"
-                medians[captured], rec = run_once(Path(tmp), name, job, threads, hidden, captured)
+                medians[captured], cpu[captured], rec = run_once(
+                    Path(tmp), name, job, threads, hidden, captured
+                )
                 if rec is not None:
                     recorded.append(rec)
             for r, step in medians[False].items():
                 plain.setdefault(r, []).append(step)
                 extra.setdefault(r, []).append((medians[True][r] - step) * 1000)
+            for r, step in cpu[False].items():
+                extra_cpu.setdefault(r, []).append((cpu[True][r] - step) * 1000)
     names = {"one": "one process", "ddp": "2-rank DDP", "whole": "run --whole"}
     label = f"{names[job]}, torch threads {threads}" + ("" if DEVICE == "cpu" else f", {DEVICE}")
     if -1 in extra:  # run --whole: the loop's time after the first steps, plain and watched
@@ -113,7 +126,9 @@ def measure(job: str, threads: str, rounds: int, hidden: int) -> None:
         print(f"{label}, rank {r}: plain step {statistics.median(plain[r]):.3f} ms, "
               f"extra per step {statistics.median(extra[r]):+.0f} us "
               f"({statistics.median(extra[r]) / 10 / statistics.median(plain[r]):+.1f}% of it; "
-              f"median of {rounds} rounds: {rounds_us})")  # fmt: skip
+              f"median of {rounds} rounds: {rounds_us}); the training thread's CPU "
+              f"{statistics.median(extra_cpu[r]):+.0f} us per step "
+              f"({', '.join(f'{e:+.0f}' for e in extra_cpu[r])})")  # fmt: skip
     overheads = [rec.get("overhead_ms") for rec in recorded]
     print(f"{label}: record overhead_ms {overheads}")
     for rec in recorded:
