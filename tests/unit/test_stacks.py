@@ -31,6 +31,37 @@ def test_the_main_threads_innermost_user_frame_and_its_collective():
     assert parse("") is None
 
 
+#: On an accelerator autograd runs backward on a thread of its own, which runs Python only for
+#: hooks: stuck in one, the main thread waits in backward and the hook's thread says where.
+HOOK_DUMP = """Thread 0x00007f0000000003 (most recent call first):
+  File "/usr/lib/python3.12/threading.py", line 359 in wait
+  File "/usr/lib/python3.12/threading.py", line 655 in wait
+  File "/venv/lib/python3.12/site-packages/torchdoctor/capture/_sampler.py", line 110 in _loop
+  File "/usr/lib/python3.12/threading.py", line 1012 in run
+  File "/usr/lib/python3.12/threading.py", line 1075 in _bootstrap_inner
+  File "/usr/lib/python3.12/threading.py", line 1032 in _bootstrap
+
+Thread 0x00007f0000000002 (most recent call first):
+  File "/venv/lib/python3.12/site-packages/torchdoctor/capture/_timeline.py", line 116 in finished
+  File "/venv/lib/python3.12/site-packages/torchdoctor/capture/_step_hooks.py", line 300 in hook
+
+Current thread 0x00007f0000000001 (most recent call first):
+  File "/venv/lib/python3.12/site-packages/torch/autograd/graph.py", line 829 in _engine_run_backward
+  File "/venv/lib/python3.12/site-packages/torch/autograd/__init__.py", line 364 in backward
+  File "/work/job/train.py", line 17 in <module>
+"""
+
+
+def test_a_thread_running_a_hook_is_kept_beside_the_main_thread_and_idle_ones_are_not():
+    stopped = parse(HOOK_DUMP)
+    assert stopped.where == "/work/job/train.py:17" and stopped.in_collective
+    assert stopped.frames[0].endswith("graph.py:829 in _engine_run_backward")
+    (hook,) = stopped.others  # the sampler waiting in threading is not kept
+    assert hook[0].endswith("_timeline.py:116 in finished") and len(hook) == 2
+    assert parse(DUMP).others == [["/work/job/train.py:4 in <lambda>",
+                                   "/usr/lib/python3.11/threading.py:1002 in _bootstrap"]]  # fmt: skip
+
+
 def step(start_s: float, ms: float) -> LoggedStep:
     return LoggedStep("measure", {"forward": ms}, 1, int(start_s * 1e9))
 

@@ -37,6 +37,10 @@ DUMP_WAIT_S = 0.5
 _FRAME = re.compile(r'^\s+File "(?P<file>.+)", line (?P<line>\d+) in (?P<func>.+)$')
 _THREAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+")
 _PACKAGE_DIR = str(Path(__file__).resolve().parent.parent)
+#: A thread whose innermost frame is in one of these is waiting, not running.
+_IDLE = ("threading.py", "queue.py", "selectors.py", "socket.py")
+#: Of the other threads running Python when stopped: how many are kept, and how deep.
+OTHER_THREADS, OTHER_FRAMES = 4, 8
 
 
 @dataclass
@@ -51,6 +55,10 @@ class StoppedAt:
     in_collective: bool = False
     #: The main thread's frames, innermost first, as ``file:line in function``.
     frames: list[str] = field(default_factory=list)
+    #: Every other thread that was running Python then (not waiting in :mod:`threading`, a
+    #: queue or a selector): its innermost frames. A hook that torch runs on a thread of its
+    #: own (autograd's device threads, a DataLoader's pin-memory thread) shows here.
+    others: list[list[str]] = field(default_factory=list)
 
     def words(self) -> str:
         """``hang.py:12 in main (time.sleep(3600))``."""
@@ -110,11 +118,20 @@ def parse(text: str) -> StoppedAt | None:
         match = _FRAME.match(line)
         if match and threads:
             threads[-1].append((match["file"], int(match["line"]), match["func"].strip()))
-    main = [t for t in threads if t and not t[-1][0].endswith("threading.py")]
+    threads = [t for t in threads if t]
+    # The main thread started at a module's top level (the script's, runpy's, ``python -c``'s);
+    # a thread of torch's own running a hook starts at the hook.
+    main = [t for t in threads if t[-1][2] == "<module>"]
+    main = main or [t for t in threads if not t[-1][0].endswith("threading.py")]
     if not main:
         return None
     frames = main[0]
     out = StoppedAt(frames=[f"{f}:{n} in {fn}" for f, n, fn in frames[:16]])
+    out.others = [
+        [f"{f}:{n} in {fn}" for f, n, fn in thread[:OTHER_FRAMES]]
+        for thread in threads
+        if thread is not frames and not thread[0][0].endswith(_IDLE)
+    ][:OTHER_THREADS]
     out.in_collective = any(
         "/torch/distributed/" in f or "/torch/autograd/" in f or "/nn/parallel/" in f
         for f, _, _ in frames
@@ -166,6 +183,7 @@ def attach(record, stopped: StoppedAt | None, stalled_s: float | None = None) ->
         return
     record.stopped_at = stopped.words()
     record.stopped_stack = list(stopped.frames)
+    record.stopped_threads = [list(frames) for frames in stopped.others]
     record.stopped_in_collective = stopped.in_collective
     if stalled_s is not None:
         record.notes.append(

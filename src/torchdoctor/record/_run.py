@@ -270,6 +270,9 @@ class RunRecord:
     stopped_at: str = ""
     #: Its main thread's frames then, innermost first (``file:line in function``).
     stopped_stack: list[str] = field(default_factory=list)
+    #: The other threads that were running Python then, innermost first (a hook torch ran on
+    #: a thread of its own, such as autograd's on an accelerator).
+    stopped_threads: list[list[str]] = field(default_factory=list)
     #: Whether it was then waiting in a collective (a torch.distributed call, or backward).
     stopped_in_collective: bool = False
     #: Per measured step, ms in the ``torch.distributed`` collectives the script calls itself

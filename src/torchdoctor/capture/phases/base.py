@@ -82,6 +82,7 @@ class PhaseSession(Protocol):
     def model_alone_step_ms(self) -> list[float]: ...
     def measured_batches_per_step(self) -> float | None: ...
 
+
 #: Returned by :meth:`Phase.next_batch` when the phase does not serve the batch itself.
 NOT_SERVED: Any = object()
 
