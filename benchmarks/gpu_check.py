@@ -9,7 +9,8 @@ measured here, in this run:
    ``.to(device, non_blocking=True)`` copies (the prefetcher's should be no longer);
 3. the seed-004 loss on the GPU: the host round-trips the sync finder names and what they cost;
 4. ``--try amp,batch-size``: autocast's dtype (bf16 or fp16 with its GradScaler caveat) and the
-   device memory the batch-size trial saw per size;
+   device memory the batch-size trial saw per size; and every lever on the accelerator test's
+   MLP, with where each thread was if it stalls;
 5. ``--flops``: the step's utilisation of the device's peak (MFU) against the table's peak;
 6. the demo on the GPU (its diagnosis before and after, the measured speedup);
 7. with two GPUs or more, a 2-rank NCCL job under ``--nproc-per-node 2`` (torchdoctor's own
@@ -76,7 +77,9 @@ SYNC_LOSS = (
 )
 
 
-CHECKS = ("tests", "event", "prefetcher", "seed-004", "trials", "2-rank", "observer", "demo")
+CHECKS = (
+    "tests", "event", "prefetcher", "seed-004", "trials", "mlp-trials", "2-rank", "observer", "demo"
+)  # fmt: skip
 
 
 def main() -> int:
@@ -101,6 +104,7 @@ def main() -> int:
             ("prefetcher", prefetcher),
             ("seed-004 syncs", seed_004),
             ("trials", trials),
+            ("mlp-trials on the accelerator test's MLP", trials_mlp),
             ("2-rank NCCL job", nccl_job),
             ("observer effect", observer_effect),
             ("demo", demo),
@@ -218,6 +222,35 @@ def trials(folder: Path) -> str:
         f"memory {memory}; MFU {mfu if mfu is None else f'{mfu:.1%}'} of "
         f"{flops.get('peak_source', 'no peak')}"
     )
+
+
+def trials_mlp(folder: Path) -> str:
+    """The accelerator test's MLP (pinned batches, Adam) under every lever that applies: on an
+    H200 it stopped stepping inside ``loss.backward()`` after the amp trial (2026-11-26); where
+    each thread was is printed when it stalls again."""
+    sys.path.insert(0, str(ROOT / "tests" / "accelerator"))
+    from test_accelerator_paths import MLP
+
+    (folder / "mlp.py").write_text(MLP)
+    record = folder / "mlp.json"
+    out = subprocess.run(
+        [sys.executable, "-m", "torchdoctor", "run", "--steps", "6", "--warmup", "2", "--try",
+         "amp,batch-size,foreach,threads", "--max-seconds", "90", "--quiet", "--json",
+         str(record), "--", "mlp.py"],
+        cwd=folder, env=ENV, capture_output=True, text=True, timeout=TIMEOUT_S,
+    )  # fmt: skip
+    if not record.exists():
+        raise RuntimeError(out.stdout[-1500:] + out.stderr[-1500:])
+    rec = json.loads(record.read_text())
+    trials = ", ".join(f"{t['name']} {t['status']} {t.get('speedup')}x" for t in rec["trials"])
+    said = f"exit {out.returncode}, {rec['status']}; trials: {trials or 'none'}"
+    if rec.get("stopped_at"):
+        stack = "\n    ".join(rec.get("stopped_stack", [])[:8])
+        threads = "\n  ".join(
+            "other thread:\n    " + "\n    ".join(t) for t in rec.get("stopped_threads", [])
+        )
+        said += f"\n  stopped at {rec['stopped_at']}:\n    {stack}\n  {threads}"
+    return said
 
 
 def demo(folder: Path) -> str:
