@@ -4,7 +4,8 @@ its own steps.
 Each whole step (drawing the batch, forward, backward, the optimizer) is timed with
 ``perf_counter`` and appended to ``--timing-file``.RANK, so the same clock judges the step plain
 and under torchdoctor; beside it, the CPU time the training thread spent in the step
-(``time.thread_time``: torchdoctor's hooks run on that thread; waiting for a peer costs none). Under torchrun (``WORLD_SIZE`` set) the model is wrapped in DDP over gloo.
+(``time.thread_time``: torchdoctor's hooks run on that thread on the CPU, waiting for a peer
+costs none; on a GPU, backward runs on autograd's own thread, which this leaves out). Under torchrun (``WORLD_SIZE`` set) the model is wrapped in DDP over gloo.
 
     python benchmarks/_timed_job.py --timing-file /tmp/t --threads 1 [--device cuda]
 

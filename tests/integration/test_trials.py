@@ -28,8 +28,8 @@ def trial(record, name):
 
 def test_a_tiny_batch_gains_clearly_from_a_larger_one():
     # Batches of 4 samples and a fixed 4 ms per step (a sleep: the same beside a busy process):
-    # per-step cost dominates, so 2x-8x batches give far more samples per second (8x: about
-    # 5x beside a CPU hog); the trial must pick by throughput.
+    # per-step cost dominates, so 2x-8x batches give far more samples per second (measured
+    # 7.6-9.1x for the pick, quiet and beside a CPU hog); the trial must pick by throughput.
     script = Target(script=MLP, argv=["--step-cost-ms", "4"])
     out = run_target(script, RunOptions(steps=10, warmup=2, trials=("batch-size",)))
     t = trial(out.record, "batch-size")

@@ -62,6 +62,15 @@ def test_a_thread_running_a_hook_is_kept_beside_the_main_thread_and_idle_ones_ar
                                    "/usr/lib/python3.11/threading.py:1002 in _bootstrap"]]  # fmt: skip
 
 
+def test_the_main_thread_is_found_by_its_id_when_its_outermost_frames_were_cut():
+    # faulthandler keeps 100 frames a thread: a deep main stack loses its <module> frame
+    deep = HOOK_DUMP.replace('  File "/work/job/train.py", line 17 in <module>\n', "")
+    assert parse(deep).frames[0].endswith("_timeline.py:116 in finished"), "the hook's thread"
+    stopped = parse("main thread 0x00007f0000000001\n" + deep)
+    assert stopped.frames[0].endswith("graph.py:829 in _engine_run_backward")
+    assert stopped.others[0][0].endswith("_timeline.py:116 in finished")
+
+
 def step(start_s: float, ms: float) -> LoggedStep:
     return LoggedStep("measure", {"forward": ms}, 1, int(start_s * 1e9))
 

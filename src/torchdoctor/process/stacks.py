@@ -20,6 +20,7 @@ import os
 import re
 import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,10 +36,13 @@ ASK = (
 DUMP_WAIT_S = 0.5
 
 _FRAME = re.compile(r'^\s+File "(?P<file>.+)", line (?P<line>\d+) in (?P<func>.+)$')
-_THREAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+")
+_THREAD = re.compile(r"^(Current thread|Thread) (?P<id>0x[0-9a-f]+)")
+#: The first line of a stack file: the main thread's id, as faulthandler writes ids.
+_MAIN = "main thread"
 _PACKAGE_DIR = str(Path(__file__).resolve().parent.parent)
-#: A thread whose innermost frame is in one of these is waiting, not running.
-_IDLE = ("threading.py", "queue.py", "selectors.py", "socket.py")
+#: A thread whose innermost frame is in one of these is waiting, not running (an idle pool
+#: worker waits in C, called from the pool's own frame).
+_IDLE = ("threading.py", "queue.py", "selectors.py", "socket.py", "concurrent/futures/thread.py")
 #: Of the other threads running Python when stopped: how many are kept, and how deep.
 OTHER_THREADS, OTHER_FRAMES = 4, 8
 
@@ -77,6 +81,10 @@ def arm(folder: str | os.PathLike[str]) -> None:
 
     try:
         out = open(Path(folder) / f"stack.{os.getpid()}.txt", "w", encoding="utf-8")  # noqa: SIM115
+        # faulthandler names each thread by the same id: the main thread is found by it, not
+        # by its frames (a dump keeps a thread's 100 innermost frames only)
+        out.write(f"{_MAIN} 0x{threading.main_thread().ident or 0:016x}\n")
+        out.flush()
         faulthandler.register(ASK, file=out, all_threads=True)
     except (OSError, RuntimeError, ValueError):
         return
@@ -109,29 +117,36 @@ def read(folder: str | os.PathLike[str], pid: int) -> StoppedAt | None:
 
 
 def parse(text: str) -> StoppedAt | None:
-    """The main thread of a faulthandler dump: the one not started by :mod:`threading`."""
-    threads: list[list[tuple[str, int, str]]] = []
+    """The main thread of a faulthandler dump (named by the id :func:`arm` wrote first; else
+    the thread started at a module's top level; else the first not started by
+    :mod:`threading`), and the other threads that were running Python."""
+    main_id = None
+    threads: list[tuple[str, list[tuple[str, int, str]]]] = []
     for line in text.splitlines():
-        if _THREAD.match(line):
-            threads.append([])
+        if line.startswith(_MAIN):
+            main_id = line.split()[-1]
+            continue
+        header = _THREAD.match(line)
+        if header:
+            threads.append((header["id"], []))
             continue
         match = _FRAME.match(line)
         if match and threads:
-            threads[-1].append((match["file"], int(match["line"]), match["func"].strip()))
-    threads = [t for t in threads if t]
-    # The main thread started at a module's top level (the script's, runpy's, ``python -c``'s);
-    # a thread of torch's own running a hook starts at the hook.
-    main = [t for t in threads if t[-1][2] == "<module>"]
-    main = main or [t for t in threads if not t[-1][0].endswith("threading.py")]
+            threads[-1][1].append((match["file"], int(match["line"]), match["func"].strip()))
+    threads = [(ident, frames) for ident, frames in threads if frames]
+    main = [frames for ident, frames in threads if ident == main_id]
+    # A thread of torch's own running a hook starts at the hook, not at a module's top level.
+    main = main or [frames for _, frames in threads if frames[-1][2] == "<module>"]
+    main = main or [frames for _, frames in threads if not frames[-1][0].endswith("threading.py")]
     if not main:
         return None
     frames = main[0]
     out = StoppedAt(frames=[f"{f}:{n} in {fn}" for f, n, fn in frames[:16]])
-    out.others = [
-        [f"{f}:{n} in {fn}" for f, n, fn in thread[:OTHER_FRAMES]]
-        for thread in threads
-        if thread is not frames and not thread[0][0].endswith(_IDLE)
-    ][:OTHER_THREADS]
+    running = [t for _, t in threads if t is not frames and not t[0][0].endswith(_IDLE)]
+    # threads torch started itself first (no threading frame): where its hooks run
+    running.sort(key=lambda t: any(f.endswith("threading.py") for f, _, _ in t))
+    out.others = [[f"{f}:{n} in {fn}" for f, n, fn in t[:OTHER_FRAMES]] for t in running]
+    out.others = out.others[:OTHER_THREADS]
     out.in_collective = any(
         "/torch/distributed/" in f or "/torch/autograd/" in f or "/nn/parallel/" in f
         for f, _, _ in frames
