@@ -11,7 +11,8 @@ once with torchdoctor's search of ``(num_workers, threads)`` and once over every
 grid (worker candidates x threads 1..torch.get_num_threads()), in ABBA order, ``--rounds``
 times, both after the script's own setting was measured (a torchdoctor run measures it before
 its sweep); it prints both grids, quality = steps/s at the search's pick / the best steps/s, both
-from the round's two exhaustive runs (each pair's mean), and search time / exhaustive time.
+from the round's two exhaustive runs (each pair's mean; the script's own setting: its measurement
+before them and one after), and search time / exhaustive time.
 
     python benchmarks/worker_sweep.py            # candidates for this machine's CPUs
     python benchmarks/worker_sweep.py --cpus 8   # the candidate list of an 8-CPU machine
@@ -172,8 +173,11 @@ def with_threads(args: argparse.Namespace) -> None:
             runs.append((policy, seconds))
         print(f"round {r + 1}: the script as it is {baseline:.1f} steps/s")
         # The reference: each pair's mean over the round's two exhaustive runs (one noisy
-        # measurement per pair would make its best a lucky draw, and every pick look worse).
-        rates = {baseline_setting: baseline}
+        # measurement per pair would make its best a lucky draw, and every pick look worse);
+        # the script's own setting, measured before them, once more after them (untimed).
+        again = EveryPair([baseline_setting])
+        drive(again, loader, model, optimizer, args.steps)
+        rates = {baseline_setting: statistics.mean([baseline, again.points[0].batches_per_s])}
         for pair in (s for s in grid if s != baseline_setting):
             rates[pair] = statistics.mean(
                 p.batches_per_s
@@ -193,11 +197,14 @@ def with_threads(args: argparse.Namespace) -> None:
                 f"{p.num_workers}/{p.threads}:{p.batches_per_s:.1f}" for p in search.points[1:]
             )
             print(f"  search: model alone by threads {probe};  {tried}")
-            print("  exhaustive: " + "  ".join(f"{w}/{t}:{v:.1f}" for (w, t), v in rates.items()))
             print(
-                f"  pick workers/threads {pick[0]}/{pick[1]} in {search_s:.1f} s; exhaustive "
-                f"best {best[0]}/{best[1]} in {exhaustive_s:.1f} s; quality {quality:.2f}, "
-                f"search time / exhaustive time {ratio:.2f}"
+                "  exhaustive, mean of the round's two: "
+                + "  ".join(f"{w}/{t}:{v:.1f}" for (w, t), v in rates.items())
+            )
+            print(
+                f"  pick workers/threads {pick[0]}/{pick[1]} in {search_s:.1f} s; best "
+                f"{best[0]}/{best[1]}; quality {quality:.2f}; the exhaustive run beside it took "
+                f"{exhaustive_s:.1f} s: search time / exhaustive time {ratio:.2f}"
             )
     print(
         f"median over {len(qualities)} pairs: quality {statistics.median(qualities):.2f} "
