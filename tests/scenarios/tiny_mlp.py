@@ -3,7 +3,7 @@
 ``--graph-break`` adds a data-dependent branch in forward (a graph break for torch.compile) at
 the line marked BRANCH; ``--conv`` makes it a small CNN (for channels_last); ``--step-cost-ms``
 adds a fixed cost to every step that does not grow with the batch (a sleep, as a launch or a log
-call would: it stays the same beside a busy process).
+call would: it stays the same beside a busy process); ``--threads N`` sets torch's threads.
 """
 
 import argparse
@@ -17,7 +17,10 @@ parser.add_argument("--batch-size", type=int, default=4)
 parser.add_argument("--graph-break", action="store_true")
 parser.add_argument("--conv", action="store_true")
 parser.add_argument("--step-cost-ms", type=float, default=0.0)
+parser.add_argument("--threads", type=int, default=0)
 args = parser.parse_args()
+if args.threads:
+    torch.set_num_threads(args.threads)
 torch.manual_seed(0)
 
 
