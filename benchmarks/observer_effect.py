@@ -78,20 +78,18 @@ def run_once(tmp: Path, name: str, job: str, threads: str, hidden: int, captured
             f"{' '.join(cmd[:6])} ... ended with status {done.returncode}:\n{done.stderr[-2000:]}"
         )
     window = slice(WHOLE_SKIP, None) if job == "whole" else WINDOW
-    medians = {r: _window_median(Path(f"{timing}.{r}"), window) for r in range(ranks)}
-    cpu = {r: _window_median(Path(f"{timing}.{r}"), window, column=1) for r in range(ranks)}
+    steps = {r: _steps(Path(f"{timing}.{r}")) for r in range(ranks)}
+    medians = {r: statistics.median(wall[window]) for r, (wall, _) in steps.items()}
+    cpu = {r: statistics.median(thread[window]) for r, (_, thread) in steps.items()}
     if job == "whole":  # and the loop's whole time, as the last "rank"
-        medians[-1] = sum(_column(Path(f"{timing}.0"))[WHOLE_SKIP:])
+        medians[-1] = sum(steps[0][0][WHOLE_SKIP:])
     return medians, cpu, (json.loads(record.read_text()) if captured else None)
 
 
-def _column(path: Path, column: int = 0) -> list[float]:
-    """One column of a timing file: 0 the step's wall time, 1 its training thread's CPU time."""
-    return [float(line.split()[column]) for line in path.read_text().splitlines() if line]
-
-
-def _window_median(path: Path, window: slice, column: int = 0) -> float:
-    return statistics.median(_column(path, column)[window])
+def _steps(path: Path) -> tuple[list[float], list[float]]:
+    """A timing file's steps: their wall times and their training thread's CPU times (ms)."""
+    rows = [line.split() for line in path.read_text().splitlines() if line]
+    return [float(row[0]) for row in rows], [float(row[1]) for row in rows]
 
 
 def measure(job: str, threads: str, rounds: int, hidden: int) -> None:

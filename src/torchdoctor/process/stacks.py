@@ -59,8 +59,8 @@ class StoppedAt:
     in_collective: bool = False
     #: The main thread's frames, innermost first, as ``file:line in function``.
     frames: list[str] = field(default_factory=list)
-    #: Every other thread that was running Python then (not waiting in :mod:`threading`, a
-    #: queue or a selector): its innermost frames. A hook that torch runs on a thread of its
+    #: Every other thread that was running Python then (not waiting: :data:`_IDLE`): its
+    #: innermost frames. A hook that torch runs on a thread of its
     #: own (autograd's device threads, a DataLoader's pin-memory thread) shows here.
     others: list[list[str]] = field(default_factory=list)
 
@@ -141,12 +141,13 @@ def parse(text: str) -> StoppedAt | None:
     if not main:
         return None
     frames = main[0]
-    out = StoppedAt(frames=[f"{f}:{n} in {fn}" for f, n, fn in frames[:16]])
     running = [t for _, t in threads if t is not frames and not t[0][0].endswith(_IDLE)]
     # threads torch started itself first (no threading frame): where its hooks run
     running.sort(key=lambda t: any(f.endswith("threading.py") for f, _, _ in t))
-    out.others = [[f"{f}:{n} in {fn}" for f, n, fn in t[:OTHER_FRAMES]] for t in running]
-    out.others = out.others[:OTHER_THREADS]
+    out = StoppedAt(
+        frames=_words(frames[:16]),
+        others=[_words(t[:OTHER_FRAMES]) for t in running[:OTHER_THREADS]],
+    )
     out.in_collective = any(
         "/torch/distributed/" in f or "/torch/autograd/" in f or "/nn/parallel/" in f
         for f, _, _ in frames
@@ -157,6 +158,10 @@ def parse(text: str) -> StoppedAt | None:
             out.source = linecache.getline(file, line).strip().split("  # ")[0]
             break
     return out
+
+
+def _words(frames: list[tuple[str, int, str]]) -> list[str]:
+    return [f"{file}:{line} in {function}" for file, line, function in frames]
 
 
 def _is_users(file: str) -> bool:
