@@ -19,7 +19,7 @@ import statistics
 from typing import Any
 
 from ..record import Flops, RunRecord, Stat, Trial, TrialPoint
-from .compare import RUN_TO_RUN
+from .compare import RUN_TO_RUN, median_spread
 from .compare import interval as ratio_interval
 
 #: Bootstrap resamples of a speedup's interval (seeded: the same steps give the same interval).
@@ -99,7 +99,7 @@ def trials_of(record: RunRecord, runs: list[Any]) -> list[Trial]:
     for name, group in by_name.items():
         blocks = neighbours.get(name) or [list(record.steps.step_ms)]
         base = [x for block in blocks for x in block]
-        allowance = max(RUN_TO_RUN, _block_spread(blocks))
+        allowance = max(RUN_TO_RUN, median_spread(blocks))
         texts = group[-1].texts
         measured = [r for r in group if r.steps_ms]
         if not measured:
@@ -190,14 +190,6 @@ def _around(runs: list[Any], i: int) -> list[list[float]]:
     before = next((r for r in reversed(runs[:i]) if r.lever.name == "baseline"), None)
     after = next((r for r in runs[i:] if r.lever.name == "baseline"), None)
     return [list(r.steps_ms) for r in (before, after) if r is not None and r.steps_ms]
-
-
-def _block_spread(blocks: list[list[float]]) -> float:
-    """How far apart the baseline blocks' medians are (largest ÷ smallest, less 1)."""
-    medians = [statistics.median(b) for b in blocks if len(b) >= 2]
-    if len(medians) < 2 or min(medians) <= 0:
-        return 0.0
-    return max(medians) / min(medians) - 1.0
 
 
 def _judged(trial: Trial, allowance: float, base: list[float], runs: list[Any]) -> None:
