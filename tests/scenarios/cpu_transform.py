@@ -60,8 +60,12 @@ def build_loader(
     return DataLoader(Pictures(cost_ms, wait_ms), **kwargs)
 
 
-def build_model() -> nn.Module:
-    return nn.Sequential(nn.Flatten(), nn.Linear(3 * 16 * 16, 256), nn.ReLU(), nn.Linear(256, 10))
+def build_model(width: int = 256, layers: int = 0) -> nn.Module:
+    """A small MLP: ``layers`` hidden ``width``-wide layers more than the one it always has."""
+    hidden = [m for _ in range(layers) for m in (nn.Linear(width, width), nn.ReLU())]
+    return nn.Sequential(
+        nn.Flatten(), nn.Linear(3 * 16 * 16, width), nn.ReLU(), *hidden, nn.Linear(width, 10)
+    )
 
 
 def step(model: nn.Module, optimizer: torch.optim.Optimizer, batch) -> None:
@@ -77,8 +81,10 @@ def main() -> None:
     parser.add_argument("--transform-ms", type=float, default=2.0, help="CPU ms per sample")
     parser.add_argument("--wait-ms", type=float, default=0.0, help="ms per sample spent waiting")
     parser.add_argument("--workers", type=int, default=0)
+    parser.add_argument("--width", type=int, default=256, help="the MLP's hidden width")
+    parser.add_argument("--layers", type=int, default=0, help="hidden layers more than one")
     args = parser.parse_args()
-    model = build_model()
+    model = build_model(args.width, args.layers)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     loader = build_loader(args.transform_ms, args.wait_ms, num_workers=args.workers)
     done = 0

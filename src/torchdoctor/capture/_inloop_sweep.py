@@ -12,6 +12,7 @@ thread count is restored when the sweep closes, whatever ends it.
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -33,8 +34,10 @@ from ._patch import Patcher
 
 #: The probe's steps (the model alone, a batch replayed) are short, so its timing is noisier: it
 #: counts this many times the steps of a setting, after 2 warm ones (the first step on a new
-#: thread count starts the thread pool). On the shared development machine, probes of 8 steps
-#: of about 1 ms ranged from 1 thread 7% slower than 2 to 2.6x faster, search to search.
+#: thread count starts the thread pool), and its rate is from their *median* step (one
+#: preempted millisecond step must not decide whether the threads are idle). On the shared
+#: development machine, probes of 8 steps of about 1 ms ranged from 1 thread 7% slower than 2 to
+#: 2.6x faster, search to search, by their means.
 PROBE_STEPS_FACTOR = 4
 PROBE_WARM_STEPS = 2
 
@@ -69,6 +72,7 @@ class InLoopSweep:
         self._count = steps_per_setting
         self._counted_ms = 0.0
         self._counted_batches = 0
+        self._probe_ms: list[float] = []
         self._t0 = clock_ns()
 
     def start(self) -> bool:
@@ -82,6 +86,7 @@ class InLoopSweep:
         self._steps = 0
         self._counted_ms = 0.0
         self._counted_batches = 0
+        self._probe_ms = []
         if workers == MODEL_ALONE:
             self._warm = PROBE_WARM_STEPS
             self._count = PROBE_STEPS_FACTOR * self.steps_per_setting
@@ -120,9 +125,17 @@ class InLoopSweep:
         if self._steps > self._warm:
             self._counted_ms += step_ms
             self._counted_batches += batches
+            if self.workers == MODEL_ALONE:
+                self._probe_ms.append(step_ms)
         if self._steps < self._warm + self._count:
             return False
-        rate = self._counted_batches * 1000.0 / self._counted_ms if self._counted_ms > 0 else 0.0
+        if self._probe_ms:  # one batch a step: the median step's rate
+            median = statistics.median(self._probe_ms)
+            rate = 1000.0 / median if median > 0 else 0.0
+        else:
+            rate = (
+                self._counted_batches * 1000.0 / self._counted_ms if self._counted_ms > 0 else 0.0
+            )
         assert self.workers is not None and self.threads is not None
         self.policy.add(self.workers, self.threads, rate, batches=self._counted_batches)
         self._on_point(self.workers, self.threads, rate)

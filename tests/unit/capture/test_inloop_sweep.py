@@ -110,3 +110,24 @@ def test_an_error_in_a_step_gives_the_threads_back(script_threads):
         finally:
             sweep.close()
     assert torch.get_num_threads() == script_threads
+
+
+def test_one_preempted_probe_step_does_not_decide_the_threads(script_threads):
+    # The model alone is as fast on 1 thread, but one of its 1-thread probe steps is preempted
+    # (10x its time): by the mean, 1 thread would seem 2x slower and the path would keep threads.
+    sweep = make_sweep()
+    sweep.start()
+    original_next = dataloader_module._BaseDataLoaderIter.__next__
+    probe_steps = 0
+    for _ in range(1000):
+        sweep.next_batch(original_next)
+        ms = step_ms(sweep.workers, torch.get_num_threads())
+        if (sweep.workers, sweep.threads) == (MODEL_ALONE, 1):
+            probe_steps += 1
+            if probe_steps == PROBE_WARM_STEPS + 3:
+                ms *= 10
+        if sweep.on_step_end(ms, 1):
+            break
+    result = sweep.result()
+    assert [p.batches_per_s for p in result.threads_probe] == pytest.approx([250.0, 250.0])
+    assert (result.best_workers, result.best_threads) == (2, 1)
