@@ -256,17 +256,26 @@ class Judgement:
 
 
 def judge(
-    a_steps: list[float], b_steps: list[float], scale: float = 1.0, spread: float = 0.0
+    a_steps: list[float],
+    b_steps: list[float],
+    scale: float = 1.0,
+    spread: float = 0.0,
+    paired: float | None = None,
 ) -> Judgement:
     """Did B's steps get faster than A's, beyond the noise (see the module's docstring)?
 
     ``scale`` turns the ratio of mean steps into the measure compared (samples per step of B
     over A's, when the batch sizes differ); ``spread`` is how far repeated runs of one side
-    were seen to differ (``--fix``'s rounds), a floor for the allowance.
+    were seen to differ, a floor for the allowance. ``paired`` (:func:`paired_spread`) is for
+    steps from runs taken in alternating pairs: how far the pairs' own speedups differ is then
+    the allowance, in place of how far each side's blocks are apart.
     """
     speedup = scale * statistics.fmean(a_steps) / statistics.fmean(b_steps)
     lo, hi = (scale * x for x in interval(a_steps, b_steps))
-    allowance = max(RUN_TO_RUN, block_spread(a_steps), block_spread(b_steps), spread)
+    if paired is not None:
+        allowance = max(RUN_TO_RUN, paired, spread)
+    else:
+        allowance = max(RUN_TO_RUN, block_spread(a_steps), block_spread(b_steps), spread)
     kind, notes = NO_CHANGE, []
     if lo > 1.0 and speedup >= 1.0 + allowance:
         kind = IMPROVED
@@ -297,6 +306,25 @@ def block_spread(steps: list[float]) -> float:
     if size < 2:
         return 0.0
     return median_spread([steps[i * size : (i + 1) * size] for i in range(BLOCKS)])
+
+
+def paired_spread(a_runs: list[list[float]], b_runs: list[list[float]]) -> float | None:
+    """How far the speedups of runs taken in pairs (A then B, B then A, ...) differ: the largest
+    pair's ratio of median steps ÷ the smallest, less 1; ``None`` with fewer than 2 pairs.
+
+    A burst of load that lasts a whole run moves that run's steps, and with them how far each
+    side's runs are apart (beside a busy-looping process, one side's runs of one script came out
+    77% apart, and a fused optimizer step measured 1.74x could not clear that); a pair's runs
+    are taken side by side, so it moves the pair's ratio less. When it does, this widens too.
+    """
+    ratios = [
+        statistics.median(a) / statistics.median(b)
+        for a, b in zip(a_runs, b_runs)
+        if a and b and statistics.median(b) > 0
+    ]
+    if len(ratios) < 2:
+        return None
+    return max(ratios) / min(ratios) - 1.0
 
 
 def median_spread(blocks: list[list[float]]) -> float:

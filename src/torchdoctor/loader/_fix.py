@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ..analysis.compare import NO_CHANGE, judge
+from ..analysis.compare import NO_CHANGE, judge, paired_spread
 from ..record import Finding, FixTrial, RunRecord
 from ._rules import counted_batches, valid_loader_kwargs, warm_batches
 
@@ -148,8 +148,9 @@ def fix_trial(
     ``warmup``; the original's re-runs measure the same window. :data:`FIX_ROUNDS` pairs run
     (original, then fixed), and up to :data:`MAX_FIX_ROUNDS` while the judgement is unclear and
     another pair fits in ``budget_s``. The speedup pools every step of each side; its 90%
-    bootstrap interval and the run-to-run allowance (the larger of ``compare``'s and how far the
-    rounds of one side differ) decide IMPROVED, NO CHANGE ("no clear gain") or REGRESSED.
+    bootstrap interval and the run-to-run allowance (the larger of ``compare``'s 10% and how far
+    the pairs' own speedups differ, :func:`~torchdoctor.analysis.compare.paired_spread`) decide
+    IMPROVED, NO CHANGE ("no clear gain") or REGRESSED.
     Nothing is re-run when no finding sets a DataLoader argument or the thread count.
 
     Args:
@@ -201,8 +202,11 @@ def _judged(trial: FixTrial, befores: list[RunRecord], afters: list[RunRecord]) 
         trial.verified_speedup = trial.after_step_ms = None
         trial.verified_interval, trial.judgement = [], ""
         return False
-    spread = max(_rounds_spread(befores), _rounds_spread(afters))
-    judgement = judge(before, after, spread=spread)
+    judgement = judge(
+        before,
+        after,
+        paired=paired_spread([_steps(r) for r in befores], [_steps(r) for r in afters]),
+    )
     trial.verified_speedup = judgement.speedup
     trial.verified_interval = judgement.interval
     trial.allowance = judgement.allowance
@@ -218,12 +222,6 @@ def _steps(record: RunRecord) -> list[float]:
     if record.steps.step_ms:
         return list(record.steps.step_ms)
     return [record.step_ms.mean] if record.step_ms is not None and record.step_ms.mean > 0 else []
-
-
-def _rounds_spread(runs: list[RunRecord]) -> float:
-    """How far apart the means of one side's re-runs are: largest ÷ smallest, less 1."""
-    means = [statistics.fmean(_steps(r)) for r in runs]
-    return max(means) / min(means) - 1.0 if len(means) > 1 and min(means) > 0 else 0.0
 
 
 __all__ = [

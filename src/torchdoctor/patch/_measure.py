@@ -15,6 +15,7 @@ run-to-run allowance). A timed remedy is kept only when ``IMPROVED``.
 
 from __future__ import annotations
 
+import itertools
 import math
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Protocol
 
 from .._errors import EXIT_INTERRUPTED, EXIT_OK
-from ..analysis.compare import IMPROVED, REGRESSED, Judgement, judge, step_times
+from ..analysis.compare import IMPROVED, REGRESSED, Judgement, judge, paired_spread, step_times
 from ..record import Patch, PatchRemedy, RunRecord
 from ._project import Project
 from ._remedies import Remedy
@@ -54,6 +55,9 @@ class Variant:
     remedies: frozenset[str]
     overrides: Mapping[str, str]
     steps: list[float] = field(default_factory=list)
+    #: Each measured run's steps by its round (:func:`alternate`'s call and round number): runs
+    #: of two variants in one round were taken side by side.
+    runs: dict[tuple[int, int], list[float]] = field(default_factory=dict)
     #: How runs of it failed (the script raised, no step measured), in words.
     failures: list[str] = field(default_factory=list)
 
@@ -233,8 +237,13 @@ def _losses(values: list[float]) -> str:
     return ", ".join(f"{v:.6g}" for v in values) or "none"
 
 
+#: Numbers :func:`alternate`'s calls, so rounds of two calls are not taken for one pair.
+_alternations = itertools.count()
+
+
 def alternate(variants: Sequence[Variant], run: RunVariant, rounds: int) -> None:
     """Run every variant ``rounds`` times, alternating (raises :class:`Interrupted`)."""
+    call = next(_alternations)
     for r in range(rounds):
         order = list(variants) if r % 2 == 0 else list(reversed(variants))
         for v in order:
@@ -246,6 +255,7 @@ def alternate(variants: Sequence[Variant], run: RunVariant, rounds: int) -> None
                 v.failures.append(_failure(record))
             else:
                 v.steps.extend(steps)
+                v.runs[(call, r)] = steps
 
 
 def _failure(record: RunRecord) -> str:
@@ -258,7 +268,10 @@ def judged(original: Variant, variant: Variant) -> Judgement | None:
     """``variant`` against ``original``, or ``None`` when either has too few steps."""
     if len(original.steps) < 2 or len(variant.steps) < 2 or variant.failures:
         return None
-    return judge(original.steps, variant.steps)
+    # the rounds alternate the variants (ABBA): the pairs' own speedups give the allowance
+    rounds = [r for r in original.runs if r in variant.runs]
+    paired = paired_spread([original.runs[r] for r in rounds], [variant.runs[r] for r in rounds])
+    return judge(original.steps, variant.steps, paired=paired)
 
 
 def _judge_remedy(remedy: PatchRemedy, original: Variant, variant: Variant) -> None:

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from torchdoctor.analysis.compare import IMPROVED, NO_CHANGE, REGRESSED, block_spread, compare
+from torchdoctor.analysis.compare import (
+    IMPROVED,
+    NO_CHANGE,
+    REGRESSED,
+    RUN_TO_RUN,
+    block_spread,
+    compare,
+    judge,
+    paired_spread,
+)
 from torchdoctor.analysis.verdict import summarise
 from torchdoctor.record import RunRecord
 
@@ -45,3 +54,34 @@ def test_one_preempted_step_does_not_widen_the_allowance():
 def test_a_steady_12_percent_change_counts():
     slower = [x * 1.12 for x in STEADY]
     assert compare(record(slower), record(STEADY)).kind == IMPROVED
+
+
+def test_load_that_moves_whole_pairs_of_runs_leaves_a_paired_gain_clear():
+    # Beside a hog, one side's runs came out 77% apart (here 90%); within each pair B stays 1.8x
+    # faster.
+    speeds = [1.0, 1.9, 1.3]  # the machine's slowness during each pair
+    a_runs = [[x * s for x in STEADY] for s in speeds]
+    b_runs = [[x * s / 1.8 for x in STEADY] for s in speeds]
+    a = [x for r in a_runs for x in r]
+    b = [x for r in b_runs for x in r]
+    assert judge(a, b).kind == NO_CHANGE  # unpaired: each side's blocks are 90% apart
+    paired = paired_spread(a_runs, b_runs)
+    assert paired is not None and paired < 0.01
+    result = judge(a, b, paired=paired)
+    assert result.kind == IMPROVED and result.allowance == RUN_TO_RUN
+
+
+def test_a_burst_in_one_run_of_a_pair_widens_the_paired_allowance():
+    # The same script as both sides; one B run is slowed by a burst: no change, not a regression
+    a_runs = [STEADY, STEADY, STEADY]
+    b_runs = [STEADY, [x * 1.6 for x in STEADY], STEADY]
+    paired = paired_spread(a_runs, b_runs)
+    assert paired is not None and paired > 0.5
+    a = [x for r in a_runs for x in r]
+    b = [x for r in b_runs for x in r]
+    assert judge(a, b, paired=paired).kind == NO_CHANGE
+
+
+def test_one_pair_gives_no_paired_spread():
+    assert paired_spread([STEADY], [STEADY]) is None
+    assert paired_spread([STEADY, []], [STEADY, STEADY]) is None

@@ -186,3 +186,22 @@ def test_a_clear_gain_takes_two_rounds_and_a_slower_fix_is_said_so():
     assert trial.verified_interval[0] > 1.0
     slower = fix_trial(record, FakeRerun(noisy(150.0), noisy(100.0)), steps=6, warmup=2)
     assert slower.judgement == "REGRESSED" and slower.verified_speedup < 1.0
+
+
+def test_load_that_slows_a_whole_pair_does_not_hide_the_gain_each_pair_shows():
+    # Beside a busy process the second pair ran 1.9x slower, both its runs: each pair still
+    # shows the fix 1.6x faster; judged by how far each side's runs are apart it was unclear.
+    sweep = sweep_of([(0, 5.0), (1, 9.0), (2, 10.0)], best=1)
+    record = first_run(sweep_advice(sweep, settings(), accelerator=False))
+    slowness = iter([1.0, 1.0, 1.9, 1.9])
+
+    class Slowed(FakeRerun):
+        def __call__(self, overrides, steps, warmup, threads):
+            run = super().__call__(overrides, steps, warmup, threads)
+            factor = next(slowness)
+            run.steps.step_ms = [ms * factor for ms in run.steps.step_ms]
+            return run
+
+    trial = fix_trial(record, Slowed([62.5] * 12, [100.0] * 12), steps=6, warmup=2)
+    assert trial.rounds == 2 and trial.judgement == "IMPROVED", trial
+    assert trial.allowance == pytest.approx(0.10)

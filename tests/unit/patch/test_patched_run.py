@@ -98,6 +98,32 @@ def test_only_what_measures_faster_is_kept_and_the_diff_holds_only_it(tmp_path):
     assert labels[:4] == labels[4:][::-1] and len(labels) == 8
 
 
+def test_load_that_slows_whole_rounds_does_not_hide_a_gain_kept_in_each_pair(tmp_path):
+    # Beside a busy process the machine's speed moved from round to round (the original's runs
+    # 90% apart); within each round the loader's patch stayed 1.6x faster.
+    project, patch, active = _planned(tmp_path)
+    times = {
+        frozenset(): 100.0,
+        frozenset({"loader"}): 62.5,
+        frozenset({"threads"}): 100.0,
+        frozenset({"loader", "threads"}): 62.5,
+    }
+    slowness = iter([1.0] * 4 + [1.9] * 4 + [1.3] * 4)  # 4 variants a round, 3 rounds
+    steady = _fake_run(times, [])
+
+    def run(overrides, label, losses=0):
+        record = steady(overrides, label, losses)
+        if not losses:
+            factor = next(slowness)
+            record.steps.step_ms = [ms * factor for ms in record.steps.step_ms]
+        return record
+
+    measure_patch(project, patch, active, run, rounds=3)
+    loader, threads = patch.remedies
+    assert loader.kept and loader.judgement == "IMPROVED", loader.reason
+    assert not threads.kept
+
+
 def test_a_patched_script_that_fails_is_dropped_with_its_error(tmp_path):
     project, patch, active = _planned(tmp_path)
     good = _fake_run({frozenset(): 100.0, frozenset({"threads"}): 50.0}, [])
