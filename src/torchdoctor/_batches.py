@@ -108,7 +108,16 @@ def tensors_in(batch: Any, *, attributes: bool = True, depth: int = 16) -> list[
 
 
 def tensor_ids(batch: Any, limit: int = 64) -> set[int]:
-    """Ids of (at most ``limit`` of) the tensors in a batch; cheap enough for every step."""
+    """Ids of (at most ``limit`` of) the tensors in a batch; cheap enough for every step.
+
+    The common batch, a tuple or list of tensors (``(x, y)`` as collate builds it), without the
+    walk: it is taken on every step the capture serves.
+    """
+    torch = sys.modules.get("torch")
+    if torch is not None and type(batch) in (tuple, list) and len(batch) <= limit:
+        tensor = torch.Tensor
+        if all(isinstance(t, tensor) for t in batch):
+            return {id(t) for t in batch}
     return {id(t) for _, t in walk(batch, limit=limit)}
 
 

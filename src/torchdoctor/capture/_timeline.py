@@ -27,6 +27,10 @@ class _Mark(NamedTuple):
     event: object | None
 
 
+#: A mark made without ``_Mark.__new__``'s Python frame (marks are made several times a step).
+_new_mark = tuple.__new__
+
+
 class StepTimeline:
     """Marks of the current step; ``cut()`` closes a step and returns its marks."""
 
@@ -54,26 +58,30 @@ class StepTimeline:
         return self._stack[-1] if self._stack else OTHER
 
     def _mark_now(self, label: str) -> _Mark:
-        event = None
-        if self._make_event is not None:
-            event = self._make_event()
-        return _Mark(label, self._clock_ns(), event)
+        make_event = self._make_event
+        event = make_event() if make_event is not None else None
+        return _new_mark(_Mark, (label, self._clock_ns(), event))
 
     #: Keep only the stack of open parts, no marks (``run --whole`` after its measured steps):
     #: a cut step has its end only.
     lean = False
 
+    # push and pop run several times in every step: ``current`` is inlined in them.
     def push(self, part: str) -> None:
+        stack = self._stack
         if not self.lean:
-            self._marks.append(self._mark_now(self.current))
-        self._stack.append(part)
+            self._marks.append(self._mark_now(stack[-1] if stack else OTHER))
+        stack.append(part)
 
     def pop(self, part: str) -> None:
+        stack = self._stack
         if not self.lean:
-            self._marks.append(self._mark_now(self.current))
-        # Tolerate unbalanced exits (an exception skipped a post-hook): drop down to ``part``.
-        if part in self._stack:
-            while self._stack and self._stack.pop() != part:
+            self._marks.append(self._mark_now(stack[-1] if stack else OTHER))
+        if stack and stack[-1] == part:
+            stack.pop()
+        elif part in stack:
+            # Tolerate unbalanced exits (an exception skipped a post-hook): drop down to ``part``.
+            while stack and stack.pop() != part:
                 pass
 
     def cut(self) -> list[_Mark]:
@@ -97,12 +105,21 @@ def parts_from_marks(marks: list[_Mark], use_events: bool = False) -> dict[str, 
     parts = dict.fromkeys(STEP_PARTS, 0.0)
     if use_events:
         finished(marks)
-    for prev, mark in zip(marks, marks[1:]):
-        if use_events and prev.event is not None and mark.event is not None:
-            ms = float(prev.event.elapsed_time(mark.event))  # type: ignore[attr-defined]
-        else:
-            ms = (mark.host_ns - prev.host_ns) / 1e6
-        parts[mark.label if mark.label in parts else OTHER] += ms
+        for prev, mark in zip(marks, marks[1:]):
+            if prev.event is not None and mark.event is not None:
+                ms = float(prev.event.elapsed_time(mark.event))  # type: ignore[attr-defined]
+            else:
+                ms = (mark.host_ns - prev.host_ns) / 1e6
+            parts[mark.label if mark.label in parts else OTHER] += ms
+        return parts
+    # the host clock (every step of a logged phase, in the script's step): ns summed, then ms
+    ns = dict.fromkeys(STEP_PARTS, 0)
+    before = marks[0][1] if marks else 0
+    for label, host_ns, _ in marks[1:]:
+        ns[label if label in ns else OTHER] += host_ns - before
+        before = host_ns
+    for name, total in ns.items():
+        parts[name] = total / 1e6
     return parts
 
 
