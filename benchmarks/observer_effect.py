@@ -13,7 +13,7 @@ that the wall clock also counts (a rank slowed by our work makes the other wait 
 all-reduce).
 
     PYTHONPATH=src python benchmarks/observer_effect.py [--rounds 3] [--jobs one,ddp,whole]
-        [--threads 1,default] [--hidden 256] [--device cpu] [--src DIR]
+        [--threads 1,default] [--hidden 256] [--window 40] [--device cpu] [--src DIR]
 
 ``--device cuda`` trains the job on a GPU (one process and ``whole`` only: the DDP job is gloo
 on the CPU); ``--src`` measures the torchdoctor package found in another checkout's ``src`` (a version before
@@ -146,11 +146,18 @@ def main() -> None:
     parser.add_argument("--threads", default="1,default", help="torch threads per process")
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--steps", type=int, default=400, help="steps of the job")
+    parser.add_argument(
+        "--window", type=int, default=40,
+        help="steps torchdoctor measures (`run --steps`): more steps, steadier medians; the "
+        "job's --steps must leave room for the phases after them",
+    )  # fmt: skip
     parser.add_argument("--device", default="cpu", help="where the job trains (cpu, cuda)")
     parser.add_argument("--src", type=Path, help="measure the torchdoctor package in DIR")
     args = parser.parse_args()
-    global SRC, JOB_STEPS, DEVICE
+    global SRC, JOB_STEPS, DEVICE, STEPS, WINDOW
     SRC = args.src.resolve() if args.src else SRC
+    STEPS = args.window
+    WINDOW = slice(WARMUP + SYNC_STEPS, WARMUP + SYNC_STEPS + STEPS)
     JOB_STEPS, DEVICE = args.steps, args.device
     if DEVICE != "cpu" and "ddp" in args.jobs.split(","):
         parser.error("--device: the 2-rank job runs on the CPU (gloo); use --jobs one,whole")
