@@ -253,6 +253,8 @@ class Judgement:
     interval: list[float]
     allowance: float
     notes: list[str] = field(default_factory=list)
+    #: Runs taken in pairs: each pair's own speedup (its ratio of median steps).
+    pairs: list[float] = field(default_factory=list)
 
 
 def judge(
@@ -260,34 +262,54 @@ def judge(
     b_steps: list[float],
     scale: float = 1.0,
     spread: float = 0.0,
-    paired: float | None = None,
+    pairs: list[float] | None = None,
 ) -> Judgement:
     """Did B's steps get faster than A's, beyond the noise (see the module's docstring)?
 
     ``scale`` turns the ratio of mean steps into the measure compared (samples per step of B
     over A's, when the batch sizes differ); ``spread`` is how far repeated runs of one side
-    were seen to differ, a floor for the allowance. ``paired`` (:func:`paired_spread`) is for
-    steps from runs taken in alternating pairs: how far the pairs' own speedups differ is then
-    the allowance, in place of how far each side's blocks are apart.
+    were seen to differ, a floor for the allowance.
+
+    ``pairs`` (:func:`pair_speedups`, at least two) is for steps pooled from runs taken side by
+    side in pairs (A then B, B then A, ...). Load on a shared machine moves whole runs: beside a
+    busy-looping process, single runs of one script came out up to 2.1x slower than the others,
+    so how far one side's runs are apart says more about the machine than about the change. A
+    pair's two runs share the moment instead. The allowance is then :data:`RUN_TO_RUN`, and a
+    change counts only when **every** pair agrees beyond it, as well as the pooled speedup and
+    its interval: one run slowed by load can make the change unclear, not make it.
     """
     speedup = scale * statistics.fmean(a_steps) / statistics.fmean(b_steps)
     lo, hi = (scale * x for x in interval(a_steps, b_steps))
-    if paired is not None:
-        allowance = max(RUN_TO_RUN, paired, spread)
+    paired = [scale * x for x in pairs] if pairs is not None and len(pairs) >= 2 else []
+    if paired:
+        allowance = max(RUN_TO_RUN, spread)
+        faster = min(paired) >= 1.0 + allowance
+        slower = max(paired) <= 1.0 / (1.0 + allowance)
     else:
         allowance = max(RUN_TO_RUN, block_spread(a_steps), block_spread(b_steps), spread)
+        faster = slower = True
     kind, notes = NO_CHANGE, []
-    if lo > 1.0 and speedup >= 1.0 + allowance:
+    if lo > 1.0 and speedup >= 1.0 + allowance and faster:
         kind = IMPROVED
-    elif hi < 1.0 and speedup <= 1.0 / (1.0 + allowance):
+    elif hi < 1.0 and speedup <= 1.0 / (1.0 + allowance) and slower:
         kind = REGRESSED
+    elif paired and (lo > 1.0 or hi < 1.0):
+        notes.append(
+            f"the change ({speedup:.2f}x) is beyond the steps' noise but the pairs of runs "
+            f"disagree ({', '.join(f'{x:.2f}x' for x in paired)}): run it again"
+        )
     elif lo > 1.0 or hi < 1.0:
         notes.append(
             f"the change ({speedup:.2f}x) is beyond this pair's step-to-step noise but within "
             f"the {allowance:.0%} two runs of one script may differ by here: run each again"
         )
     return Judgement(
-        kind, round(speedup, 3), [round(lo, 3), round(hi, 3)], round(allowance, 3), notes
+        kind,
+        round(speedup, 3),
+        [round(lo, 3), round(hi, 3)],
+        round(allowance, 3),
+        notes,
+        [round(x, 3) for x in paired],
     )
 
 
@@ -308,23 +330,14 @@ def block_spread(steps: list[float]) -> float:
     return median_spread([steps[i * size : (i + 1) * size] for i in range(BLOCKS)])
 
 
-def paired_spread(a_runs: list[list[float]], b_runs: list[list[float]]) -> float | None:
-    """How far the speedups of runs taken in pairs (A then B, B then A, ...) differ: the largest
-    pair's ratio of median steps ÷ the smallest, less 1; ``None`` with fewer than 2 pairs.
-
-    A burst of load that lasts a whole run moves that run's steps, and with them how far each
-    side's runs are apart (beside a busy-looping process, one side's runs of one script came out
-    77% apart, and a fused optimizer step measured 1.74x could not clear that); a pair's runs
-    are taken side by side, so it moves the pair's ratio less. When it does, this widens too.
-    """
-    ratios = [
+def pair_speedups(a_runs: list[list[float]], b_runs: list[list[float]]) -> list[float]:
+    """Each pair of runs' own speedup: A's median step ÷ B's (pairs with a run without steps are
+    left out)."""
+    return [
         statistics.median(a) / statistics.median(b)
         for a, b in zip(a_runs, b_runs)
         if a and b and statistics.median(b) > 0
     ]
-    if len(ratios) < 2:
-        return None
-    return max(ratios) / min(ratios) - 1.0
 
 
 def median_spread(blocks: list[list[float]]) -> float:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ..analysis.compare import NO_CHANGE, judge, paired_spread
+from ..analysis.compare import NO_CHANGE, judge, pair_speedups
 from ..record import Finding, FixTrial, RunRecord
 from ._rules import counted_batches, valid_loader_kwargs, warm_batches
 
@@ -148,8 +148,8 @@ def fix_trial(
     ``warmup``; the original's re-runs measure the same window. :data:`FIX_ROUNDS` pairs run
     (original, then fixed), and up to :data:`MAX_FIX_ROUNDS` while the judgement is unclear and
     another pair fits in ``budget_s``. The speedup pools every step of each side; its 90%
-    bootstrap interval and the run-to-run allowance (the larger of ``compare``'s 10% and how far
-    the pairs' own speedups differ, :func:`~torchdoctor.analysis.compare.paired_spread`) decide
+    bootstrap interval and each pair's own speedup
+    (:func:`~torchdoctor.analysis.compare.judge`: every pair must agree beyond 10%) decide
     IMPROVED, NO CHANGE ("no clear gain") or REGRESSED.
     Nothing is re-run when no finding sets a DataLoader argument or the thread count.
 
@@ -200,16 +200,17 @@ def _judged(trial: FixTrial, befores: list[RunRecord], afters: list[RunRecord]) 
     after = [ms for r in afters for ms in _steps(r)]
     if not all(_steps(r) for r in befores + afters):
         trial.verified_speedup = trial.after_step_ms = None
-        trial.verified_interval, trial.judgement = [], ""
+        trial.verified_interval, trial.judgement, trial.pairs = [], "", []
         return False
     judgement = judge(
         before,
         after,
-        paired=paired_spread([_steps(r) for r in befores], [_steps(r) for r in afters]),
+        pairs=pair_speedups([_steps(r) for r in befores], [_steps(r) for r in afters]),
     )
     trial.verified_speedup = judgement.speedup
     trial.verified_interval = judgement.interval
     trial.allowance = judgement.allowance
+    trial.pairs = judgement.pairs
     trial.judgement = judgement.kind
     trial.rounds = len(afters)
     trial.before_step_ms = round(statistics.fmean(before), 4)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Protocol
 
 from .._errors import EXIT_INTERRUPTED, EXIT_OK
-from ..analysis.compare import IMPROVED, REGRESSED, Judgement, judge, paired_spread, step_times
+from ..analysis.compare import IMPROVED, REGRESSED, Judgement, judge, pair_speedups, step_times
 from ..record import Patch, PatchRemedy, RunRecord
 from ._project import Project
 from ._remedies import Remedy
@@ -270,8 +270,8 @@ def judged(original: Variant, variant: Variant) -> Judgement | None:
         return None
     # the rounds alternate the variants (ABBA): the pairs' own speedups give the allowance
     rounds = [r for r in original.runs if r in variant.runs]
-    paired = paired_spread([original.runs[r] for r in rounds], [variant.runs[r] for r in rounds])
-    return judge(original.steps, variant.steps, paired=paired)
+    pairs = pair_speedups([original.runs[r] for r in rounds], [variant.runs[r] for r in rounds])
+    return judge(original.steps, variant.steps, pairs=pairs)
 
 
 def _judge_remedy(remedy: PatchRemedy, original: Variant, variant: Variant) -> None:
@@ -288,6 +288,12 @@ def _judge_remedy(remedy: PatchRemedy, original: Variant, variant: Variant) -> N
     lo, hi = verdict.interval
     if verdict.kind == REGRESSED:
         remedy.reason = f"measured {verdict.speedup:.2f}x ({lo:.2f}–{hi:.2f}): slower"
+    elif not remedy.kept and verdict.pairs:
+        remedy.reason = (
+            f"measured {verdict.speedup:.2f}x ({lo:.2f}–{hi:.2f}): not faster by more than "
+            f"{verdict.allowance:.0%} in every round (each round's own: "
+            f"{', '.join(f'{x:.2f}x' for x in verdict.pairs)})"
+        )
     elif not remedy.kept:
         remedy.reason = (
             f"measured {verdict.speedup:.2f}x ({lo:.2f}–{hi:.2f}): not faster beyond the "

@@ -34,8 +34,10 @@ class FixTrial:
     before_step_ms: float | None = None
     #: 90% bootstrap interval of ``verified_speedup`` from the two sides' steps.
     verified_interval: list[float] = field(default_factory=list)
-    #: How much two runs of one script may differ by here (``compare``'s, or the rounds' own).
+    #: How much faster every pair must show the fix (``compare``'s run-to-run allowance).
     allowance: float | None = None
+    #: Each pair of re-runs' own speedup (the original's median step ÷ the fixed one's).
+    pairs: list[float] = field(default_factory=list)
     #: ``IMPROVED``, ``NO CHANGE`` (no clear gain) or ``REGRESSED``, as ``compare`` judges.
     judgement: str = ""
     #: Pairs of re-runs measured (original, then fixed).

@@ -107,13 +107,17 @@ def render_fix(record: RunRecord, trial: FixTrial, console: Console | None = Non
 
 
 def fix_verdict_text(trial: FixTrial) -> Text:
-    """The fix's verification in words, judged as ``compare`` judges (its interval, the
-    allowance two runs of one script differ by here, the rounds)."""
+    """The fix's verification in words, judged as ``compare`` judges (its interval, each pair
+    of re-runs' own speedup, or the allowance two runs of one script differ by here; the
+    rounds)."""
     speedup = trial.verified_speedup or 0.0
     lo, hi = trial.verified_interval or [speedup, speedup]
-    noise = f"{lo:.2f}-{hi:.2f}" + (
-        f"; runs differ by up to {trial.allowance:.0%} here" if trial.allowance else ""
-    )
+    if trial.pairs:
+        noise = f"{lo:.2f}-{hi:.2f}; each pair {', '.join(f'{x:.2f}x' for x in trial.pairs)}"
+    else:
+        noise = f"{lo:.2f}-{hi:.2f}" + (
+            f"; runs differ by up to {trial.allowance:.0%} here" if trial.allowance else ""
+        )
     steps = ""
     if trial.before_step_ms and trial.after_step_ms:
         steps = f", mean step {trial.before_step_ms:.1f} -> {trial.after_step_ms:.1f} ms"
@@ -122,11 +126,11 @@ def fix_verdict_text(trial: FixTrial) -> Text:
         return Text(f"slower: {speedup:.2f}x ({noise}){steps}{rounds}", style=BAD)
     if trial.judgement == "IMPROVED":
         return Text(f"{speedup:.2f}x faster ({noise}){steps}{rounds}", style=GOOD)
-    return Text(
-        f"no clear gain: {speedup:.2f}x ({noise}){steps}{rounds}: within what two runs of the "
-        "script differ by",
-        style="yellow",
-    )
+    if trial.pairs:
+        why = f"not every pair shows it beyond {trial.allowance or 0.1:.0%}"
+    else:
+        why = "within what two runs of the script differ by"
+    return Text(f"no clear gain: {speedup:.2f}x ({noise}){steps}{rounds}: {why}", style="yellow")
 
 
 def _one_line(code: str | None) -> str:
