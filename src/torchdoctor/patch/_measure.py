@@ -9,8 +9,9 @@ agree; a rewrite that changes them, or fails, is dropped.
 several, or beside kept rewrites) and the whole patch. Each round runs every variant once, in
 turn; the next round runs them in the reverse order (ABBA), so a drift of the machine's load falls
 on both sides. Each variant's steps from every round are pooled and judged against the
-original's by :func:`torchdoctor.analysis.compare.judge` (a bootstrap interval and the
-run-to-run allowance). A timed remedy is kept only when ``IMPROVED``.
+original's by :func:`torchdoctor.analysis.compare.judge` (a bootstrap interval, the run-to-run
+allowance, and each round's own speedup, which must agree). A timed remedy is kept only when
+``IMPROVED``.
 """
 
 from __future__ import annotations
@@ -268,7 +269,7 @@ def judged(original: Variant, variant: Variant) -> Judgement | None:
     """``variant`` against ``original``, or ``None`` when either has too few steps."""
     if len(original.steps) < 2 or len(variant.steps) < 2 or variant.failures:
         return None
-    # the rounds alternate the variants (ABBA): the pairs' own speedups give the allowance
+    # the rounds alternate the variants (ABBA): every round's own speedup must show a change
     rounds = [r for r in original.runs if r in variant.runs]
     pairs = pair_speedups([original.runs[r] for r in rounds], [variant.runs[r] for r in rounds])
     return judge(original.steps, variant.steps, pairs=pairs)
