@@ -161,7 +161,11 @@ def test_the_seed_004_round_trips_are_rewritten_checked_and_gone_on_a_rerun(tmp_
     for remedy in syncs:
         # kept on their numerics: the seeded patched run computed the original's losses
         assert remedy.kept and remedy.judgement == "SAME LOSSES" and remedy.checked_losses == 4
-    assert "gain appears on an accelerator" in " ".join(record.patch.notes)
+    # the rewrites alone are said to gain on an accelerator; a timed remedy the diagnosis also
+    # found (the threads, on a busy machine) and kept beside them is the patch's measured gain
+    timed_kept = [r.key for r in record.patch.remedies if not r.numerics and r.kept]
+    said = "gain appears on an accelerator" in " ".join(record.patch.notes)
+    assert said == (not timed_kept), (timed_kept, record.patch.notes, record.patch.remedies)
     applied = subprocess.run(
         ["patch", "-p1", "-s", "-i", "torchdoctor-fix.diff"], cwd=tmp_path, capture_output=True
     )
