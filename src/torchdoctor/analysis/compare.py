@@ -296,7 +296,7 @@ def judge(
     elif paired and (lo > 1.0 or hi < 1.0):
         notes.append(
             f"the change ({speedup:.2f}x) is beyond the steps' noise but the pairs of runs "
-            f"disagree ({', '.join(f'{x:.2f}x' for x in paired)}): run it again"
+            f"disagree ({pair_words(paired)}): run it again"
         )
     elif lo > 1.0 or hi < 1.0:
         notes.append(
@@ -340,10 +340,15 @@ def pair_speedups(a_runs: list[list[float]], b_runs: list[list[float]]) -> list[
     ]
 
 
+def pair_words(pairs: list[float]) -> str:
+    """Each pair's speedup, for a report: ``2.61x, 1.28x, 4.34x``."""
+    return ", ".join(f"{x:.2f}x" for x in pairs)
+
+
 def median_spread(blocks: list[list[float]]) -> float:
     """Largest ÷ smallest median of the blocks, less 1. Medians: a burst of load that lasts
-    moves a block's median, one preempted step does not (a 300 ms stall among 20 steps of 10 ms
-    made one block's *mean* 2.4x another's in CI, an allowance no real change could clear)."""
+    moves a block's median, one preempted step does not (by their means, one CI run's blocks came
+    out 2.4x apart: an allowance no real change could clear)."""
     medians = [statistics.median(b) for b in blocks if len(b) >= 2]
     if len(medians) < 2 or min(medians) <= 0:
         return 0.0

@@ -117,9 +117,7 @@ class CollectiveWatch:
             # most scripts call no collective of their own: no arithmetic then
             self.step_ms.append(round(self._step_ns / 1e6, 4) if self._step_ns else 0.0)
             self.measured_calls += self._step_calls
-            self._step_ns = self._step_calls = 0
-        elif self._step_ns or self._step_calls:
-            self._step_ns = self._step_calls = 0
+        self._step_ns = self._step_calls = 0
 
     @property
     def freeable(self) -> bool:

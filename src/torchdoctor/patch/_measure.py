@@ -25,7 +25,15 @@ from pathlib import Path
 from typing import Protocol
 
 from .._errors import EXIT_INTERRUPTED, EXIT_OK
-from ..analysis.compare import IMPROVED, REGRESSED, Judgement, judge, pair_speedups, step_times
+from ..analysis.compare import (
+    IMPROVED,
+    REGRESSED,
+    Judgement,
+    judge,
+    pair_speedups,
+    pair_words,
+    step_times,
+)
 from ..record import Patch, PatchRemedy, RunRecord
 from ._project import Project
 from ._remedies import Remedy
@@ -293,7 +301,7 @@ def _judge_remedy(remedy: PatchRemedy, original: Variant, variant: Variant) -> N
         remedy.reason = (
             f"measured {verdict.speedup:.2f}x ({lo:.2f}–{hi:.2f}): not faster by more than "
             f"{verdict.allowance:.0%} in every round (each round's own: "
-            f"{', '.join(f'{x:.2f}x' for x in verdict.pairs)})"
+            f"{pair_words(verdict.pairs)})"
         )
     elif not remedy.kept:
         remedy.reason = (

@@ -7,6 +7,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from ..analysis.compare import RUN_TO_RUN, pair_words
 from ..analysis.verdict import CEILING_NO_GAIN, capture_cost_words, ceiling_words
 from ..record import (
     BATCH_SIZE_ARGUMENT,
@@ -113,7 +114,7 @@ def fix_verdict_text(trial: FixTrial) -> Text:
     speedup = trial.verified_speedup or 0.0
     lo, hi = trial.verified_interval or [speedup, speedup]
     if trial.pairs:
-        noise = f"{lo:.2f}-{hi:.2f}; each pair {', '.join(f'{x:.2f}x' for x in trial.pairs)}"
+        noise = f"{lo:.2f}-{hi:.2f}; each pair {pair_words(trial.pairs)}"
     else:
         noise = f"{lo:.2f}-{hi:.2f}" + (
             f"; runs differ by up to {trial.allowance:.0%} here" if trial.allowance else ""
@@ -127,7 +128,7 @@ def fix_verdict_text(trial: FixTrial) -> Text:
     if trial.judgement == "IMPROVED":
         return Text(f"{speedup:.2f}x faster ({noise}){steps}{rounds}", style=GOOD)
     if trial.pairs:
-        why = f"not every pair shows it beyond {trial.allowance or 0.1:.0%}"
+        why = f"not every pair shows it beyond {trial.allowance or RUN_TO_RUN:.0%}"
     else:
         why = "within what two runs of the script differ by"
     return Text(f"no clear gain: {speedup:.2f}x ({noise}){steps}{rounds}: {why}", style="yellow")
