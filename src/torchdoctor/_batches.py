@@ -116,8 +116,13 @@ def tensor_ids(batch: Any, limit: int = 64) -> set[int]:
     torch = sys.modules.get("torch")
     if torch is not None and type(batch) in (tuple, list) and len(batch) <= limit:
         tensor = torch.Tensor
-        if all(isinstance(t, tensor) for t in batch):
-            return {id(t) for t in batch}
+        ids = set()
+        for t in batch:  # a loop, not all() of a generator and a set comprehension: two calls
+            if not isinstance(t, tensor):
+                break
+            ids.add(id(t))
+        else:
+            return ids
     return {id(t) for _, t in walk(batch, limit=limit)}
 
 

@@ -7,6 +7,7 @@ rank later) without dragging the live hooks along.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -75,3 +76,18 @@ class CaptureData:
     flops: dict[str, Any] | None = None
     #: torchdoctor's own failure, when it stopped the script because of one.
     internal_error: Exception | None = None
+
+    def overheads_ms(self) -> dict[str, float]:
+        """What measuring cost, for the record's ``overhead_ms``: torchdoctor's own work in its
+        hooks per measured (and per watched) step, and the step while the sync finder watched
+        (median)."""
+        out = {}
+        if self.capture_cost_steps:
+            out["capture_per_step_ms"] = round(
+                self.capture_cost_ns / 1e6 / self.capture_cost_steps, 4
+            )
+        if self.watch_cost_steps:
+            out["watch_per_step_ms"] = round(self.watch_cost_ns / 1e6 / self.watch_cost_steps, 4)
+        if self.sync_sample_ms:
+            out["sync_sampled_step_ms"] = round(statistics.median(self.sync_sample_ms), 3)
+        return out

@@ -10,6 +10,7 @@ import functools
 import inspect
 import multiprocessing.process as _mp_process
 import sys
+from threading import get_ident
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -84,32 +85,37 @@ def patch_torch(session: CaptureSession) -> None:
             session.loaders.iterated(loader, it)
         return it
 
+    # The wrappers called in every step test ``session.foreign()`` inlined (a Python call fewer).
     @functools.wraps(orig_next)
     def iterator_next(it, /):
-        if session.foreign():
+        if get_ident() != session._owner_thread:
             return orig_next(it)
         return session.serve_batch(it, orig_next)
 
-    def is_batch_copy(tensor) -> bool:  # a batch's copy, or any copy a batch builder makes
-        return bool(session.building or (session.batch_ids and id(tensor) in session.batch_ids))
-
+    # A batch's copy, or any copy a batch builder makes, in the script's thread: timed.
     @passes_through
     @functools.wraps(orig_to)
     def tensor_to(tensor, /, *args, **kwargs):
-        if is_batch_copy(tensor) and not session.foreign():
+        ids = session.batch_ids
+        if (session.building or (ids and id(tensor) in ids)) and (
+            get_ident() == session._owner_thread
+        ):
             return session.time_part("to_device", orig_to, tensor, *args, **kwargs)
         return orig_to(tensor, *args, **kwargs)
 
     @passes_through
     @functools.wraps(orig_cuda)
     def tensor_cuda(tensor, /, *args, **kwargs):
-        if is_batch_copy(tensor) and not session.foreign():
+        ids = session.batch_ids
+        if (session.building or (ids and id(tensor) in ids)) and (
+            get_ident() == session._owner_thread
+        ):
             return session.time_part("to_device", orig_cuda, tensor, *args, **kwargs)
         return orig_cuda(tensor, *args, **kwargs)
 
     @functools.wraps(orig_backward)
     def autograd_backward(*args, **kwargs):
-        if session.foreign():
+        if get_ident() != session._owner_thread:
             return orig_backward(*args, **kwargs)
         session.data.seen["backward_calls"] += 1
         if session.backward_depth:  # a backward inside backward (reentrant checkpointing)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import gc
 import os
-import statistics
 import threading
 import time
 import weakref
@@ -40,10 +39,12 @@ from ..analysis.verdict import INPUT_BOUND, summarise
 from ..options import RunOptions
 from ..record import RunRecord, StepSeries
 from ._boundary import StepBoundary
+from ._cost import CostSample
 from ._data import CaptureData, StepMarks
 from ._device import DeviceClock
 from ._hooks import patch_torch
 from ._inputs import BuiltInputs
+from ._labels import LabelledParts
 from ._loaders import LoaderTracker, ReplayStore
 from ._optimizers import OptimizerTracker
 from ._parallel import ParallelWatch
@@ -73,7 +74,7 @@ def active_session() -> CaptureSession | None:
     return _session
 
 
-class CaptureSession(StepHooks):
+class CaptureSession(StepHooks, LabelledParts):
     """Installs the hooks, runs the phase table, and keeps what was measured in :attr:`data`."""
 
     def __init__(
@@ -113,7 +114,8 @@ class CaptureSession(StepHooks):
         #: Set by the phases that need them: the step labels go to the profiler, and the copy of
         #: a batch is not a sync finding.
         self.sync_watcher: Any = None
-        self.profiler: Any = None
+        self._profiler: Any = None
+        self.profiler = None  # push and pop go straight to the timeline
         self.original_next: Callable[[Any], Any] = _dl_mod._BaseDataLoaderIter.__next__
 
         self._module_depth = 0
@@ -141,6 +143,7 @@ class CaptureSession(StepHooks):
         self._step_batches = 0
         #: torchdoctor's own time in its hooks since the last step ended (ns; see costed).
         self._cost_ns = 0
+        self._cost_sample = CostSample()
         self.batch_ids: set[int] = set()
         self._labels: list[Any] = []
         #: The thread that runs the script's training loop: the only one the hooks measure and
@@ -224,22 +227,6 @@ class CaptureSession(StepHooks):
     def progress(self, phase: str, done: int, total: int) -> None:
         self._progress(phase, done, total)
 
-    def push(self, part: str) -> None:
-        self.timeline.push(part)
-        if self.profiler is not None:
-            label = self.profiler.label(part)
-            label.__enter__()
-            self._labels.append(label)
-
-    def pop(self, part: str) -> None:
-        self.timeline.pop(part)
-        if self._labels:
-            self._labels.pop().__exit__(None, None, None)
-
-    def close_labels(self) -> None:
-        while self._labels:
-            self._labels.pop().__exit__(None, None, None)
-
     def is_batch_tensor(self, tensor: torch.Tensor) -> bool:
         return id(tensor) in self.batch_ids
 
@@ -295,6 +282,7 @@ class CaptureSession(StepHooks):
                 continue
             self.inputs.phase_starting(phase.name)
             self.phase = phase
+            self._cost_sample.phase_started()
             self._started.append(phase)
             phase.start(self)
             if self._listener is not None:
@@ -327,15 +315,23 @@ class CaptureSession(StepHooks):
         if isinstance(phase, Done):
             return
         self.inputs.step_ended(step.batches, phase.name, in_model=lambda: self._module_depth > 0)
-        if phase.measuring and self.profiler is None and _autograd_profiler._is_profiler_enabled:
+        if phase.measuring and self._profiler is None and _autograd_profiler._is_profiler_enabled:
             self._script_profiled += 1  # the script's own torch.profiler records this step
-        if phase.measuring:  # what capture cost this step (the rest of this hook: the next's)
-            self.data.capture_cost_ns += self._cost_ns
-            self.data.capture_cost_steps += 1
-        elif self.lean:
-            self.data.watch_cost_ns += self._cost_ns
-            self.data.watch_cost_steps += 1
+        # What capture cost this step (the rest of this hook: the next's), when it counts.
+        weight = self._cost_sample.step_ended(self._costing)
+        if weight and phase.measuring:
+            self.data.capture_cost_ns += self._cost_ns * weight
+            self.data.capture_cost_steps += weight
+        elif weight and self.lean:
+            self.data.watch_cost_ns += self._cost_ns * weight
+            self.data.watch_cost_steps += weight
         self._cost_ns = 0
+        try:
+            self._step_ended(phase, step)
+        finally:  # the hook that ended this step goes on timing itself as it started
+            self._costing = self._cost_sample.next_timed()
+
+    def _step_ended(self, phase: Phase, step: StepMarks) -> None:
         if self.whole is not None:
             self.whole.step_ended(step.marks[-1].host_ns)
         self.parallel.collectives.step_ended(phase.measuring)
@@ -392,20 +388,6 @@ class CaptureSession(StepHooks):
         )
 
     # --- results ----------------------------------------------------------------------------
-
-    def overheads_ms(self) -> dict[str, float]:
-        """What measuring cost, for the record's ``overhead_ms``: torchdoctor's own work in its
-        hooks per measured step, and the step while the sync finder watched (median)."""
-        data, out = self.data, {}
-        if data.capture_cost_steps:
-            out["capture_per_step_ms"] = round(
-                data.capture_cost_ns / 1e6 / data.capture_cost_steps, 4
-            )
-        if data.watch_cost_steps:
-            out["watch_per_step_ms"] = round(data.watch_cost_ns / 1e6 / data.watch_cost_steps, 4)
-        if data.sync_sample_ms:
-            out["sync_sampled_step_ms"] = round(statistics.median(data.sync_sample_ms), 3)
-        return out
 
     def measured_series(self) -> StepSeries:
         self.clock.synchronize()

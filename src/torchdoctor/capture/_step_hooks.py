@@ -6,9 +6,9 @@ optimizer, backward and DataLoader hooks, and how a step ends from inside them.
 
 from __future__ import annotations
 
-import functools
 import weakref
 from collections.abc import Callable
+from threading import get_ident
 from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +18,7 @@ from .._batches import tensor_ids
 from ..loader import valid_loader_kwargs
 from ..record import Finding, phase_names
 from ._boundary import graph_leaves
+from ._cost import costed
 from ._patch import passes_through
 from ._script_state import call_site
 from ._whole import loader_key
@@ -96,24 +97,6 @@ def _timed_forward(session: Any, module: Any) -> Callable[..., Any]:
     return timed_forward
 
 
-def costed(hook: Callable) -> Callable:
-    """Count the time a hook of the session takes into its ``_cost_ns`` (what capture costs).
-
-    A hook that runs the script's own work inside (the DataLoader's ``__next__``, a copy, a
-    backward) takes that work's time back out (:meth:`StepHooks._own`).
-    """
-
-    @functools.wraps(hook)
-    def counted(self, *args, **kwargs):
-        started = perf_counter_ns()
-        try:
-            return hook(self, *args, **kwargs)
-        finally:
-            self._cost_ns += perf_counter_ns() - started
-
-    return counted
-
-
 class StopRun(BaseException):
     """Raised into the user's script to stop it once the measurement is done.
 
@@ -167,8 +150,12 @@ class StepHooks:
     backward_depth: int
 
     # --- the hooks' own state ----------------------------------------------------------------
-    #: torchdoctor's own time in its hooks since the last step ended (ns; see :func:`costed`).
+    #: The thread that runs the script's training loop (see :meth:`CaptureSession.foreign`).
+    _owner_thread: int | None
+    #: torchdoctor's own time in its hooks since the last step ended (ns; see :mod:`._cost`).
     _cost_ns: int
+    #: The hooks time themselves in this step (see :mod:`._cost`).
+    _costing: bool = True
     _module_depth: int
     _optimizer_depth: int
     #: Inside the DataLoader's ``__next__`` (its transforms are input, not the model), and module
@@ -194,7 +181,8 @@ class StepHooks:
 
     @costed
     def time_part(self, part: str, fn: Callable, *args, **kwargs):
-        self.check_done()
+        if isinstance(self.phase, Done) and self.options.stop:
+            raise StopRun()
         self.push(part)
         try:
             if part == "to_device" and self.sync_watcher is not None:
@@ -210,6 +198,8 @@ class StepHooks:
     def _own(self, fn: Callable, *args, **kwargs) -> Any:
         """The script's own work inside a costed hook (an original torch function, which may be
         written in C: its errors are its own): its time is not capture's."""
+        if not self._costing:
+            return fn(*args, **kwargs)
         started = perf_counter_ns()
         try:
             return fn(*args, **kwargs)
@@ -218,7 +208,7 @@ class StepHooks:
 
     @costed
     def forward_pre(self, module, args) -> None:
-        if self.foreign():
+        if get_ident() != self._owner_thread:  # foreign(), inlined: hooks run every step
             return
         if self._producing or self.building or self._quiet_depth:
             # A module the DataLoader or a batch builder calls (a torchvision-style transform):
@@ -226,8 +216,10 @@ class StepHooks:
             self._quiet_depth += 1
             return
         if self._module_depth == 0:
-            self.settle()
-            self.check_done()
+            if self._step_pending:
+                self.settle()
+            if isinstance(self.phase, Done) and self.options.stop:
+                raise StopRun()
             if self._global_forward_hooks and module not in self._root_modules:
                 self._root_modules.add(module)
                 if not self._trainable_root_seen and _trainable(module):
@@ -266,12 +258,13 @@ class StepHooks:
 
     @costed
     def forward_post(self, module, args, output) -> None:
-        if self.foreign():
+        if get_ident() != self._owner_thread:  # foreign(), inlined: hooks run every step
             return
         if self._quiet_depth:
             self._quiet_depth -= 1
             return
-        self._module_depth = max(self._module_depth - 1, 0)
+        if self._module_depth > 0:
+            self._module_depth -= 1
         if self._module_depth == 0:
             self.pop("forward")
             if self.whole is not None and self._forward_mode is not None:
@@ -281,9 +274,10 @@ class StepHooks:
 
     @costed
     def _optimizer_pre(self, optimizer, args, kwargs) -> None:
-        if self.foreign():
+        if get_ident() != self._owner_thread:  # foreign(), inlined: hooks run every step
             return
-        self.check_done()
+        if isinstance(self.phase, Done) and self.options.stop:  # check_done(), inlined
+            raise StopRun()
         self.optimizers.seen(optimizer)
         if self.whole is not None:
             self.whole.training(self.clock_ns())
@@ -296,9 +290,10 @@ class StepHooks:
 
     @costed
     def _optimizer_post(self, optimizer, args, kwargs) -> None:
-        if self.foreign():
+        if get_ident() != self._owner_thread:  # foreign(), inlined: hooks run every step
             return
-        self._optimizer_depth = max(self._optimizer_depth - 1, 0)
+        if self._optimizer_depth > 0:
+            self._optimizer_depth -= 1
         self.pop("optimizer")
         self.data.seen["optimizer_steps"] += 1
         seen = self.data.seen
@@ -315,8 +310,10 @@ class StepHooks:
 
     @costed
     def backward_starting(self) -> None:
-        self.settle()
-        self.check_done()
+        if self._step_pending:
+            self.settle()
+        if isinstance(self.phase, Done) and self.options.stop:  # check_done(), inlined
+            raise StopRun()
         if self.whole is not None:
             self.whole.backward_started(self.clock_ns())
         boundary = self.boundary
@@ -381,8 +378,10 @@ class StepHooks:
 
     @costed
     def serve_batch(self, it, orig_next):
-        self.settle()
-        self.check_done()
+        if self._step_pending:
+            self.settle()
+        if isinstance(self.phase, Done) and self.options.stop:  # check_done(), inlined
+            raise StopRun()
         phase = self.phase
         if not phase.takes_steps:
             return self._own(orig_next, it)  # torchdoctor's clones (loader-alone, loader doctor)

@@ -65,7 +65,7 @@ def build_record(
     record.findings.extend(session.data.parallel_findings)
     record.findings.extend(session.data.loop_findings)
     record.findings.extend(session.data.sync_findings)
-    record.overhead_ms.update(session.overheads_ms())
+    record.overhead_ms.update(session.data.overheads_ms())
     record.sync_sampled_steps = len(session.data.sync_sample_ms)
     if session.data.loader_diagnosis is not None:
         record.loader_report = session.data.loader_diagnosis.report

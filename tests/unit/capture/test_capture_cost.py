@@ -9,11 +9,14 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
+from torchdoctor.capture._cost import COST_FIRST_STEPS, COST_PERIOD, costs_step
 from torchdoctor.capture._session import CaptureSession
 from torchdoctor.options import RunOptions
 
 #: Injected into the script's own work: far above any hook's cost, even on a busy machine.
 SLEEP_S = 0.03
+#: Measured steps: past the first ones, into the sampled ones.
+STEPS = COST_PERIOD + 2
 
 
 class SlowSamples(Dataset):
@@ -37,7 +40,7 @@ class SlowModel(nn.Module):
 
 def test_the_cost_per_step_counts_our_hooks_and_not_the_scripts_work():
     session = CaptureSession(
-        RunOptions(steps=4, warmup=1, sync_steps=0, counterfactuals=False, stop=False)
+        RunOptions(steps=STEPS, warmup=1, sync_steps=0, counterfactuals=False, stop=False)
     )
     session.install()
     try:
@@ -49,10 +52,20 @@ def test_the_cost_per_step_counts_our_hooks_and_not_the_scripts_work():
             optimizer.step()
             if session.phase_name == "done":
                 break
-        overheads = session.overheads_ms()
+        overheads = session.data.overheads_ms()
     finally:
         session.uninstall()
-    assert session.data.capture_cost_steps == 4
+    # The first steps are timed, then a sample: each step timed stands for those untimed since
+    # the one before, so the steps counted run to the last one timed (COST_PERIOD here).
+    assert session.data.capture_cost_steps == COST_PERIOD
     cost = overheads["capture_per_step_ms"]
     # Each step slept 2 x 30 ms in the script's work: none of it is ours.
     assert 0 < cost < SLEEP_S * 1000 / 3, overheads
+
+
+def test_the_hooks_time_themselves_in_the_first_steps_then_in_two_of_every_period():
+    timed = [i for i in range(1, 3 * COST_PERIOD + 1) if costs_step(i)]
+    assert timed[:COST_FIRST_STEPS] == list(range(1, COST_FIRST_STEPS + 1))
+    later = [i for i in timed if i > COST_FIRST_STEPS]
+    # two in a row (the first lets the second be timed from its start), once per period
+    assert later == [i for p in range(1, 4) for i in (p * COST_PERIOD - 1, p * COST_PERIOD)]

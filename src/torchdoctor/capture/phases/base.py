@@ -128,8 +128,9 @@ class Phase:
     def on_step(self, session: PhaseSession, step: StepMarks) -> bool:
         """One finished training step; True when the phase is done."""
         self.steps_done += 1
-        session.progress(self.name, self.steps_done, self.total(session))
-        return self.steps_done >= self.total(session)
+        total = self.total(session)
+        session.progress(self.name, self.steps_done, total)
+        return self.steps_done >= total
 
     def finish(self, session: PhaseSession) -> None:
         """Done: keep the results (``close`` follows)."""
