@@ -5,6 +5,14 @@ work), so the hooks time themselves in the first :data:`COST_FIRST_STEPS` steps 
 (where its one-off work falls) and after them in two steps of every :data:`COST_PERIOD`. The
 second of the two is counted: the step end that opens it runs in the first one's last hook,
 which was timed too. A counted step stands for itself and the steps since the last counted one.
+The first step of a phase (or of ``run --whole``'s measured window, or of its watched steps) is
+counted too, so that a window of one step has a figure: what it leaves out is the rest of the
+hook that ended the step before, when that step was not timed (a few microseconds, once).
+
+A hook whose step ends inside it (the optimizer's post-hook, the next batch's ``__next__``) may
+see the flag change between its start and its end (``_own``, the script's work inside, reads it
+later than the wrapper did): the time then lands in a step whose flag differs from the one
+before, which is never counted.
 """
 
 from __future__ import annotations
@@ -52,7 +60,10 @@ class CostSample:
         self._timed_before = False
 
     def phase_started(self) -> None:
+        """A phase (or a window of one) starts: its steps are numbered from 1 again, and its
+        first step is counted."""
         self.steps = self._counted = 0
+        self._timed_before = True
 
     def step_ended(self, timed: bool) -> int:
         """A step ended, its hooks timed or not: how many steps its cost stands for (0: its cost

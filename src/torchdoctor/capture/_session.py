@@ -144,6 +144,8 @@ class CaptureSession(StepHooks, LabelledParts):
         #: torchdoctor's own time in its hooks since the last step ended (ns; see costed).
         self._cost_ns = 0
         self._cost_sample = CostSample()
+        #: The phase, and whether it measures or only watches, as of the last step's end.
+        self._cost_window: tuple[Any, bool, bool] | None = None
         self.batch_ids: set[int] = set()
         self._labels: list[Any] = []
         #: The thread that runs the script's training loop: the only one the hooks measure and
@@ -282,7 +284,6 @@ class CaptureSession(StepHooks, LabelledParts):
                 continue
             self.inputs.phase_starting(phase.name)
             self.phase = phase
-            self._cost_sample.phase_started()
             self._started.append(phase)
             phase.start(self)
             if self._listener is not None:
@@ -329,6 +330,10 @@ class CaptureSession(StepHooks, LabelledParts):
         try:
             self._step_ended(phase, step)
         finally:  # the hook that ended this step goes on timing itself as it started
+            window = (self.phase, self.phase.measuring, self.lean)
+            if window != self._cost_window:  # a phase, or run --whole's window, starts
+                self._cost_window = window
+                self._cost_sample.phase_started()
             self._costing = self._cost_sample.next_timed()
 
     def _step_ended(self, phase: Phase, step: StepMarks) -> None:
@@ -345,7 +350,8 @@ class CaptureSession(StepHooks, LabelledParts):
             self._end(phase)
             self._enter(self.table.index(phase) + 1)
         finally:  # a phase's end and the next one's start happen between steps: no step's cost
-            self._cost_ns -= perf_counter_ns() - started
+            if self._costing:  # (the hook around them counts them only then)
+                self._cost_ns -= perf_counter_ns() - started
 
     def _end(self, phase: Phase) -> None:
         phase.finish(self)

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from torchdoctor.capture._cost import COST_FIRST_STEPS, COST_PERIOD, costs_step
+from torchdoctor.capture._cost import COST_FIRST_STEPS, COST_PERIOD, CostSample, costs_step
 from torchdoctor.capture._session import CaptureSession
 from torchdoctor.options import RunOptions
 
@@ -69,3 +69,31 @@ def test_the_hooks_time_themselves_in_the_first_steps_then_in_two_of_every_perio
     later = [i for i in timed if i > COST_FIRST_STEPS]
     # two in a row (the first lets the second be timed from its start), once per period
     assert later == [i for p in range(1, 4) for i in (p * COST_PERIOD - 1, p * COST_PERIOD)]
+
+
+def test_a_counted_step_stands_for_the_untimed_steps_since_the_last_counted_one():
+    sample = CostSample()
+    sample.phase_started()
+    weights = []
+    for _ in range(3 * COST_PERIOD):
+        timed = sample.next_timed()
+        weights.append(sample.step_ended(timed))
+    # every first step counts once; then the second of each timed pair, for its whole period
+    first = COST_PERIOD - COST_FIRST_STEPS
+    assert weights[:COST_FIRST_STEPS] == [1] * COST_FIRST_STEPS
+    assert [w for w in weights[COST_FIRST_STEPS:] if w] == [first, COST_PERIOD, COST_PERIOD]
+    assert sum(weights) == 3 * COST_PERIOD
+
+
+def test_a_step_is_not_counted_unless_the_one_before_it_was_timed():
+    sample = CostSample()
+    sample.phase_started()
+    for _ in range(COST_FIRST_STEPS):
+        sample.step_ended(True)
+    assert sample.step_ended(False) == 0
+    assert sample.step_ended(True) == 0  # its start ran untimed, in the last hook before it
+    assert sample.step_ended(True) == 3  # the untimed one and the one after it, and itself
+    # a new phase counts its first step whatever came before (a window of one step has a cost)
+    sample.step_ended(False)
+    sample.phase_started()
+    assert sample.step_ended(True) == 1
