@@ -144,8 +144,6 @@ class CaptureSession(StepHooks, LabelledParts):
         #: torchdoctor's own time in its hooks since the last step ended (ns; see costed).
         self._cost_ns = 0
         self._cost_sample = CostSample()
-        #: The phase, and whether it measures or only watches, as of the last step's end.
-        self._cost_window: tuple[Any, bool, bool] | None = None
         self.batch_ids: set[int] = set()
         self._labels: list[Any] = []
         #: The thread that runs the script's training loop: the only one the hooks measure and
@@ -265,6 +263,13 @@ class CaptureSession(StepHooks, LabelledParts):
         self._note_parallel()
         self.timeline.lean = self.lean = True
         self.batch_ids = set()
+        self.restart_cost_sample()
+
+    def restart_cost_sample(self) -> None:
+        """A phase, or ``run --whole``'s measured window or watched steps, starts: the hooks'
+        sample of timed steps starts again (its first steps timed, the first counted)."""
+        self._cost_sample.phase_started()
+        self._costing = self._cost_sample.next_timed()
 
     def hook_root_modules_only(self) -> None:
         """Swap the global module hooks for hooks on the outermost modules seen in warmup."""
@@ -290,6 +295,7 @@ class CaptureSession(StepHooks, LabelledParts):
                 self._listener("phase", self, phase, None)
             self.timeline.reset()
             if phase.takes_steps:
+                self.restart_cost_sample()
                 return
             self._end(phase)
         self.phase = Done()
@@ -330,10 +336,6 @@ class CaptureSession(StepHooks, LabelledParts):
         try:
             self._step_ended(phase, step)
         finally:  # the hook that ended this step goes on timing itself as it started
-            window = (self.phase, self.phase.measuring, self.lean)
-            if window != self._cost_window:  # a phase, or run --whole's window, starts
-                self._cost_window = window
-                self._cost_sample.phase_started()
             self._costing = self._cost_sample.next_timed()
 
     def _step_ended(self, phase: Phase, step: StepMarks) -> None:

@@ -97,3 +97,27 @@ def test_a_step_is_not_counted_unless_the_one_before_it_was_timed():
     sample.step_ended(False)
     sample.phase_started()
     assert sample.step_ended(True) == 1
+
+
+def test_run_whole_samples_its_measured_window_and_its_watched_steps_each_from_their_start():
+    """``run --whole``: one phase for the whole run, but the measured window and the steps
+    watched after it each have their own sample, numbered from their first step."""
+    warmup, watched = 1, COST_FIRST_STEPS + 1
+    session = CaptureSession(RunOptions(whole=True, stop=False, warmup=warmup, steps=STEPS))
+    session.install()
+    try:
+        model = nn.Linear(4, 2)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        data = [(torch.randn(2, 4), torch.tensor([0, 1]))] * (warmup + STEPS + watched)
+        for x, y in data:
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+    finally:
+        session.uninstall()
+    assert session.lean  # the window ended: the last steps were watched
+    # each counts its first steps, then the last timed one of its first period (as one phase);
+    # numbered on from warmup instead, the window would count 7 of its steps, and numbered on
+    # from the window, the watched steps none
+    assert session.data.capture_cost_steps == COST_PERIOD
+    assert session.data.watch_cost_steps == COST_FIRST_STEPS

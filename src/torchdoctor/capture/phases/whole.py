@@ -69,6 +69,7 @@ class WholeRunPhase(MeasurePhase):
         if self.steps_done == start and not self.measuring:
             self.measuring = True
             super().start(session)  # the measured steps' hooks and the system sampler
+            session.restart_cost_sample()
         elif self.steps_done == end and self.measuring:
             self.measuring = False
             super().finish(session)  # (the table never ends this phase: the window's end does)
