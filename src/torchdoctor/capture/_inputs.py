@@ -30,6 +30,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from .._batches import tensors_in
 from ..record import phase_names
+from ._cost import costed
 from ._frames import is_user_file
 from ._loaders import ReplayStore
 from .phases.base import Done
@@ -231,6 +232,13 @@ def _build(session: CaptureSession, builder: Builder, args: tuple, kwargs: dict)
     """A builder's call: replayed in the model-alone phase, else timed as ``data_wait``."""
     if builder.depth or session.foreign():  # a builder that calls itself, or another thread's
         return builder.fn(*args, **kwargs)
+    return _build_in_loop(session, builder, args, kwargs)
+
+
+@costed
+def _build_in_loop(session: CaptureSession, builder: Builder, args: tuple, kwargs: dict) -> Any:
+    """The loop's own call of a builder: a hook like the DataLoader's ``__next__`` (its cost is
+    capture's, the builder's work is the script's; a step may end in it)."""
     session.settle()
     session.check_done()
     if builder.replaying:
@@ -242,7 +250,7 @@ def _build(session: CaptureSession, builder: Builder, args: tuple, kwargs: dict)
     session.building += 1
     builder.depth += 1
     try:
-        built = builder.fn(*args, **kwargs)
+        built = session._own(builder.fn, *args, **kwargs)
     finally:
         builder.depth -= 1
         session.building -= 1

@@ -8,6 +8,7 @@ unambiguous on a loaded machine.
 from __future__ import annotations
 
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ import torch
 from torch import nn
 
 from torchdoctor.analysis.verdict import summarise
+from torchdoctor.capture._cost import COST_PERIOD
 from torchdoctor.capture._session import CaptureSession, StopRun
 from torchdoctor.options import RunOptions
 from torchdoctor.record import INPUT_BOUND, RunRecord
@@ -205,3 +207,36 @@ def test_a_loop_on_a_fixed_batch_says_no_builder_was_found():
     assert any(
         "no function of the script returned the model's input" in n for n in session.data.notes
     )
+
+
+def test_a_step_that_ends_in_the_builder_counts_its_hook_and_not_the_scripts_work(monkeypatch):
+    """Without an optimizer a step ends at the script's next call after its backward: here, its
+    batch function. The phase switch that runs there is torchdoctor's work between steps, taken
+    out of the hook it runs in; the builder's own work is the script's. Neither is capture's
+    cost per step."""
+    from torchdoctor.capture.phases.measure import MeasurePhase
+
+    start = MeasurePhase.start
+
+    def slow_start(self, session):  # a phase switch far longer than any hook's cost
+        time.sleep(BUILD_S * 3)
+        start(self, session)
+
+    monkeypatch.setattr(MeasurePhase, "start", slow_start)
+
+    def loop() -> None:
+        model = _model()
+        for _ in range(60):
+            x, y = get_batch()
+            nn.functional.mse_loss(model(x), y).backward()
+            with torch.no_grad():
+                for p in model.parameters():
+                    p -= 1e-3 * p.grad
+                    p.grad = None
+
+    session = _run(loop, steps=COST_PERIOD + 2, counterfactuals=False)
+    assert session.inputs.described() and session.boundary.kind == "backward"
+    assert session.data.capture_cost_steps == COST_PERIOD
+    cost = session.data.overheads_ms()["capture_per_step_ms"]
+    # the switch (120 ms, once) or the builder's 40 ms in every step would be far above this
+    assert 0 < cost < BUILD_S * 1000 / 4, cost
