@@ -9,10 +9,15 @@ The first step of a phase (or of ``run --whole``'s measured window, or of its wa
 counted too, so that a window of one step has a figure: what it leaves out is the rest of the
 hook that ended the step before, when that step was not timed (a few microseconds, once).
 
-A hook whose step ends inside it (the optimizer's post-hook, the next batch's ``__next__``) may
-see the flag change between its start and its end (``_own``, the script's work inside, reads it
-later than the wrapper did): the time then lands in a step whose flag differs from the one
-before, which is never counted.
+A hook whose step ends inside it (the optimizer's post-hook, the next batch's ``__next__``, a
+loop's batch function) may see the flag change between its start and its end. A hook that
+started timed counts itself whole, into the step that starts in it; one that started untimed
+counts the rest of itself from the moment the flag turned on (``_timed_from``), and ``_own``,
+the script's work inside, reads the flag as it is when that work starts. Either way the work the
+step end does between two phases is taken out (``_step_ended``), and a step's figure holds only
+torchdoctor's work. Not handled: a step that ends inside a hook which itself runs inside another
+hook's ``_own`` (a DataLoader drawn from inside a loop's batch function, in a loop without an
+optimizer), whose first step may count the inner work as capture's.
 """
 
 from __future__ import annotations
@@ -41,7 +46,11 @@ def costed(hook: Callable) -> Callable:
     @functools.wraps(hook)
     def counted(self, *args, **kwargs):
         if not self._costing:
-            return hook(self, *args, **kwargs)
+            try:
+                return hook(self, *args, **kwargs)
+            finally:
+                if self._costing:  # the step ended in it and the next is timed: the rest counts
+                    self._cost_ns += perf_counter_ns() - self._timed_from
         started = perf_counter_ns()
         try:
             return hook(self, *args, **kwargs)

@@ -269,7 +269,14 @@ class CaptureSession(StepHooks, LabelledParts):
         """A phase, or ``run --whole``'s measured window or watched steps, starts: the hooks'
         sample of timed steps starts again (its first steps timed, the first counted)."""
         self._cost_sample.phase_started()
-        self._costing = self._cost_sample.next_timed()
+        self._set_costing(self._cost_sample.next_timed())
+
+    def _set_costing(self, timed: bool) -> None:
+        """Whether the hooks time themselves from now on. A hook that started untimed and is
+        running when this turns on (the step ended in it) times the rest of itself from here."""
+        if timed and not self._costing:
+            self._timed_from = perf_counter_ns()
+        self._costing = timed
 
     def hook_root_modules_only(self) -> None:
         """Swap the global module hooks for hooks on the outermost modules seen in warmup."""
@@ -335,8 +342,8 @@ class CaptureSession(StepHooks, LabelledParts):
         self._cost_ns = 0
         try:
             self._step_ended(phase, step)
-        finally:  # the hook that ended this step goes on timing itself as it started
-            self._costing = self._cost_sample.next_timed()
+        finally:
+            self._set_costing(self._cost_sample.next_timed())
 
     def _step_ended(self, phase: Phase, step: StepMarks) -> None:
         if self.whole is not None:
@@ -347,12 +354,15 @@ class CaptureSession(StepHooks, LabelledParts):
             self._listener("step", self, phase, step)
         if not done:
             return
-        started = perf_counter_ns()
+        # a phase's end and the next one's start happen between steps: no step's cost (the
+        # hook around them counts them only when it was timed as it started, and a new phase
+        # times the rest of the hook from its start on: see _set_costing)
+        timed, started = self._costing, perf_counter_ns()
         try:
             self._end(phase)
             self._enter(self.table.index(phase) + 1)
-        finally:  # a phase's end and the next one's start happen between steps: no step's cost
-            if self._costing:  # (the hook around them counts them only then)
+        finally:
+            if timed:
                 self._cost_ns -= perf_counter_ns() - started
 
     def _end(self, phase: Phase) -> None:

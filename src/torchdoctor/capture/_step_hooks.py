@@ -156,6 +156,8 @@ class StepHooks:
     _cost_ns: int
     #: The hooks time themselves in this step (see :mod:`._cost`).
     _costing: bool = True
+    #: When ``_costing`` last turned on (ns): a hook that started untimed counts from there.
+    _timed_from: int = 0
     _module_depth: int
     _optimizer_depth: int
     #: Inside the DataLoader's ``__next__`` (its transforms are input, not the model), and module

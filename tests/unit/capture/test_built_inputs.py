@@ -209,7 +209,12 @@ def test_a_loop_on_a_fixed_batch_says_no_builder_was_found():
     )
 
 
-def test_a_step_that_ends_in_the_builder_counts_its_hook_and_not_the_scripts_work(monkeypatch):
+# the warmup's last step is timed (4) or not (5): the measured phase starts in a hook that
+# started timed, or in one that did not and times itself from the switch on
+@pytest.mark.parametrize("warmup", [4, 5])
+def test_a_step_that_ends_in_the_builder_counts_its_hook_and_not_the_scripts_work(
+    monkeypatch, warmup
+):
     """Without an optimizer a step ends at the script's next call after its backward: here, its
     batch function. The phase switch that runs there is torchdoctor's work between steps, taken
     out of the hook it runs in; the builder's own work is the script's. Neither is capture's
@@ -234,7 +239,7 @@ def test_a_step_that_ends_in_the_builder_counts_its_hook_and_not_the_scripts_wor
                     p -= 1e-3 * p.grad
                     p.grad = None
 
-    session = _run(loop, steps=COST_PERIOD + 2, counterfactuals=False)
+    session = _run(loop, steps=COST_PERIOD + 2, warmup=warmup, counterfactuals=False)
     assert session.inputs.described() and session.boundary.kind == "backward"
     assert session.data.capture_cost_steps == COST_PERIOD
     cost = session.data.overheads_ms()["capture_per_step_ms"]

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from torchdoctor.capture._cost import COST_FIRST_STEPS, COST_PERIOD, CostSample, costs_step
 from torchdoctor.capture._session import CaptureSession
+from torchdoctor.capture.phases.measure import MeasurePhase
 from torchdoctor.options import RunOptions
 
 #: Injected into the script's own work: far above any hook's cost, even on a busy machine.
@@ -38,9 +40,19 @@ class SlowModel(nn.Module):
         return self.layer(x)
 
 
-def test_the_cost_per_step_counts_our_hooks_and_not_the_scripts_work():
+# the warmup's last step timed (1) or not (5): the measured phase starts in the optimizer's
+# hook, and its slow start is torchdoctor's work between steps either way
+@pytest.mark.parametrize("warmup", [1, 5])
+def test_the_cost_per_step_counts_our_hooks_and_not_the_scripts_work(monkeypatch, warmup):
+    start = MeasurePhase.start
+
+    def slow_start(self, session):  # a phase switch far longer than any hook's cost
+        time.sleep(SLEEP_S * 3)
+        start(self, session)
+
+    monkeypatch.setattr(MeasurePhase, "start", slow_start)
     session = CaptureSession(
-        RunOptions(steps=STEPS, warmup=1, sync_steps=0, counterfactuals=False, stop=False)
+        RunOptions(steps=STEPS, warmup=warmup, sync_steps=0, counterfactuals=False, stop=False)
     )
     session.install()
     try:
@@ -59,7 +71,7 @@ def test_the_cost_per_step_counts_our_hooks_and_not_the_scripts_work():
     # the one before, so the steps counted run to the last one timed (COST_PERIOD here).
     assert session.data.capture_cost_steps == COST_PERIOD
     cost = overheads["capture_per_step_ms"]
-    # Each step slept 2 x 30 ms in the script's work: none of it is ours.
+    # Each step slept 2 x 30 ms in the script's work, and the switch 90 ms: none of it is ours.
     assert 0 < cost < SLEEP_S * 1000 / 3, overheads
 
 
