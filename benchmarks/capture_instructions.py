@@ -13,7 +13,9 @@ three separate sessions of runs.
 
 With ``--ranks 2`` the job is a DDP job over gloo launched by torchrun, each rank under
 callgrind, and each rank's training thread is counted: the capture's work in a rank (its hooks
-around DDP's, the collectives watch, the step log) beside the plain rank's.
+around DDP's, the collectives watch, the step log) beside the plain rank's. A rank's training
+thread also waits for gloo's all-reduce, and a wait that polls counts instructions that depend
+on timing: the two ranks' figures differ by a few thousand.
 
     PYTHONPATH=src python benchmarks/capture_instructions.py [--src DIR] [--steps 100,300]
         [--ranks 2]
@@ -126,7 +128,7 @@ def main() -> None:
     parser.add_argument("--src", type=Path, help="also measure the torchdoctor package in DIR")
     parser.add_argument("--steps", default="100,300", help="the two step counts (after 20)")
     parser.add_argument(
-        "--ranks", type=int, default=1,
+        "--ranks", type=int, default=1, choices=(1, 2),
         help="1: one process; 2: a DDP job over gloo launched by torchrun, each rank counted",
     )  # fmt: skip
     args = parser.parse_args()

@@ -7,8 +7,8 @@ the script's end); with one torch thread per process and with torch's default. F
 the extra time per step is the median step over the steps torchdoctor measures minus the median
 over the same step numbers of the plain run (``whole``: every step after the first
 ``WHOLE_SKIP``, and the whole loop's time too); the figure printed is the median over the rounds,
-per rank, beside the plain step, with a 90% bootstrap interval of that median (a goal is shown
-met only when the whole interval is under it). Beside it, the same difference in the training
+per rank, beside the plain step, with a distribution-free interval of that median and its
+coverage (a goal is shown met only when the whole interval is under it). Beside it, the same difference in the training
 thread's CPU time per step: what torchdoctor's work on that thread costs, without the waits for
 a peer rank that the wall clock also counts (a rank slowed by our work makes the other wait in
 its all-reduce).
@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
-import random
 import statistics
 import subprocess
 import sys
@@ -123,11 +123,11 @@ def measure(job: str, threads: str, rounds: int, hidden: int) -> None:
               f"{statistics.median(loop):+.2%} (rounds: {', '.join(f'{x:+.2%}' for x in loop)})")  # fmt: skip
     for r in sorted(extra):
         rounds_us = ", ".join(f"{e:+.0f}" for e in extra[r])
-        lo, hi = median_interval(extra[r])
+        lo, hi, covers = median_interval(extra[r])
         print(f"{label}, rank {r}: plain step {statistics.median(plain[r]):.3f} ms, "
               f"extra per step {statistics.median(extra[r]):+.0f} us "
               f"({statistics.median(extra[r]) / 10 / statistics.median(plain[r]):+.1f}% of it; "
-              f"median of {rounds} rounds: {rounds_us}; 90% interval of the median "
+              f"median of {rounds} rounds: {rounds_us}; {covers:.0%} interval of the median "
               f"{lo:+.0f} to {hi:+.0f} us); the training thread's CPU "
               f"{statistics.median(extra_cpu[r]):+.0f} us per step "
               f"({', '.join(f'{e:+.0f}' for e in extra_cpu[r])})")  # fmt: skip
@@ -141,16 +141,21 @@ def measure(job: str, threads: str, rounds: int, hidden: int) -> None:
                   f"{job_rec['comm_ceiling']:.2f}x")  # fmt: skip
 
 
-def median_interval(values: list[float], resamples: int = 2000) -> tuple[float, float]:
-    """A 90% bootstrap interval of the median of ``values`` (seeded): how far the rounds let
-    the printed figure be trusted. Separate runs of one script on a shared machine differ by
-    more than the cost measured here, so a goal is met only where the whole interval is under
-    it."""
-    rng = random.Random(0)
-    medians = sorted(
-        statistics.median(rng.choices(values, k=len(values))) for _ in range(resamples)
-    )
-    return medians[int(0.05 * resamples)], medians[int(0.95 * resamples) - 1]
+def median_interval(values: list[float], want: float = 0.9) -> tuple[float, float, float]:
+    """A distribution-free interval of the median of the rounds' figures, and its coverage: the
+    narrowest pair of order statistics that holds the true median with probability ``want``
+    (with few rounds none does: the whole range, with what it covers, 75% for 3 rounds).
+    Separate runs of one script on a shared machine differ by more than the cost measured here,
+    so a goal is shown met only where the whole interval is under it."""
+    ordered, n = sorted(values), len(values)
+
+    def coverage(j: int) -> float:  # of [ordered[j], ordered[n - 1 - j]]
+        return 1.0 - 2.0 * sum(math.comb(n, i) for i in range(j + 1)) / 2**n
+
+    j = 0
+    while j + 1 < n - 1 - (j + 1) and coverage(j + 1) >= want:
+        j += 1
+    return ordered[j], ordered[n - 1 - j], coverage(j)
 
 
 def main() -> None:
