@@ -8,8 +8,8 @@ installed in the process (its hooks, and a step log written each step as a super
 child writes it), each for two numbers of steps; the difference of the two runs' totals over the
 difference of their steps is the instructions per step, start-up and the phases' one-off work
 left out. Only the training thread is counted (``--separate-threads``), with a fixed hash seed and
-without address randomisation: the plain step measured 4.180, 4.180 and 4.178 M instructions in
-three separate sessions of runs.
+without address randomisation: the plain step measured 4.180, 4.180, 4.178 and 4.177 M
+instructions in separate runs over two days.
 
 With ``--ranks 2`` the job is a DDP job over gloo launched by torchrun, each rank under
 callgrind, and each rank's training thread is counted: the capture's work in a rank (its hooks
