@@ -8,10 +8,10 @@ the extra time per step is the median step over the steps torchdoctor measures m
 over the same step numbers of the plain run (``whole``: every step after the first
 ``WHOLE_SKIP``, and the whole loop's time too); the figure printed is the median over the rounds,
 per rank, beside the plain step, with a distribution-free interval of that median and its
-coverage (a goal is shown met only when the whole interval is under it). Beside it, the same difference in the training
-thread's CPU time per step: what torchdoctor's work on that thread costs, without the waits for
-a peer rank that the wall clock also counts (a rank slowed by our work makes the other wait in
-its all-reduce).
+coverage (a goal is shown met only when the whole interval is under it). Beside it, the same
+difference in the training thread's CPU time per step: what torchdoctor's work on that thread
+costs, without the waits for a peer rank that the wall clock also counts (a rank slowed by our
+work makes the other wait in its all-reduce).
 
     PYTHONPATH=src python benchmarks/observer_effect.py [--rounds 3] [--jobs one,ddp,whole]
         [--threads 1,default] [--hidden 256] [--window 40] [--device cpu] [--src DIR]

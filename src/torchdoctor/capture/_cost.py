@@ -6,8 +6,7 @@ work), so the hooks time themselves in the first :data:`COST_FIRST_STEPS` steps 
 second of the two is counted: the step end that opens it runs in the first one's last hook,
 which was timed too. A counted step stands for itself and the steps since the last counted one.
 The first step of a phase (or of ``run --whole``'s measured window, or of its watched steps) is
-counted too, so that a window of one step has a figure: what it leaves out is the rest of the
-hook that ended the step before, when that step was not timed (a few microseconds, once).
+counted too, so that a window of one step has a figure.
 
 A hook whose step ends inside it (the optimizer's post-hook, the next batch's ``__next__``, a
 loop's batch function) may see the flag change between its start and its end. A hook that
