@@ -8,7 +8,6 @@ unambiguous on a loaded machine.
 from __future__ import annotations
 
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -213,21 +212,13 @@ def test_a_loop_on_a_fixed_batch_says_no_builder_was_found():
 # started timed, or in one that did not and times itself from the switch on
 @pytest.mark.parametrize("warmup", [4, 5])
 def test_a_step_that_ends_in_the_builder_counts_its_hook_and_not_the_scripts_work(
-    monkeypatch, warmup
+    slow_measure_start, warmup
 ):
     """Without an optimizer a step ends at the script's next call after its backward: here, its
     batch function. The phase switch that runs there is torchdoctor's work between steps, taken
     out of the hook it runs in; the builder's own work is the script's. Neither is capture's
     cost per step."""
-    from torchdoctor.capture.phases.measure import MeasurePhase
-
-    start = MeasurePhase.start
-
-    def slow_start(self, session):  # a phase switch far longer than any hook's cost
-        time.sleep(BUILD_S * 3)
-        start(self, session)
-
-    monkeypatch.setattr(MeasurePhase, "start", slow_start)
+    slow_measure_start(BUILD_S * 3)
 
     def loop() -> None:
         model = _model()

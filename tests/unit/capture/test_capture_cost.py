@@ -12,7 +12,6 @@ from torch.utils.data import DataLoader, Dataset
 
 from torchdoctor.capture._cost import COST_FIRST_STEPS, COST_PERIOD, CostSample, costs_step
 from torchdoctor.capture._session import CaptureSession
-from torchdoctor.capture.phases.measure import MeasurePhase
 from torchdoctor.options import RunOptions
 
 #: Injected into the script's own work: far above any hook's cost, even on a busy machine.
@@ -43,14 +42,8 @@ class SlowModel(nn.Module):
 # the warmup's last step timed (1) or not (5): the measured phase starts in the optimizer's
 # hook, and its slow start is torchdoctor's work between steps either way
 @pytest.mark.parametrize("warmup", [1, 5])
-def test_the_cost_per_step_counts_our_hooks_and_not_the_scripts_work(monkeypatch, warmup):
-    start = MeasurePhase.start
-
-    def slow_start(self, session):  # a phase switch far longer than any hook's cost
-        time.sleep(SLEEP_S * 3)
-        start(self, session)
-
-    monkeypatch.setattr(MeasurePhase, "start", slow_start)
+def test_the_cost_per_step_counts_our_hooks_and_not_the_scripts_work(slow_measure_start, warmup):
+    slow_measure_start(SLEEP_S * 3)
     session = CaptureSession(
         RunOptions(steps=STEPS, warmup=warmup, sync_steps=0, counterfactuals=False, stop=False)
     )
