@@ -115,6 +115,15 @@ def start(
     return proc, [Path(f"{out}.{r}-01") for r in range(ranks)]  # thread 1: the training thread
 
 
+def _wait(name: str, runs: list[tuple[subprocess.Popen, list[Path]]]) -> None:
+    """Wait for every run; when one fails, stop the others and say so."""
+    for proc, _ in runs:
+        if proc.wait() != 0:
+            for other, _ in runs:
+                other.kill()
+            raise SystemExit(f"{name}: the run ended with status {proc.returncode}")
+
+
 def total(path: Path) -> int:
     """The instructions a callgrind output file counted (its ``totals:`` or ``summary:`` line)."""
     for line in path.read_text().splitlines():
@@ -138,8 +147,6 @@ def main() -> None:
     variants = [("plain", ROOT / "src", "plain"), ("this checkout", ROOT / "src", "captured")]
     if args.src is not None:
         variants.append((f"captured ({args.src})", args.src.resolve(), "captured"))
-    # one process: both step counts at once; ranks: one job at a time (each fills the cores)
-    together = 2 if args.ranks == 1 else 1
     per_step: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
@@ -149,10 +156,9 @@ def main() -> None:
             runs = []
             for n in (low, high):
                 runs.append(start(tmp, src, mode, n, str(i), args.ranks))
-                if len(runs) == together or n == high:
-                    for proc, _ in runs[-together:]:
-                        if proc.wait() != 0:
-                            raise SystemExit(f"{name}: the run ended with status {proc.returncode}")
+                if args.ranks > 1:  # a job fills the cores: one at a time
+                    _wait(name, runs)
+            _wait(name, runs)  # one process: both step counts at once
             (_, few), (_, many) = runs
             per_step[name] = [(total(b) - total(a)) / (high - low) for a, b in zip(few, many)]
     plain = per_step.pop("plain")
