@@ -5,7 +5,10 @@ keeps DataLoader workers busy on the same cores as the model, whose intra-op thr
 core by default) then wait for each other at every parallel region: more workers alone pay
 little, more workers with ``torch.set_num_threads(1)`` pay much more. ``--wait-ms`` adds waiting
 to the transform (a read from slow storage), which workers overlap whatever else runs on the
-machine: the tests use it so that the fix's gain stands out of a loaded machine's noise. Runs as a script
+machine: the tests use it so that the fix's gain stands out of a loaded machine's noise.
+``--thread-tax-ms`` injects what that contention costs instead of leaving it to the machine (on a
+machine with idle cores the model's second thread helps, on a busy one it hurts): the model's
+step waits that long for each intra-op thread beyond the first. Runs as a script
 (``python cpu_transform.py --steps 40``) for the end-to-end tests of the sweep of workers with
 threads and of ``torchdoctor run --fix``; the benchmark imports ``build_loader`` and ``step``.
 """
@@ -60,11 +63,30 @@ def build_loader(
     return DataLoader(Pictures(cost_ms, wait_ms), **kwargs)
 
 
-def build_model(width: int = 256, layers: int = 0) -> nn.Module:
-    """A small MLP: ``layers`` hidden ``width``-wide layers more than the one it always has."""
+class ThreadTax(nn.Module):
+    """Waits ``tax_ms`` per intra-op thread beyond the first: the threads' contention, injected."""
+
+    def __init__(self, tax_ms: float) -> None:
+        super().__init__()
+        self.tax_s = tax_ms / 1000
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        time.sleep(self.tax_s * (torch.get_num_threads() - 1))
+        return x
+
+
+def build_model(width: int = 256, layers: int = 0, thread_tax_ms: float = 0.0) -> nn.Module:
+    """A small MLP: ``layers`` hidden ``width``-wide layers more than the one it always has, and
+    a :class:`ThreadTax` first when ``thread_tax_ms`` is given."""
     hidden = [m for _ in range(layers) for m in (nn.Linear(width, width), nn.ReLU())]
+    tax = [ThreadTax(thread_tax_ms)] if thread_tax_ms else []
     return nn.Sequential(
-        nn.Flatten(), nn.Linear(3 * 16 * 16, width), nn.ReLU(), *hidden, nn.Linear(width, 10)
+        *tax,
+        nn.Flatten(),
+        nn.Linear(3 * 16 * 16, width),
+        nn.ReLU(),
+        *hidden,
+        nn.Linear(width, 10),
     )
 
 
@@ -83,8 +105,11 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=0)
     parser.add_argument("--width", type=int, default=256, help="the MLP's hidden width")
     parser.add_argument("--layers", type=int, default=0, help="hidden layers more than one")
+    parser.add_argument(
+        "--thread-tax-ms", type=float, default=0.0, help="ms per step per intra-op thread past 1"
+    )
     args = parser.parse_args()
-    model = build_model(args.width, args.layers)
+    model = build_model(args.width, args.layers, args.thread_tax_ms)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     loader = build_loader(args.transform_ms, args.wait_ms, num_workers=args.workers)
     done = 0
