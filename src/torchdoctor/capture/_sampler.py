@@ -18,6 +18,11 @@ DEFAULT_INTERVAL_S = 0.2
 #: Seconds between two searches for this process's children (DataLoader workers): a search reads
 #: every process's /proc entry (about 1 ms with 70 processes), a sample of known ones 0.05 ms.
 CHILDREN_SEARCH_S = 2.0
+#: The shortest window whose CPU shares are told: the system's CPU counters (/proc/stat, a
+#: process's cpu_times) advance in clock ticks of 10 ms, so over a 3 ms window of steps a busy
+#: machine reads 0% as easily as 100%. Over 0.5 s the ticks lost at the two ends of the machine's
+#: and the script's counters are under 0.1 core, below the verdict's busy threshold (0.25).
+MIN_WINDOW_S = 0.5
 
 
 def lower_thread_priority() -> None:
@@ -58,6 +63,8 @@ class SystemSampler:
         #: CPU seconds the whole machine was busy, and this process and its children, at start.
         self._busy0 = self._own0 = 0.0
         self._others_cores: float | None = None
+        #: Seconds from start to stop (``None`` while sampling).
+        self._window_s: float | None = None
 
     def start(self) -> None:
         if self._thread is not None:
@@ -79,9 +86,10 @@ class SystemSampler:
             self._thread = None
         try:
             self._sample()  # the tail since the last sample (a short run gets its only one)
-            wall = time.monotonic() - self._t0
+            wall = self._window_s = time.monotonic() - self._t0
             others = (busy_cpu_s() - self._busy0) - (self._own_cpu_s() - self._own0)
-            self._others_cores = round(max(others, 0.0) / wall, 2) if wall > 0 else None
+            if wall >= MIN_WINDOW_S:
+                self._others_cores = round(max(others, 0.0) / wall, 2)
         except psutil.Error:
             pass
         return self.summary()
@@ -150,11 +158,13 @@ class SystemSampler:
             return None
         cores = len(self._cpu[0])
         per_core = [round(sum(s[i] for s in self._cpu) / len(self._cpu), 1) for i in range(cores)]
+        if self._window_s is not None and self._window_s < MIN_WINDOW_S:
+            per_core = []  # too short to tell (MIN_WINDOW_S)
         return SystemUsage(
             interval_s=self.interval_s,
             samples=len(self._timeline),
             cpu_percent_per_core=per_core,
-            cpu_percent_total=round(sum(per_core) / max(cores, 1), 1),
+            cpu_percent_total=round(sum(per_core) / cores, 1) if per_core else None,
             main_rss_mb_max=round(max(self._main_rss), 1),
             workers=self._workers_max,
             workers_rss_mb_max=round(max(self._workers_rss), 1),

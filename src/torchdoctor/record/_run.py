@@ -177,8 +177,10 @@ class SystemUsage:
 
     interval_s: float
     samples: int
+    #: Mean busy % of each core, and of all: empty and ``None`` when the steps took too little
+    #: time for the system's CPU counters to tell (under half a second).
     cpu_percent_per_core: list[float]
-    cpu_percent_total: float
+    cpu_percent_total: float | None
     main_rss_mb_max: float
     workers: int
     workers_rss_mb_max: float

@@ -16,6 +16,7 @@ from ..record import (
     FixTrial,
     LoaderSettings,
     RunRecord,
+    SystemUsage,
 )
 from ..record.part_names import PART_LABELS
 from ._style import BAD, GOOD, ending_look, severity_look, verdict_look
@@ -372,13 +373,7 @@ def _environment_table(record: RunRecord) -> Group:
             )
         sysu = record.system
         if sysu is not None:
-            cores = " ".join(f"{c:.0f}%" for c in sysu.cpu_percent_per_core)
-            others = (
-                f"; other processes took {sysu.others_cpu_cores:.1f} cores"
-                if sysu.others_cpu_cores is not None
-                else ""
-            )
-            grid.add_row("cpu", f"per core {cores} (mean over {sysu.samples} samples){others}")
+            grid.add_row("cpu", _cpu_text(sysu))
             grid.add_row(
                 "memory",
                 f"main process RSS {sysu.main_rss_mb_max:.0f} MB; "
@@ -392,6 +387,18 @@ def _environment_table(record: RunRecord) -> Group:
         items.append(Text("environment", style="italic"))
         items.append(grid)
     return Group(*items)
+
+
+def _cpu_text(sysu: SystemUsage) -> str:
+    if not sysu.cpu_percent_per_core:
+        return "not told: the measured steps took under half a second, too short for its counters"
+    cores = " ".join(f"{c:.0f}%" for c in sysu.cpu_percent_per_core)
+    others = (
+        f"; other processes took {sysu.others_cpu_cores:.1f} cores"
+        if sysu.others_cpu_cores is not None
+        else ""
+    )
+    return f"per core {cores} (mean over {sysu.samples} samples){others}"
 
 
 def _batch_size_text(loader: LoaderSettings) -> str:

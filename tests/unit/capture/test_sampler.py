@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import io
 import time
 
 import pytest
+from rich.console import Console
 
-from torchdoctor.capture._sampler import SystemSampler
+from torchdoctor.capture._sampler import MIN_WINDOW_S, SystemSampler
 
 
 def test_short_busy_run_reports_cpu_load():
     sampler = SystemSampler(interval_s=0.05)
     sampler.start()
-    end = time.perf_counter() + 0.3
+    end = time.perf_counter() + 2 * MIN_WINDOW_S
     x = 0
     while time.perf_counter() < end:  # one core busy
         x += 1
@@ -27,6 +29,27 @@ def test_run_shorter_than_one_interval_still_gets_a_sample():
     sampler.start()
     usage = sampler.stop()
     assert usage.samples == 1
+    assert usage.main_rss_mb_max > 10
+    # A few ms are a tick or none of the CPU counters: no share is told, busy machine or not.
+    assert usage.cpu_percent_per_core == [] and usage.cpu_percent_total is None
+    assert usage.others_cpu_cores is None
+
+
+def test_a_window_too_short_for_the_counters_says_so_in_the_report():
+    from jobgen import rank_record
+    from torchdoctor.analysis.verdict import summarise
+    from torchdoctor.record import SystemUsage
+    from torchdoctor.report.terminal import render
+
+    record = rank_record(0, 1.0, 3.0, None, world_size=1)
+    record.system = SystemUsage(0.2, 1, [], None, 300.0, 0, 0.0)
+    summarise(record)
+    console = Console(width=200, file=io.StringIO(), record=True, color_system=None)
+    render(record, console)
+    text = console.export_text()
+    (line,) = [x.strip() for x in text.splitlines() if x.startswith("cpu ")]
+    assert line.split(maxsplit=1)[1].startswith("not told: the measured steps took under half")
+    assert "per core" not in text and "busy" not in record.verdict.why
 
 
 @pytest.mark.slow
