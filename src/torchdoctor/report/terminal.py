@@ -391,7 +391,10 @@ def _environment_table(record: RunRecord) -> Group:
 
 def _cpu_text(sysu: SystemUsage) -> str:
     if not sysu.cpu_percent_per_core:
-        return "not told: the measured steps took under half a second, too short for its counters"
+        return (
+            "not told: the measured steps took under half a second, too short for the system's "
+            "CPU counters"
+        )
     cores = " ".join(f"{c:.0f}%" for c in sysu.cpu_percent_per_core)
     others = (
         f"; other processes took {sysu.others_cpu_cores:.1f} cores"
