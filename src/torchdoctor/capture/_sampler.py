@@ -11,18 +11,13 @@ import psutil
 
 from .._devices import nvml_handle, nvml_read
 from ..loader import sample_children
-from ..record import SystemUsage
+from ..record import MIN_CPU_WINDOW_S, SystemUsage
 
 #: 5 samples per second: enough to see worker RSS climb in a 20-step run, cheap on 2 cores.
 DEFAULT_INTERVAL_S = 0.2
 #: Seconds between two searches for this process's children (DataLoader workers): a search reads
 #: every process's /proc entry (about 1 ms with 70 processes), a sample of known ones 0.05 ms.
 CHILDREN_SEARCH_S = 2.0
-#: The shortest window whose CPU shares are told: the system's CPU counters (/proc/stat, a
-#: process's cpu_times) advance in clock ticks of 10 ms, so over a 3 ms window of steps a busy
-#: machine reads 0% as easily as 100%. Over 0.5 s the ticks lost at the two ends of the machine's
-#: and the script's counters are under 0.1 core, below the verdict's busy threshold (0.25).
-MIN_WINDOW_S = 0.5
 
 
 def lower_thread_priority() -> None:
@@ -88,8 +83,7 @@ class SystemSampler:
             self._sample()  # the tail since the last sample (a short run gets its only one)
             wall = self._window_s = time.monotonic() - self._t0
             others = (busy_cpu_s() - self._busy0) - (self._own_cpu_s() - self._own0)
-            if wall >= MIN_WINDOW_S:
-                self._others_cores = round(max(others, 0.0) / wall, 2)
+            self._others_cores = round(max(others, 0.0) / wall, 2) if wall > 0 else None
         except psutil.Error:
             pass
         return self.summary()
@@ -158,8 +152,8 @@ class SystemSampler:
             return None
         cores = len(self._cpu[0])
         per_core = [round(sum(s[i] for s in self._cpu) / len(self._cpu), 1) for i in range(cores)]
-        if self._window_s is not None and self._window_s < MIN_WINDOW_S:
-            per_core = []  # too short to tell (MIN_WINDOW_S)
+        if self._window_s is not None and self._window_s < MIN_CPU_WINDOW_S:
+            per_core = []  # too short for the counters: neither share is told
         return SystemUsage(
             interval_s=self.interval_s,
             samples=len(self._timeline),
@@ -175,7 +169,7 @@ class SystemSampler:
             if self._gpu_util
             else None,
             gpu_mem_mb_max=round(max(self._gpu_mem), 1) if self._gpu_mem else None,
-            others_cpu_cores=self._others_cores,
+            others_cpu_cores=self._others_cores if per_core else None,
         )
 
 

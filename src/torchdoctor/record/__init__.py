@@ -45,6 +45,7 @@ from ._patch import Patch, PatchChange, PatchRemedy, PatchSkip
 from ._run import (  # FixTrial too: _run must be imported before _fix (see _run's end)
     BATCH_SIZE_ARGUMENT,
     BATCH_SIZE_MEASURED,
+    MIN_CPU_WINDOW_S,
     Environment,
     Finding,
     FixTrial,
@@ -91,6 +92,7 @@ __all__ = [
     "BATCH_SIZE_ARGUMENT",
     "BATCH_SIZE_MEASURED",
     "DEFAULT_PICK_TOLERANCE",
+    "MIN_CPU_WINDOW_S",
     "COMMUNICATION_BOUND",
     "STRAGGLER",
     "WAITS",

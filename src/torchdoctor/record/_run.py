@@ -171,6 +171,13 @@ class Environment:
     host: str = ""
 
 
+#: The shortest window of measured steps whose CPU shares are told. The system's CPU counters
+#: (/proc/stat, a process's cpu_times) advance in clock ticks of 10 ms, so over a 3 ms window a
+#: busy machine reads 0% as easily as 100%; over 0.5 s the ticks lost at the two ends of the
+#: machine's and the script's counters are under 0.1 core, below the verdict's busy threshold.
+MIN_CPU_WINDOW_S = 0.5
+
+
 @dataclass
 class SystemUsage:
     """System utilisation sampled during the measured steps."""
@@ -178,7 +185,7 @@ class SystemUsage:
     interval_s: float
     samples: int
     #: Mean busy % of each core, and of all: empty and ``None`` when the steps took too little
-    #: time for the system's CPU counters to tell (under half a second).
+    #: time for the system's CPU counters to tell (under :data:`MIN_CPU_WINDOW_S`).
     cpu_percent_per_core: list[float]
     cpu_percent_total: float | None
     main_rss_mb_max: float
@@ -191,7 +198,8 @@ class SystemUsage:
     gpu_util_pct: float | None = None
     gpu_mem_mb_max: float | None = None
     #: Cores' worth of CPU that other processes took while the steps were measured: the
-    #: machine's busy time less the script's and its workers' (``None``: not measured).
+    #: machine's busy time less the script's and its workers' (``None``: not measured, or
+    #: a window under :data:`MIN_CPU_WINDOW_S`).
     others_cpu_cores: float | None = None
 
 

@@ -12,6 +12,7 @@ from ..analysis.verdict import CEILING_NO_GAIN, capture_cost_words, ceiling_word
 from ..record import (
     BATCH_SIZE_ARGUMENT,
     BATCH_SIZE_MEASURED,
+    MIN_CPU_WINDOW_S,
     STEP_PARTS,
     FixTrial,
     LoaderSettings,
@@ -392,8 +393,8 @@ def _environment_table(record: RunRecord) -> Group:
 def _cpu_text(sysu: SystemUsage) -> str:
     if not sysu.cpu_percent_per_core:
         return (
-            "not told: the measured steps took under half a second, too short for the system's "
-            "CPU counters"
+            f"not told: the measured steps took under {MIN_CPU_WINDOW_S:g} s, too short for the "
+            "system's CPU counters"
         )
     cores = " ".join(f"{c:.0f}%" for c in sysu.cpu_percent_per_core)
     others = (
