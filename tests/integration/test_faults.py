@@ -37,7 +37,7 @@ import pytest
 
 import torchdoctor
 from paths import TESTS
-from torchdoctor._errors import EXIT_INTERNAL, EXIT_OK, EXIT_USAGE
+from torchdoctor._errors import EXIT_INTERNAL, EXIT_OK, EXIT_SCRIPT_ERROR, EXIT_USAGE
 from torchdoctor.cli import main
 from torchdoctor.record import RunRecord
 
@@ -124,6 +124,8 @@ GOOD_TRACE = json.dumps(
 
 #: A script that would leave ``ran.txt`` behind: its absence proves a check came first.
 MARKS_ITS_RUN = "open('ran.txt', 'w').write('the script ran')\n"
+#: Fails on its imports, before any step: its own error, and no figure of a window never measured.
+FAILS_AT_IMPORT = "import torch\nimport a_module_nobody_installed\n"
 
 #: Trains a few steps after moving into ``elsewhere/``: relative outputs must not follow it.
 CHDIR_TRAIN = """\
@@ -409,6 +411,19 @@ CASES: list[Case] = [
         "--trace /proc/torchdoctor-faults/tr: cannot write in /proc",
         files={"train.py": MARKS_ITS_RUN},
         skip=None if Path("/proc").is_dir() else "no /proc here",
+    ),
+    # run: a script that fails before any step has its own error said, and no CPU shares (its
+    # sampler never started: they read the machine's load since boot)
+    Case(
+        "run-script-fails-at-import",
+        ("run", *QUICK_RUN, "--json", "run.json", "train.py"),
+        EXIT_SCRIPT_ERROR,
+        "ModuleNotFoundError",
+        files={"train.py": FAILS_AT_IMPORT},
+        record="run.json",
+        record_has='"cpu_percent_per_core": [],',
+        traceback=True,
+        subprocess=True,
     ),
     # run: relative outputs stay where torchdoctor was started when the script chdirs
     Case(

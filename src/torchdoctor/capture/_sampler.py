@@ -43,7 +43,8 @@ class SystemSampler:
         self._proc = psutil.Process(os.getpid())
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._t0 = 0.0
+        #: When sampling started (``time.monotonic()``); ``None`` until it does.
+        self._t0: float | None = None
         self._timeline: list[float] = []
         self._cpu: list[list[float]] = []
         self._main_rss: list[float] = []
@@ -58,7 +59,7 @@ class SystemSampler:
         #: CPU seconds the whole machine was busy, and this process and its children, at start.
         self._busy0 = self._own0 = 0.0
         self._others_cores: float | None = None
-        #: Seconds from start to stop (``None`` while sampling).
+        #: Seconds from start to stop (``None`` while sampling, or when it never started).
         self._window_s: float | None = None
 
     def start(self) -> None:
@@ -74,16 +75,19 @@ class SystemSampler:
         self._thread.start()
 
     def stop(self) -> SystemUsage | None:
-        """Stop sampling and summarise; ``None`` when nothing was sampled."""
+        """Stop sampling and summarise; ``None`` when nothing was sampled. Stopped without having
+        started (the script failed before its measured steps), it reads memory once and tells no
+        CPU shares: there was no window to take them over."""
         if self._thread is not None:
             self._stop.set()
             self._thread.join(timeout=5.0)
             self._thread = None
         try:
             self._sample()  # the tail since the last sample (a short run gets its only one)
-            wall = self._window_s = time.monotonic() - self._t0
-            others = (busy_cpu_s() - self._busy0) - (self._own_cpu_s() - self._own0)
-            self._others_cores = round(max(others, 0.0) / wall, 2) if wall > 0 else None
+            if self._t0 is not None:
+                wall = self._window_s = time.monotonic() - self._t0
+                others = (busy_cpu_s() - self._busy0) - (self._own_cpu_s() - self._own0)
+                self._others_cores = round(max(others, 0.0) / wall, 2) if wall > 0 else None
         except psutil.Error:
             pass
         return self.summary()
@@ -116,7 +120,8 @@ class SystemSampler:
                 continue
 
     def _sample(self) -> None:
-        self._timeline.append(round(time.monotonic() - self._t0, 3))
+        since = time.monotonic() - self._t0 if self._t0 is not None else 0.0
+        self._timeline.append(round(since, 3))
         self._cpu.append(self._cpu_busy_since_last())
         self._main_rss.append(self._proc.memory_info().rss / 2**20)
         now = time.monotonic()
@@ -152,8 +157,8 @@ class SystemSampler:
             return None
         cores = len(self._cpu[0])
         per_core = [round(sum(s[i] for s in self._cpu) / len(self._cpu), 1) for i in range(cores)]
-        if self._window_s is not None and self._window_s < MIN_CPU_WINDOW_S:
-            per_core = []  # too short for the counters: neither share is told
+        if self._window_s is None or self._window_s < MIN_CPU_WINDOW_S:
+            per_core = []  # no window, or too short for the counters: neither share is told
         return SystemUsage(
             interval_s=self.interval_s,
             samples=len(self._timeline),

@@ -36,6 +36,15 @@ def test_run_shorter_than_one_interval_still_gets_a_sample():
     assert usage.others_cpu_cores is None
 
 
+def test_a_sampler_stopped_before_it_started_tells_memory_and_no_cpu_share():
+    # The script failed before its measured steps: the session stops a sampler that never ran.
+    # With no window, the machine's busy time since boot is no figure of the run.
+    usage = SystemSampler().stop()
+    assert usage.samples == 1 and usage.main_rss_mb_max > 10
+    assert usage.cpu_percent_per_core == [] and usage.cpu_percent_total is None
+    assert usage.others_cpu_cores is None
+
+
 def test_a_window_too_short_for_the_counters_says_so_in_the_report():
     from jobgen import rank_record
     from torchdoctor.analysis.verdict import summarise
