@@ -19,6 +19,7 @@ from torchdoctor._errors import (
     EXIT_INTERRUPTED,
     EXIT_NO_TRAINING,
     EXIT_SCRIPT_ERROR,
+    EXIT_TIMED_OUT,
     EXIT_USAGE,
 )
 from torchdoctor.options import RunOptions
@@ -355,6 +356,57 @@ def test_ctrl_c_gives_partial_report(tmp_path):
     assert rec.status == "interrupted" and rec.measured_steps > 0
     time.sleep(1.0)
     assert not _processes_tagged(tag), "worker processes outlived the interrupted run"
+
+
+#: Trains until stopped, and ends quietly when stopped, as many trainers do: Ctrl-C is caught
+#: (pytorch/examples' word_language_model), SIGTERM leaves through sys.exit(0).
+CATCHES_ITS_STOP = """\
+import signal, sys, time
+import torch
+
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+try:
+    while True:
+        model(torch.randn(4, 8)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+        time.sleep(0.01)
+except KeyboardInterrupt:
+    print("Exiting from training early")
+"""
+
+
+@pytest.mark.parametrize("stop", ["ctrl-c", "bound"])
+def test_a_script_that_catches_the_stop_is_said_stopped_not_run_out(tmp_path, stop):
+    """Ctrl-C handed on, or the bound's SIGTERM: the script ends as if on its own, and the run
+    is still the stop's (its status and exit status), not a script whose data ran out."""
+    script, path = tmp_path / "catches.py", tmp_path / "run.json"
+    script.write_text(CATCHES_ITS_STOP)
+    bound = ["--max-seconds", "20"] if stop == "bound" else []
+    cmd = [sys.executable, "-m", "torchdoctor", "run", "--steps", "100000", "--warmup", "1"]
+    cmd += [*bound, "--json", str(path), str(script)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if stop == "ctrl-c":
+        deadline, line = time.monotonic() + 90, ""
+        while "measuring" not in line and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+        time.sleep(1.5)
+        proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    rec = RunRecord.load(path)
+    expected = (
+        ("interrupted", EXIT_INTERRUPTED) if stop == "ctrl-c" else ("timed-out", EXIT_TIMED_OUT)
+    )
+    assert (rec.status, proc.returncode) == expected, (rec.notes, err[-2000:])
+    notes = " ".join(rec.notes)
+    assert "ran out" not in notes and "the script finished" not in notes, rec.notes
+    said = "torchdoctor received SIGINT" if stop == "ctrl-c" else "--max-seconds bound (20 s)"
+    assert said in notes, rec.notes
+    if stop == "ctrl-c":
+        assert "Exiting from training early" in out  # the script's own handler ran
+    assert rec.measured_steps > 0
 
 
 def _processes_tagged(tag: str) -> list[int]:

@@ -118,6 +118,12 @@ def _seen_text(seen: dict[str, int]) -> str:
 #: (process.supervisor).
 INTERRUPTED_NOTE = "interrupted (Ctrl-C)"
 EXITED_NOTE = "the script exited"
+#: How every note above begins that tells how the script ended (or was interrupted): when the
+#: script caught the stop torchdoctor handed it and ended as if on its own, these words were about
+#: that stop, and the supervisor puts its own instead.
+OWN_ENDING_NOTES = (INTERRUPTED_NOTE, EXITED_NOTE, "the script finished", "the script ended")
+#: The statuses of a script that ended as if on its own before the measurement finished.
+ENDED_EARLY = ("partial", "no-training")
 
 #: How the note begins of a rank torchdoctor stopped because another rank of its job ended
 #: (torchdoctor's own collective lost its peer): a follower, never the cause.

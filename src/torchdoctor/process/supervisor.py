@@ -38,7 +38,7 @@ from ._processes import (
     signal_name,
     wait,
 )
-from .endings import EXITED_NOTE, INTERRUPTED_NOTE, exit_for
+from .endings import ENDED_EARLY, OWN_ENDING_NOTES, exit_for
 from .stream import StreamReader, StreamState
 
 
@@ -121,8 +121,9 @@ def _outcome(
                 f"{signal_name(signalled)} arrived as the script ended: the record is complete"
             )
             return Supervised(record, EXIT_INTERRUPTED)
-        if record.whole_run is not None and (timed_out or signalled is not None):
-            return _whole_cut(record, timed_out, signalled, options)
+        stop_handed_on = timed_out or signalled is not None
+        if stop_handed_on and (record.whole_run is not None or record.status in ENDED_EARLY):
+            return _cut(record, timed_out, signalled, options)
         return Supervised(record, state.final.exit_status)
     error = state.error
     if error is not None and not error.internal:
@@ -144,18 +145,19 @@ def _outcome(
     return Supervised(record, exit_for(record))
 
 
-def _whole_cut(
+def _cut(
     record: RunRecord, timed_out: bool, signalled: int | None, options: RunOptions
 ) -> Supervised:
-    """A whole run that torchdoctor's bound or a signal ended, though the script may have
-    caught it and ended as if on its own (Lightning on SIGTERM or Ctrl-C)."""
+    """A run that torchdoctor's bound or a signal ended, though the script may have caught the
+    stop and ended as if on its own (Lightning on SIGTERM or Ctrl-C, a loop inside ``try: ...
+    except KeyboardInterrupt``): the stop's status, and a whole run's accounts marked cut."""
     from ..analysis.whole_course import mark_cut
 
     if record.whole_run is not None and record.whole_run.ending != "cut":
         mark_cut(record.whole_run)
     note = _ending(None, timed_out, signalled, options)
     # the script's own words for how it ended were about the stop torchdoctor handed it
-    record.notes = [n for n in record.notes if not n.startswith((INTERRUPTED_NOTE, EXITED_NOTE))]
+    record.notes = [n for n in record.notes if not n.startswith(OWN_ENDING_NOTES)]
     if note not in record.notes:
         record.notes.append(note)
     record.status = "timed-out" if timed_out else "interrupted"
