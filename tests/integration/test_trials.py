@@ -138,7 +138,7 @@ def test_a_custom_optimizer_and_an_lstm_get_every_trial_or_a_reason():
     compile_ = trial(rec, "compile")
     assert compile_.status in ("measured", "failed")
     if compile_.status == "failed":
-        assert "no graph" in compile_.reason or compile_.reason
+        assert compile_.reason.startswith("torch.compile built no graph"), compile_.reason
     # An LSTM's arithmetic is not in FlopCounterMode's table: the count says it is partial.
     assert rec.flops is not None and rec.flops.partial
     assert any("rnn" in u["op"] for u in rec.flops.uncounted), rec.flops.uncounted
