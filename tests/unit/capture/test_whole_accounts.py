@@ -239,7 +239,7 @@ def test_a_short_run_has_no_drift_however_its_steps_go(run):
         train_step(run, ms=10 + i // BLOCK)  # 10 ms rising to 21 ms, over 6 s: noise here
     whole, _, findings = accounts(run)
     body = whole.series[1:]
-    # The step doubled, far past the rise that makes a drift, in enough blocks: only the run's
+    # The step rose by 90% (11 to 21 ms), far past a drift's rise, in enough blocks: only the run's
     # span, under DRIFT_SPAN_S, keeps this from being one.
     assert body[-1].step_ms / body[0].step_ms - 1 > DRIFT_RISE and len(body) >= DRIFT_BLOCKS
     assert body[-1].end_s - body[0].end_s < DRIFT_SPAN_S
