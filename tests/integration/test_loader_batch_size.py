@@ -14,8 +14,7 @@ from torchdoctor.options import RunOptions
 from torchdoctor.process import Target, run_target
 from torchdoctor.record import BATCH_SIZE_MEASURED, RunRecord
 
-#: Their verdicts, speedups and picks come from measured durations (`make test-load`).
-pytestmark = [pytest.mark.integration, pytest.mark.timing]
+pytestmark = pytest.mark.integration
 
 #: A training loop over ``LOADER``, which each test defines.
 LOOP = """
