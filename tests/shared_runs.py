@@ -69,3 +69,19 @@ def hf_trainer_run(tmp_path_factory) -> SharedRun:
         ["--warmup", "1", "--steps", "3", "--sync-steps", "1", "--no-counterfactuals"],
         ["--batch-size", "4"],
     )
+
+
+@pytest.fixture(scope="session")
+def lightning_loop_run(tmp_path_factory) -> SharedRun:
+    """A PyTorch Lightning Trainer run (tests/scenarios/lightning_loop.py) with slow samples and
+    the loss in the progress bar: its verdict and parts (test_run) and the sync of Lightning's
+    progress bar (test_syncs_lightning)."""
+    if not any(importlib.util.find_spec(m) for m in ("lightning", "pytorch_lightning")):
+        pytest.skip("PyTorch Lightning is not installed")
+    return _run(
+        tmp_path_factory.mktemp("lightning_loop"),
+        SCENARIOS / "lightning_loop.py",
+        ["--steps", "5", "--warmup", "2"],
+        ["--getitem-ms", "15", "--prog-bar"],
+        PL_DISABLE_FORK="1",
+    )

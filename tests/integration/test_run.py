@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -417,37 +416,12 @@ def _processes_tagged(tag: str) -> list[int]:
     ]
 
 
-@pytest.mark.skipif(
-    not any(__import__("importlib").util.find_spec(m) for m in ("lightning", "pytorch_lightning")),
-    reason="PyTorch Lightning is not installed",
-)
-def test_lightning_trainer(tmp_path):
-    script = SCEN / "lightning_loop.py"
-    env = dict(os.environ, PL_DISABLE_FORK="1")
-    res = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torchdoctor",
-            "run",
-            "--steps",
-            "5",
-            "--warmup",
-            "2",
-            "--json",
-            str(tmp_path / "pl.json"),
-            str(script),
-            "--getitem-ms",
-            "15",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-        env=env,
-    )
+def test_lightning_trainer(lightning_loop_run):
+    # The run is shared with test_syncs_lightning (tests/shared_runs.py), which reads the sync
+    # of the progress bar it shows.
+    res = lightning_loop_run.done
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    rec = RunRecord.load(tmp_path / "pl.json")
+    rec = RunRecord.load(lightning_loop_run.record_path)
     assert rec.status == "complete"
     assert rec.verdict.kind == "INPUT-BOUND"
     assert rec.parts_ms["forward"].median > 0 and rec.parts_ms["backward"].median > 0
