@@ -383,7 +383,7 @@ def test_a_script_that_catches_the_stop_is_said_stopped_not_run_out(tmp_path, st
     is still the stop's (its status and exit status), not a script whose data ran out."""
     script, path = tmp_path / "catches.py", tmp_path / "run.json"
     script.write_text(CATCHES_ITS_STOP)
-    bound = ["--max-seconds", "20"] if stop == "bound" else []
+    bound = ["--max-seconds", "10"] if stop == "bound" else []
     cmd = [sys.executable, "-m", "torchdoctor", "run", "--steps", "100000", "--warmup", "1"]
     cmd += [*bound, "--json", str(path), str(script)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -401,7 +401,7 @@ def test_a_script_that_catches_the_stop_is_said_stopped_not_run_out(tmp_path, st
     assert (rec.status, proc.returncode) == expected, (rec.notes, err[-2000:])
     notes = " ".join(rec.notes)
     assert "ran out" not in notes and "the script finished" not in notes, rec.notes
-    said = "torchdoctor received SIGINT" if stop == "ctrl-c" else "--max-seconds bound (20 s)"
+    said = "torchdoctor received SIGINT" if stop == "ctrl-c" else "--max-seconds bound (10 s)"
     assert said in notes, rec.notes
     if stop == "ctrl-c":
         assert "Exiting from training early" in out  # the script's own handler ran
