@@ -43,6 +43,7 @@ from ._loader import (
     WorkerSweep,
 )
 from ._patch import Patch, PatchChange, PatchRemedy, PatchSkip
+from ._rank_env import RankEnv
 from ._ranks import STRAGGLER, WAITS, DistributedReport, RankRun, Straggler
 from ._run import (
     BATCH_SIZE_ARGUMENT,
@@ -79,6 +80,7 @@ from ._whole import WHOLE_KINDS, WholeBlock, WholeEvent, WholeKind, WholeRun
 from .part_names import STEP_PARTS
 
 __all__ = [
+    "RankEnv",
     "WHOLE_FINDING_KINDS",
     "WHOLE_KINDS",
     "WholeBlock",
