@@ -13,23 +13,10 @@ from rich.text import Text
 
 from ..record import RankReport, RunRecord, TraceReport
 from ._style import severity_look, verdict_look
+from ._words import TRACE_PART_LABELS, ms_text
 
-TRACE_PART_LABELS = {
-    "gpu_kernels": "GPU kernels",
-    "memcpy": "memcpy",
-    "memset": "memset",
-    "communication": "communication",
-    "runtime": "CUDA/HIP runtime",
-    "dataloader": "DataLoader",
-    "cpu_ops": "CPU ops",
-    "other": "other (Python, idle)",
-}
 #: Step wall times listed under the step table, per rank.
 MAX_STEPS_LISTED = 12
-
-
-def ms_text(x: float) -> str:
-    return f"{x:,.2f}" if x < 100 else f"{x:,.1f}"
 
 
 def render_trace_section(record: RunRecord, console: Console) -> None:
