@@ -5,8 +5,10 @@ copy that had drifted (its environment table lacked the cores' physical count, t
 the memory). Each renderer now takes the words from here and only lays them out: a table row in
 the terminal, a ``<tr>`` or a chart's legend on the page. Plain strings, no rich, no HTML.
 
-How a run ended (the stop line, the ending's words) is not here yet: it lives with the endings
-(``report/terminal.stop_line``).
+Not here yet: how a run ended (``terminal.stop_line``, ``terminal.ending_words``, being rewritten
+with the endings), the trials' lines (``report/trials.py``, with the judged speedup), and the
+paired words of a section drawn in both places (``whole_run``, ``patch``), which their page
+modules take from their terminal modules.
 """
 
 from __future__ import annotations
@@ -16,9 +18,14 @@ from ..record import (
     BATCH_SIZE_ARGUMENT,
     BATCH_SIZE_MEASURED,
     MIN_CPU_WINDOW_S,
+    STRAGGLER,
+    WAITS,
+    DistributedReport,
     LoaderSettings,
+    RankRun,
     RunRecord,
     SystemUsage,
+    TraceReport,
     Verdict,
 )
 from ..record.part_names import PART_HEADERS, PART_LABELS
@@ -47,6 +54,18 @@ def command_words(record: RunRecord) -> str:
     if words and words[0] == "torchdoctor":
         words = words[1:]
     return " ".join(words)
+
+
+def trace_headline(record: RunRecord) -> str:
+    """What an ``analyze`` record is, in one line: its files, ranks and steps."""
+    trace = record.trace or TraceReport()
+    head = f"{len(trace.files)} trace file(s), {', '.join(r.label for r in trace.ranks)}"
+    if record.step_ms:
+        count = record.step_ms.count
+        head += f"; median step {record.step_ms.median:.1f} ms over {count} step" + (
+            "" if count == 1 else "s"
+        )
+    return head
 
 
 def ms_text(x: float) -> str:
@@ -154,3 +173,18 @@ def batch_size_words(loader: LoaderSettings) -> str:
     if source is not None and source != BATCH_SIZE_ARGUMENT:
         return f"{text} (from {source})"
     return text
+
+
+def role_words(r: RankRun, job: DistributedReport) -> str:
+    """A rank's role in a job (``straggler``, ``waits for rank 1``)."""
+    if r.role == STRAGGLER:
+        return "straggler"
+    if r.role == WAITS:
+        waited = [s.rank for s in job.stragglers if r.rank in s.victims]
+        return f"waits for rank {', '.join(str(w) for w in waited)}" if waited else "waits"
+    return r.role
+
+
+def waiting_words(r: RankRun) -> str:
+    """`` (waiting in a collective)`` for a rank that was when stopped, else nothing."""
+    return " (waiting in a collective)" if r.in_collective else ""

@@ -24,13 +24,14 @@ from ._words import (
     environment_rows,
     part_header,
     part_label,
+    role_words,
     share_words,
+    trace_headline,
+    waiting_words,
 )
-from .distributed import role_text, waiting_words
 from .patch_html import patch_section
 from .terminal import ending_words, stop_line  # how a run ended: the endings' words
 from .trace_html import trace_section, trace_steps
-from .trace_terminal import trace_headline
 from .whole_run_html import whole_run_section
 
 #: The page's style: the palette (light and dark) and the verdicts' colours from the one table
@@ -212,7 +213,7 @@ def _ranks(record: RunRecord) -> str:
             f"<td class='n'>{_num(r.no_sync_step_ms.mean if r.no_sync_step_ms else None)}</td>"
             f"<td class='n'>{_num(r.own_ms)}</td>"
             f"<td class='{'bad' if r.role == 'straggler' else ''}'>"
-            f"{escape(role_text(r, d).plain)}</td>"
+            f"{escape(role_words(r, d))}</td>"
             f"<td class='{escape(r.verdict.kind) if r.verdict else ''}'>"
             f"{escape(verdict_look(r.verdict.kind).label) if r.verdict else '-'}</td></tr>"
         )
