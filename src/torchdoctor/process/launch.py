@@ -32,7 +32,7 @@ from typing import Any
 
 from .._errors import TorchdoctorError
 from ..options import RunOptions
-from ..record import Environment, RunRecord
+from ..record import Environment, RankEnv, RunRecord
 from . import stacks
 from ._processes import (
     CHILD_CODE,
@@ -108,7 +108,7 @@ def check_launch(options: RunOptions) -> None:
                 "add --nproc-per-node N (ranks per node)",
             )
         return
-    if os.environ.get("TORCHELASTIC_RUN_ID") or os.environ.get("LOCAL_RANK"):
+    if RankEnv.detect().under_torchrun:
         raise TorchdoctorError(
             "--nproc-per-node inside a rank of a job torchrun already launched",
             "drop --nproc-per-node (`torchrun ... -m torchdoctor run -- train.py` diagnoses the "
