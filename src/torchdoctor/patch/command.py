@@ -25,6 +25,7 @@ from pathlib import Path
 from .._errors import EXIT_INTERRUPTED, EXIT_OK, TorchdoctorError
 from ..options import RunOptions
 from ..record import Patch, PatchChange, PatchRemedy, PatchSkip, RunRecord, write_text_atomic
+from ..record.lever_names import FOREACH
 from ._edits import PatchError, Skipped
 from ._levers import LEVERS, plan_lever
 from ._measure import Interrupted, measure_patch
@@ -157,9 +158,7 @@ def plan(record: RunRecord, project: Project, argv: Sequence[str]) -> list[Remed
         joined = plan_threads(project, threads, files, because, loader)
         if joined is not loader:
             remedies.append(joined)
-    foreach = next(
-        (t for t in record.trials if t.name == "foreach" and t.status == "measured"), None
-    )
+    foreach = next((t for t in record.trials if t.name == FOREACH and t.status == "measured"), None)
     if foreach is not None and foreach.detail.get("where") and (foreach.speedup or 0) > 1:
         remedies.append(
             plan_optimizer(
@@ -168,7 +167,7 @@ def plan(record: RunRecord, project: Project, argv: Sequence[str]) -> list[Remed
                 foreach.detail.get("optimizer", ""),
                 foreach.detail.get("flag", "foreach"),
                 argv,
-                f"--try foreach measured {foreach.speedup:.2f}x in the script's own loop",
+                f"--try {FOREACH} measured {foreach.speedup:.2f}x in the script's own loop",
             )
         )
     for trial in record.trials:
