@@ -13,7 +13,7 @@ from torchdoctor.capture.phases import trials as trials_phase
 from torchdoctor.options import RunOptions, trial_list
 from torchdoctor.patch import LEVERS as PATCH_LEVERS
 from torchdoctor.patch import Project, plan
-from torchdoctor.record import STEP_PARTS, RunRecord, Trial
+from torchdoctor.record import STEP_PARTS, JudgedSpeedup, RunRecord, Trial
 from torchdoctor.record.lever_names import FIX_LEVERS, LEVERS, TRIAL_NAMES, LeverFacts
 
 
@@ -59,7 +59,9 @@ def test_fix_plans_each_lever_the_table_says_it_writes(tmp_path):
         "flag": "fused",
     }
     record = RunRecord()
-    record.trials = [Trial(name, name, speedup=1.5, detail=dict(detail)) for name in TRIAL_NAMES]
+    record.trials = [
+        Trial(name, name, judged=JudgedSpeedup(1.5), detail=dict(detail)) for name in TRIAL_NAMES
+    ]
     remedies = plan(record, Project(script, root=tmp_path), [])
     assert sorted(r.key for r in remedies) == sorted(LEVERS[n].fix_remedy for n in FIX_LEVERS)
     titles = {LEVERS[n].fix_remedy: LEVERS[n].title for n in FIX_LEVERS}

@@ -7,6 +7,17 @@ documented in ``docs/record.md``; this package is its only door.
 
 from __future__ import annotations
 
+from ._judged import (
+    IMPROVED,
+    JUDGEMENT_TONES,
+    JUDGEMENT_WORDS,
+    JUDGEMENTS,
+    NO_CHANGE,
+    REGRESSED,
+    JudgedSpeedup,
+    JudgementWord,
+    judged_speedup,
+)
 from ._kinds import (
     COMMUNICATION_BOUND,
     COMPUTE_BOUND,
@@ -83,6 +94,15 @@ from ._ranks import STRAGGLER, WAITS, DistributedReport, RankRun, Straggler
 from ._trials import Flops, Trial, TrialPoint
 
 __all__ = [
+    "IMPROVED",
+    "JUDGEMENTS",
+    "JUDGEMENT_TONES",
+    "JUDGEMENT_WORDS",
+    "NO_CHANGE",
+    "REGRESSED",
+    "JudgedSpeedup",
+    "JudgementWord",
+    "judged_speedup",
     "WHOLE_FINDING_KINDS",
     "WHOLE_KINDS",
     "WholeBlock",
