@@ -10,7 +10,9 @@ one or two outlier steps (a burst of load, a recompile) cannot swing them; steps
 A trial is **worth it** when the interval's low end is above 1 *and* the speedup clears the
 allowance: the larger of ``compare``'s run-to-run allowance and how far apart the baseline's
 blocks before and after the lever are (a burst of load in one of them). **Slower** is the same
-the other way; anything else is **no clear gain**, and only a trial worth it has a pick.
+the other way; anything else is **no clear gain**, and only a trial worth it has a pick. The
+speedup, its interval, the allowance and the judgement are the trial's ``judged``
+(:class:`~torchdoctor.record.JudgedSpeedup`: the rule and the words every judgement shares).
 """
 
 from __future__ import annotations
@@ -117,8 +119,8 @@ def trials_of(record: RunRecord, runs: list[Any]) -> list[Trial]:
                              reason=reason or ""))  # fmt: skip
             continue
         if name == "batch-size" and batch:
-            trial = _batch_trial(name, measured, base, batch, per_step, texts)
-            _judged(trial, allowance, base, measured)
+            trial = _batch_trial(name, measured, base, batch, per_step, texts, allowance)
+            _judged(trial, base, measured)
             out.append(trial)
             continue
         best = min(measured, key=lambda r: statistics.median(r.steps_ms))
@@ -131,7 +133,9 @@ def trials_of(record: RunRecord, runs: list[Any]) -> list[Trial]:
             steps=[round(x, 4) for x in best.steps_ms],
             step_ms=Stat.of(best.steps_ms),
             warmup_ms=[round(x, 4) for x in best.warmup_ms],
-            judged=_judged_speedup(_ratio(base, best.steps_ms), interval(base, best.steps_ms)),
+            judged=_judged_speedup(
+                _ratio(base, best.steps_ms), interval(base, best.steps_ms), allowance
+            ),
             pick=best.setting or None,
             code=t.get("code", ""),
             caveats=list(t.get("caveats", [])),
@@ -144,7 +148,7 @@ def trials_of(record: RunRecord, runs: list[Any]) -> list[Trial]:
                 TrialPoint(setting=r.setting, step_ms=Stat.of(r.steps_ms), memory_mb=r.memory_mb)
                 for r in measured
             ]
-        _judged(trial, allowance, base, [best])
+        _judged(trial, base, [best])
         out.append(trial)
     out.sort(key=lambda t: -(t.judged.speedup if t.judged is not None else 0.0))
     return out
@@ -196,21 +200,19 @@ def _around(runs: list[Any], i: int) -> list[list[float]]:
     return [list(r.steps_ms) for r in (before, after) if r is not None and r.steps_ms]
 
 
-def _judged_speedup(speedup: float | None, spread: list[float]) -> JudgedSpeedup | None:
-    """The speedup and its interval, judged once the allowance is known (:func:`_judged`)."""
+def _judged_speedup(
+    speedup: float | None, spread: list[float], allowance: float
+) -> JudgedSpeedup | None:
+    """The speedup and its interval judged against the allowance (``worth it`` when IMPROVED:
+    the interval is above 1 and the speedup clears the allowance); ``None`` without a speedup."""
     if speedup is None:
         return None
     low, high = spread if len(spread) == 2 else (None, None)
-    return JudgedSpeedup(speedup, low, high)
+    return judged_speedup(speedup, low, high, round(allowance, 3))
 
 
-def _judged(trial: Trial, allowance: float, base: list[float], runs: list[Any]) -> None:
-    """Judge the trial against the allowance (``worth it`` when IMPROVED: the interval is above
-    1 and the speedup clears the allowance), record the outliers; a trial not worth it has no
-    pick."""
-    if trial.judged is not None:
-        j = trial.judged
-        trial.judged = judged_speedup(j.speedup, j.low, j.high, round(allowance, 3))
+def _judged(trial: Trial, base: list[float], runs: list[Any]) -> None:
+    """Record the outliers; a trial not worth it has no pick."""
     spikes = outliers(base) + sum(outliers(r.steps_ms) for r in runs)
     if spikes:
         trial.detail["outlier_steps"] = spikes
@@ -231,6 +233,7 @@ def _batch_trial(
     batch: int,
     per_step: float,
     texts: dict[str, Any],
+    allowance: float,
 ) -> Trial:
     base_rate = batch * per_step * 1000.0 / statistics.median(base) if base else 0.0
     points = []
@@ -256,7 +259,7 @@ def _batch_trial(
         steps=[round(x, 4) for x in run.steps_ms],
         step_ms=Stat.of(run.steps_ms),
         warmup_ms=[round(x, 4) for x in run.warmup_ms],
-        judged=_judged_speedup(speedup, spread),
+        judged=_judged_speedup(speedup, spread, allowance),
         pick=run.setting,
         points=points,
         code=f"DataLoader(..., batch_size={run.setting})  # and scale the learning rate",

@@ -1,8 +1,8 @@
 """Saving and loading records: one JSON serialiser for every dataclass in the record.
 
 Types are rebuilt from the dataclasses' own annotations, so a new typed field needs no code here.
-Older schemas are migrated on load (:func:`migrate_v1`, then :func:`migrate_v2`), so ``torchdoctor report`` keeps reading
-every record it ever wrote.
+Older schemas are migrated on load (:func:`migrate_v1`, then :func:`migrate_v2`), so
+``torchdoctor report`` keeps reading every record it ever wrote.
 """
 
 from __future__ import annotations
@@ -302,13 +302,23 @@ def _trial_v3(trial: dict[str, Any]) -> dict[str, Any]:
     detail = out["detail"] = dict(out.get("detail") or {})
     allowance = detail.pop("allowance", 0.0)
     speedup, spread = out.pop("speedup", None), out.pop("spread", None) or []
-    if not isinstance(speedup, (int, float)) or isinstance(speedup, bool):
-        out["judged"] = None if speedup is None else speedup  # a wrong type fails in build()
+    if speedup is None:
+        out["judged"] = None
         return out
     low, high = spread if isinstance(spread, list) and len(spread) == 2 else (None, None)
-    judged = judged_speedup(speedup, low, high, allowance if allowance is not None else 0.0)
-    out["judged"] = dataclasses.asdict(judged)
+    if allowance is None:
+        allowance = 0.0  # as the report read a trial without one
+    if not all(_number(x) for x in (speedup, allowance)) or not all(
+        x is None or _number(x) for x in (low, high)
+    ):  # not judged: build() says which field has the wrong type
+        out["judged"] = {"speedup": speedup, "low": low, "high": high, "allowance": allowance}
+        return out
+    out["judged"] = dataclasses.asdict(judged_speedup(speedup, low, high, allowance))
     return out
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _judged_v3(

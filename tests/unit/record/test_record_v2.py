@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 
+import pytest
 from rich.console import Console
 
 from paths import DATA
@@ -21,6 +22,7 @@ from torchdoctor.record import (
     REGRESSED,
     SCHEMA_VERSION,
     JudgedSpeedup,
+    RecordError,
     RunRecord,
 )
 from torchdoctor.report.terminal import render
@@ -73,3 +75,10 @@ def test_old_records_still_compare():
     result = compare(v1, v2)
     assert result.kind == NO_CHANGE and result.judged.speedup == 1.0
     assert result.to_dict()["interval"] == [result.judged.low, result.judged.high]
+
+
+def test_a_damaged_v2_speedup_fails_with_its_field():
+    data = json.loads(RUN_V2.read_text())
+    data["trials"][0]["spread"] = ["a", 2.1]
+    with pytest.raises(RecordError, match=r"trials\[0\]\.judged\.low: expected a number"):
+        RunRecord.from_dict(data)
