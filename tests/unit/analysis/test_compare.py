@@ -98,7 +98,7 @@ def test_one_original_run_slowed_in_a_pair_cannot_make_a_gain():
     a = [x for r in a_runs for x in r]
     b = [x for r in b_runs for x in r]
     result = judge(a, b, pairs=pair_speedups(a_runs, b_runs))
-    assert result.speedup > 1.3 and result.interval[0] > 1.0
+    assert result.judged.speedup > 1.3 and result.judged.low > 1.0
     assert result.pairs == [1.0, 2.2, 1.0]
     assert result.kind == NO_CHANGE and "disagree" in result.notes[0]
 
