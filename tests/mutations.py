@@ -90,6 +90,34 @@ MUTATIONS = (
         ":",
         ("tests/unit/capture/test_whole_accounts.py",),
     ),
+    Mutation(
+        "judged speedup: a gain that does not clear the allowance",
+        "record/_judged.py",
+        "if low > 1.0 and speedup >= 1.0 + allowance and faster:",
+        "if low > 1.0 and speedup >= 1.0 and faster:",
+        ("tests/unit/record/test_judged.py", "tests/unit/analysis/test_trial_judgement.py"),
+    ),
+    Mutation(
+        "judged speedup: a v2 trial judged without its allowance",
+        "record/_serial.py",
+        'allowance = detail.pop("allowance", 0.0)',
+        'allowance = detail.pop("allowance", 0.0) and 0.0',
+        ("tests/unit/record/test_record_v2.py",),
+    ),
+    Mutation(
+        "levers: the table loses a lever the trials phase pulls",
+        "record/lever_names.py",
+        'LeverFacts(COMPILE, "model.compile()", _FORWARD_AND_BACKWARD, COMPILE),',
+        "",
+        ("tests/unit/test_lever_table.py",),
+    ),
+    Mutation(
+        "levers: fix no longer writes the foreach lever",
+        "record/lever_names.py",
+        """LeverFacts(FOREACH, "the optimizer's multi-tensor step", ("optimizer",), "optimizer")""",
+        """LeverFacts(FOREACH, "the optimizer's multi-tensor step", ("optimizer",))""",
+        ("tests/unit/test_lever_table.py",),
+    ),
 )
 
 

@@ -8,6 +8,17 @@ documented in ``docs/record.md``; this package is its only door.
 from __future__ import annotations
 
 from ._fix import FixTrial
+from ._judged import (
+    IMPROVED,
+    JUDGEMENT_TONES,
+    JUDGEMENT_WORDS,
+    JUDGEMENTS,
+    NO_CHANGE,
+    REGRESSED,
+    JudgedSpeedup,
+    JudgementWord,
+    judged_speedup,
+)
 from ._kinds import (
     COMMUNICATION_BOUND,
     COMPUTE_BOUND,
@@ -81,6 +92,15 @@ from .part_names import STEP_PARTS
 
 __all__ = [
     "RankEnv",
+    "IMPROVED",
+    "JUDGEMENTS",
+    "JUDGEMENT_TONES",
+    "JUDGEMENT_WORDS",
+    "NO_CHANGE",
+    "REGRESSED",
+    "JudgedSpeedup",
+    "JudgementWord",
+    "judged_speedup",
     "WHOLE_FINDING_KINDS",
     "WHOLE_KINDS",
     "WholeBlock",

@@ -248,10 +248,10 @@ def _ranks(record: RunRecord) -> str:
     return _section("ranks", "Ranks of the job (mean ms per step)", "".join(lines) + table)
 
 
-def _trial_detail(t, word: str) -> str:
+def _trial_detail(t) -> str:
     """Under a trial's row what the terminal says under it: compile time, graph breaks, the
     settings tried, the code to paste and its caveats."""
-    from .trials import compile_line, graph_break_lines, points_line
+    from .trials import compile_line, graph_break_lines, points_line, worth_it
 
     if t.status != "measured":
         return ""
@@ -263,7 +263,7 @@ def _trial_detail(t, word: str) -> str:
     points = points_line(t)
     if points:
         parts.append(f"<p class='muted'>{escape(points)}</p>")
-    if word == "worth it" and t.code:
+    if worth_it(t) and t.code:
         parts.append(f"<pre>{escape(t.code)}</pre>")
         parts.extend(f"<p class='muted'>caveat: {escape(c)}</p>" for c in t.caveats)
     return "".join(parts)
@@ -278,20 +278,22 @@ def _trials(record: RunRecord) -> str:
 
         out.append(f"<p>{escape(flops_line(record.flops).plain)}</p>")
     if record.trials:
-        from ..analysis.trials import judgement
+        from .trials import trial_word
 
         rows = []
         for t in record.trials:
-            spread = f"{t.spread[0]:.2f}–{t.spread[1]:.2f}" if t.spread else ""
-            word = t.status if t.status != "measured" else judgement(t)
-            cls = {"worth it": "good", "slower": "bad", "failed": "bad"}.get(word, "")
+            judged = t.judged if t.status == "measured" else None
+            spread = t.judged.interval_words("–") if t.judged is not None else ""
+            word = t.status if t.status != "measured" else trial_word(t)
+            cls = "bad" if t.status == "failed" else judged.tone if judged is not None else ""
             said = f"{word}: {t.reason}" if t.reason else word
+            speedup = t.judged.speedup if t.judged is not None else None
             rows.append(
                 f"<tr><td>{escape(t.name)}</td><td>{escape(t.changed)}</td>"
-                f"<td class='n'>{_num(t.speedup, 'x')}</td><td class='n'>{spread}</td>"
+                f"<td class='n'>{_num(speedup, 'x')}</td><td class='n'>{spread}</td>"
                 f"<td class='j {cls}'>{escape(said)}</td></tr>"
             )
-            more = _trial_detail(t, word)
+            more = _trial_detail(t)
             if more:
                 rows.append(f"<tr class='more'><td></td><td colspan='4'>{more}</td></tr>")
         out.append(

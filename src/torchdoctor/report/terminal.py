@@ -9,7 +9,14 @@ from rich.text import Text
 
 from ..analysis.compare import RUN_TO_RUN, pair_words
 from ..analysis.verdict import CEILING_NO_GAIN, ceiling_words
-from ..record import STEP_PARTS, FixTrial, RunRecord
+from ..record import (
+    IMPROVED,
+    REGRESSED,
+    STEP_PARTS,
+    FixTrial,
+    JudgedSpeedup,
+    RunRecord,
+)
 from ..record.part_names import PART_LABELS
 from ._style import BAD, GOOD, PART_COLOURS, ending_look, severity_look, verdict_look
 from ._words import AS_RUN, MODEL_ALONE, command_words, environment_rows, share_words
@@ -84,12 +91,13 @@ def render_fix(record: RunRecord, trial: FixTrial, console: Console | None = Non
         return
     grid.add_row("Injected", f"{_one_line(trial.code)}  (no code edited)")
     before = record.step_ms.mean if record.step_ms else None
-    if trial.verified_speedup is not None and not trial.judgement and before:
+    verified = trial.verified
+    if verified is not None and verified.allowance is None and before:
         # a record from before the fix was judged: one re-run against the diagnosis
         after = trial.after_step_ms or 0.0
-        text = f"{trial.verified_speedup:.2f}x  (mean step {before:.1f} ms -> {after:.1f} ms)"
+        text = f"{verified.speedup:.2f}x  (mean step {before:.1f} ms -> {after:.1f} ms)"
         grid.add_row("Verified", Text(text, style=GOOD))
-    elif trial.verified_speedup is not None:
+    elif verified is not None:
         grid.add_row("Verified", fix_verdict_text(trial))
     else:
         grid.add_row("Verified", Text("the re-run measured no step", style=BAD))
@@ -105,27 +113,28 @@ def fix_verdict_text(trial: FixTrial) -> Text:
     """The fix's verification in words, judged as ``compare`` judges (its interval, each pair
     of re-runs' own speedup, or the allowance two runs of one script differ by here; the
     rounds)."""
-    speedup = trial.verified_speedup or 0.0
-    lo, hi = trial.verified_interval or [speedup, speedup]
+    verified = trial.verified or JudgedSpeedup(0.0)
+    speedup, allowance = verified.speedup, verified.allowance
+    lo, hi = verified.interval or (speedup, speedup)
     if trial.pairs:
         noise = f"{lo:.2f}-{hi:.2f}; each pair {pair_words(trial.pairs)}"
     else:
         noise = f"{lo:.2f}-{hi:.2f}" + (
-            f"; runs differ by up to {trial.allowance:.0%} here" if trial.allowance else ""
+            f"; runs differ by up to {allowance:.0%} here" if allowance else ""
         )
     steps = ""
     if trial.before_step_ms and trial.after_step_ms:
         steps = f", mean step {trial.before_step_ms:.1f} -> {trial.after_step_ms:.1f} ms"
     rounds = f" over {trial.rounds} alternated rounds" if trial.rounds else ""
-    if trial.judgement == "REGRESSED":
-        return Text(f"slower: {speedup:.2f}x ({noise}){steps}{rounds}", style=BAD)
-    if trial.judgement == "IMPROVED":
+    if verified.judgement == REGRESSED:
+        return Text(f"{verified.word}: {speedup:.2f}x ({noise}){steps}{rounds}", style=BAD)
+    if verified.judgement == IMPROVED:
         return Text(f"{speedup:.2f}x faster ({noise}){steps}{rounds}", style=GOOD)
     if trial.pairs:
-        why = f"not every pair shows it beyond {trial.allowance or RUN_TO_RUN:.0%}"
+        why = f"not every pair shows it beyond {allowance or RUN_TO_RUN:.0%}"
     else:
         why = "within what two runs of the script differ by"
-    return Text(f"no clear gain: {speedup:.2f}x ({noise}){steps}{rounds}: {why}", style="yellow")
+    return Text(f"{verified.word}: {speedup:.2f}x ({noise}){steps}{rounds}: {why}", style="yellow")
 
 
 def _one_line(code: str | None) -> str:
