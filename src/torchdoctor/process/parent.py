@@ -10,7 +10,7 @@ from typing import Any
 
 from .._errors import EXIT_INTERRUPTED, EXIT_OK
 from ..options import RunOptions
-from ..record import FixTrial, RunRecord
+from ..record import INTERRUPTED, FixTrial, RunRecord
 from .target import Target
 
 
@@ -32,7 +32,7 @@ def run_cli(target: Target, options: RunOptions) -> int:
             outcome = run_supervised(target, options, progress=display.update)
     except KeyboardInterrupt:  # Ctrl-C (or SIGTERM) before the supervision began
         if options.json_path:
-            record = RunRecord(command=target.describe(), status="interrupted")
+            record = RunRecord(command=target.describe(), status=INTERRUPTED)
             record.notes.append("interrupted before the script started")
             record.save(options.json_path)
         raise
@@ -43,7 +43,7 @@ def run_cli(target: Target, options: RunOptions) -> int:
     if options.fix and status == EXIT_OK:
         verify_fix(target, options, record, quiet=options.quiet)
         after = record.fix.after if record.fix is not None else None
-        if after is not None and after.status == "interrupted":
+        if after is not None and after.status == INTERRUPTED:
             status = EXIT_INTERRUPTED  # Ctrl-C or SIGTERM during the re-run ends the command
     if options.json_path:
         record.save(options.json_path)

@@ -13,7 +13,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._kinds import FINDING_KINDS, SEVERITIES, FindingKind, Severity, Status, StepBoundaryKind
+from ._ending import Ending
+from ._kinds import (
+    COMPLETE,
+    FINDING_KINDS,
+    SEVERITIES,
+    FindingKind,
+    Severity,
+    Status,
+    StepBoundaryKind,
+)
 from ._loader import LoaderReport
 from ._serial import SCHEMA_VERSION, load_record, record_from_dict, write_json_atomic
 from ._trace import TraceReport
@@ -223,7 +232,10 @@ class RunRecord:
     tool_version: str = ""
     created_at: str = ""
     command: list[str] = field(default_factory=list)
-    status: Status = "complete"
+    status: Status = COMPLETE
+    #: How the run ended, decided once (``process.ending``): its status (``status`` above), exit
+    #: status, cause and words; ``None`` in records written before it was kept.
+    ending: Ending | None = None
     notes: list[str] = field(default_factory=list)
     env: Environment | None = None
     loader: LoaderSettings | None = None
