@@ -28,6 +28,8 @@ from torchdoctor.process.ending import (
     decide_launcher,
     decide_script,
     decide_supervised,
+    exit_for,
+    exit_status,
     exited,
     settle,
 )
@@ -291,3 +293,54 @@ def test_the_verdict_of_a_short_run_is_derived_after_its_status(ending, next_wor
     settle(record, script(FINISHED, measured=1))  # the child's: it ended on its own
     settle(record, ending)
     assert record.verdict is not None and record.verdict.next.startswith(next_words)
+
+
+# -- a job combined from ranks that ended differently ------------------------------------------
+
+
+def ended(record: RunRecord, ending: Ending) -> RunRecord:
+    settle(record, ending, derive=False)
+    return record
+
+
+def test_a_job_whose_ranks_ended_differently_takes_the_worst_ending():
+    from jobgen import rank_record
+    from torchdoctor.analysis.distributed import combine, worst_status
+
+    raised = script(RAISED, error="ValueError", measured=10)
+    ran_out = script(FINISHED, measured=10)
+    job = combine([ended(rank_record(0, 1.0, 3.0, None), ran_out),
+                   ended(rank_record(1, 1.0, 3.0, None), raised)])  # fmt: skip
+    assert job.status == SCRIPT_ERROR and job.ending == raised
+    assert [r.status for r in job.distributed.ranks] == [PARTIAL, SCRIPT_ERROR]
+    # records written before the ending was kept: the worst status alone
+    assert worst_status([PARTIAL, KILLED, TIMED_OUT]) == KILLED
+    assert worst_status([COMPLETE, COMPLETE]) == COMPLETE
+    assert worst_status([COMPLETE, "a status of a later version"]) == PARTIAL  # type: ignore[list-item]
+
+
+def test_the_launchers_decision_is_set_before_the_jobs_verdict():
+    from jobgen import rank_record
+    from torchdoctor.analysis.distributed import combine
+
+    ranks = []
+    for rank in (0, 1):
+        record = rank_record(rank, 1.0, 3.0, None)
+        for series in vars(record.steps).values():
+            del series[2:]  # two steps each: too few for a verdict
+        ranks.append(ended(record, script(FINISHED, measured=2)))
+    bound = JobEnd(timed_out=True, max_seconds=20, ranks_status=PARTIAL)
+    job = combine(ranks, ending=lambda job: decide_job(bound, bool(job.measured_steps)))
+    assert job.status == TIMED_OUT and job.ending is not None and job.ending.cause == "bound"
+    assert job.verdict is not None and "raise --max-seconds" in job.verdict.next, job.verdict
+
+
+def test_a_run_that_ended_well_without_a_measured_step_trained_none():
+    assert exit_status(COMPLETE, measured=True) == EXIT_OK
+    assert exit_status(COMPLETE, measured=False) == EXIT_NO_TRAINING
+    assert exit_status(PARTIAL, measured=False) == EXIT_NO_TRAINING
+    assert exit_status(TIMED_OUT, measured=False) == EXIT_TIMED_OUT  # a failure says itself
+    # a record written before the ending was kept: its status and steps decide
+    assert exit_for(RunRecord(status=COMPLETE)) == EXIT_NO_TRAINING
+    assert exit_for(one_step_record()) == EXIT_OK
+    assert exit_for(ended(RunRecord(), script(CTRL_C, phase=phase_names.DONE))) == EXIT_INTERRUPTED
