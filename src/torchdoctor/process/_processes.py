@@ -15,8 +15,8 @@ from typing import Any
 
 from ..analysis.verdict import summarise
 from ..options import RunOptions
-from ..record import INTERRUPTED, RecordError, RunRecord, phase_names
-from .ending import Ending, exit_status, settle, signal_name
+from ..record import RecordError, RunRecord, phase_names
+from .ending import decide_not_started, settle
 from .stream import StreamState
 
 #: After the bound, or a SIGTERM to torchdoctor, the script gets this long to end before SIGKILL.
@@ -170,8 +170,7 @@ def install_handler(signum: int, handler: Any) -> Any:
 def not_started(target: Any, options: RunOptions, signum: int) -> Supervised:
     record = RunRecord(command=target.describe(), warmup_steps=options.warmup)
     record.requested_steps = options.steps
-    note = f"torchdoctor received {signal_name(signum)} before the script started"
-    ending = Ending(INTERRUPTED, exit_status(INTERRUPTED, False), "signal", [note])
+    ending = decide_not_started(signum)
     settle(record, ending)
     return Supervised(record, ending.exit_status)
 

@@ -51,10 +51,17 @@ from ._processes import (
     end_group,
     not_started,
     record_from_stream,
-    signal_name,
     wait,
 )
-from .ending import Ending, JobEnd, decide_job, decide_launcher, exit_status, settle
+from .ending import (
+    Ending,
+    JobEnd,
+    decide_job,
+    decide_launcher,
+    exit_status,
+    settle,
+    signal_name,
+)
 from .rank_endings import describe, first_cause, rank_ends, stalled, uneven, uneven_finding
 from .stream import STREAM_ENV, StreamReader, StreamState
 

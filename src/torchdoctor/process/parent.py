@@ -11,6 +11,7 @@ from typing import Any
 from .._errors import EXIT_INTERRUPTED, EXIT_OK
 from ..options import RunOptions
 from ..record import INTERRUPTED, FixTrial, RunRecord
+from .ending import decide_not_started, settle
 from .target import Target
 
 
@@ -32,8 +33,8 @@ def run_cli(target: Target, options: RunOptions) -> int:
             outcome = run_supervised(target, options, progress=display.update)
     except KeyboardInterrupt:  # Ctrl-C (or SIGTERM) before the supervision began
         if options.json_path:
-            record = RunRecord(command=target.describe(), status=INTERRUPTED)
-            record.notes.append("interrupted before the script started")
+            record = RunRecord(command=target.describe())
+            settle(record, decide_not_started(None), derive=False)
             record.save(options.json_path)
         raise
     record = outcome.record

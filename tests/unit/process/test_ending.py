@@ -26,6 +26,7 @@ from torchdoctor.process.ending import (
     Stop,
     decide_job,
     decide_launcher,
+    decide_not_started,
     decide_script,
     decide_supervised,
     exit_for,
@@ -200,6 +201,15 @@ def test_a_signal_that_came_as_the_script_ended_keeps_its_status():
         "late-signal",
     )
     assert late.notes[-1].startswith("SIGTERM (signal 15) arrived as the script ended")
+
+
+def test_a_run_interrupted_before_the_script_started():
+    on_sigterm = decide_not_started(signal.SIGTERM)
+    assert (on_sigterm.status, on_sigterm.exit_status) == (INTERRUPTED, EXIT_INTERRUPTED)
+    assert on_sigterm.notes == [
+        "torchdoctor received SIGTERM (signal 15) before the script started"
+    ]
+    assert decide_not_started(None).notes == ["interrupted before the script started"]
 
 
 # -- a launched job ----------------------------------------------------------------------------

@@ -32,7 +32,15 @@ from ._script import (
     exited,
 )
 from ._settle import settle
-from ._stop import ENDED_EARLY, OWN_CAUSES, Stop, decide_supervised, signal_name, stop_words
+from ._stop import (
+    ENDED_EARLY,
+    OWN_CAUSES,
+    Stop,
+    decide_not_started,
+    decide_supervised,
+    signal_name,
+    stop_words,
+)
 
 __all__ = [
     "CTRL_C",
@@ -50,6 +58,7 @@ __all__ = [
     "Stop",
     "decide_job",
     "decide_launcher",
+    "decide_not_started",
     "decide_script",
     "decide_supervised",
     "exit_for",

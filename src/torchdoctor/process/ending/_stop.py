@@ -91,6 +91,13 @@ def decide_supervised(
     return Ending(KILLED, exit_status(KILLED, measured), "process-died", notes)
 
 
+def decide_not_started(signum: int | None) -> Ending:
+    """A run interrupted before the script started (``signum``: the signal, when known)."""
+    how = f"torchdoctor received {signal_name(signum)}" if signum is not None else "interrupted"
+    note = f"{how} before the script started"
+    return Ending(INTERRUPTED, EXIT_INTERRUPTED, "signal", [note])
+
+
 def _stopped(stop: Stop, notes: list[str], measured: bool) -> Ending:
     status = TIMED_OUT if stop.timed_out else INTERRUPTED
     return Ending(
