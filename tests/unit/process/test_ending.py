@@ -354,3 +354,13 @@ def test_a_run_that_ended_well_without_a_measured_step_trained_none():
     assert exit_for(RunRecord(status=COMPLETE)) == EXIT_NO_TRAINING
     assert exit_for(one_step_record()) == EXIT_OK
     assert exit_for(ended(RunRecord(), script(CTRL_C, phase=phase_names.DONE))) == EXIT_INTERRUPTED
+
+
+def test_the_ending_is_saved_with_the_record_and_an_older_record_loads_without_one():
+    record = one_step_record()
+    settle(record, decide_job(JobEnd(cause_status=KILLED, cause_words="rank 1 was killed"), True))
+    loaded = RunRecord.from_dict(record.to_dict())
+    assert loaded.ending == record.ending and loaded.status == KILLED
+    older = record.to_dict()
+    del older["ending"]  # written before the ending was kept: its status alone
+    assert RunRecord.from_dict(older).ending is None and RunRecord.from_dict(older).status == KILLED
