@@ -17,8 +17,9 @@ $(STAMP): pyproject.toml constraints.txt
 demo: $(STAMP)
 	$(VENV)/bin/torchdoctor demo
 
+# --durations=15: CI's output names the slowest tests, so a test that grows is seen (issue 38).
 test: $(STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest --durations=15
 
 # The edit-test loop: unit tests only, under a minute.
 test-fast: $(STAMP)
@@ -26,7 +27,7 @@ test-fast: $(STAMP)
 
 # The tests that assert on measured durations, beside a process that keeps one core busy.
 test-load: $(STAMP)
-	$(PY) -m pytest -m timing --cpu-hog
+	$(PY) -m pytest -m timing --cpu-hog --durations=15
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks

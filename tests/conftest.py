@@ -19,6 +19,9 @@ from hygiene import snapshot, wait_for_children, warm_up_torch  # noqa: E402
 
 warm_up_torch()
 
+#: Session fixtures of the scenario runs that tests in several files share.
+pytest_plugins = ["shared_runs"]
+
 
 @pytest.fixture(autouse=True)
 def torch_left_unpatched():

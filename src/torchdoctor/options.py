@@ -193,8 +193,8 @@ class RunOptions:
         None,
         Flag(
             "--trace",
-            "also record a torch.profiler trace of 4 untimed steps in DIR (TensorBoard, "
-            "Perfetto) and analyse it",
+            "also record a torch.profiler trace of 3 untimed steps, after 1 warm-up step, in "
+            "DIR (TensorBoard, Perfetto) and analyse it",
             type=str,
             metavar="DIR",
         ),

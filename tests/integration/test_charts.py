@@ -5,10 +5,11 @@ per thread setting with one pick."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
-from browser import assert_offline, browser_view
+from browser import assert_offline, browser_views
 from jobgen import rank_record
 from paths import DATA, HTA_TRACES
 from torchdoctor.analysis.distributed import combine
@@ -71,10 +72,20 @@ def _pages() -> dict[str, RunRecord]:
     }
 
 
+@pytest.fixture(scope="module")
+def pages(tmp_path_factory) -> dict[str, tuple[RunRecord, Path, dict]]:
+    """The run's, the job's and the analysis's page, opened in one chromium: by kind, the
+    record, its page and what the browser saw of it (each chart's overlaps, lines and picks)."""
+    folder = tmp_path_factory.mktemp("charts")
+    records = _pages()
+    paths = {kind: write_html(record, folder / f"{kind}.html") for kind, record in records.items()}
+    views = browser_views([(path, OVERLAPS) for path in paths.values()])
+    return {kind: (records[kind], paths[kind], view) for kind, view in zip(paths, views)}
+
+
 @pytest.mark.parametrize("kind", ["run", "job", "analyze"])
-def test_no_text_of_a_chart_overlaps_another_or_a_bar(kind, tmp_path):
-    page = write_html(_pages()[kind], tmp_path / f"{kind}.html")
-    view = browser_view(page, OVERLAPS)
+def test_no_text_of_a_chart_overlaps_another_or_a_bar(kind, pages):
+    _, page, view = pages[kind]
     assert_offline(view, page)
     charts = view["extra"]
     assert charts, "no chart drawn"
@@ -82,10 +93,8 @@ def test_no_text_of_a_chart_overlaps_another_or_a_bar(kind, tmp_path):
         assert chart["overlaps"] == [], chart
 
 
-def test_the_sweep_draws_a_line_per_thread_setting_and_one_pick(tmp_path):
-    record = _run_with_a_thread_sweep()
-    page = write_html(record, tmp_path / "run.html")
-    view = browser_view(page, OVERLAPS)
+def test_the_sweep_draws_a_line_per_thread_setting_and_one_pick(pages):
+    _, page, view = pages["run"]  # the run with a thread sweep (_run_with_a_thread_sweep)
     (sweep,) = [c for c in view["extra"] if c["section"] == "sweep"]
     assert sweep["lines"] == 2 and sweep["picks"] == 1, sweep
     assert "pick 4 workers with 1 torch threads" in view["text"]

@@ -4,14 +4,16 @@ built from synthetic ranks (jobgen) so every ending is rendered, the job's too."
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from browser import assert_offline, browser_view
+from browser import assert_offline, browser_views
 from jobgen import rank_record
 from torchdoctor.analysis.distributed import combine
 from torchdoctor.analysis.verdict import summarise
 from torchdoctor.process.ending import JobEnd, decide_job, settle
-from torchdoctor.record import Finding
+from torchdoctor.record import Finding, RunRecord
 from torchdoctor.report.html import write_html
 from torchdoctor.report.terminal import ending_words
 
@@ -62,11 +64,21 @@ def failed_job():
     return job
 
 
+@pytest.fixture(scope="module")
+def pages(tmp_path_factory) -> dict[str, tuple[RunRecord, Path, dict]]:
+    """Each ending's page, the failed job's and a completed run's, opened in one chromium: by
+    name, the record, its page and what the browser saw of it."""
+    folder = tmp_path_factory.mktemp("ending_pages")
+    records = {status: one_process(status) for status in [*sorted(ENDINGS), "complete"]}
+    records["job"] = failed_job()
+    paths = {name: write_html(record, folder / f"{name}.html") for name, record in records.items()}
+    views = browser_views([(path, CARD) for path in paths.values()])
+    return {name: (records[name], paths[name], view) for name, view in zip(paths, views)}
+
+
 @pytest.mark.parametrize("status", sorted(ENDINGS))
-def test_an_ending_leads_the_page_in_its_colour(status, tmp_path):
-    record = one_process(status)
-    path = write_html(record, tmp_path / "p.html")
-    view = browser_view(path, CARD)
+def test_an_ending_leads_the_page_in_its_colour(status, pages):
+    record, path, view = pages[status]
     assert_offline(view, path)
     card = view["extra"]
     label, tone = ENDINGS[status]
@@ -75,10 +87,8 @@ def test_an_ending_leads_the_page_in_its_colour(status, tmp_path):
     assert card["overflowing"] == 0, "a code or fix block scrolls instead of wrapping"
 
 
-def test_a_failed_job_names_its_rank_first_and_each_rank_its_verdict(tmp_path):
-    job = failed_job()
-    path = write_html(job, tmp_path / "job.html")
-    view = browser_view(path, CARD)
+def test_a_failed_job_names_its_rank_first_and_each_rank_its_verdict(pages):
+    _, path, view = pages["job"]
     assert_offline(view, path)
     card = view["extra"]
     assert card["first"] == "FAILED" and "bad" in card["firstClass"].split()
@@ -90,8 +100,7 @@ def test_a_failed_job_names_its_rank_first_and_each_rank_its_verdict(tmp_path):
     assert card["overflowing"] == 0
 
 
-def test_a_completed_run_shows_its_verdict_first(tmp_path):
-    record = one_process("complete")
-    path = write_html(record, tmp_path / "ok.html")
-    card = browser_view(path, CARD)["extra"]
+def test_a_completed_run_shows_its_verdict_first(pages):
+    record, _, view = pages["complete"]
+    card = view["extra"]
     assert card["first"] == record.verdict.kind and "kind" in card["firstClass"].split()

@@ -13,12 +13,14 @@ from torchdoctor.options import RunOptions
 from torchdoctor.process import Target, run_target, verify_fix
 from torchdoctor.record import FixTrial, RunRecord
 
-#: Their verdicts, speedups and picks come from measured durations (`make test-load`).
-pytestmark = [pytest.mark.integration, pytest.mark.timing]
+#: The tests marked timing: their verdicts, speedups and picks come from measured durations
+#: (`make test-load` runs them beside a busy process); the rest assert what no load changes.
+pytestmark = pytest.mark.integration
 
 LOOP = str(SCENARIOS / "train_loop.py")
 
 
+@pytest.mark.timing
 def test_fix_names_the_costly_transform_and_verifies_the_speedup():
     target = Target(script=LOOP, argv=["--transform-ms", "12"])
     options = RunOptions(steps=6, warmup=2)
@@ -103,6 +105,7 @@ def test_injecting_zero_workers_into_a_persistent_loader_resets_its_worker_argum
     assert out.record.loader_overrides == {"num_workers": 0}
 
 
+@pytest.mark.timing
 def test_loader_command_always_runs_the_doctor(tmp_path):
     path = tmp_path / "loader.json"
     res = subprocess.run(
@@ -133,6 +136,7 @@ def test_loader_command_always_runs_the_doctor(tmp_path):
     assert "num_workers sweep" in res.stdout
 
 
+@pytest.mark.timing
 def test_fix_with_nothing_to_inject_says_so(tmp_path):
     res = subprocess.run(
         [

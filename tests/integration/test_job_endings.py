@@ -175,7 +175,7 @@ def test_a_stalled_rank_is_named_with_its_line_and_step(tmp_path):
     # DDP's all-reduce until the bound.
     res, record, tag = job(
         tmp_path, "--hang-on-rank", "1", "--raise-at", "8",
-        flags=("--steps", "20", "--warmup", "2", "--max-seconds", "30"),
+        flags=("--steps", "20", "--warmup", "2", "--max-seconds", "20"),
     )  # fmt: skip
     assert res.returncode == 5, res.stderr[-3000:]
     assert record["status"] == "timed-out"

@@ -3,19 +3,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-import subprocess
-import sys
-
 import pytest
 
-from paths import SCENARIOS
 from torchdoctor.options import RunOptions
 from torchdoctor.process import Target, run_target
 from torchdoctor.record import BATCH_SIZE_MEASURED, RunRecord
 
-#: Their verdicts, speedups and picks come from measured durations (`make test-load`).
-pytestmark = [pytest.mark.integration, pytest.mark.timing]
+pytestmark = pytest.mark.integration
 
 #: A training loop over ``LOADER``, which each test defines.
 LOOP = """
@@ -93,20 +87,12 @@ def test_injected_worker_settings_keep_a_wrapped_batch_sampler(tmp_path):
     assert record.loader.batch_size == 5
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("transformers") is None,
-    reason="transformers is not installed (pip install -e '.[dev]' brings it)",
-)
-def test_hugging_face_trainer_end_to_end(tmp_path):
-    path = tmp_path / "hf.json"
-    short = ["--warmup", "1", "--steps", "3", "--sync-steps", "1", "--json", str(path)]
-    script = [str(SCENARIOS / "hf_trainer.py"), "--batch-size", "4"]
-    command = [sys.executable, "-m", "torchdoctor", "run", *short, "--", *script]
-    res = subprocess.run(command, capture_output=True, text=True, timeout=300)
+def test_hugging_face_trainer_end_to_end(hf_trainer_run):
+    res = hf_trainer_run.done  # shared with test_syncs_scenarios (tests/shared_runs.py)
     assert res.returncode == 0, res.stderr[-2000:]
-    record = RunRecord.load(path)
+    record = RunRecord.load(hf_trainer_run.record_path)
     # The Trainer's DataLoader has batch_size=None: the size sits in its batch sampler.
     assert record.loader.batch_size == 4
     assert record.loader.batch_size_source == "batch_sampler.batch_size"
     assert record.verdict is not None and record.verdict.kind
-    assert "batch_size=4 (from batch_sampler.batch_size)" in " ".join(res.stdout.split())
+    assert "batch_size=4 (from batch_sampler.batch_size)" in hf_trainer_run.said

@@ -13,8 +13,9 @@ from paths import SCENARIOS
 from torchdoctor.options import RunOptions
 from torchdoctor.process import Target, run_target
 
-#: Their verdicts, speedups and picks come from measured durations (`make test-load`).
-pytestmark = [pytest.mark.integration, pytest.mark.timing]
+#: The tests marked timing: their verdicts, speedups and picks come from measured durations
+#: (`make test-load` runs them beside a busy process); the rest assert what no load changes.
+pytestmark = pytest.mark.integration
 
 
 def run(script: str, *argv: str, **kw):
@@ -46,6 +47,7 @@ def test_manual_sgd_with_accumulation_counts_one_step_per_update():
     assert out.record.backwards_per_step == 2
 
 
+@pytest.mark.timing
 def test_batches_built_in_the_loop_are_input():
     # 400 ms builds: beside a busy process (make test-load) the model's step grew to 300 ms and
     # two 150 ms builds made input exactly half of the step.

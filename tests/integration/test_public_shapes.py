@@ -21,8 +21,9 @@ from paths import SCENARIOS
 from torchdoctor.options import RunOptions
 from torchdoctor.process import Target, run_target
 
-#: Their verdicts, speedups and picks come from measured durations (`make test-load`).
-pytestmark = [pytest.mark.integration, pytest.mark.timing]
+#: The tests marked timing: their verdicts, speedups and picks come from measured durations
+#: (`make test-load` runs them beside a busy process); the rest assert what no load changes.
+pytestmark = pytest.mark.integration
 
 SHAPES = SCENARIOS / "shapes"
 
@@ -52,6 +53,7 @@ def _no_stale_boundary_notes(rec) -> None:
     assert not any("draws no batch from a DataLoader" in n for n in rec.notes), rec.notes
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("workers", ["0", "2"])
 def test_module_transforms_are_the_input_in_the_main_process_and_in_workers(workers):
     # 8 samples x 4 ms of blur per step against a model step well under a millisecond: the truth
@@ -72,6 +74,7 @@ def test_module_transforms_are_the_input_in_the_main_process_and_in_workers(work
         assert worst.name == "Blur", [c.name for c in rec.loader_report.transforms]
 
 
+@pytest.mark.timing
 def test_module_transforms_in_spawned_workers(tmp_path):
     # As a user runs it (a spawn context starts multiprocessing's resource tracker, which lives
     # as long as the process that started it: the supervised child, here).
@@ -89,6 +92,7 @@ def test_module_transforms_in_spawned_workers(tmp_path):
     assert rec["loader"]["num_workers"] == 2
 
 
+@pytest.mark.timing
 def test_a_gan_is_stepped_by_its_first_optimizer():
     out, rec = run("gan.py")
     _stopped_on_purpose(out, rec)
@@ -98,6 +102,7 @@ def test_a_gan_is_stepped_by_its_first_optimizer():
     assert rec.verdict.kind in ("COMPUTE-BOUND", "HOST-BOUND")  # data is in memory
 
 
+@pytest.mark.timing
 def test_an_lbfgs_closure_is_one_step():
     out, rec = run("lbfgs_closure.py", "--max-iter", "10", counterfactuals=False)
     _stopped_on_purpose(out, rec)
@@ -108,6 +113,7 @@ def test_an_lbfgs_closure_is_one_step():
     assert not any("no optimizer.step()" in n for n in rec.notes), rec.notes
 
 
+@pytest.mark.timing
 def test_forward_forward_times_self_forward_as_forward():
     out, rec = run("forward_forward.py")
     _stopped_on_purpose(out, rec)
@@ -136,6 +142,7 @@ def test_a_scripts_own_profiler_is_said():
     )
 
 
+@pytest.mark.timing
 def test_a_prefetching_wrapper_around_a_dataloader():
     out, rec = run("prefetch_loader.py", loader_doctor="off")
     _stopped_on_purpose(out, rec)

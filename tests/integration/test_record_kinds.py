@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import io
 import re
+from pathlib import Path
 
 import pytest
 from rich.console import Console
 
-from browser import assert_offline, browser_view
+from browser import assert_offline, browser_views
 from jobgen import rank_record
 from paths import DATA, HTA_TRACES
 from torchdoctor.analysis.compare import compare
@@ -50,15 +51,36 @@ def analysis() -> RunRecord:
     return analyze_trace([str(TRACE)], command=["torchdoctor", "analyze", str(TRACE)])
 
 
-def test_a_run_reads_as_a_run(tmp_path):
+@pytest.fixture(scope="module")
+def pages(analysis, tmp_path_factory) -> dict[str, tuple[Path, dict]]:
+    """Every page the tests below read, opened in one chromium: by name, the page and what the
+    browser saw of it. The analysis's page is written by ``report --html``, as a user does."""
+    folder = tmp_path_factory.mktemp("record_kinds")
+    run = RunRecord.load(DATA / "records" / "run_v1.json")
+    job = combine([rank_record(0, 0.1, 45.0, 4.0), rank_record(1, 40.0, 3.0, 44.0)])
+    assert main(["report", "--html", str(folder / "an.html"),
+                 str(analysis.save(folder / "an.json"))]) == 0  # fmt: skip
+    same, mixed = compare(run, run), compare(run, analysis)
+    paths = {
+        "run": (write_html(run, folder / "run.html"), BARS),
+        "job": (write_html(job, folder / "job.html"), None),
+        "analysis": (folder / "an.html", BARS),
+        "comparison": (write_comparison_html(same, run, run, folder / "c.html"), None),
+        "mixed": (write_comparison_html(mixed, run, analysis, folder / "m.html"), None),
+    }
+    views = browser_views(list(paths.values()))
+    return {name: (page, view) for (name, (page, _)), view in zip(paths.items(), views)}
+
+
+def test_a_run_reads_as_a_run(pages):
     record = RunRecord.load(DATA / "records" / "run_v1.json")
     text = _terminal(render, record)
     assert text.startswith("torchdoctor ") and "slow_transform.py" in text.splitlines()[0]
     assert STOPPED in text and "5 warmup, 20 measured" in text
     for section in ("diagnosis", "step breakdown", "counterfactuals", "environment"):
         assert section in text, section
-    view = browser_view(write_html(record, tmp_path / "run.html"), BARS)
-    assert_offline(view, tmp_path / "run.html")
+    page, view = pages["run"]
+    assert_offline(view, page)
     title, said = _page_headline(view)
     assert title.startswith("torchdoctor: ") and "slow_transform.py" in title
     assert STOPPED in said
@@ -69,12 +91,12 @@ def test_a_run_reads_as_a_run(tmp_path):
     assert any(": data_wait " in t for t in view["extra"]["steps"])
 
 
-def test_a_job_reads_as_a_job_with_each_ranks_verdict(tmp_path):
+def test_a_job_reads_as_a_job_with_each_ranks_verdict(pages):
     job = combine([rank_record(0, 0.1, 45.0, 4.0), rank_record(1, 40.0, 3.0, 44.0)])
     text = _terminal(render, job)
     assert "job: 2 ranks on 1 node(s)" in text and "straggler: rank 1" in text
-    view = browser_view(write_html(job, tmp_path / "job.html"))
-    assert_offline(view, tmp_path / "job.html")
+    page, view = pages["job"]  # the same job's page
+    assert_offline(view, page)
     assert {"verdict", "ranks", "steps"} <= set(view["ids"])
     assert "rank 1 is a straggler" in view["text"]
     # Each rank's own verdict, as the terminal's ranks table gives it.
@@ -105,10 +127,8 @@ def _report(path) -> str:
     return out.getvalue()
 
 
-def test_an_analysis_page_shows_the_traces_own_steps_and_parts(analysis, tmp_path):
-    page = tmp_path / "an.html"
-    assert main(["report", "--html", str(page), str(analysis.save(tmp_path / "an.json"))]) == 0
-    view = browser_view(page, BARS)
+def test_an_analysis_page_shows_the_traces_own_steps_and_parts(analysis, pages):
+    page, view = pages["analysis"]
     assert_offline(view, page)
     title, said = _page_headline(view)
     assert title == f"torchdoctor: analyze {TRACE}", title
@@ -134,13 +154,12 @@ def test_an_analysis_page_shows_the_traces_own_steps_and_parts(analysis, tmp_pat
         assert re.search(rf"{re.escape(part)}\s+│\s+{re.escape(row[1])} │\s+{row[2]}", terminal)
 
 
-def test_a_comparison_reads_as_one(analysis, tmp_path):
+def test_a_comparison_reads_as_one(analysis, pages):
     a = RunRecord.load(DATA / "records" / "run_v1.json")
     result = compare(a, a)
     text = _terminal(render_comparison, result)
     assert text.startswith("NO CHANGE 1.00x"), text
-    page = write_comparison_html(result, a, a, tmp_path / "c.html")
-    view = browser_view(page)
+    page, view = pages["comparison"]  # the page of compare(a, a)
     assert_offline(view, page)
     title, said = _page_headline(view)
     assert title == "torchdoctor compare" and said.startswith("NO CHANGE"), (title, said)
@@ -148,7 +167,7 @@ def test_a_comparison_reads_as_one(analysis, tmp_path):
     # Unlike records are said to be so, on the page as in the terminal.
     mixed = compare(a, analysis)
     assert "different kinds of record" in _terminal(render_comparison, mixed)
-    view = browser_view(write_comparison_html(mixed, a, analysis, tmp_path / "m.html"))
+    _, view = pages["mixed"]  # the page of compare(a, analysis)
     assert "different kinds of record" in view["text"] and STOPPED in view["text"]
     assert view["text"].count(STOPPED) == 1  # A's run, not B's analysis
     assert "torchdoctor: B: analyze " in view["text"] and "torchdoctor analyze" not in view["text"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -77,7 +76,10 @@ def test_host_bound_script():
 
 
 def test_parts_sum_to_step_time():
-    rec = run(LOOP, "--getitem-ms", "2", "--forward-ms", "5", "--host-ms", "5").record
+    # The measured steps alone: the counterfactuals of this loop are the bound tests' above.
+    rec = run(
+        LOOP, "--getitem-ms", "2", "--forward-ms", "5", "--host-ms", "5", counterfactuals=False
+    ).record
     assert rec.measured_steps == 6
     for i, step in enumerate(rec.steps.step_ms):
         parts = sum(rec.steps.part(p)[i] for p in STEP_PARTS)
@@ -384,7 +386,7 @@ def test_a_script_that_catches_the_stop_is_said_stopped_not_run_out(tmp_path, st
     is still the stop's (its status and exit status), not a script whose data ran out."""
     script, path = tmp_path / "catches.py", tmp_path / "run.json"
     script.write_text(CATCHES_ITS_STOP)
-    bound = ["--max-seconds", "20"] if stop == "bound" else []
+    bound = ["--max-seconds", "10"] if stop == "bound" else []
     cmd = [sys.executable, "-m", "torchdoctor", "run", "--steps", "100000", "--warmup", "1"]
     cmd += [*bound, "--json", str(path), str(script)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -402,7 +404,7 @@ def test_a_script_that_catches_the_stop_is_said_stopped_not_run_out(tmp_path, st
     assert (rec.status, proc.returncode) == expected, (rec.notes, err[-2000:])
     notes = " ".join(rec.notes)
     assert "ran out" not in notes and "the script finished" not in notes, rec.notes
-    said = "torchdoctor received SIGINT" if stop == "ctrl-c" else "--max-seconds bound (20 s)"
+    said = "torchdoctor received SIGINT" if stop == "ctrl-c" else "--max-seconds bound (10 s)"
     assert said in notes, rec.notes
     if stop == "ctrl-c":
         assert "Exiting from training early" in out  # the script's own handler ran
@@ -417,37 +419,12 @@ def _processes_tagged(tag: str) -> list[int]:
     ]
 
 
-@pytest.mark.skipif(
-    not any(__import__("importlib").util.find_spec(m) for m in ("lightning", "pytorch_lightning")),
-    reason="PyTorch Lightning is not installed",
-)
-def test_lightning_trainer(tmp_path):
-    script = SCEN / "lightning_loop.py"
-    env = dict(os.environ, PL_DISABLE_FORK="1")
-    res = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torchdoctor",
-            "run",
-            "--steps",
-            "5",
-            "--warmup",
-            "2",
-            "--json",
-            str(tmp_path / "pl.json"),
-            str(script),
-            "--getitem-ms",
-            "15",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-        env=env,
-    )
+def test_lightning_trainer(lightning_loop_run):
+    # The run is shared with test_syncs_lightning (tests/shared_runs.py), which reads the sync
+    # of the progress bar it shows.
+    res = lightning_loop_run.done
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    rec = RunRecord.load(tmp_path / "pl.json")
+    rec = RunRecord.load(lightning_loop_run.record_path)
     assert rec.status == "complete"
     assert rec.verdict.kind == "INPUT-BOUND"
     assert rec.parts_ms["forward"].median > 0 and rec.parts_ms["backward"].median > 0

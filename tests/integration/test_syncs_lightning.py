@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -97,21 +93,12 @@ def test_lightning_module_line_is_the_users():
 
 
 @pytest.mark.integration
-def test_lightnings_progress_bar_sync_names_lightnings_line_and_the_setting(tmp_path):
-    # `torchdoctor run` on the scenario, in a child process as a user runs it.
-    script = Path(__file__).resolve().parents[1] / "scenarios" / "lightning_loop.py"
-    out = tmp_path / "run.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "torchdoctor", "run", "--steps", "2", "--warmup", "1"]
-        + ["--no-counterfactuals", "--quiet", "--json", str(out), "--", str(script)]
-        + ["--prog-bar"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=dict(os.environ, PL_DISABLE_FORK="1"),
-    )
+def test_lightnings_progress_bar_sync_names_lightnings_line_and_the_setting(lightning_loop_run):
+    # `torchdoctor run` on the scenario, in a child process as a user runs it; the run is shared
+    # with test_run's test_lightning_trainer (tests/shared_runs.py).
+    script, done = lightning_loop_run.script, lightning_loop_run.done
     assert done.returncode == 0, done.stderr[-2000:]
-    (finding,) = [f for f in json.loads(out.read_text())["findings"] if f.get("file")]
+    (finding,) = [f for f in lightning_loop_run.record["findings"] if f.get("file")]
     fit_line = next(
         n for n, t in enumerate(script.read_text().splitlines(), 1) if "trainer.fit(" in t
     )

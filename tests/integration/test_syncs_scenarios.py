@@ -3,11 +3,6 @@ own batches, a CPU-only script that never moves them, and a Hugging Face Trainer
 
 from __future__ import annotations
 
-import importlib.util
-import json
-import subprocess
-import sys
-
 import pytest
 
 from paths import SCENARIOS
@@ -45,23 +40,12 @@ def test_a_cpu_only_script_that_never_moves_its_batches_gets_its_syncs_found():
     assert sync_findings_of(script) == []
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("transformers") is None,
-    reason="transformers is not installed (pip install transformers accelerate)",
-)
-def test_a_hugging_face_trainer_sync_names_the_trainer_line_and_its_setting(tmp_path):
+def test_a_hugging_face_trainer_sync_names_the_trainer_line_and_its_setting(hf_trainer_run):
     # In a child process: transformers patches and caches more than the hygiene check allows.
-    script = SCENARIOS / "hf_trainer.py"
-    out = tmp_path / "run.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "torchdoctor", "run", "--steps", "2", "--warmup", "1"]
-        + ["--no-counterfactuals", "--quiet", "--json", str(out), "--", str(script)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    # The run is shared with test_loader_batch_size (tests/shared_runs.py).
+    script, done = hf_trainer_run.script, hf_trainer_run.done
     assert done.returncode == 0, done.stderr[-2000:]
-    findings = [f for f in json.loads(out.read_text())["findings"] if f.get("file")]
+    findings = [f for f in hf_trainer_run.record["findings"] if f.get("file")]
     user_line = next(
         n for n, t in enumerate(script.read_text().splitlines(), 1) if "trainer.train()" in t
     )

@@ -16,8 +16,9 @@ from paths import SCENARIOS
 from torchdoctor.options import TRIAL_NAMES, RunOptions, trial_list
 from torchdoctor.process import Target, run_target
 
-#: Their verdicts, speedups and picks come from measured durations (`make test-load`).
-pytestmark = [pytest.mark.integration, pytest.mark.timing]
+#: The tests marked timing: their verdicts, speedups and picks come from measured durations
+#: (`make test-load` runs them beside a busy process); the rest assert what no load changes.
+pytestmark = pytest.mark.integration
 
 MLP = str(SCENARIOS / "tiny_mlp.py")
 
@@ -27,6 +28,7 @@ def trial(record, name):
     return found
 
 
+@pytest.mark.timing
 def test_a_tiny_batch_gains_clearly_from_a_larger_one():
     # Batches of 4 samples and a fixed 4 ms per step (a sleep: the same beside a busy process):
     # per-step cost dominates, so 2x-8x batches give far more samples per second (measured
@@ -50,6 +52,7 @@ def test_a_tiny_batch_gains_clearly_from_a_larger_one():
     assert "--try" not in out.record.verdict.next and "batch-size" in out.record.verdict.next
 
 
+@pytest.mark.timing
 def test_flops_of_an_mlp_equal_the_analytic_count():
     out = run_target(Target(script=MLP), RunOptions(steps=3, warmup=1, flops=True))
     b, d, h, k = 4, 64, 256, 10
@@ -95,6 +98,7 @@ def test_channels_last_is_skipped_without_convolutions_and_tried_with_them():
     assert trial(cnn.record, "amp").caveats
 
 
+@pytest.mark.timing
 def test_a_run_that_does_not_ask_gets_no_trial_and_no_flops():
     out = run_target(Target(script=MLP), RunOptions(steps=3, warmup=1))
     assert out.record.trials == [] and out.record.trial_baseline == []
@@ -138,7 +142,7 @@ def test_a_custom_optimizer_and_an_lstm_get_every_trial_or_a_reason():
     compile_ = trial(rec, "compile")
     assert compile_.status in ("measured", "failed")
     if compile_.status == "failed":
-        assert "no graph" in compile_.reason or compile_.reason
+        assert compile_.reason.startswith("torch.compile built no graph"), compile_.reason
     # An LSTM's arithmetic is not in FlopCounterMode's table: the count says it is partial.
     assert rec.flops is not None and rec.flops.partial
     assert any("rnn" in u["op"] for u in rec.flops.uncounted), rec.flops.uncounted

@@ -28,8 +28,9 @@ from torchdoctor.analysis.compare import compare
 from torchdoctor.process.child import WHOLE_INTERVAL_S
 from torchdoctor.record import RunRecord
 
-#: Their verdicts, speedups and picks come from measured durations (`make test-load`).
-pytestmark = [pytest.mark.integration, pytest.mark.timing]
+#: The tests marked timing: their verdicts, speedups and picks come from measured durations
+#: (`make test-load` runs them beside a busy process); the rest assert what no load changes.
+pytestmark = pytest.mark.integration
 
 SCRIPT = SCENARIOS / "whole_run.py"
 INDEX_S, INIT_S, EVAL_BATCHES, EVAL_S, SAVE_S, FLUSH_EVERY, FLUSH_S = (
@@ -77,6 +78,7 @@ def kinds(data: dict, kind: str) -> list[dict]:
     return [k for k in data["whole_run"]["categories"] if k["kind"] == kind]
 
 
+@pytest.mark.timing
 def test_the_kinds_sum_to_the_wall_time_and_goodput_is_the_steps_share(whole):
     data, _, _ = whole
     run = data["whole_run"]
@@ -88,6 +90,7 @@ def test_the_kinds_sum_to_the_wall_time_and_goodput_is_the_steps_share(whole):
     assert run["goodput"] == pytest.approx(steps["seconds"] / run["wall_s"], abs=1e-3)
 
 
+@pytest.mark.timing
 def test_startup_names_the_slow_indexing_function(whole):
     data, _, _ = whole
     startup = kinds(data, "startup")[0]
@@ -95,6 +98,7 @@ def test_startup_names_the_slow_indexing_function(whole):
     assert within(float(part.split()[-2]), INDEX_S, 0.3), startup
 
 
+@pytest.mark.timing
 def test_each_epoch_boundary_is_the_workers_start_and_persistent_workers_is_the_fix(whole):
     data, _, _ = whole
     boundary = kinds(data, "epoch-boundary")[0]
@@ -104,6 +108,7 @@ def test_each_epoch_boundary_is_the_workers_start_and_persistent_workers_is_the_
     assert boundary["saves_s"] == pytest.approx(boundary["seconds"], abs=0.01)
 
 
+@pytest.mark.timing
 def test_evaluation_passes_are_counted_and_timed(whole):
     data, _, _ = whole
     evaluation = kinds(data, "evaluation")[0]
@@ -112,6 +117,7 @@ def test_evaluation_passes_are_counted_and_timed(whole):
     assert "whole_run.py:" in evaluation["where"]
 
 
+@pytest.mark.timing
 def test_a_save_function_counts_with_its_own_work_around_torch_save(whole):
     data, _, _ = whole
     checkpoint = kinds(data, "checkpoint")[0]
@@ -120,6 +126,7 @@ def test_a_save_function_counts_with_its_own_work_around_torch_save(whole):
     assert "async_save" in checkpoint["fix"]
 
 
+@pytest.mark.timing
 def test_a_metric_flush_between_steps_is_named_at_its_function(whole):
     data, _, _ = whole
     flush = [k for k in kinds(data, "between-steps") if "(flush_metrics)" in (k["where"] or "")]
@@ -130,6 +137,7 @@ def test_a_metric_flush_between_steps_is_named_at_its_function(whole):
     assert flush[0]["count"] >= flushes_between - 1
 
 
+@pytest.mark.timing
 def test_the_report_shows_the_whole_run(whole):
     data, stdout, _ = whole
     text = " ".join(stdout.split())
@@ -153,6 +161,7 @@ _PAGE = """() => {
 }"""
 
 
+@pytest.mark.timing
 def test_the_page_draws_each_kind_at_its_share_and_the_timeline_its_events(whole):
     data, _, tmp_path = whole
     page = tmp_path / "run.html"
@@ -171,6 +180,7 @@ def test_the_page_draws_each_kind_at_its_share_and_the_timeline_its_events(whole
     assert view["extra"]["series"] == 1
 
 
+@pytest.mark.timing
 def test_the_timeline_has_the_whole_runs_track(whole):
     data, _, tmp_path = whole
     trace = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
@@ -179,6 +189,7 @@ def test_the_timeline_has_the_whole_runs_track(whole):
     assert len(spans) == len(data["whole_run"]["events"])
 
 
+@pytest.mark.timing
 def test_compare_judges_two_whole_runs_by_their_wall_time(whole):
     data, _, _ = whole
     a = RunRecord.from_dict(data)
@@ -229,6 +240,7 @@ def test_a_whole_run_cut_short_keeps_its_accounts(tmp_path, ending):
     assert "Traceback" not in err
 
 
+@pytest.mark.timing
 def test_the_bound_ends_a_whole_run_and_keeps_its_accounts(tmp_path):
     cmd, record = _command(tmp_path, "--max-seconds", "8", script_args=LONG)
     started = time.monotonic()
@@ -240,6 +252,7 @@ def test_the_bound_ends_a_whole_run_and_keeps_its_accounts(tmp_path):
     assert "whole run" in " ".join(done.stdout.split())
 
 
+@pytest.mark.timing
 def test_a_job_whose_rank_0_saves_counts_the_wait_as_every_ranks_checkpoint(tmp_path):
     record = tmp_path / "job.json"
     cmd = [sys.executable, "-m", "torchdoctor", "run", "--whole", "--quiet", "--nproc-per-node",
@@ -269,6 +282,7 @@ def _whole_of(tmp_path, script: str, *args: str) -> dict:
     return data
 
 
+@pytest.mark.timing
 def test_lightning_validation_and_checkpoints(tmp_path):
     if importlib.util.find_spec("pytorch_lightning") is None:  # not imported here: it wraps
         pytest.skip("pytorch_lightning is not installed")  # torch.compile when imported

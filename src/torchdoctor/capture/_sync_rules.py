@@ -145,7 +145,9 @@ class SyncRules:
             classes = args[1] if len(args) > 1 else kwargs.get("num_classes", -1)
             syncs = classes == -1
         else:  # repeat_interleave: a tensor of repeats without output_size
-            repeats = args[1] if len(args) > 1 else kwargs.get("repeats")
+            # ``torch.repeat_interleave(repeats)``, with no input, repeats each index.
+            alone = len(args) == 1 and "repeats" not in kwargs
+            repeats = args[1] if len(args) > 1 else args[0] if alone else kwargs.get("repeats")
             syncs = isinstance(repeats, torch.Tensor) and kwargs.get("output_size") is None
         if syncs:
             return self._sync(kind, func, args, kwargs)

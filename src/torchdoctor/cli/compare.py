@@ -14,7 +14,7 @@ def add_compare(sub: argparse._SubParsersAction) -> None:
         help="compare two records: IMPROVED, REGRESSED or NO CHANGE, judged against the noise",
         description=(
             "Compare record B with record A (from `run --json` or `analyze --json`): the "
-            "speedup of the mean step (samples/s when batch sizes differ) with a 90%% "
+            "speedup of the mean step (samples/s when batch sizes differ) with a 90% "
             "bootstrap interval from the per-step times, and each part's change."
         ),
     )

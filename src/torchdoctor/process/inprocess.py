@@ -148,9 +148,7 @@ def _job_record(session: CaptureSession, record: RunRecord, ended: str) -> RunRe
     if gathered is None:
         return record
     records = [RunRecord.from_dict(d) for d in gathered if d is not None]
-    # torchrun's GROUP_WORLD_SIZE: the nodes (agents) of the job.
-    nnodes = int(os.environ.get("GROUP_WORLD_SIZE", "1") or 1)
-    return combine(records, world_size=ranks.world_size, nnodes=nnodes)
+    return combine(records, world_size=ranks.world_size, nnodes=ranks.env.nnodes)
 
 
 def user_traceback(exc: BaseException) -> list[str]:

@@ -40,6 +40,7 @@ from ..record import (
     STATUS_PRECEDENCE,
     TIMED_OUT,
     Environment,
+    RankEnv,
     RunRecord,
 )
 from . import stacks
@@ -124,7 +125,7 @@ def check_launch(options: RunOptions) -> None:
                 "add --nproc-per-node N (ranks per node)",
             )
         return
-    if os.environ.get("TORCHELASTIC_RUN_ID") or os.environ.get("LOCAL_RANK"):
+    if RankEnv.detect().under_torchrun:
         raise TorchdoctorError(
             "--nproc-per-node inside a rank of a job torchrun already launched",
             "drop --nproc-per-node (`torchrun ... -m torchdoctor run -- train.py` diagnoses the "

@@ -10,7 +10,7 @@ from typing import Any
 
 from .._errors import EXIT_INTERRUPTED, EXIT_OK
 from ..options import RunOptions
-from ..record import INTERRUPTED, FixTrial, RunRecord
+from ..record import INTERRUPTED, FixTrial, RankEnv, RunRecord
 from .ending import decide_not_started, settle
 from .target import Target
 
@@ -27,7 +27,7 @@ def run_cli(target: Target, options: RunOptions) -> int:
     from .supervisor import run_supervised
 
     # Under `torchrun -m torchdoctor run`, every rank runs this; rank 0 reports the job.
-    other_rank = not options.nproc_per_node and os.environ.get("RANK", "0") != "0"
+    other_rank = not options.nproc_per_node and RankEnv.detect().rank != 0
     try:
         with ProgressDisplay(enabled=not options.quiet and not other_rank) as display:
             outcome = run_supervised(target, options, progress=display.update)

@@ -8,6 +8,7 @@ documented in ``docs/record.md``; this package is its only door.
 from __future__ import annotations
 
 from ._ending import Ending
+from ._fix import FixTrial
 from ._kinds import (
     COMMUNICATION_BOUND,
     COMPLETE,
@@ -55,22 +56,22 @@ from ._loader import (
     WorkerSweep,
 )
 from ._patch import Patch, PatchChange, PatchRemedy, PatchSkip
-from ._run import (  # FixTrial too: _run must be imported before _fix (see _run's end)
+from ._rank_env import RankEnv
+from ._ranks import STRAGGLER, WAITS, DistributedReport, RankRun, Straggler
+from ._run import (
     BATCH_SIZE_ARGUMENT,
     BATCH_SIZE_MEASURED,
     MIN_CPU_WINDOW_S,
     Environment,
     Finding,
-    FixTrial,
     LoaderAlone,
     LoaderSettings,
     RunRecord,
-    Stat,
-    StepSeries,
     SystemUsage,
     split_where,
 )
 from ._serial import SCHEMA_VERSION, RecordError, write_json_atomic, write_text_atomic
+from ._stats import Stat, StepSeries
 from ._trace import (
     CommOverlap,
     IdleBreakdown,
@@ -86,16 +87,13 @@ from ._trace import (
     TraceReport,
     TraceStep,
 )
+from ._trials import Flops, Trial, TrialPoint
 from ._verdict import Verdict
 from ._whole import WHOLE_KINDS, WholeBlock, WholeEvent, WholeKind, WholeRun
 from .part_names import STEP_PARTS
 
-# isort: split
-# The job section holds the run's StepSeries and Stat: imported after _run, which imports it.
-from ._ranks import STRAGGLER, WAITS, DistributedReport, RankRun, Straggler
-from ._trials import Flops, Trial, TrialPoint
-
 __all__ = [
+    "RankEnv",
     "WHOLE_FINDING_KINDS",
     "WHOLE_KINDS",
     "WholeBlock",

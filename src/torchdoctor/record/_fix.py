@@ -8,10 +8,12 @@ checked step by step.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-# _run imports this module at its end, once RunRecord exists: FixTrial.after is a RunRecord.
-from ._run import RunRecord
+if TYPE_CHECKING:
+    # ``after`` is a whole RunRecord, which holds a FixTrial: the loader resolves the name from
+    # the record it is rebuilding (``_serial.build``'s ``root``), so no import runs in a circle.
+    from ._run import RunRecord
 
 
 @dataclass

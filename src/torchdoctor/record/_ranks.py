@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ._kinds import COMPLETE, Status
-from ._run import Stat, StepSeries
+from ._stats import Stat, StepSeries
 from ._verdict import Verdict
 
 #: ``RankRun.role`` of the rank whose own work is slowest, and of the ranks that wait for it.

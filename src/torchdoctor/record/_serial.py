@@ -87,12 +87,13 @@ def _json_default(obj: Any) -> Any:
     raise TypeError(f"cannot serialise {type(obj).__name__}")
 
 
-def build(tp: Any, value: Any, where: str = "") -> Any:
+def build(tp: Any, value: Any, where: str = "", root: type | None = None) -> Any:
     """Rebuild a value of type ``tp`` from its JSON form (dataclasses, lists, dicts, Optionals).
 
     The value is checked against ``tp`` on the way, so a hand-edited or foreign file fails here
     with the field's path (``steps: expected an object, got 5``) instead of deep in a renderer
-    with an ``AttributeError``. ``where`` is the path of ``value`` inside the record.
+    with an ``AttributeError``. ``where`` is the path of ``value`` inside the record; ``root``
+    the record's own class, which a part names to hold a whole one (``FixTrial.after``).
 
     Raises:
         RecordError: ``value`` does not have the shape of ``tp``.
@@ -106,7 +107,7 @@ def build(tp: Any, value: Any, where: str = "") -> Any:
         raise _mismatch(tp, value, where)
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
-        return build(args[0], value, where) if len(args) == 1 else value
+        return build(args[0], value, where, root) if len(args) == 1 else value
     if origin is typing.Literal:
         if value not in typing.get_args(tp):
             raise _mismatch(tp, value, where)
@@ -115,23 +116,25 @@ def build(tp: Any, value: Any, where: str = "") -> Any:
         if not isinstance(value, list):
             raise _mismatch(tp, value, where)
         (item,) = typing.get_args(tp) or (Any,)
-        return [build(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return [build(item, v, f"{where}[{i}]", root) for i, v in enumerate(value)]
     if origin is dict:
         if not isinstance(value, dict):
             raise _mismatch(tp, value, where)
         _, item = typing.get_args(tp) or (Any, Any)
-        return {k: build(item, v, _join(where, k)) for k, v in value.items()}
+        return {k: build(item, v, _join(where, k), root) for k, v in value.items()}
     if dataclasses.is_dataclass(tp):
-        return _build_dataclass(tp, value, where)
+        return _build_dataclass(tp, value, where, root)
     if not _is_instance(tp, value):
         raise _mismatch(tp, value, where)
     return value
 
 
-def _build_dataclass(tp: Any, value: Any, where: str) -> Any:
+def _build_dataclass(tp: Any, value: Any, where: str, root: type | None) -> Any:
     if not isinstance(value, dict):
         raise _mismatch(tp, value, where)
-    hints = typing.get_type_hints(tp)
+    # A part may hold the whole it is part of (``FixTrial.after`` is a RunRecord) and name it
+    # only for type checkers: its name resolves to the record being rebuilt.
+    hints = typing.get_type_hints(tp, localns={root.__name__: root} if root else None)
     fields = {f.name: f for f in dataclasses.fields(tp) if f.init}
     kwargs = {}
     for name, field in fields.items():
@@ -146,7 +149,7 @@ def _build_dataclass(tp: Any, value: Any, where: str) -> Any:
             if not has_default:
                 raise RecordError(f"{_join(where, name)}: missing (a {tp.__name__} needs it)")
             continue
-        kwargs[name] = build(hints[name], value[name], _join(where, name))
+        kwargs[name] = build(hints[name], value[name], _join(where, name), root)
     try:
         return tp(**kwargs)
     except (TypeError, ValueError) as exc:  # a dataclass's own check (__post_init__)
@@ -223,7 +226,7 @@ def record_from_dict(cls: type, data: Any) -> Any:
             f"record schema_version {version} is not supported by this torchdoctor "
             f"(it reads version {SCHEMA_VERSION}); re-run the diagnosis with this version"
         )
-    return build(cls, data)
+    return build(cls, data, root=cls)
 
 
 def migrate_v1(data: dict[str, Any], fields: set[str]) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._run import Stat
+from ._stats import Stat
 
 
 @dataclass

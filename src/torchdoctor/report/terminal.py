@@ -8,27 +8,23 @@ from rich.table import Table
 from rich.text import Text
 
 from ..analysis.compare import RUN_TO_RUN, pair_words
-from ..analysis.verdict import CEILING_NO_GAIN, capture_cost_words, ceiling_words
+from ..analysis.verdict import CEILING_NO_GAIN, ceiling_words
 from ..record import (
-    BATCH_SIZE_ARGUMENT,
-    BATCH_SIZE_MEASURED,
     COMPLETE,
     INTERNAL_ERROR,
     INTERRUPTED,
     KILLED,
-    MIN_CPU_WINDOW_S,
     NO_TRAINING,
     PARTIAL,
     SCRIPT_ERROR,
     STEP_PARTS,
     TIMED_OUT,
     FixTrial,
-    LoaderSettings,
     RunRecord,
-    SystemUsage,
 )
 from ..record.part_names import PART_LABELS
-from ._style import BAD, GOOD, ending_look, severity_look, verdict_look
+from ._style import BAD, GOOD, PART_COLOURS, ending_look, severity_look, verdict_look
+from ._words import AS_RUN, MODEL_ALONE, command_words, environment_rows, share_words
 from .distributed import breakdown_title, ranks_section
 from .loader import loader_section
 from .patch import patch_section
@@ -200,14 +196,6 @@ def _steps(n: int, kind: str = "") -> str:
     return f"{n} step was" if n == 1 else f"{n} steps were"
 
 
-def command_words(record: RunRecord) -> str:
-    """The record's command line, without a leading ``torchdoctor`` (the heading says it)."""
-    words = list(record.command)
-    if words and words[0] == "torchdoctor":
-        words = words[1:]
-    return " ".join(words)
-
-
 def _header(record: RunRecord, title: str | None) -> Text:
     text = Text()
     text.append("torchdoctor ", style="bold cyan")
@@ -242,8 +230,7 @@ def _verdict_panel(record: RunRecord) -> Panel:
     grid.add_row("Why", v.why)
     grid.add_row("Next", v.next)
     if v.shares:
-        shares = "  ".join(f"{k} {val * 100:.0f}%" for k, val in v.shares.items())
-        grid.add_row("Shares", shares)
+        grid.add_row("Shares", "  ".join(share_words(v)))
     if record.ceiling_speedup is not None:
         grid.add_row("Ceiling", ceiling_words(record))
     border = "cyan" if ending is None else ending.style.split()[-1]
@@ -270,7 +257,7 @@ def _breakdown_table(record: RunRecord) -> Table:
             f"{stat.median:.2f}",
             f"{stat.p90:.2f}",
             f"{share * 100:.0f}%",
-            Text("█" * round(share * 20), style="cyan"),
+            Text("█" * round(share * 20), style=PART_COLOURS[name].hex),
         )
     if record.step_ms:
         table.add_row(
@@ -289,15 +276,12 @@ def _counterfactual_table(record: RunRecord) -> Table:
     table.add_column("measurement")
     table.add_column("result", justify="right")
     if record.step_ms:
-        table.add_row(
-            "step, as the script runs",
-            _stat_text(record.step_ms),
-        )
+        table.add_row(AS_RUN, _stat_text(record.step_ms))
     ma = record.model_alone_step_ms
     if ma:
-        table.add_row("step, data made free (model alone)", _stat_text(ma))
+        table.add_row(f"step, {MODEL_ALONE}", _stat_text(ma))
     else:
-        table.add_row("step, data made free (model alone)", Text("not measured", style="dim"))
+        table.add_row(f"step, {MODEL_ALONE}", Text("not measured", style="dim"))
     ceiling = record.ceiling_speedup
     if ceiling is not None:
         table.add_row(
@@ -345,72 +329,12 @@ def _findings_table(record: RunRecord) -> Group:
 
 
 def _environment_table(record: RunRecord) -> Group:
-    items = []
-    env = record.env
-    if env is not None:
-        grid = Table.grid(padding=(0, 2))
-        grid.add_column(style="dim")
-        grid.add_column()
-        grid.add_row("torch", f"{env.torch_version} (Python {env.python_version})")
-        grid.add_row("device", f"{env.device} — {env.device_name}")
-        grid.add_row("clock", env.clock)
-        if capture_cost_words(record):
-            grid.add_row("capture", capture_cost_words(record))
-        grid.add_row(
-            "cores",
-            f"{env.cpu_logical} logical, {env.cpu_physical or '?'} physical; "
-            f"torch threads {env.torch_threads}",
-        )
-        if env.world_size > 1:
-            grid.add_row("distributed", f"rank {env.rank} of {env.world_size}")
-        loader = record.loader
-        if loader is not None:
-            grid.add_row(
-                "loader",
-                f"{loader.dataset} (len {loader.dataset_len}), {_batch_size_text(loader)}, "
-                f"num_workers={loader.num_workers}, pin_memory={loader.pin_memory}, "
-                f"persistent_workers={loader.persistent_workers}, "
-                f"prefetch_factor={loader.prefetch_factor}",
-            )
-        sysu = record.system
-        if sysu is not None:
-            grid.add_row("cpu", _cpu_text(sysu))
-            grid.add_row(
-                "memory",
-                f"main process RSS {sysu.main_rss_mb_max:.0f} MB; "
-                f"{sysu.workers} worker process(es) RSS {sysu.workers_rss_mb_max:.0f} MB",
-            )
-            if sysu.gpu_util_pct is not None:
-                grid.add_row(
-                    "gpu",
-                    f"utilisation {sysu.gpu_util_pct:.0f}%, memory {sysu.gpu_mem_mb_max:.0f} MB",
-                )
-        items.append(Text("environment", style="italic"))
-        items.append(grid)
-    return Group(*items)
-
-
-def _cpu_text(sysu: SystemUsage) -> str:
-    if not sysu.cpu_percent_per_core:
-        return (
-            f"not told: the measured steps took under {MIN_CPU_WINDOW_S:g} s, too short for the "
-            "system's CPU counters"
-        )
-    cores = " ".join(f"{c:.0f}%" for c in sysu.cpu_percent_per_core)
-    others = (
-        f"; other processes took {sysu.others_cpu_cores:.1f} cores"
-        if sysu.others_cpu_cores is not None
-        else ""
-    )
-    return f"per core {cores} (mean over {sysu.samples} samples){others}"
-
-
-def _batch_size_text(loader: LoaderSettings) -> str:
-    """``batch_size=8``, with where it was read when not the DataLoader's own argument."""
-    text = f"batch_size={loader.batch_size}"
-    source = loader.batch_size_source
-    if source == BATCH_SIZE_MEASURED:
-        return f"{text} (measured: the batches' leading dimension)"
-    if source is not None and source != BATCH_SIZE_ARGUMENT:
-        return f"{text} (from {source})"
-    return text
+    rows = environment_rows(record)
+    if not rows:
+        return Group()
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="dim")
+    grid.add_column()
+    for name, words in rows:
+        grid.add_row(name, words)
+    return Group(Text("environment", style="italic"), grid)

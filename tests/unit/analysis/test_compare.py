@@ -89,6 +89,20 @@ def test_one_run_slowed_in_a_pair_cannot_make_a_change_only_hide_one():
     assert judge(a, b, pairs=pair_speedups(a_runs, b_runs)).kind == IMPROVED
 
 
+def test_one_original_run_slowed_in_a_pair_cannot_make_a_gain():
+    # The mirror of the case above: the same script as both sides, one A run slowed 2.2x by
+    # load. The pooled steps say faster; the pairs (1.0x, 2.2x, 1.0x) disagree, and the
+    # smallest pair, not the largest, decides whether every pair agrees on a gain.
+    a_runs = [STEADY, [x * 2.2 for x in STEADY], STEADY]
+    b_runs = [STEADY, STEADY, STEADY]
+    a = [x for r in a_runs for x in r]
+    b = [x for r in b_runs for x in r]
+    result = judge(a, b, pairs=pair_speedups(a_runs, b_runs))
+    assert result.speedup > 1.3 and result.interval[0] > 1.0
+    assert result.pairs == [1.0, 2.2, 1.0]
+    assert result.kind == NO_CHANGE and "disagree" in result.notes[0]
+
+
 def test_pairs_need_two_and_leave_out_runs_without_steps():
     assert pair_speedups([STEADY, []], [STEADY, STEADY]) == [1.0]
     one = judge(STEADY, STEADY, pairs=[1.0])  # one pair: judged as two records

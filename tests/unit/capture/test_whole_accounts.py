@@ -7,9 +7,11 @@ import threading
 
 import pytest
 
+from torchdoctor.analysis.whole_course import DRIFT_BLOCKS, DRIFT_RISE, DRIFT_SPAN_S
 from torchdoctor.analysis.whole_run import whole_run_of
 from torchdoctor.capture._whole import WholeRunWatch
 from torchdoctor.capture._whole_steps import BLOCK, MAX_BLOCKS
+from torchdoctor.record import LoaderSettings
 
 MS = 1_000_000
 TRAIN, VAL = 1, 2
@@ -49,8 +51,8 @@ def train_step(watch: WholeRunWatch, ms: float = 10.0) -> None:
     watch.step_ended(clock.advance(ms - 1))
 
 
-def accounts(watch: WholeRunWatch, cut: bool = False):
-    run, findings = whole_run_of(watch.summary(), cut=cut)
+def accounts(watch: WholeRunWatch, cut: bool = False, loader: LoaderSettings | None = None):
+    run, findings = whole_run_of(watch.summary(), loader=loader, cut=cut)
     return run, {k.kind: k for k in run.categories}, findings
 
 
@@ -168,6 +170,48 @@ def test_an_epoch_boundary_less_the_evaluation_in_it(run):
     sums_to_wall(whole)
 
 
+def loader_of(workers: int, persistent: bool) -> LoaderSettings:
+    return LoaderSettings(
+        dataset="D",
+        dataset_len=1000,
+        batch_size=8,
+        num_workers=workers,
+        pin_memory=False,
+        persistent_workers=persistent,
+        prefetch_factor=2 if workers else None,
+        drop_last=False,
+        sampler="RandomSampler",
+        collate_fn="default_collate",
+        created_at="train.py:12",
+    )
+
+
+@pytest.mark.parametrize(
+    ("workers", "persistent", "told"),
+    [(2, False, True), (2, True, False), (0, False, False)],
+    ids=["workers-restarted", "workers-persistent", "no-workers"],
+)
+def test_an_epoch_boundary_is_told_persistent_workers_only_when_workers_restart(
+    run, workers, persistent, told
+):
+    clock = run.clock
+    for _epoch in range(2):
+        for _ in range(10):
+            train_step(run)
+        run.loader_exhausted(TRAIN, clock.advance(1))
+        run.iterator_made(TRAIN, clock.advance(5))
+        run.batch_requested(TRAIN, clock.now)
+        run.batch_returned(TRAIN, clock.advance(300))  # the first batch of the next epoch
+        run.step_ended(clock.advance(9))
+    _, kinds, _ = accounts(run, loader=loader_of(workers, persistent))
+    boundary = kinds["epoch-boundary"]
+    assert boundary.count == 2 and boundary.where == "train.py:12"
+    assert boundary.seconds > 0.5 * sum(k.seconds for k in kinds.values())  # worth a fix
+    # Persistent workers are not started again at an epoch: the fix would change nothing.
+    assert ("persistent_workers=True" in (boundary.fix or "")) is told
+    assert (boundary.saves_s == boundary.seconds) is told
+
+
 def test_a_run_of_many_steps_keeps_a_bounded_series(run):
     for _ in range(BLOCK * (MAX_BLOCKS + 10)):
         train_step(run)
@@ -193,6 +237,13 @@ def test_a_steady_run_has_no_drift(run):
 def test_a_short_run_has_no_drift_however_its_steps_go(run):
     for i in range(BLOCK * 12):
         train_step(run, ms=10 + i // BLOCK)  # 10 ms rising to 21 ms, over 6 s: noise here
+    whole, _, findings = accounts(run)
+    body = whole.series[1:]
+    # The step rose by 90% (11 to 21 ms), far past a drift's rise, in enough blocks: only the run's
+    # span, under DRIFT_SPAN_S, keeps this from being one.
+    assert body[-1].step_ms / body[0].step_ms - 1 > DRIFT_RISE and len(body) >= DRIFT_BLOCKS
+    assert body[-1].end_s - body[0].end_s < DRIFT_SPAN_S
+    assert findings == []
 
 
 def test_a_cut_run_is_projected_without_its_startup(run):

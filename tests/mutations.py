@@ -1,0 +1,148 @@
+"""The mutation check: each rule broken on purpose must fail a test (docs/architecture.md, "Test
+tiers"). A test that passes with its rule inverted checks nothing about that rule; three such
+bugs once survived the unit tier (issue 38).
+
+Each mutation below replaces a rule's text in a copy of ``src/torchdoctor`` (the working tree is
+never edited), runs the tests named beside it against the copy (first on the code as it is, which
+must pass), and says ``killed`` when they fail and ``SURVIVED`` when they pass. A rule's text
+that is no longer in its file is ``stale``: update the row with the rule. Add a row when a test is
+written for a rule, and check it is killed.
+
+    .venv/bin/python tests/mutations.py            # every mutation
+    .venv/bin/python tests/mutations.py compare    # those whose name holds "compare"
+
+Exit status 0 when every mutation is killed, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "src" / "torchdoctor"
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """One rule broken: ``rule``, found once in ``path`` (under src/torchdoctor), becomes
+    ``broken``, and one of ``tests`` (pytest node ids or files) must then fail."""
+
+    name: str
+    path: str
+    rule: str
+    broken: str
+    tests: tuple[str, ...]
+
+
+MUTATIONS = (
+    Mutation(
+        "compare: a gain judged from the largest pair, not the smallest",
+        "analysis/compare.py",
+        "faster = min(paired) >= 1.0 + allowance",
+        "faster = max(paired) >= 1.0 + allowance",
+        ("tests/unit/analysis/test_compare.py",),
+    ),
+    Mutation(
+        "compare: a loss judged from the smallest pair, not the largest",
+        "analysis/compare.py",
+        "slower = max(paired) <= 1.0 / (1.0 + allowance)",
+        "slower = min(paired) <= 1.0 / (1.0 + allowance)",
+        ("tests/unit/analysis/test_compare.py",),
+    ),
+    Mutation(
+        "syncs: one_hot given num_classes a data-dependent shape",
+        "capture/_sync_rules.py",
+        "syncs = classes == -1",
+        "syncs = True",
+        ("tests/unit/capture/test_sync_corpus.py",),
+    ),
+    Mutation(
+        "syncs: the three-argument torch.where a data-dependent shape",
+        "capture/_sync_rules.py",
+        "syncs = len(args) + len(kwargs) == 1",
+        "syncs = True",
+        ("tests/unit/capture/test_sync_corpus.py",),
+    ),
+    Mutation(
+        "syncs: repeat_interleave given output_size a data-dependent shape",
+        "capture/_sync_rules.py",
+        'syncs = isinstance(repeats, torch.Tensor) and kwargs.get("output_size") is None',
+        "syncs = isinstance(repeats, torch.Tensor)",
+        ("tests/unit/capture/test_sync_corpus.py",),
+    ),
+    Mutation(
+        "whole run: persistent workers told to persist at the epoch boundary",
+        "analysis/whole_run.py",
+        "loader.num_workers and not loader.persistent_workers and",
+        "loader.num_workers and",
+        ("tests/unit/capture/test_whole_accounts.py",),
+    ),
+    Mutation(
+        "whole run: a drift found in a run too short to tell one",
+        "analysis/whole_course.py",
+        "or body[-1].end_s - body[0].end_s < DRIFT_SPAN_S:",
+        ":",
+        ("tests/unit/capture/test_whole_accounts.py",),
+    ),
+)
+
+
+def _pytest(src: Path, tests: tuple[str, ...]) -> int:
+    """The tests' exit status, with ``src``'s torchdoctor imported before the installed one."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(src), os.environ.get("PYTHONPATH", "")]),
+    }
+    found = subprocess.run(
+        [sys.executable, "-c", "import torchdoctor; print(torchdoctor.__file__)"],
+        env=env, capture_output=True, text=True, check=True, cwd=ROOT,
+    ).stdout  # fmt: skip
+    if not found.startswith(str(src)):  # the check would test the tree, not the mutant
+        raise SystemExit(f"torchdoctor was imported from {found.strip()}, not from {src}")
+    command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests]
+    return subprocess.run(command, env=env, cwd=ROOT, capture_output=True).returncode
+
+
+def check(mutation: Mutation, scratch: Path, sound: dict[tuple[str, ...], bool]) -> str:
+    """``killed``, ``SURVIVED`` or ``stale: why``, for one mutation; ``sound`` keeps whether each
+    set of tests passed on the code as it is."""
+    src = scratch / "src"
+    shutil.rmtree(src, ignore_errors=True)
+    shutil.copytree(PACKAGE, src / "torchdoctor", ignore=shutil.ignore_patterns("__pycache__"))
+    target = src / "torchdoctor" / mutation.path
+    text = target.read_text()
+    if text.count(mutation.rule) != 1:
+        return f"stale: the rule's text is in {mutation.path} {text.count(mutation.rule)} times"
+    if mutation.tests not in sound:
+        sound[mutation.tests] = _pytest(src, mutation.tests) == 0
+    if not sound[mutation.tests]:
+        return "stale: its tests fail on the code as it is"
+    target.write_text(text.replace(mutation.rule, mutation.broken))
+    status = _pytest(src, mutation.tests)
+    if status == 1:  # the tests ran and one failed
+        return "killed"
+    return "SURVIVED" if status == 0 else f"stale: pytest ended with status {status}"
+
+
+def main() -> int:
+    chosen = [m for m in MUTATIONS if all(word in m.name for word in sys.argv[1:])]
+    outcomes: list[str] = []
+    sound: dict[tuple[str, ...], bool] = {}
+    with tempfile.TemporaryDirectory(prefix="torchdoctor-mutants-") as scratch:
+        for mutation in chosen:
+            outcome = check(mutation, Path(scratch), sound)
+            outcomes.append(outcome)
+            print(f"{outcome.split(':')[0]:9} {mutation.name}" + (
+                f" ({outcome.split(': ', 1)[1]})" if ":" in outcome else ""
+            ))  # fmt: skip
+    return 0 if all(o == "killed" for o in outcomes) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
