@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 from ..record import SampledPlace, TimedCost, WholeEvent, WholeSummary
 from ._stacks import (
     BOUNDARY,
@@ -83,6 +85,9 @@ def process_start_ns(clock_ns: Callable[[], int] = time.perf_counter_ns) -> int:
 class WholeRunWatch:
     """The accountant of a whole run (see the module docstring). Called from the script's thread."""
 
+    #: Measuring (the stand-in, :class:`NoWholeRun`, is not).
+    active = True
+
     def __init__(
         self,
         clock_ns: Callable[[], int],
@@ -123,6 +128,8 @@ class WholeRunWatch:
         self._boundary_from: int | None = None
         self._boundary_known = 0
         self._startup_known = 0
+        #: When the outermost module call began, with grad on, in training mode.
+        self._forward_mode: tuple[int, bool, bool] | None = None
         #: An outermost call with grad on in eval mode, until the next event says what it was.
         self._held_forward: tuple[int, int, bool] | None = None  # start, end, in eval mode
         #: A training step is under way (a loader that fetches ahead runs out during the last
@@ -150,7 +157,9 @@ class WholeRunWatch:
             return KNOWN if self.loading else BOUNDARY  # the loader starting: the boundary's
         return self._part()
 
-    def batch_requested(self, key: int, now: int) -> None:
+    def batch_requested(self, key: int, now: int | None = None) -> None:
+        """The loop asks a loader for a batch (``now``: the watch's clock, when not told)."""
+        now = self.clock_ns() if now is None else now
         self.loading = True
         self._commit_forward()
         if key == self.train_key:
@@ -158,7 +167,8 @@ class WholeRunWatch:
         elif self.train_key is not None:
             self._eval_activity(now, now)
 
-    def batch_returned(self, key: int, now: int) -> None:
+    def batch_returned(self, key: int, now: int | None = None) -> None:
+        now = self.clock_ns() if now is None else now
         self.loading = False
         self._last_key = key
         if key == self.train_key:
@@ -174,7 +184,8 @@ class WholeRunWatch:
         elif self._eval_open is not None:
             self._eval_end = now
 
-    def loader_exhausted(self, key: int, now: int) -> None:
+    def loader_exhausted(self, key: int, now: int | None = None) -> None:
+        now = self.clock_ns() if now is None else now
         self.loading = False
         if key == self.train_key:
             self.epochs += 1
@@ -191,6 +202,16 @@ class WholeRunWatch:
         if key == self.train_key and self.steps and self._boundary_from is None:
             self.epochs += 1
             self._boundary_start(now)
+
+    def forward_started(self, training: bool) -> None:
+        """An outermost module call starts (the hooks'; ``training``: the module's mode)."""
+        self._forward_mode = (self.clock_ns(), torch.is_grad_enabled(), training)
+
+    def forward_ended(self, find: Callable[[], Any]) -> None:
+        """The outermost module call started last has returned."""
+        mode, self._forward_mode = self._forward_mode, None
+        if mode is not None:
+            self.forward(mode[0], self.clock_ns(), mode[1], mode[2], find)
 
     def forward(
         self, start: int, end: int, grad: bool, training: bool, find: Callable[[], Any]
@@ -211,8 +232,9 @@ class WholeRunWatch:
             return
         self._eval_activity(start, end)
 
-    def backward_started(self, now: int) -> None:
+    def backward_started(self, now: int | None = None) -> None:
         """A backward: the held call was a training step's (the model trains in eval mode)."""
+        now = self.clock_ns() if now is None else now
         if self._held_forward is not None:
             self.trains_in_eval_mode |= self._held_forward[2]
             self._held_forward = None
@@ -234,7 +256,7 @@ class WholeRunWatch:
         elif self._eval_mode_ns is None and self._eval_open is None:
             self._eval_mode_ns = now
 
-    def training(self, now: int) -> None:
+    def training(self, now: int | None = None) -> None:
         """The training loop went on: an evaluation pass, if one was open, is over."""
         self._commit_forward()
         self._close_eval()
