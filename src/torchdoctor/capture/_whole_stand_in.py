@@ -2,8 +2,11 @@
 
 torchtune's DummyProfiler habit: the hooks tell the watch what they see whether or not the run
 is a whole run (:class:`~._whole.WholeRunWatch`), and this stand-in takes it and does nothing,
-so no hook reads ``if whole is not None``. Its calls take no clock reading (the watch reads its
-own clock when told no time), so a plain run pays one empty call per event: about seven a step.
+so no hook tests whether there is a watch. Its calls take no clock reading (the watch reads its
+own clock when told no time), so a plain run pays one empty call per event: about seven a step,
+measured with the hooks' move to an object at +1.4 k instructions a step over main's branches
+(4.4734 M against 4.4720 M: benchmarks/capture_instructions.py's job, captured, 60 and 180
+steps), half a percent of what capture adds to the step.
 ``tests/unit/capture/test_whole_accounts.py`` checks it has every member the hooks use, with
 the watch's signature.
 """
