@@ -100,7 +100,8 @@ from ._trace import (
 )
 from ._trials import Flops, Trial, TrialPoint
 from ._verdict import Verdict
-from ._whole import WHOLE_KINDS, WholeBlock, WholeEvent, WholeKind, WholeRun
+from ._whole import WHOLE_KINDS, WholeBlock, WholeEvent, WholeKind, WholeKindName, WholeRun
+from ._whole_summary import PlaceKey, SampledPlace, TimedCost, WholeSummary
 from .part_names import STEP_PARTS
 
 __all__ = [
@@ -119,7 +120,12 @@ __all__ = [
     "WholeBlock",
     "WholeEvent",
     "WholeKind",
+    "WholeKindName",
     "WholeRun",
+    "PlaceKey",
+    "SampledPlace",
+    "TimedCost",
+    "WholeSummary",
     "BATCH_SIZE_ARGUMENT",
     "BATCH_SIZE_MEASURED",
     "DEFAULT_PICK_TOLERANCE",
