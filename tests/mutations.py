@@ -79,9 +79,9 @@ MUTATIONS = (
     Mutation(
         "whole run: persistent workers told to persist at the epoch boundary",
         "analysis/whole_run.py",
-        "loader.num_workers and not loader.persistent_workers and",
-        "loader.num_workers and",
-        ("tests/unit/capture/test_whole_accounts.py",),
+        "if loader is None or not loader.num_workers or loader.persistent_workers:",
+        "if loader is None or not loader.num_workers:",
+        ("tests/unit/capture/test_whole_accounts.py", "tests/unit/analysis/test_whole_run.py"),
     ),
     Mutation(
         "whole run: a drift found in a run too short to tell one",
