@@ -87,12 +87,12 @@ def case(name: str, files: list[str], script: str, args: list[str], flags: list[
             for folder, out in order if r % 2 == 0 else order[::-1]:
                 out.append(mean_step(folder, script, args, steps, f"r{r}.json"))
         ratio = statistics.fmean(before) / statistics.fmean(after)
-        lo, hi = patch["interval"]
-        allowance = patch["allowance"]
+        judged = patch["judged"]
+        lo, hi, allowance = judged["low"], judged["high"], judged["allowance"]
         inside = "yes" if lo <= ratio <= hi else "no"
         near = "yes" if lo / (1 + allowance) <= ratio <= hi * (1 + allowance) else "no"
         return (
-            f"{name:36s} fix: {patch['speedup']:.2f}x ({lo:.2f}–{hi:.2f}, allowance "
+            f"{name:36s} fix: {judged['speedup']:.2f}x ({lo:.2f}–{hi:.2f}, allowance "
             f"{allowance:.0%})   applied: {ratio:.2f}x over {rounds} rounds "
             f"({statistics.fmean(before):.1f} → {statistics.fmean(after):.1f} ms)   in the "
             f"interval: {inside}; within its allowance: {near}"

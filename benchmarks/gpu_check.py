@@ -250,7 +250,10 @@ def trials_mlp(folder: Path) -> str:
 
     rec = _run(folder, "mlp.py", MLP, "--steps", "6", "--warmup", "2", "--try",
                "amp,batch-size,foreach,threads", "--max-seconds", "90", bounded=True)  # fmt: skip
-    trials = ", ".join(f"{t['name']} {t['status']} {t.get('speedup')}x" for t in rec["trials"])
+    trials = ", ".join(
+        f"{t['name']} {t['status']} {(t.get('judged') or {}).get('speedup')}x"
+        for t in rec["trials"]
+    )
     said = f"exit {rec['exit']}, {rec['status']}; trials: {trials or 'none'}"
     if rec.get("stopped_at"):
         stack = "\n    ".join(rec.get("stopped_stack", [])[:8])

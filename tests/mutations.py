@@ -90,6 +90,62 @@ MUTATIONS = (
         ":",
         ("tests/unit/capture/test_whole_accounts.py",),
     ),
+    Mutation(
+        "judged speedup: a gain that does not clear the allowance",
+        "record/_judged.py",
+        "if low > 1.0 and speedup >= 1.0 + allowance and faster:",
+        "if low > 1.0 and speedup >= 1.0 and faster:",
+        ("tests/unit/record/test_judged.py", "tests/unit/analysis/test_trial_judgement.py"),
+    ),
+    Mutation(
+        "judged speedup: a v2 trial judged without its allowance",
+        "record/_serial.py",
+        'allowance = detail.pop("allowance", 0.0)',
+        'allowance = detail.pop("allowance", 0.0) and 0.0',
+        ("tests/unit/record/test_record_v2.py",),
+    ),
+    Mutation(
+        "levers: the table loses a lever the trials phase pulls",
+        "record/lever_names.py",
+        'LeverFacts(COMPILE, "model.compile()", _FORWARD_AND_BACKWARD, COMPILE),',
+        "",
+        ("tests/unit/test_lever_table.py",),
+    ),
+    Mutation(
+        "levers: fix no longer writes the foreach lever",
+        "record/lever_names.py",
+        """LeverFacts(FOREACH, "the optimizer's multi-tensor step", ("optimizer",), "optimizer")""",
+        """LeverFacts(FOREACH, "the optimizer's multi-tensor step", ("optimizer",))""",
+        ("tests/unit/test_lever_table.py",),
+    ),
+    Mutation(
+        "ending: the verdict derived before the status is set",
+        "process/ending/_settle.py",
+        "    record.status = ending.status\n    if derive:\n        summarise(record)",
+        "    if derive:\n        summarise(record)\n    record.status = ending.status",
+        ("tests/unit/process/test_ending.py", "tests/unit/process/test_outcome.py"),
+    ),
+    Mutation(
+        "ending: a lost peer before torchdoctor's own failure",
+        "process/ending/_script.py",
+        "    if end.internal_error:\n",
+        "    if end.internal_error and not end.peer_lost:\n",
+        ("tests/unit/process/test_ending.py",),
+    ),
+    Mutation(
+        "ending: a script that caught the stop keeps its own words for it",
+        "process/ending/_stop.py",
+        "kept = [] if child.cause in OWN_CAUSES else list(child.notes)",
+        "kept = list(child.notes)",
+        ("tests/unit/process/test_ending.py",),
+    ),
+    Mutation(
+        "ending: a job's worst rank taken from the best",
+        "analysis/distributed.py",
+        "return min(known, key=STATUS_PRECEDENCE.index)",
+        "return max(known, key=STATUS_PRECEDENCE.index)",
+        ("tests/unit/process/test_ending.py",),
+    ),
 )
 
 

@@ -22,11 +22,14 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
+from .record.lever_names import TRIAL_NAMES
+
 __all__ = [
     "DEFAULT_MAX_SECONDS",
     "Flag",
     "LoaderDoctorMode",
     "RunOptions",
+    "TRIAL_NAMES",
     "add_flags",
     "flags",
     "from_args",
@@ -62,9 +65,6 @@ def positive_float(text: str) -> float:
 
 #: The bound of a run (s) when ``--max-seconds`` is not given; ``run --whole`` has none.
 DEFAULT_MAX_SECONDS = 900.0
-
-#: ``--try``'s levers, in the order they run (``all``).
-TRIAL_NAMES = ("amp", "channels-last", "foreach", "threads", "batch-size", "compile")
 
 
 def trial_list(text: str) -> tuple[str, ...]:

@@ -40,10 +40,10 @@ def test_fix_names_the_costly_transform_and_verifies_the_speedup():
     trial = verify_fix(target, options, record, quiet=True)
     assert isinstance(trial, FixTrial) and record.fix is trial
     assert trial.overrides == overrides
-    assert trial.verified_speedup > 1.4  # 48 ms of sleep per batch spread over >= 2 workers
+    assert trial.verified.speedup > 1.4  # 48 ms of sleep per batch spread over >= 2 workers
     assert trial.predicted_speedup > 1.4
     # The whole-step sweep's prediction and the re-run agree (throughput ratios, same run).
-    assert trial.verified_speedup == pytest.approx(trial.predicted_speedup, rel=0.4)
+    assert trial.verified.speedup == pytest.approx(trial.predicted_speedup, rel=0.4)
     assert trial.after.loader.num_workers == overrides["num_workers"]
     assert trial.after.loader_overrides == overrides
     assert trial.where.endswith("train_loop.py:" + trial.where.rsplit(":", 1)[1])

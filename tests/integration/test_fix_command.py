@@ -13,7 +13,7 @@ import pytest
 
 from browser import assert_offline, browser_view
 from paths import SCENARIOS
-from torchdoctor.record import RunRecord
+from torchdoctor.record import JUDGEMENTS, RunRecord
 
 pytestmark = pytest.mark.integration
 
@@ -51,15 +51,15 @@ def test_the_patch_of_a_loader_in_another_module_is_measured_and_applies(tmp_pat
     patch = record.patch
     loader = next(r for r in patch.remedies if r.key.startswith("loader"))
     # 40 ms of sleep per batch, spread over the workers the sweep picked
-    assert loader.kept and loader.judgement == "IMPROVED" and loader.speedup > 1.4
-    assert loader.interval[0] > 1.0
+    assert loader.kept and loader.judged.judgement == "IMPROVED" and loader.judged.speedup > 1.4
+    assert loader.judged.low > 1.0
     # WORKERS is a module constant of data.py: changed there, not at the call in train.py
     assert any(c.file == "data.py" and c.what.startswith("WORKERS = 0 → ") for c in loader.changes)
     diff = (project / "fix.diff").read_text()
     assert diff == patch.diff and "--- a/data.py\n+++ b/data.py\n" in diff
-    assert patch.judgement == "IMPROVED" and patch.after_ms < patch.before_ms
+    assert patch.judged.judgement == "IMPROVED" and patch.after_ms < patch.before_ms
     for remedy in patch.remedies:
-        assert remedy.kept == (remedy.judgement == "IMPROVED"), remedy
+        assert remedy.kept == (remedy.judged.judgement == "IMPROVED"), remedy
         assert remedy.kept or remedy.reason
     check = subprocess.run(
         ["git", "apply", "--check", "fix.diff"], cwd=project, capture_output=True, text=True
@@ -70,7 +70,7 @@ def test_the_patch_of_a_loader_in_another_module_is_measured_and_applies(tmp_pat
     view = browser_view(project / "fix.html", "() => [...document.querySelectorAll("
                         "'#patch pre.diff .add')].map(e => e.textContent)")  # fmt: skip
     assert_offline(view, project / "fix.html")
-    assert "patch" in view["ids"] and f"{loader.speedup:.2f}x" in view["text"]
+    assert "patch" in view["ids"] and f"{loader.judged.speedup:.2f}x" in view["text"]
     assert any(line.startswith("+WORKERS = ") for line in view["extra"])
     assert view["width"] <= 1280
     assert f"patch written to {project / 'fix.diff'} (apply it from {project}:" in out.stdout
@@ -163,7 +163,7 @@ def test_the_seed_004_round_trips_are_rewritten_checked_and_gone_on_a_rerun(tmp_
     assert len(syncs) == 3
     for remedy in syncs:
         # kept on their numerics: the seeded patched run computed the original's losses
-        assert remedy.kept and remedy.judgement == "SAME LOSSES" and remedy.checked_losses == 4
+        assert remedy.kept and remedy.judged is None and remedy.checked_losses == 4
     # the rewrites alone are said to gain on an accelerator; a timed remedy the diagnosis also
     # found (the threads, on a busy machine) and kept beside them is the patch's measured gain
     timed_kept = [r.key for r in record.patch.remedies if not r.numerics and r.kept]
@@ -224,12 +224,12 @@ def test_a_measured_amp_trial_is_written_around_the_forward_and_loss_with_its_ca
     (trial,) = record.trials
     assert trial.detail["model_at"] == f"{tmp_path / 'train.py'}:27", trial.detail
     assert trial.detail["dtype"] == "bfloat16" and trial.detail["device_type"] == "cpu"
-    if (trial.speedup or 0) <= 1:
-        pytest.skip(f"bf16 autocast measured {trial.speedup}x on this CPU: nothing to write")
+    if trial.judged is None or trial.judged.speedup <= 1:
+        pytest.skip(f"bf16 autocast measured {trial.judged} on this CPU: nothing to write")
     (remedy,) = record.patch.remedies
     assert remedy.key == "amp" and "changes the numerics" in remedy.caveat
     assert [(c.file, c.line) for c in remedy.changes] == [("train.py", 27)]
-    assert remedy.judgement in ("IMPROVED", "NO CHANGE", "REGRESSED") and remedy.speedup
+    assert remedy.judged is not None and remedy.judged.judgement in JUDGEMENTS
     assert "caveat: changes the numerics" in out.stdout
     assert "caveat: changes the numerics" in (tmp_path / "fix.html").read_text()
     if remedy.kept:

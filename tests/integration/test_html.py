@@ -83,13 +83,13 @@ def test_the_same_script_twice_is_no_change(runs):
 def test_an_injected_2x_change_is_improved_one_way_and_regressed_the_other(runs, tmp_path):
     slow, fast = RunRecord.load(runs["slow"]), RunRecord.load(runs["a"])
     better = compare(slow, fast)
-    assert better.kind == IMPROVED and 1.5 < better.speedup < 2.5, better
-    assert better.interval[0] > 1.0
+    assert better.kind == IMPROVED and 1.5 < better.judged.speedup < 2.5, better
+    assert better.judged.low > 1.0
     assert compare(fast, slow).kind == REGRESSED
     out = tmp_path / "c.json"
     assert main(["compare", str(runs["slow"]), str(runs["a"]), "--json", str(out)]) == 0
     written = json.loads(out.read_text())
-    assert written["kind"] == IMPROVED and written["speedup"] == better.speedup
+    assert written["kind"] == IMPROVED and written["speedup"] == better.judged.speedup
     assert len(written["interval"]) == 2
     page = write_comparison_html(better, slow, fast, tmp_path / "c.html")
     view = browser_view(page)
@@ -128,7 +128,7 @@ def test_analyze_records_compare_too():
         pytest.fail("no checked-in trace has two steps")
     b = analyze_trace([str(trace)], command=["analyze", str(trace)])
     result = compare(a, b)
-    assert result.kind == NO_CHANGE and result.speedup == 1.0 and result.a_steps >= 2
+    assert result.kind == NO_CHANGE and result.judged.speedup == 1.0 and result.a_steps >= 2
 
 
 def test_the_demo_writes_its_page_and_prints_where(tmp_path, capsys):

@@ -55,7 +55,7 @@ def test_the_sweep_picks_fewer_threads_and_the_fix_sets_both():
     assert trial.after.threads_override == trial.threads
     assert trial.after.loader.num_workers == trial.overrides.get("num_workers", 0)
     assert f"torch.set_num_threads({trial.threads})" in trial.code
-    assert trial.verified_speedup > 1.2, (trial.verified_speedup, sweep.points)
+    assert trial.verified.speedup > 1.2, (trial.verified, sweep.points)
     assert torch.get_num_threads() == own
 
 

@@ -43,7 +43,7 @@ def test_a_tiny_batch_gains_clearly_from_a_larger_one():
         torch.set_num_threads(threads)  # the script's own setting, in this process
     t = trial(out.record, "batch-size")
     assert t.status == "measured"
-    assert t.speedup > 2.0 and t.spread[0] > 1.0, t
+    assert t.judged.speedup > 2.0 and t.judged.low > 1.0, t
     assert [p.setting for p in t.points][:2] == ["8", "16"]
     assert t.pick == max(t.points, key=lambda p: p.samples_per_s).setting
     assert "scale the learning rate" in t.code and t.caveats

@@ -222,6 +222,35 @@ def test_no_import_cycle_joins_two_packages_or_a_loose_module():
     assert _unit_cycles(edges) == []
 
 
+def _late_imports(text: str) -> list[int]:
+    """Lines of the module-level imports that come after a definition or an assignment: an
+    import placed low to run once a name above it exists hides an import cycle."""
+    late, defined = [], False
+    for node in ast.parse(text).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign,
+                             ast.AnnAssign)):  # fmt: skip
+            defined = True
+        elif isinstance(node, (ast.Import, ast.ImportFrom)) and defined:
+            late.append(node.lineno)
+    return late
+
+
+def test_the_late_import_finder_finds_an_import_under_a_definition():
+    text = (
+        '"""Doc."""\nfrom __future__ import annotations\nimport os\n'
+        "if TYPE_CHECKING:\n    from .a import A\n"
+        "class B:\n    def f(self):\n        from .c import C\n"  # inside a function: fine
+        "from ._fix import FixTrial  # noqa: E402\n"
+    )
+    assert _late_imports(text) == [9]
+
+
+def test_imports_stand_at_the_top_of_each_module():
+    # record/_run.py imported its sections at its bottom, once RunRecord existed (issue 38).
+    late = {_rel(p): lines for p in _modules() if (lines := _late_imports(p.read_text()))}
+    assert not late, f"imports below a definition (a cycle in hiding): {late}"
+
+
 def _type_checking_imports() -> dict[str, str]:
     """Public name -> module, as the ``if TYPE_CHECKING:`` block of ``torchdoctor/__init__``
     imports it (what a type checker sees)."""

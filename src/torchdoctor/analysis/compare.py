@@ -11,7 +11,9 @@ when the interval clears 1 **and** the speedup clears the allowance either way:
 
 - ``IMPROVED``: interval above 1 and speedup ≥ 1 + allowance;
 - ``REGRESSED``: interval below 1 and speedup ≤ 1 / (1 + allowance);
-- ``NO CHANGE`` otherwise.
+- ``NO CHANGE`` otherwise
+
+(:func:`torchdoctor.record.judged_speedup`, the rule every judged speedup follows).
 
 ``analyze`` records compare the same way, from their first rank's per-step wall times.
 
@@ -32,7 +34,16 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..record import STEP_PARTS, RunRecord
+from ..record import (
+    IMPROVED,
+    NO_CHANGE,
+    REGRESSED,
+    STEP_PARTS,
+    JudgedSpeedup,
+    JudgementWord,
+    RunRecord,
+    judged_speedup,
+)
 
 #: Run-to-run change that a single pair of runs cannot tell from noise, at the least.
 RUN_TO_RUN = 0.10
@@ -42,8 +53,6 @@ BLOCKS = 3
 ROUNDS = 2000
 #: A step longer than a day is no measurement.
 MAX_STEP_MS = 86_400_000.0
-
-IMPROVED, REGRESSED, NO_CHANGE = "IMPROVED", "REGRESSED", "NO CHANGE"
 
 
 @dataclass
@@ -81,13 +90,11 @@ class WholeChange:
 class Comparison:
     """What ``torchdoctor compare`` found; ``to_dict`` is its ``--json``."""
 
-    kind: str
-    speedup: float
-    interval: list[float]
+    #: B against A: the speedup, its interval, the allowance two runs of one script may differ
+    #: by here (see the module's docstring), and the judgement.
+    judged: JudgedSpeedup
     #: ``"mean step"`` or ``"samples/s"`` (batch sizes differ).
     measure: str
-    #: The change two runs of one script may show here (see the module's docstring).
-    allowance: float
     a_step_ms: float
     b_step_ms: float
     a_steps: int
@@ -105,8 +112,23 @@ class Comparison:
     #: Both records are whole runs: their wall times and kinds.
     whole: WholeChange | None = None
 
+    @property
+    def kind(self) -> JudgementWord:
+        """The judgement: ``IMPROVED``, ``NO CHANGE`` or ``REGRESSED``."""
+        return self.judged.judgement
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The ``--json``: the judgement's ``kind``, ``speedup``, ``interval`` and ``allowance``
+        at the top level (docs/report.md), then the rest."""
+        out = asdict(self)
+        judged = out.pop("judged")
+        return {
+            "kind": judged["judgement"],
+            "speedup": judged["speedup"],
+            "interval": [judged["low"], judged["high"]],
+            "allowance": judged["allowance"],
+            **out,
+        }
 
 
 def impossible_steps(steps: list[float]) -> str:
@@ -139,11 +161,8 @@ def compare(a: RunRecord, b: RunRecord) -> Comparison:
     verdict = judge(a_steps, b_steps, scale)
     notes.extend(verdict.notes)
     return Comparison(
-        kind=verdict.kind,
-        speedup=verdict.speedup,
-        interval=verdict.interval,
+        judged=verdict.judged,
         measure=measure,
-        allowance=verdict.allowance,
         a_step_ms=round(statistics.fmean(a_steps), 3),
         b_step_ms=round(statistics.fmean(b_steps), 3),
         a_steps=len(a_steps),
@@ -246,15 +265,17 @@ def _world(record: RunRecord) -> int:
 
 @dataclass
 class Judgement:
-    """B's steps against A's: the speedup, its interval, the noise allowance, the verdict."""
+    """B's steps against A's: the judged speedup, what to read it with, and the pairs."""
 
-    kind: str
-    speedup: float
-    interval: list[float]
-    allowance: float
+    judged: JudgedSpeedup
     notes: list[str] = field(default_factory=list)
     #: Runs taken in pairs: each pair's own speedup (its ratio of median steps).
     pairs: list[float] = field(default_factory=list)
+
+    @property
+    def kind(self) -> JudgementWord:
+        """The judgement: ``IMPROVED``, ``NO CHANGE`` or ``REGRESSED``."""
+        return self.judged.judgement
 
 
 def judge(
@@ -288,29 +309,23 @@ def judge(
     else:
         allowance = max(RUN_TO_RUN, block_spread(a_steps), block_spread(b_steps), spread)
         faster = slower = True
-    kind, notes = NO_CHANGE, []
-    if lo > 1.0 and speedup >= 1.0 + allowance and faster:
-        kind = IMPROVED
-    elif hi < 1.0 and speedup <= 1.0 / (1.0 + allowance) and slower:
-        kind = REGRESSED
-    elif paired and (lo > 1.0 or hi < 1.0):
+    judgement = judged_speedup(speedup, lo, hi, allowance, faster, slower).judgement
+    judged = JudgedSpeedup(
+        round(speedup, 3), round(lo, 3), round(hi, 3), round(allowance, 3), judgement
+    )
+    notes: list[str] = []
+    unclear = judgement == NO_CHANGE and (lo > 1.0 or hi < 1.0)  # beyond the steps' noise
+    if unclear and paired:
         notes.append(
             f"the change ({speedup:.2f}x) is beyond the steps' noise but the pairs of runs "
             f"disagree ({pair_words(paired)}): run it again"
         )
-    elif lo > 1.0 or hi < 1.0:
+    elif unclear:
         notes.append(
             f"the change ({speedup:.2f}x) is beyond this pair's step-to-step noise but within "
             f"the {allowance:.0%} two runs of one script may differ by here: run each again"
         )
-    return Judgement(
-        kind,
-        round(speedup, 3),
-        [round(lo, 3), round(hi, 3)],
-        round(allowance, 3),
-        notes,
-        [round(x, 3) for x in paired],
-    )
+    return Judgement(judged, notes, [round(x, 3) for x in paired])
 
 
 def step_times(record: RunRecord) -> list[float]:

@@ -10,7 +10,9 @@ one or two outlier steps (a burst of load, a recompile) cannot swing them; steps
 A trial is **worth it** when the interval's low end is above 1 *and* the speedup clears the
 allowance: the larger of ``compare``'s run-to-run allowance and how far apart the baseline's
 blocks before and after the lever are (a burst of load in one of them). **Slower** is the same
-the other way; anything else is **no clear gain**, and only a trial worth it has a pick.
+the other way; anything else is **no clear gain**, and only a trial worth it has a pick. The
+speedup, its interval, the allowance and the judgement are the trial's ``judged``
+(:class:`~torchdoctor.record.JudgedSpeedup`: the rule and the words every judgement shares).
 """
 
 from __future__ import annotations
@@ -18,7 +20,16 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from ..record import Flops, RunRecord, Stat, Trial, TrialPoint
+from ..record import (
+    IMPROVED,
+    Flops,
+    JudgedSpeedup,
+    RunRecord,
+    Stat,
+    Trial,
+    TrialPoint,
+    judged_speedup,
+)
 from .compare import RUN_TO_RUN, median_spread
 from .compare import interval as ratio_interval
 
@@ -108,8 +119,8 @@ def trials_of(record: RunRecord, runs: list[Any]) -> list[Trial]:
                              reason=reason or ""))  # fmt: skip
             continue
         if name == "batch-size" and batch:
-            trial = _batch_trial(name, measured, base, batch, per_step, texts)
-            _judged(trial, allowance, base, measured)
+            trial = _batch_trial(name, measured, base, batch, per_step, texts, allowance)
+            _judged(trial, base, measured)
             out.append(trial)
             continue
         best = min(measured, key=lambda r: statistics.median(r.steps_ms))
@@ -122,8 +133,9 @@ def trials_of(record: RunRecord, runs: list[Any]) -> list[Trial]:
             steps=[round(x, 4) for x in best.steps_ms],
             step_ms=Stat.of(best.steps_ms),
             warmup_ms=[round(x, 4) for x in best.warmup_ms],
-            speedup=_ratio(base, best.steps_ms),
-            spread=interval(base, best.steps_ms),
+            judged=_judged_speedup(
+                _ratio(base, best.steps_ms), interval(base, best.steps_ms), allowance
+            ),
             pick=best.setting or None,
             code=t.get("code", ""),
             caveats=list(t.get("caveats", [])),
@@ -136,9 +148,9 @@ def trials_of(record: RunRecord, runs: list[Any]) -> list[Trial]:
                 TrialPoint(setting=r.setting, step_ms=Stat.of(r.steps_ms), memory_mb=r.memory_mb)
                 for r in measured
             ]
-        _judged(trial, allowance, base, [best])
+        _judged(trial, base, [best])
         out.append(trial)
-    out.sort(key=lambda t: -(t.speedup or 0.0))
+    out.sort(key=lambda t: -(t.judged.speedup if t.judged is not None else 0.0))
     return out
 
 
@@ -171,16 +183,12 @@ def flops_of(record: RunRecord, counted: dict[str, Any] | None, device_name: str
 def next_with_trials(record: RunRecord) -> str | None:
     """The trials in the verdict's Next, best first (before a compute- or host-bound run's
     advice, after an input-bound run's); None when none was asked for."""
-    measured = [t for t in record.trials if t.status == "measured" and t.speedup is not None]
     if not record.trials:
         return None
+    measured = [(t.name, t.judged) for t in record.trials if t.status == "measured" and t.judged]
     if not measured:
         return "no trial could be measured here (see the trials table)"
-    parts = []
-    for t in measured:
-        spread = f" [{t.spread[0]:.2f}-{t.spread[1]:.2f}]" if t.spread else ""
-        gain = judgement(t)
-        parts.append(f"{t.name} {t.speedup:.2f}x{spread} ({gain})")
+    parts = [f"{name} {judged.figure()} ({judged.word})" for name, judged in measured]
     return "measured trials, best first: " + ", ".join(parts)
 
 
@@ -192,26 +200,24 @@ def _around(runs: list[Any], i: int) -> list[list[float]]:
     return [list(r.steps_ms) for r in (before, after) if r is not None and r.steps_ms]
 
 
-def _judged(trial: Trial, allowance: float, base: list[float], runs: list[Any]) -> None:
-    """Record the allowance and the outliers; a trial not worth it has no pick."""
-    trial.detail["allowance"] = round(allowance, 3)
+def _judged_speedup(
+    speedup: float | None, spread: list[float], allowance: float
+) -> JudgedSpeedup | None:
+    """The speedup and its interval judged against the allowance (``worth it`` when IMPROVED:
+    the interval is above 1 and the speedup clears the allowance); ``None`` without a speedup."""
+    if speedup is None:
+        return None
+    low, high = spread if len(spread) == 2 else (None, None)
+    return judged_speedup(speedup, low, high, round(allowance, 3))
+
+
+def _judged(trial: Trial, base: list[float], runs: list[Any]) -> None:
+    """Record the outliers; a trial not worth it has no pick."""
     spikes = outliers(base) + sum(outliers(r.steps_ms) for r in runs)
     if spikes:
         trial.detail["outlier_steps"] = spikes
-    if judgement(trial) != "worth it":
+    if trial.judged is None or trial.judged.judgement != IMPROVED:
         trial.pick = None
-
-
-def judgement(t: Trial) -> str:
-    """``worth it`` (the interval is above 1 and the speedup clears the allowance), ``slower``
-    (the same, below), or ``no clear gain``."""
-    allowance = t.detail.get("allowance", 0.0)
-    if t.speedup is not None and t.spread:
-        if t.spread[0] > 1.0 and t.speedup >= 1.0 + allowance:
-            return "worth it"
-        if t.spread[1] < 1.0 and t.speedup <= 1.0 / (1.0 + allowance):
-            return "slower"
-    return "no clear gain"
 
 
 def _ratio(base: list[float], trial: list[float]) -> float | None:
@@ -227,6 +233,7 @@ def _batch_trial(
     batch: int,
     per_step: float,
     texts: dict[str, Any],
+    allowance: float,
 ) -> Trial:
     base_rate = batch * per_step * 1000.0 / statistics.median(base) if base else 0.0
     points = []
@@ -245,14 +252,14 @@ def _batch_trial(
     # The samples/s ratio's spread: the step-time ratio's, scaled by the batch ratio.
     scale = int(run.setting) * statistics.fmean(run.batches) / (batch * per_step)
     spread = [round(x * scale, 3) for x in interval(base, run.steps_ms)]
+    speedup = round((best.samples_per_s or 0.0) / base_rate, 3) if base_rate else None
     return Trial(
         name=name,
         changed=f"DataLoader(batch_size={run.setting}) (from {batch})",
         steps=[round(x, 4) for x in run.steps_ms],
         step_ms=Stat.of(run.steps_ms),
         warmup_ms=[round(x, 4) for x in run.warmup_ms],
-        speedup=round((best.samples_per_s or 0.0) / base_rate, 3) if base_rate else None,
-        spread=spread,
+        judged=_judged_speedup(speedup, spread, allowance),
         pick=run.setting,
         points=points,
         code=f"DataLoader(..., batch_size={run.setting})  # and scale the learning rate",

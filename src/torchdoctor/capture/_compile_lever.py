@@ -9,11 +9,12 @@ from typing import Any
 
 import torch
 
+from ..record import lever_names
 from ._levers import Lever, model_detail, trained_roots
 
 
 class Compile(Lever):
-    name = "compile"
+    name = lever_names.COMPILE
     warmup = 3
 
     def __init__(self) -> None:

@@ -1,12 +1,12 @@
 """Where a run happens, detected once into a value: versions, device, clock, cores, rank.
 
-Ranks come from torchrun's environment (``WORLD_SIZE``, ``RANK``); tests build an
-:class:`~torchdoctor.record.Environment` directly to exercise other cases.
+Ranks come from torchrun's environment, as the session's :class:`~torchdoctor.record.RankEnv`
+read it; tests build an :class:`~torchdoctor.record.Environment` directly to exercise other
+cases.
 """
 
 from __future__ import annotations
 
-import os
 import platform
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,7 +15,7 @@ import psutil
 import torch
 
 from .. import _devices
-from ..record import Environment
+from ..record import Environment, RankEnv
 
 if TYPE_CHECKING:
     from ._session import CaptureSession
@@ -28,6 +28,7 @@ def detect_environment(session: CaptureSession | None = None) -> Environment:
     named = _devices.device_name(device) if device is not None else None
     device_name = named or _cpu_name()
     use_events = bool(clock is not None and clock.uses_events)
+    ranks = session.ranks.env if session is not None else RankEnv.detect()
     return Environment(
         torch_version=torch.__version__,
         python_version=platform.python_version(),
@@ -40,9 +41,9 @@ def detect_environment(session: CaptureSession | None = None) -> Environment:
         torch_threads=torch.get_num_threads(),
         cpu_logical=psutil.cpu_count(logical=True) or 1,
         cpu_physical=psutil.cpu_count(logical=False),
-        world_size=int(os.environ.get("WORLD_SIZE", "1")),
-        rank=int(os.environ.get("RANK", "0")),
-        local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+        world_size=ranks.world_size,
+        rank=ranks.rank,
+        local_rank=ranks.local_rank,
         host=platform.node(),
     )
 

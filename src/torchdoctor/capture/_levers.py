@@ -26,6 +26,7 @@ import torch
 
 from .._batches import map_tensors
 from .._devices import bf16_supported
+from ..record import lever_names
 from ._patch import Patcher
 
 #: Batch size multipliers tried, in order, until samples/s stop growing.
@@ -78,7 +79,7 @@ class Baseline(Lever):
 
 
 class Amp(Lever):
-    name = "amp"
+    name = lever_names.AMP
 
     def skip_reason(self, session: Any) -> str | None:
         dtype = session.state.autocast_dtype
@@ -163,7 +164,7 @@ class Amp(Lever):
 
 
 class ChannelsLast(Lever):
-    name = "channels-last"
+    name = lever_names.CHANNELS_LAST
 
     def skip_reason(self, session) -> str | None:
         convs = [c for m in session.root_modules() for c in m.modules() if _is_conv2d(c)]
@@ -207,7 +208,7 @@ class ChannelsLast(Lever):
 
 
 class Foreach(Lever):
-    name = "foreach"
+    name = lever_names.FOREACH
 
     def skip_reason(self, session) -> str | None:
         optimizer = session.optimizers.primary
@@ -273,7 +274,7 @@ class Foreach(Lever):
 
 
 class Threads(Lever):
-    name = "threads"
+    name = lever_names.THREADS
 
     def settings(self, session) -> list[str]:
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
@@ -294,7 +295,7 @@ class Threads(Lever):
 
 
 class BatchSize(Lever):
-    name = "batch-size"
+    name = lever_names.BATCH_SIZE
 
     def skip_reason(self, session) -> str | None:
         loader = session.loaders.main_loader()

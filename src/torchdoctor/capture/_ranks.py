@@ -12,12 +12,12 @@ between two steps, outside every timed part.
 from __future__ import annotations
 
 import datetime as _dt
-import os
 from typing import Any
 
 import torch
 
 from .._errors import lost_peer
+from ..record import RankEnv
 from ._step_hooks import StopRun
 
 #: ``torch.distributed`` has no group to coordinate on (never initialised, or one process).
@@ -27,10 +27,12 @@ _NO_GROUP: Any = object()
 class Ranks:
     """This process's place in a job launched by torchrun, and the job's own gloo group."""
 
-    def __init__(self, timeout_s: float) -> None:
-        self.world_size = _env_int("WORLD_SIZE", 1)
-        self.rank = _env_int("RANK", 0)
-        self.local_rank = _env_int("LOCAL_RANK", 0)
+    def __init__(self, timeout_s: float, env: RankEnv | None = None) -> None:
+        #: Where this process stands, as torchrun's environment says (a test passes its own).
+        self.env = env if env is not None else RankEnv.detect()
+        self.world_size = self.env.world_size
+        self.rank = self.env.rank
+        self.local_rank = self.env.local_rank
         self._timeout_s = timeout_s
         self._group: Any = None
         #: The script's process group's backend, once seen initialised: kept for the record
@@ -106,10 +108,3 @@ def _dist() -> Any:
     import torch.distributed as dist
 
     return dist if dist.is_available() else None
-
-
-def _env_int(name: str, default: int) -> int:
-    try:
-        return int(os.environ.get(name, default))
-    except ValueError:
-        return default

@@ -11,7 +11,7 @@ import psutil
 
 from .._devices import nvml_handle, nvml_read
 from ..loader import sample_children
-from ..record import MIN_CPU_WINDOW_S, SystemUsage
+from ..record import MIN_CPU_WINDOW_S, RankEnv, SystemUsage
 
 #: 5 samples per second: enough to see worker RSS climb in a 20-step run, cheap on 2 cores.
 DEFAULT_INTERVAL_S = 0.2
@@ -38,8 +38,10 @@ def lower_thread_priority() -> None:
 class SystemSampler:
     """Samples CPU % per core, RSS of this process and of its children, and NVML GPU figures."""
 
-    def __init__(self, interval_s: float = DEFAULT_INTERVAL_S) -> None:
+    def __init__(self, interval_s: float = DEFAULT_INTERVAL_S, env: RankEnv | None = None) -> None:
         self.interval_s = interval_s
+        #: Started by torchrun: the sibling ranks' CPU is the job's own (see _own_cpu_s).
+        self._in_job = (env if env is not None else RankEnv.detect()).under_torchrun
         self._proc = psutil.Process(os.getpid())
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -97,7 +99,7 @@ class SystemSampler:
         (the workers); in a rank launched by torchrun, every local rank's (the others are the
         same job, not a busy machine)."""
         family = [self._proc, *self._children]
-        if os.environ.get("LOCAL_RANK") is not None:
+        if self._in_job:
             try:
                 family = self._proc.parent().children(recursive=True)
             except (psutil.Error, AttributeError):

@@ -183,7 +183,8 @@ def fix_trial(
     while len(afters) < MAX_FIX_ROUNDS:
         if len(afters) >= FIX_ROUNDS:
             pair_s = (clock() - started) / len(afters)
-            unclear = trial.judgement == NO_CHANGE and trial.verified_interval
+            verified = trial.verified
+            unclear = verified is not None and verified.judgement == NO_CHANGE
             if not unclear or budget_s is None or clock() - started + pair_s > budget_s:
                 break
         befores.append(rerun({}, *window, None))
@@ -199,19 +200,16 @@ def _judged(trial: FixTrial, befores: list[RunRecord], afters: list[RunRecord]) 
     before = [ms for r in befores for ms in _steps(r)]
     after = [ms for r in afters for ms in _steps(r)]
     if not all(_steps(r) for r in befores + afters):
-        trial.verified_speedup = trial.after_step_ms = None
-        trial.verified_interval, trial.judgement, trial.pairs = [], "", []
+        trial.verified = trial.after_step_ms = None
+        trial.pairs = []
         return False
     judgement = judge(
         before,
         after,
         pairs=pair_speedups([_steps(r) for r in befores], [_steps(r) for r in afters]),
     )
-    trial.verified_speedup = judgement.speedup
-    trial.verified_interval = judgement.interval
-    trial.allowance = judgement.allowance
+    trial.verified = judgement.judged
     trial.pairs = judgement.pairs
-    trial.judgement = judgement.kind
     trial.rounds = len(afters)
     trial.before_step_ms = round(statistics.fmean(before), 4)
     trial.after_step_ms = round(statistics.fmean(after), 4)

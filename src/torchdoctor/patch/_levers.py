@@ -25,6 +25,8 @@ from typing import Any
 
 import libcst as cst
 
+from ..record.lever_names import AMP, CHANNELS_LAST, COMPILE
+from ..record.lever_names import LEVERS as LEVER_FACTS
 from ._edits import (
     Change,
     Skipped,
@@ -38,13 +40,10 @@ from ._model_site import called_name, where_built
 from ._project import Project
 from ._remedies import Remedy
 
-AMP, CHANNELS_LAST, COMPILE = "amp", "channels-last", "compile"
-#: The trials this module writes, and each remedy's title.
-LEVERS = {
-    AMP: "torch.autocast around the forward and loss",
-    CHANNELS_LAST: "channels_last memory format",
-    COMPILE: "model.compile()",
-}
+#: The trials this module writes (each as a remedy of its own name), and each remedy's title:
+#: the lever table's levers whose ``fix`` remedy is their own (``foreach`` is the optimizer's
+#: remedy, :func:`._remedies.plan_optimizer`).
+LEVERS = {name: facts.title for name, facts in LEVER_FACTS.items() if facts.fix_remedy == name}
 #: The comment above a hunk that changes what the training computes.
 AMP_COMMENT = "# torchdoctor fix: bf16 autocast changes the numerics: check the loss curve"
 

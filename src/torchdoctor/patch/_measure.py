@@ -34,7 +34,7 @@ from ..analysis.compare import (
     pair_words,
     step_times,
 )
-from ..record import Patch, PatchRemedy, RunRecord
+from ..record import COMPLETE, INTERRUPTED, Patch, PatchRemedy, RunRecord
 from ._project import Project
 from ._remedies import Remedy
 
@@ -45,7 +45,6 @@ LOSS_RTOL = 1e-5
 #: A noise allowance beyond this, when it kept a patch from being judged faster, says the
 #: machine was too busy for the figures to mean much.
 TOO_NOISY = 0.5
-SAME_LOSSES = "SAME LOSSES"
 
 
 class RunVariant(Protocol):
@@ -148,7 +147,7 @@ def _measure(
     verdict = judged(original, measure(kept)) if kept else None
     if verdict is not None and verdict.kind != IMPROVED and len(kept_timed) > 1:
         # together they do not pay: the best single timed remedy is the patch
-        best = max(kept_timed, key=lambda k: by_key[k].speedup or 0.0)
+        best = max(kept_timed, key=lambda k: _speedup(by_key[k]))
         for k in kept_timed - {best}:
             by_key[k].kept = False
             by_key[k].reason = "together with the others it measured no faster"
@@ -168,17 +167,17 @@ def _measure(
             by_key[k].kept = False
             by_key[k].reason = "the whole patch measured slower"
         patch.notes.append(
-            f"the whole patch measured slower ({verdict.speedup:.2f}x): nothing was written"
+            f"the whole patch measured slower ({verdict.judged.speedup:.2f}x): nothing was written"
         )
         kept = frozenset()
-    if verdict is not None and verdict.kind != IMPROVED and verdict.allowance > TOO_NOISY:
+    allowance = (verdict.judged.allowance or 0.0) if verdict is not None else 0.0
+    if verdict is not None and verdict.kind != IMPROVED and allowance > TOO_NOISY:
         patch.notes.append(
             f"the runs were too noisy to judge speed (runs of one variant differ by "
-            f"{verdict.allowance:.0%}): close other work and run `torchdoctor fix` again"
+            f"{allowance:.0%}): close other work and run `torchdoctor fix` again"
         )
     if verdict is not None:
-        patch.speedup, patch.interval = verdict.speedup, verdict.interval
-        patch.judgement, patch.allowance = verdict.kind, verdict.allowance
+        patch.judged = verdict.judged
         patch.notes.extend(verdict.notes)
         patch.before_ms = round(sum(original.steps) / len(original.steps), 3)
         patch.after_ms = round(sum(judged_steps) / len(judged_steps), 3)
@@ -214,16 +213,16 @@ def _check_numerics(
         keys = frozenset(r.key for r in group)
         title = "the rewrites together" if len(group) > 1 else group[0].title
         record = _seeded(run, _variant(project, folder, title, keys).overrides, title)
-        same = record.status == "complete" and _same(base.losses, record.losses)
+        same = record.status == COMPLETE and _same(base.losses, record.losses)
         if same:
             for r in group:
                 remedy = by_key[r.key]
-                remedy.kept, remedy.judgement = True, SAME_LOSSES
+                remedy.kept = True
                 remedy.checked_losses = len(base.losses)
         elif len(group) == 1:
             by_key[group[0].key].reason = (
                 f"the patched script failed ({_failure(record)})"
-                if record.status != "complete"
+                if record.status != COMPLETE
                 else f"the patched script computes other losses ({_losses(record.losses)} "
                 f"against {_losses(base.losses)})"
             )
@@ -231,7 +230,7 @@ def _check_numerics(
 
 def _seeded(run: RunVariant, overrides: Mapping[str, str], title: str) -> RunRecord:
     record = run(overrides, f"numerics check · {title}", LOSS_STEPS)
-    if record.status == "interrupted":
+    if record.status == INTERRUPTED:
         raise Interrupted
     return record
 
@@ -257,10 +256,10 @@ def alternate(variants: Sequence[Variant], run: RunVariant, rounds: int) -> None
         order = list(variants) if r % 2 == 0 else list(reversed(variants))
         for v in order:
             record = run(v.overrides, f"round {r + 1}/{rounds} · {v.name}")
-            if record.status == "interrupted":
+            if record.status == INTERRUPTED:
                 raise Interrupted
             steps = step_times(record)
-            if record.status != "complete" or len(steps) < 2:
+            if record.status != COMPLETE or len(steps) < 2:
                 v.failures.append(_failure(record))
             else:
                 v.steps.extend(steps)
@@ -269,7 +268,7 @@ def alternate(variants: Sequence[Variant], run: RunVariant, rounds: int) -> None
 
 def _failure(record: RunRecord) -> str:
     note = next((n for n in record.notes if n), "")
-    what = f"ended {record.status}" if record.status != "complete" else "measured no step"
+    what = f"ended {record.status}" if record.status != COMPLETE else "measured no step"
     return f"{what}: {note}" if note else what
 
 
@@ -291,23 +290,26 @@ def _judge_remedy(remedy: PatchRemedy, original: Variant, variant: Variant) -> N
     if verdict is None:
         remedy.reason = "too few steps were measured to judge it"
         return
-    remedy.speedup, remedy.interval = verdict.speedup, verdict.interval
-    remedy.judgement = verdict.kind
-    remedy.kept = verdict.kind == IMPROVED
-    lo, hi = verdict.interval
-    if verdict.kind == REGRESSED:
-        remedy.reason = f"measured {verdict.speedup:.2f}x ({lo:.2f}–{hi:.2f}): slower"
+    result = remedy.judged = verdict.judged
+    remedy.kept = result.judgement == IMPROVED
+    measured = f"measured {result.figure('–', '()')}"
+    allowance = result.allowance or 0.0
+    if result.judgement == REGRESSED:
+        remedy.reason = f"{measured}: {result.word}"
     elif not remedy.kept and verdict.pairs:
         remedy.reason = (
-            f"measured {verdict.speedup:.2f}x ({lo:.2f}–{hi:.2f}): not faster by more than "
-            f"{verdict.allowance:.0%} in every round (each round's own: "
-            f"{pair_words(verdict.pairs)})"
+            f"{measured}: not faster by more than {allowance:.0%} in every round (each "
+            f"round's own: {pair_words(verdict.pairs)})"
         )
     elif not remedy.kept:
         remedy.reason = (
-            f"measured {verdict.speedup:.2f}x ({lo:.2f}–{hi:.2f}): not faster beyond the "
-            f"{verdict.allowance:.0%} two runs of one script may differ by"
+            f"{measured}: not faster beyond the {allowance:.0%} two runs of one script may "
+            "differ by"
         )
+
+
+def _speedup(remedy: PatchRemedy) -> float:
+    return remedy.judged.speedup if remedy.judged is not None else 0.0
 
 
 def _variant(project: Project, folder: Path, name: str, remedies: frozenset[str]) -> Variant:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import libcst as cst
 
+from ..record.lever_names import FOREACH, LEVERS
 from ._edits import (
     DATALOADER_POSITIONAL,
     WORKER_ONLY,
@@ -49,7 +50,7 @@ TITLES = {
     LOADER: "DataLoader settings",
     LOADER_AND_THREADS: "DataLoader settings and torch threads",
     THREADS: "torch threads",
-    OPTIMIZER: "the optimizer's multi-tensor step",
+    OPTIMIZER: LEVERS[FOREACH].title,
 }
 
 

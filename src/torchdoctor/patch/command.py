@@ -24,7 +24,18 @@ from pathlib import Path
 
 from .._errors import EXIT_INTERRUPTED, EXIT_OK, TorchdoctorError
 from ..options import RunOptions
-from ..record import Patch, PatchChange, PatchRemedy, PatchSkip, RunRecord, write_text_atomic
+from ..record import (
+    COMPLETE,
+    INTERRUPTED,
+    Patch,
+    PatchChange,
+    PatchRemedy,
+    PatchSkip,
+    RunRecord,
+    Trial,
+    write_text_atomic,
+)
+from ..record.lever_names import FOREACH
 from ._edits import PatchError, Skipped
 from ._levers import LEVERS, plan_lever
 from ._measure import Interrupted, measure_patch
@@ -67,9 +78,9 @@ def fix_cli(
     with ProgressDisplay(enabled=not options.quiet) as display:
         outcome = run_supervised(target, options, progress=display.update)
     record, status = outcome.record, outcome.exit_status
-    if status != EXIT_OK or record.status != "complete":
+    if status != EXIT_OK or record.status != COMPLETE:
         record.patch = Patch(root=str(project_root(script)))
-        ended = "interrupted" if status == EXIT_INTERRUPTED else f"ended {record.status}"
+        ended = INTERRUPTED if status == EXIT_INTERRUPTED else f"ended {record.status}"
         record.patch.notes.append(
             f"the diagnosis {ended}: nothing was patched (fix what the report says stopped the "
             "script first)"
@@ -157,10 +168,8 @@ def plan(record: RunRecord, project: Project, argv: Sequence[str]) -> list[Remed
         joined = plan_threads(project, threads, files, because, loader)
         if joined is not loader:
             remedies.append(joined)
-    foreach = next(
-        (t for t in record.trials if t.name == "foreach" and t.status == "measured"), None
-    )
-    if foreach is not None and foreach.detail.get("where") and (foreach.speedup or 0) > 1:
+    foreach = next((t for t in record.trials if t.name == FOREACH and t.status == "measured"), None)
+    if foreach is not None and foreach.detail.get("where") and _paid(foreach):
         remedies.append(
             plan_optimizer(
                 project,
@@ -168,20 +177,24 @@ def plan(record: RunRecord, project: Project, argv: Sequence[str]) -> list[Remed
                 foreach.detail.get("optimizer", ""),
                 foreach.detail.get("flag", "foreach"),
                 argv,
-                f"--try foreach measured {foreach.speedup:.2f}x in the script's own loop",
+                _because(foreach),
             )
         )
     for trial in record.trials:
         if trial.name in LEVERS and _paid(trial):
-            because = f"--try {trial.name} measured {trial.speedup:.2f}x in the script's own loop"
-            remedies.append(plan_lever(project, trial.name, trial.detail, because))
+            remedies.append(plan_lever(project, trial.name, trial.detail, _because(trial)))
     remedies += plan_syncs(project, record.findings)
     return remedies
 
 
-def _paid(trial) -> bool:
+def _paid(trial: Trial) -> bool:
     """A trial measured faster than the script as it runs (the patch is then measured anew)."""
-    return trial.status == "measured" and (trial.speedup or 0) > 1
+    return trial.status == "measured" and trial.judged is not None and trial.judged.speedup > 1
+
+
+def _because(trial: Trial) -> str:
+    speedup = trial.judged.speedup if trial.judged is not None else 0.0
+    return f"--try {trial.name} measured {speedup:.2f}x in the script's own loop"
 
 
 def _remedy_record(remedy: Remedy, project: Project) -> PatchRemedy:

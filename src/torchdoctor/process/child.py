@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..record import phase_names
+from ..record import RankEnv, phase_names
 from .stacks import arm
 from .stream import (
     LOGGED_PHASES,
@@ -58,11 +58,12 @@ def main(argv: list[str]) -> int:
     spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
     writer = StreamWriter(int(argv[1]) if argv[1] != "-" else _connect(os.environ[STREAM_ENV]))
     if argv[1] == "-":
+        ranks = RankEnv.detect()
         writer.send(
             Hello(
-                rank=int(os.environ.get("RANK", "0")),
-                local_rank=int(os.environ.get("LOCAL_RANK", "0")),
-                world_size=int(os.environ.get("WORLD_SIZE", "1")),
+                rank=ranks.rank,
+                local_rank=ranks.local_rank,
+                world_size=ranks.world_size,
                 pid=os.getpid(),
             )
         )

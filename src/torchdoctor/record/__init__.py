@@ -7,23 +7,48 @@ documented in ``docs/record.md``; this package is its only door.
 
 from __future__ import annotations
 
+from ._ending import Ending
+from ._fix import FixTrial
+from ._judged import (
+    IMPROVED,
+    JUDGEMENT_TONES,
+    JUDGEMENT_WORDS,
+    JUDGEMENTS,
+    NO_CHANGE,
+    REGRESSED,
+    JudgedSpeedup,
+    JudgementWord,
+    judged_speedup,
+)
 from ._kinds import (
     COMMUNICATION_BOUND,
+    COMPLETE,
     COMPUTE_BOUND,
     DISTRIBUTED_FINDING_KINDS,
+    ENDED_SHORT,
+    ENDING_CAUSES,
     FINDING_KINDS,
     HOST_BOUND,
     INPUT_BOUND,
+    INTERNAL_ERROR,
+    INTERRUPTED,
+    KILLED,
     LOADER_FINDING_KINDS,
     LOOP_FINDING_KINDS,
+    NO_TRAINING,
+    PARTIAL,
+    SCRIPT_ERROR,
     SEVERITIES,
+    STATUS_PRECEDENCE,
     STATUSES,
     STEP_BOUNDARY_KINDS,
     SYNC_FINDING_KINDS,
+    TIMED_OUT,
     TRACE_FINDING_KINDS,
     UNKNOWN,
     VERDICT_KINDS,
     WHOLE_FINDING_KINDS,
+    EndingCause,
     FindingKind,
     Severity,
     Status,
@@ -42,22 +67,22 @@ from ._loader import (
     WorkerSweep,
 )
 from ._patch import Patch, PatchChange, PatchRemedy, PatchSkip
-from ._run import (  # FixTrial too: _run must be imported before _fix (see _run's end)
+from ._rank_env import RankEnv
+from ._ranks import STRAGGLER, WAITS, DistributedReport, RankRun, Straggler
+from ._run import (
     BATCH_SIZE_ARGUMENT,
     BATCH_SIZE_MEASURED,
     MIN_CPU_WINDOW_S,
     Environment,
     Finding,
-    FixTrial,
     LoaderAlone,
     LoaderSettings,
     RunRecord,
-    Stat,
-    StepSeries,
     SystemUsage,
     split_where,
 )
 from ._serial import SCHEMA_VERSION, RecordError, write_json_atomic, write_text_atomic
+from ._stats import Stat, StepSeries
 from ._trace import (
     CommOverlap,
     IdleBreakdown,
@@ -73,22 +98,34 @@ from ._trace import (
     TraceReport,
     TraceStep,
 )
+from ._trials import Flops, Trial, TrialPoint
 from ._verdict import Verdict
-from ._whole import WHOLE_KINDS, WholeBlock, WholeEvent, WholeKind, WholeRun
+from ._whole import WHOLE_KINDS, WholeBlock, WholeEvent, WholeKind, WholeKindName, WholeRun
+from ._whole_summary import PlaceKey, SampledPlace, TimedCost, WholeSummary
 from .part_names import STEP_PARTS
 
-# isort: split
-# The job section holds the run's StepSeries and Stat: imported after _run, which imports it.
-from ._ranks import STRAGGLER, WAITS, DistributedReport, RankRun, Straggler
-from ._trials import Flops, Trial, TrialPoint
-
 __all__ = [
+    "RankEnv",
+    "IMPROVED",
+    "JUDGEMENTS",
+    "JUDGEMENT_TONES",
+    "JUDGEMENT_WORDS",
+    "NO_CHANGE",
+    "REGRESSED",
+    "JudgedSpeedup",
+    "JudgementWord",
+    "judged_speedup",
     "WHOLE_FINDING_KINDS",
     "WHOLE_KINDS",
     "WholeBlock",
     "WholeEvent",
     "WholeKind",
+    "WholeKindName",
     "WholeRun",
+    "PlaceKey",
+    "SampledPlace",
+    "TimedCost",
+    "WholeSummary",
     "BATCH_SIZE_ARGUMENT",
     "BATCH_SIZE_MEASURED",
     "DEFAULT_PICK_TOLERANCE",
@@ -113,6 +150,19 @@ __all__ = [
     "SCHEMA_VERSION",
     "SEVERITIES",
     "STATUSES",
+    "COMPLETE",
+    "ENDED_SHORT",
+    "ENDING_CAUSES",
+    "INTERNAL_ERROR",
+    "INTERRUPTED",
+    "KILLED",
+    "NO_TRAINING",
+    "PARTIAL",
+    "SCRIPT_ERROR",
+    "STATUS_PRECEDENCE",
+    "TIMED_OUT",
+    "Ending",
+    "EndingCause",
     "STEP_BOUNDARY_KINDS",
     "STEP_PARTS",
     "SYNC_FINDING_KINDS",

@@ -8,10 +8,14 @@ checked step by step.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-# _run imports this module at its end, once RunRecord exists: FixTrial.after is a RunRecord.
-from ._run import RunRecord
+from ._judged import JudgedSpeedup
+
+if TYPE_CHECKING:
+    # ``after`` is a whole RunRecord, which holds a FixTrial: the loader resolves the name from
+    # the record it is rebuilding (``_serial.build``'s ``root``), so no import runs in a circle.
+    from ._run import RunRecord
 
 
 @dataclass
@@ -22,8 +26,6 @@ class FixTrial:
     overrides: dict[str, Any] = field(default_factory=dict)
     #: What the worker sweep predicts for the whole step (capped by the measured ceiling).
     predicted_speedup: float | None = None
-    #: Mean step before over mean step after: a throughput ratio.
-    verified_speedup: float | None = None
     #: Where the script builds the DataLoader (``file:line``), when seen.
     where: str | None = None
     #: The change that makes the fix permanent: ``DataLoader(..., num_workers=4)``.
@@ -32,14 +34,13 @@ class FixTrial:
     after_step_ms: float | None = None
     #: Mean step of the re-runs of the script as it is, alternated with the fixed ones, in ms.
     before_step_ms: float | None = None
-    #: 90% bootstrap interval of ``verified_speedup`` from the two sides' steps.
-    verified_interval: list[float] = field(default_factory=list)
-    #: How much faster every pair must show the fix (``compare``'s run-to-run allowance).
-    allowance: float | None = None
+    #: The fix as verified: mean step before over mean step after (a throughput ratio), its
+    #: 90% bootstrap interval from the two sides' steps, how much faster every pair must show
+    #: it (``compare``'s run-to-run allowance), and the judgement, as ``compare`` judges. An
+    #: older record's, verified before re-runs were judged, has no interval nor allowance.
+    verified: JudgedSpeedup | None = None
     #: Each pair of re-runs' own speedup (the original's median step ÷ the fixed one's).
     pairs: list[float] = field(default_factory=list)
-    #: ``IMPROVED``, ``NO CHANGE`` (no clear gain) or ``REGRESSED``, as ``compare`` judges.
-    judgement: str = ""
     #: Pairs of re-runs measured (original, then fixed).
     rounds: int = 0
     #: ``torch.set_num_threads(threads)`` injected at the start of the re-run (the sweep's pick

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ._judged import JudgedSpeedup
+
 
 @dataclass
 class PatchChange:
@@ -40,14 +42,11 @@ class PatchRemedy:
     because: str
     changes: list[PatchChange] = field(default_factory=list)
     skipped: list[PatchSkip] = field(default_factory=list)
-    #: Mean step of the original over the patched one (a throughput ratio), and its 90% interval.
-    speedup: float | None = None
-    interval: list[float] = field(default_factory=list)
-    #: ``IMPROVED``, ``NO CHANGE`` or ``REGRESSED``, judged as ``torchdoctor compare`` judges;
-    #: ``SAME LOSSES`` for a rewrite judged by its numerics.
-    judgement: str = ""
+    #: Mean step of the original over the patched one (a throughput ratio), its 90% interval,
+    #: and the judgement, as ``torchdoctor compare`` judges; ``None`` when not timed.
+    judged: JudgedSpeedup | None = None
     #: A rewrite whose gain cannot show on a CPU (a host round-trip): judged by the losses the
-    #: patched script computes, seeded, against the original's.
+    #: patched script computes, seeded, against the original's (kept: the same losses).
     numerics: bool = False
     #: Losses compared by that check.
     checked_losses: int = 0
@@ -70,12 +69,9 @@ class Patch:
     #: The unified diff of the kept remedies.
     diff: str = ""
     remedies: list[PatchRemedy] = field(default_factory=list)
-    #: The whole patch against the original (the kept remedies together).
-    speedup: float | None = None
-    interval: list[float] = field(default_factory=list)
-    judgement: str = ""
-    #: The noise allowance of the judgement (the larger of 10% and the runs' own spread).
-    allowance: float | None = None
+    #: The whole patch against the original (the kept remedies together), judged with its
+    #: noise allowance; ``None`` when not measured.
+    judged: JudgedSpeedup | None = None
     #: Mean steps (ms) of the original and of the patched script, over every alternated run.
     before_ms: float | None = None
     after_ms: float | None = None

@@ -7,84 +7,31 @@ Saving and loading go through :mod:`._serial`; the vocabularies (kinds, statuses
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._kinds import FINDING_KINDS, SEVERITIES, FindingKind, Severity, Status, StepBoundaryKind
+from ._ending import Ending
+from ._fix import FixTrial
+from ._kinds import (
+    COMPLETE,
+    FINDING_KINDS,
+    SEVERITIES,
+    FindingKind,
+    Severity,
+    Status,
+    StepBoundaryKind,
+)
 from ._loader import LoaderReport
+from ._patch import Patch
+from ._ranks import DistributedReport
 from ._serial import SCHEMA_VERSION, load_record, record_from_dict, write_json_atomic
+from ._stats import Stat, StepSeries
 from ._trace import TraceReport
+from ._trials import Flops, Trial
 from ._verdict import Verdict
 from ._whole import WholeRun
-
-
-@dataclass
-class Stat:
-    """Summary of a series of durations in milliseconds."""
-
-    median: float
-    p90: float
-    mean: float
-    min: float
-    max: float
-    count: int
-
-    @classmethod
-    def of(cls, values: list[float]) -> Stat | None:
-        """Summarise ``values``; ``None`` when there are none."""
-        if not values:
-            return None
-        ordered = sorted(values)
-        return cls(
-            median=_quantile(ordered, 0.5),
-            p90=_quantile(ordered, 0.9),
-            mean=sum(ordered) / len(ordered),
-            min=ordered[0],
-            max=ordered[-1],
-            count=len(ordered),
-        )
-
-
-def _quantile(ordered: list[float], q: float) -> float:
-    """Linear-interpolated quantile of an already sorted list."""
-    if len(ordered) == 1:
-        return ordered[0]
-    pos = q * (len(ordered) - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
-
-
-@dataclass
-class StepSeries:
-    """Per-step durations in milliseconds, one list entry per measured step."""
-
-    step_ms: list[float] = field(default_factory=list)
-    data_wait_ms: list[float] = field(default_factory=list)
-    to_device_ms: list[float] = field(default_factory=list)
-    forward_ms: list[float] = field(default_factory=list)
-    backward_ms: list[float] = field(default_factory=list)
-    optimizer_ms: list[float] = field(default_factory=list)
-    other_ms: list[float] = field(default_factory=list)
-    #: DataLoader batches drawn during each step (more than 1 with gradient accumulation).
-    batches: list[int] = field(default_factory=list)
-
-    def __len__(self) -> int:
-        return len(self.step_ms)
-
-    def part(self, name: str) -> list[float]:
-        """The series of one step part, by its name in :data:`STEP_PARTS`."""
-        return getattr(self, f"{name}_ms")
-
-    def add_step(self, parts_ms: dict[str, float], batches: int) -> None:
-        """Append one step: its parts (keyed by :data:`STEP_PARTS` names), their sum, its batches."""
-        self.step_ms.append(round(sum(parts_ms.values()), 4))
-        for name, ms in parts_ms.items():
-            self.part(name).append(round(ms, 4))
-        self.batches.append(batches)
 
 
 @dataclass
@@ -223,7 +170,10 @@ class RunRecord:
     tool_version: str = ""
     created_at: str = ""
     command: list[str] = field(default_factory=list)
-    status: Status = "complete"
+    status: Status = COMPLETE
+    #: How the run ended, decided once (``process.ending``): its status (``status`` above), exit
+    #: status, cause and words; ``None`` in records written before it was kept.
+    ending: Ending | None = None
     notes: list[str] = field(default_factory=list)
     env: Environment | None = None
     loader: LoaderSettings | None = None
@@ -344,12 +294,3 @@ class RunRecord:
             RecordError: when the file is missing, not JSON, or not a record.
         """
         return load_record(cls, path)
-
-
-# FixTrial.after is a RunRecord, so _fix imports this module: import it once RunRecord exists.
-# The record's door takes FixTrial from here, so _run is always imported before _fix. The job
-# section's RankRun holds a StepSeries, so _ranks too comes after.
-from ._fix import FixTrial  # noqa: E402
-from ._patch import Patch  # noqa: E402
-from ._ranks import DistributedReport  # noqa: E402
-from ._trials import Flops, Trial  # noqa: E402

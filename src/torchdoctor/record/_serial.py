@@ -1,8 +1,8 @@
 """Saving and loading records: one JSON serialiser for every dataclass in the record.
 
 Types are rebuilt from the dataclasses' own annotations, so a new typed field needs no code here.
-Older schemas are migrated on load (:func:`migrate_v1`), so ``torchdoctor report`` keeps reading
-every record it ever wrote.
+Older schemas are migrated on load (:func:`migrate_v1`, then :func:`migrate_v2`), so
+``torchdoctor report`` keeps reading every record it ever wrote.
 """
 
 from __future__ import annotations
@@ -16,8 +16,10 @@ import typing
 from pathlib import Path
 from typing import Any
 
+from ._judged import JUDGEMENTS, NO_CHANGE, judged_speedup
+
 #: Bump on any incompatible change, and teach :func:`record_from_dict` to migrate the old one.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: Schema 1 kept loader, trace and fix results in ``extra``, a dict read by string keys; schema 2
 #: gives each a typed field. Where each v1 ``extra`` key goes: (field, key inside it or None).
@@ -87,12 +89,13 @@ def _json_default(obj: Any) -> Any:
     raise TypeError(f"cannot serialise {type(obj).__name__}")
 
 
-def build(tp: Any, value: Any, where: str = "") -> Any:
+def build(tp: Any, value: Any, where: str = "", root: type | None = None) -> Any:
     """Rebuild a value of type ``tp`` from its JSON form (dataclasses, lists, dicts, Optionals).
 
     The value is checked against ``tp`` on the way, so a hand-edited or foreign file fails here
     with the field's path (``steps: expected an object, got 5``) instead of deep in a renderer
-    with an ``AttributeError``. ``where`` is the path of ``value`` inside the record.
+    with an ``AttributeError``. ``where`` is the path of ``value`` inside the record; ``root``
+    the record's own class, which a part names to hold a whole one (``FixTrial.after``).
 
     Raises:
         RecordError: ``value`` does not have the shape of ``tp``.
@@ -106,7 +109,7 @@ def build(tp: Any, value: Any, where: str = "") -> Any:
         raise _mismatch(tp, value, where)
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
-        return build(args[0], value, where) if len(args) == 1 else value
+        return build(args[0], value, where, root) if len(args) == 1 else value
     if origin is typing.Literal:
         if value not in typing.get_args(tp):
             raise _mismatch(tp, value, where)
@@ -115,23 +118,25 @@ def build(tp: Any, value: Any, where: str = "") -> Any:
         if not isinstance(value, list):
             raise _mismatch(tp, value, where)
         (item,) = typing.get_args(tp) or (Any,)
-        return [build(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return [build(item, v, f"{where}[{i}]", root) for i, v in enumerate(value)]
     if origin is dict:
         if not isinstance(value, dict):
             raise _mismatch(tp, value, where)
         _, item = typing.get_args(tp) or (Any, Any)
-        return {k: build(item, v, _join(where, k)) for k, v in value.items()}
+        return {k: build(item, v, _join(where, k), root) for k, v in value.items()}
     if dataclasses.is_dataclass(tp):
-        return _build_dataclass(tp, value, where)
+        return _build_dataclass(tp, value, where, root)
     if not _is_instance(tp, value):
         raise _mismatch(tp, value, where)
     return value
 
 
-def _build_dataclass(tp: Any, value: Any, where: str) -> Any:
+def _build_dataclass(tp: Any, value: Any, where: str, root: type | None) -> Any:
     if not isinstance(value, dict):
         raise _mismatch(tp, value, where)
-    hints = typing.get_type_hints(tp)
+    # A part may hold the whole it is part of (``FixTrial.after`` is a RunRecord) and name it
+    # only for type checkers: its name resolves to the record being rebuilt.
+    hints = typing.get_type_hints(tp, localns={root.__name__: root} if root else None)
     fields = {f.name: f for f in dataclasses.fields(tp) if f.init}
     kwargs = {}
     for name, field in fields.items():
@@ -146,7 +151,7 @@ def _build_dataclass(tp: Any, value: Any, where: str) -> Any:
             if not has_default:
                 raise RecordError(f"{_join(where, name)}: missing (a {tp.__name__} needs it)")
             continue
-        kwargs[name] = build(hints[name], value[name], _join(where, name))
+        kwargs[name] = build(hints[name], value[name], _join(where, name), root)
     try:
         return tp(**kwargs)
     except (TypeError, ValueError) as exc:  # a dataclass's own check (__post_init__)
@@ -217,13 +222,15 @@ def record_from_dict(cls: type, data: Any) -> Any:
         raise RecordError("not a torchdoctor run record (no schema_version)")
     version = data["schema_version"]
     if version == 1:
-        data, version = migrate_v1(data, _field_names(cls)), SCHEMA_VERSION
+        data, version = migrate_v1(data, _field_names(cls)), 2
+    if version == 2:
+        data, version = migrate_v2(data), 3
     if version != SCHEMA_VERSION:
         raise RecordError(
             f"record schema_version {version} is not supported by this torchdoctor "
             f"(it reads version {SCHEMA_VERSION}); re-run the diagnosis with this version"
         )
-    return build(cls, data)
+    return build(cls, data, root=cls)
 
 
 def migrate_v1(data: dict[str, Any], fields: set[str]) -> dict[str, Any]:
@@ -249,11 +256,92 @@ def migrate_v1(data: dict[str, Any], fields: set[str]) -> dict[str, Any]:
     fix = out.get("fix")
     if isinstance(fix, dict) and isinstance(fix.get("after"), dict):
         fix["after"] = migrate_v1(fix["after"], fields)
-        fix["after"]["schema_version"] = SCHEMA_VERSION
     if "extra" in fields:
         out["extra"] = extra
-    out["schema_version"] = SCHEMA_VERSION
+    out["schema_version"] = 2
     return out
+
+
+def migrate_v2(data: dict[str, Any]) -> dict[str, Any]:
+    """A schema-2 record dict in the schema-3 layout: each speedup judged against the noise
+    (a trial's, the ``--fix`` re-runs', the patch's and each remedy's) is one ``judged`` object
+    (:class:`~torchdoctor.record.JudgedSpeedup`) instead of keys spelled apart in each.
+
+    A trial's judgement was not saved (it was derived from its speedup, spread and allowance
+    on each rendering): it is derived here by the same rule. ``fix.after`` (a whole record) is
+    migrated the same way.
+    """
+    out = dict(data)
+    trials = out.get("trials")
+    if isinstance(trials, list):
+        out["trials"] = [_trial_v3(t) if isinstance(t, dict) else t for t in trials]
+    fix = out.get("fix")
+    if isinstance(fix, dict):
+        fix = out["fix"] = dict(fix)
+        fix["verified"] = _judged_v3(
+            fix, "verified_speedup", "verified_interval", fix.pop("allowance", None)
+        )
+        if isinstance(fix.get("after"), dict):
+            fix["after"] = migrate_v2(fix["after"])
+    patch = out.get("patch")
+    if isinstance(patch, dict):
+        patch = out["patch"] = dict(patch)
+        patch["judged"] = _judged_v3(patch, "speedup", "interval", patch.pop("allowance", None))
+        remedies = patch.get("remedies")
+        if isinstance(remedies, list):
+            patch["remedies"] = [_remedy_v3(r) if isinstance(r, dict) else r for r in remedies]
+    out["schema_version"] = 3
+    return out
+
+
+def _remedy_v3(remedy: dict[str, Any]) -> dict[str, Any]:
+    out = dict(remedy)
+    out["judged"] = _judged_v3(out, "speedup", "interval", None)  # a remedy kept no allowance
+    return out
+
+
+def _trial_v3(trial: dict[str, Any]) -> dict[str, Any]:
+    out = dict(trial)
+    detail = out["detail"] = dict(out.get("detail") or {})
+    allowance = detail.pop("allowance", 0.0)
+    speedup, spread = out.pop("speedup", None), out.pop("spread", None) or []
+    if speedup is None:
+        out["judged"] = None
+        return out
+    low, high = spread if isinstance(spread, list) and len(spread) == 2 else (None, None)
+    if allowance is None:
+        allowance = 0.0  # as the report read a trial without one
+    if not all(_number(x) for x in (speedup, allowance)) or not all(
+        x is None or _number(x) for x in (low, high)
+    ):  # not judged: build() says which field has the wrong type
+        out["judged"] = {"speedup": speedup, "low": low, "high": high, "allowance": allowance}
+        return out
+    out["judged"] = dataclasses.asdict(judged_speedup(speedup, low, high, allowance))
+    return out
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _judged_v3(
+    old: dict[str, Any], speedup_key: str, interval_key: str, allowance: Any
+) -> dict[str, Any] | None:
+    """The v2 keys of a judged speedup, taken out of ``old``, as a v3 ``judged`` object; a
+    judgement that is no speedup's (``SAME LOSSES``, ``""``: not judged) is dropped."""
+    speedup = old.pop(speedup_key, None)
+    interval = old.pop(interval_key, None) or []
+    judgement = old.pop("judgement", None)
+    if speedup is None:
+        return None
+    low, high = interval if isinstance(interval, list) and len(interval) == 2 else (None, None)
+    return {
+        "speedup": speedup,
+        "low": low,
+        "high": high,
+        "allowance": allowance,
+        "judgement": judgement if judgement in JUDGEMENTS else NO_CHANGE,
+    }
 
 
 def _field_names(cls: type) -> set[str]:

@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._run import Stat
+from ._judged import JudgedSpeedup
+from ._stats import Stat
 
 
 @dataclass
@@ -38,10 +39,10 @@ class Trial:
     step_ms: Stat | None = None
     #: The trial's warm-up steps (ms): a compile's time shows here, apart from the step time.
     warmup_ms: list[float] = field(default_factory=list)
-    #: Baseline mean step ÷ the trial's mean step (samples/s ratio for ``batch-size``).
-    speedup: float | None = None
-    #: A 90% bootstrap interval of ``speedup`` from the per-step times: ``[low, high]``.
-    spread: list[float] = field(default_factory=list)
+    #: The baseline's median step ÷ the trial's (samples/s ratio for ``batch-size``), its 90%
+    #: bootstrap interval from the per-step times, the allowance it had to clear, and the
+    #: judgement (``worth it`` when IMPROVED); ``None`` when nothing was measured.
+    judged: JudgedSpeedup | None = None
     #: The setting picked, for trials that try several.
     pick: str | None = None
     points: list[TrialPoint] = field(default_factory=list)

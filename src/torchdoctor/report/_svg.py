@@ -2,33 +2,21 @@
 
 Plain SVG written here, not a plotting library: the page must open offline, weigh little and
 make no request, and these three shapes are all it draws. Colours are CSS variables (the page
-sets them for light and dark), so a chart follows the reader's colour scheme.
+sets them for light and dark), so a chart follows the reader's colour scheme; which variable
+each part takes is :mod:`._style`'s table, the terminal's too.
 """
 
 from __future__ import annotations
 
 from html import escape
 
-#: CSS variable of each step part's colour (the page defines them).
-PART_COLOURS = {
-    "data_wait": "var(--c-data)",
-    "to_device": "var(--c-copy)",
-    "forward": "var(--c-fwd)",
-    "backward": "var(--c-bwd)",
-    "optimizer": "var(--c-opt)",
-    "other": "var(--c-other)",
-}
+from . import _style
+from ._words import legend_label
+
+#: CSS variable of each step part's colour (the page defines them from the same table).
+PART_COLOURS = {part: colour.css for part, colour in _style.PART_COLOURS.items()}
 #: The same for the parts of a profiler trace's step (``analyze``).
-TRACE_PART_COLOURS = {
-    "gpu_kernels": "var(--c-fwd)",
-    "memcpy": "var(--c-copy)",
-    "memset": "var(--c-mem)",
-    "communication": "var(--c-opt)",
-    "runtime": "var(--c-bwd)",
-    "dataloader": "var(--c-data)",
-    "cpu_ops": "var(--c-cpu)",
-    "other": "var(--c-other)",
-}
+TRACE_PART_COLOURS = {part: colour.css for part, colour in _style.TRACE_PART_COLOURS.items()}
 #: Width of one legend entry, px: the longest label ("communication", 11 px) with its swatch.
 _LEGEND_W = 118
 
@@ -123,7 +111,7 @@ def fit(label: str, room_px: float) -> str:
 
 
 #: Colours of the lines of a chart with several (one per thread setting).
-LINE_COLOURS = ("var(--c-fwd)", "var(--c-bwd)", "var(--c-data)", "var(--c-opt)", "var(--c-cpu)")
+LINE_COLOURS = tuple(colour.css for colour in _style.LINE_COLOURS)
 
 
 def line(
@@ -217,7 +205,7 @@ def _legend(
     out = []
     for i, part in enumerate(parts):
         px, py = x + (i % per_row) * _LEGEND_W, y + (i // per_row) * 18
-        label = labels.get(part, part.replace("_", " "))
+        label = labels.get(part) or legend_label(part, int((_LEGEND_W - 14) / _CHAR_W))
         out.append(
             f'<rect x="{px}" y="{py - 9}" width="10" height="10" '
             f'fill="{colours.get(part, "gray")}"/>'

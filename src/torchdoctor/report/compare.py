@@ -10,20 +10,23 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..analysis.compare import IMPROVED, REGRESSED, Comparison, WholeChange
-from ..record import RunRecord, write_text_atomic
+from ..analysis.compare import Comparison, WholeChange
+from ..record import JUDGEMENT_TONES, RunRecord, write_text_atomic
 from ._style import BAD, GOOD
 from .html import page, record_body
 from .terminal import command_words
 
-_LOOK = {IMPROVED: GOOD, REGRESSED: BAD}
+#: Each judgement's style in the terminal, from its tone.
+_LOOK = {
+    kind: {"good": GOOD, "bad": BAD}.get(tone, "bold") for kind, tone in JUDGEMENT_TONES.items()
+}
 
 
 def headline(c: Comparison) -> str:
     """``IMPROVED 4.81x [4.52-5.10] (mean step 56.4 -> 11.7 ms)``."""
     unit = "samples/s" if c.measure == "samples/s" else "mean step"
     return (
-        f"{c.kind} {c.speedup:.2f}x [{c.interval[0]:.2f}-{c.interval[1]:.2f}] "
+        f"{c.kind} {c.judged.figure()} "
         f"({unit}; mean step {c.a_step_ms:.1f} -> {c.b_step_ms:.1f} ms over {c.a_steps} and "
         f"{c.b_steps} steps)"
     )
@@ -82,7 +85,7 @@ def render_comparison(c: Comparison, console: Console | None = None) -> None:
 
 
 def comparison_html(c: Comparison, a: RunRecord, b: RunRecord) -> str:
-    cls = {IMPROVED: "good", REGRESSED: "bad"}.get(c.kind, "")
+    cls = c.judged.tone
     rows = "".join(
         f"<tr><td>{escape(p.part)}</td><td class='n'>{p.a_ms:.2f}</td>"
         f"<td class='n'>{p.b_ms:.2f}</td><td class='n'>{p.change_ms:+.2f}</td></tr>"

@@ -14,9 +14,10 @@ from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.table import Table
 from rich.text import Text
 
-from ..record import STEP_PARTS, STRAGGLER, WAITS, DistributedReport, RankRun, RunRecord, Stat
+from ..record import COMPLETE, STEP_PARTS, STRAGGLER, DistributedReport, RankRun, RunRecord, Stat
 from ..record.part_names import PART_HEADERS, PART_WORDS
 from ._style import BAD, verdict_look
+from ._words import role_words, waiting_words
 
 #: Lines of a failed rank's traceback that are shown (its end, where the error is).
 TRACEBACK_LINES = 15
@@ -138,7 +139,7 @@ class _RanksTable:
 def _row(r: RankRun, job: DistributedReport) -> dict[str, str | Text]:
     return {
         "rank": _rank_label(r, job),
-        "status": Text(r.status, style="" if r.status == "complete" else BAD),
+        "status": Text(r.status, style="" if r.status == COMPLETE else BAD),
         "step": _mean(r.step_ms),
         **{part: _mean(r.parts_ms.get(part)) for part in STEP_PARTS},
         "no_sync": _mean(r.no_sync_step_ms),
@@ -174,15 +175,8 @@ def _comm_or_wait(r: RankRun) -> float | None:
 
 
 def role_text(r: RankRun, job: DistributedReport) -> Text:
-    """A rank's role in words (``straggler``, ``waits for rank 1``), the same on the page."""
-    if r.role == STRAGGLER:
-        return Text("straggler", style=f"bold {BAD}")
-    if r.role == WAITS:
-        waited = [s.rank for s in job.stragglers if r.rank in s.victims]
-        if waited:
-            return Text(f"waits for rank {', '.join(str(w) for w in waited)}")
-        return Text("waits")
-    return Text(r.role)
+    """A rank's role in words (``straggler``, ``waits for rank 1``), a straggler in bold red."""
+    return Text(role_words(r, job), style=f"bold {BAD}" if r.role == STRAGGLER else "")
 
 
 def _verdict(r: RankRun) -> Text:
@@ -227,7 +221,7 @@ def _summary_lines(job: DistributedReport) -> list[Text]:
             )
         )
     for r in job.ranks:
-        if r.ended and r.status != "complete":
+        if r.ended and r.status != COMPLETE:
             lines.append(Text(f"rank {r.rank}: {r.ended}", style=BAD))
         if r.stopped_at:
             lines.append(Text(f"rank {r.rank}: when stopped, at {r.stopped_at}{waiting_words(r)}"))
@@ -241,8 +235,3 @@ def _traceback(r: RankRun) -> list[Text]:
     if len(lines) > len(shown):
         head.append(f"  (last {len(shown)} of {len(lines)} lines)", style="dim")
     return [head, *(Text(f"   {line.rstrip()}", style="dim") for line in shown)]
-
-
-def waiting_words(r: RankRun) -> str:
-    """`` (waiting in a collective)`` for a rank that was, else nothing."""
-    return " (waiting in a collective)" if r.in_collective else ""

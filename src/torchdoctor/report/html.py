@@ -12,24 +12,34 @@ import os
 from html import escape
 from pathlib import Path
 
-from ..analysis.verdict import capture_cost_words, ceiling_words
-from ..record import STEP_PARTS, RunRecord, write_text_atomic
-from . import _svg
+from ..analysis.verdict import ceiling_words
+from ..record import COMPLETE, STEP_PARTS, RunRecord, write_text_atomic
+from . import _style, _svg
 from ._style import ending_look, verdict_look
-from .distributed import role_text, waiting_words
+from ._words import (
+    AS_RUN,
+    MODEL_ALONE,
+    NO_SYNC,
+    command_words,
+    environment_rows,
+    part_header,
+    part_label,
+    role_words,
+    share_words,
+    trace_headline,
+    waiting_words,
+)
 from .patch_html import patch_section
-from .terminal import command_words, ending_words, stop_line
+from .terminal import ending_words, stop_line  # how a run ended: the endings' words
 from .trace_html import trace_section, trace_steps
-from .trace_terminal import trace_headline
 from .whole_run_html import whole_run_section
 
-_CSS = """
-:root { --bg:#fff; --fg:#1d1f23; --muted:#5d6470; --card:#f4f5f7; --line:#d5d8de;
-  --c-data:#d99a00; --c-copy:#b86e00; --c-fwd:#2f7ed8; --c-bwd:#6a4fc9; --c-opt:#1f9e74;
-  --c-other:#8a8f98; --c-mem:#e0b95a; --c-cpu:#c9527a; --good:#137a47; --bad:#c0392b; --warn:#a86500; --c-free:#1f9e74; }
-@media (prefers-color-scheme: dark) { :root { --bg:#15171b; --fg:#e6e8eb; --muted:#9aa1ab;
-  --card:#1f2228; --line:#343842; --good:#4cc38a; --bad:#ef6f5e; --warn:#e0a446; } }
-body { background:var(--bg); color:var(--fg); font:15px/1.45 system-ui, sans-serif;
+#: The page's style: the palette (light and dark) and the verdicts' colours from the one table
+#: the terminal and the charts use (``_style``), then the layout, which names colours only by
+#: their variables.
+_CSS = (
+    _style.page_palette_css()
+    + """body { background:var(--bg); color:var(--fg); font:15px/1.45 system-ui, sans-serif;
   margin:0 auto; max-width:1100px; padding:16px 20px 40px; }
 h1 { font-size:20px; margin:0 0 4px; } h2 { font-size:16px; margin:26px 0 8px; }
 .muted { color:var(--muted); } code, pre { font:13px/1.4 ui-monospace, monospace; }
@@ -40,8 +50,6 @@ pre { background:var(--card); padding:8px 10px; border-radius:6px; overflow-x:au
 section { border-top:1px solid var(--line); }
 .card { background:var(--card); border-radius:8px; padding:12px 16px; }
 .kind { font-weight:700; font-size:18px; }
-.INPUT-BOUND { color:#b07b00; } .COMPUTE-BOUND { color:var(--good); }
-.HOST-BOUND { color:#a0369b; } .COMMUNICATION-BOUND { color:#2f6fd8; }
 table { border-collapse:collapse; width:100%; font-size:14px; }
 th, td { text-align:left; padding:4px 8px; border-bottom:1px solid var(--line); vertical-align:top; }
 td.n, th.n { text-align:right; font-variant-numeric:tabular-nums; }
@@ -56,6 +64,7 @@ svg .pick { fill:var(--good); }
 pre.diff .add { color:var(--good); } pre.diff .del { color:var(--bad); }
 pre.diff .hd { color:var(--muted); font-weight:600; }
 """
+)
 _CSP = "default-src 'none'; style-src 'unsafe-inline'"
 
 
@@ -121,7 +130,7 @@ def _verdict(record: RunRecord) -> str:
     v = record.verdict
     if v is None:
         return ""
-    shares = " · ".join(f"{escape(k)} {val * 100:.0f}%" for k, val in v.shares.items())
+    shares = " · ".join(escape(words) for words in share_words(v))
     ceiling = (
         f"<p>Ceiling: {escape(ceiling_words(record))}</p>"
         if record.ceiling_speedup is not None
@@ -159,7 +168,7 @@ def _steps(record: RunRecord) -> str:
         for i in range(len(series))
     ]
     rows = "".join(
-        f"<tr><td>{escape(p.replace('_', ' '))}</td><td class='n'>{s.mean:.2f}</td>"
+        f"<tr><td>{escape(part_label(p))}</td><td class='n'>{s.mean:.2f}</td>"
         f"<td class='n'>{s.median:.2f}</td><td class='n'>{s.p90:.2f}</td></tr>"
         for p, s in record.parts_ms.items()
     )
@@ -176,14 +185,12 @@ def _steps(record: RunRecord) -> str:
 def _counterfactuals(record: RunRecord) -> str:
     if record.step_ms is None:
         return ""
-    rows = [("step, as the script runs", record.step_ms.mean, "var(--c-fwd)")]
+    rows = [(AS_RUN, record.step_ms.mean, _style.FORWARD.css)]
     if record.model_alone_step_ms is not None:
-        rows.append(
-            ("data made free (model alone)", record.model_alone_step_ms.mean, "var(--c-free)")
-        )
+        rows.append((MODEL_ALONE, record.model_alone_step_ms.mean, _style.FREED.css))
     d = record.distributed
     if d is not None and d.no_sync_step_ms is not None:
-        rows.append(("communication made free (no-sync)", d.no_sync_step_ms, "var(--c-opt)"))
+        rows.append((NO_SYNC, d.no_sync_step_ms, _style.OPTIMIZER.css))
     if len(rows) == 1:
         return ""
     return _section("counterfactuals", "Counterfactuals (mean step)", _svg.bars(rows, "ms"))
@@ -193,7 +200,7 @@ def _ranks(record: RunRecord) -> str:
     d = record.distributed
     if d is None:
         return ""
-    head = "".join(f"<th class='n'>{escape(p.replace('_', ' '))}</th>" for p in STEP_PARTS)
+    head = "".join(f"<th class='n'>{escape(part_header(p))}</th>" for p in STEP_PARTS)
     rows = []
     for r in d.ranks:
         parts = "".join(
@@ -206,7 +213,7 @@ def _ranks(record: RunRecord) -> str:
             f"<td class='n'>{_num(r.no_sync_step_ms.mean if r.no_sync_step_ms else None)}</td>"
             f"<td class='n'>{_num(r.own_ms)}</td>"
             f"<td class='{'bad' if r.role == 'straggler' else ''}'>"
-            f"{escape(role_text(r, d).plain)}</td>"
+            f"{escape(role_words(r, d))}</td>"
             f"<td class='{escape(r.verdict.kind) if r.verdict else ''}'>"
             f"{escape(verdict_look(r.verdict.kind).label) if r.verdict else '-'}</td></tr>"
         )
@@ -222,7 +229,7 @@ def _ranks(record: RunRecord) -> str:
     if d.comm_ceiling is not None:
         lines.append(f"<p>communication made free: {d.comm_ceiling:.2f}x ceiling</p>")
     for r in d.ranks:
-        if r.ended and r.status != "complete":  # as the terminal says it
+        if r.ended and r.status != COMPLETE:  # as the terminal says it
             lines.append(f"<p class='bad'>rank {r.rank}: {escape(r.ended)}</p>")
         if r.stopped_at:
             lines.append(
@@ -241,10 +248,10 @@ def _ranks(record: RunRecord) -> str:
     return _section("ranks", "Ranks of the job (mean ms per step)", "".join(lines) + table)
 
 
-def _trial_detail(t, word: str) -> str:
+def _trial_detail(t) -> str:
     """Under a trial's row what the terminal says under it: compile time, graph breaks, the
     settings tried, the code to paste and its caveats."""
-    from .trials import compile_line, graph_break_lines, points_line
+    from .trials import compile_line, graph_break_lines, points_line, worth_it
 
     if t.status != "measured":
         return ""
@@ -256,7 +263,7 @@ def _trial_detail(t, word: str) -> str:
     points = points_line(t)
     if points:
         parts.append(f"<p class='muted'>{escape(points)}</p>")
-    if word == "worth it" and t.code:
+    if worth_it(t) and t.code:
         parts.append(f"<pre>{escape(t.code)}</pre>")
         parts.extend(f"<p class='muted'>caveat: {escape(c)}</p>" for c in t.caveats)
     return "".join(parts)
@@ -271,20 +278,22 @@ def _trials(record: RunRecord) -> str:
 
         out.append(f"<p>{escape(flops_line(record.flops).plain)}</p>")
     if record.trials:
-        from ..analysis.trials import judgement
+        from .trials import trial_word
 
         rows = []
         for t in record.trials:
-            spread = f"{t.spread[0]:.2f}–{t.spread[1]:.2f}" if t.spread else ""
-            word = t.status if t.status != "measured" else judgement(t)
-            cls = {"worth it": "good", "slower": "bad", "failed": "bad"}.get(word, "")
+            judged = t.judged if t.status == "measured" else None
+            spread = t.judged.interval_words("–") if t.judged is not None else ""
+            word = t.status if t.status != "measured" else trial_word(t)
+            cls = "bad" if t.status == "failed" else judged.tone if judged is not None else ""
             said = f"{word}: {t.reason}" if t.reason else word
+            speedup = t.judged.speedup if t.judged is not None else None
             rows.append(
                 f"<tr><td>{escape(t.name)}</td><td>{escape(t.changed)}</td>"
-                f"<td class='n'>{_num(t.speedup, 'x')}</td><td class='n'>{spread}</td>"
+                f"<td class='n'>{_num(speedup, 'x')}</td><td class='n'>{spread}</td>"
                 f"<td class='j {cls}'>{escape(said)}</td></tr>"
             )
-            more = _trial_detail(t, word)
+            more = _trial_detail(t)
             if more:
                 rows.append(f"<tr class='more'><td></td><td colspan='4'>{more}</td></tr>")
         out.append(
@@ -322,21 +331,21 @@ def _transforms(record: RunRecord) -> str:
     costs = record.loader_report.transforms if record.loader_report else []
     if not costs:
         return ""
-    rows = [(c.name, c.ms_per_batch, "var(--c-data)") for c in costs[:12]]
+    rows = [(c.name, c.ms_per_batch, _style.DATA.css) for c in costs[:12]]
     return _section("transforms", "Time to make a batch", _svg.bars(rows, "ms/batch"))
 
 
 def _memory(record: RunRecord) -> str:
     rows = []
     if record.system is not None:
-        rows.append(("main process RSS (max)", record.system.main_rss_mb_max, "var(--c-fwd)"))
+        rows.append(("main process RSS (max)", record.system.main_rss_mb_max, _style.FORWARD.css))
         if record.system.workers:
-            rows.append(("workers RSS (max)", record.system.workers_rss_mb_max, "var(--c-data)"))
+            rows.append(("workers RSS (max)", record.system.workers_rss_mb_max, _style.DATA.css))
         if record.system.gpu_mem_mb_max is not None:
-            rows.append(("device memory (max)", record.system.gpu_mem_mb_max, "var(--c-bwd)"))
+            rows.append(("device memory (max)", record.system.gpu_mem_mb_max, _style.BACKWARD.css))
     mem = record.loader_report.memory if record.loader_report else None
     if mem is not None:
-        rows.append(("batches in flight", mem.bytes_in_flight / 2**20, "var(--c-copy)"))
+        rows.append(("batches in flight", mem.bytes_in_flight / 2**20, _style.COPY.css))
     return _section("memory", "Memory", _svg.bars(rows, "MB")) if rows else ""
 
 
@@ -355,24 +364,10 @@ def _findings(record: RunRecord) -> str:
 
 
 def _environment(record: RunRecord) -> str:
-    env = record.env
-    if env is None:
+    rows = environment_rows(record)
+    if not rows:
         return ""
-    rows = [
-        ("torch", f"{env.torch_version} (Python {env.python_version})"),
-        ("device", f"{env.device} — {env.device_name}"),
-        ("clock", env.clock),
-        ("cores", f"{env.cpu_logical} logical; torch threads {env.torch_threads}"),
-    ]
-    if capture_cost_words(record):
-        rows.append(("capture", capture_cost_words(record)))
-    if env.world_size > 1:
-        rows.append(("distributed", f"rank {env.rank} of {env.world_size}"))
-    if record.loader is not None:
-        lo = record.loader
-        rows.append(("loader", f"{lo.dataset}, batch_size={lo.batch_size}, "
-                               f"num_workers={lo.num_workers}, pin_memory={lo.pin_memory}"))  # fmt: skip
-    body = "".join(f"<tr><th>{escape(k)}</th><td>{escape(str(v))}</td></tr>" for k, v in rows)
+    body = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows)
     return _section("environment", "Environment", f"<table>{body}</table>")
 
 

@@ -7,8 +7,7 @@ from rich.console import Group, RenderableType
 from rich.panel import Panel
 from rich.text import Text
 
-from ..analysis.compare import IMPROVED
-from ..record import Patch, PatchRemedy, RunRecord
+from ..record import IMPROVED, Patch, PatchRemedy, RunRecord
 from ._style import BAD, GOOD
 
 
@@ -69,12 +68,12 @@ def whole_lines(patch: Patch) -> list[tuple[str, bool]]:
     """The whole patch in words, each line with whether it says a measured gain: its figure
     (when measured), whether nothing was written and why, whether it was applied."""
     lines = []
-    if patch.speedup is not None and len(patch.interval) == 2:
-        lo, hi = patch.interval
-        faster = patch.judgement == IMPROVED
+    judged = patch.judged
+    if judged is not None and judged.interval is not None:
+        faster = judged.judgement == IMPROVED
         lines.append(
             (
-                f"The patch: {patch.speedup:.2f}x ({lo:.2f}–{hi:.2f}), mean step "
+                f"The patch: {judged.figure('–', '()')}, mean step "
                 f"{patch.before_ms:.1f} → {patch.after_ms:.1f} ms over {patch.rounds} "
                 "alternated rounds"
                 + ("." if faster else ": no faster beyond the noise on this device."),
@@ -118,7 +117,6 @@ def figure_words(remedy: PatchRemedy) -> str:
         if remedy.checked_losses:
             return f"same losses over {remedy.checked_losses} steps"
         return "numerics not checked"
-    if remedy.speedup is None or len(remedy.interval) != 2:
+    if remedy.judged is None or remedy.judged.interval is None:
         return ""
-    lo, hi = remedy.interval
-    return f"{remedy.speedup:.2f}x ({lo:.2f}–{hi:.2f})"
+    return remedy.judged.figure("–", "()")

@@ -8,19 +8,26 @@ from rich.table import Table
 from rich.text import Text
 
 from ..analysis.compare import RUN_TO_RUN, pair_words
-from ..analysis.verdict import CEILING_NO_GAIN, capture_cost_words, ceiling_words
+from ..analysis.verdict import CEILING_NO_GAIN, ceiling_words
 from ..record import (
-    BATCH_SIZE_ARGUMENT,
-    BATCH_SIZE_MEASURED,
-    MIN_CPU_WINDOW_S,
+    COMPLETE,
+    IMPROVED,
+    INTERNAL_ERROR,
+    INTERRUPTED,
+    KILLED,
+    NO_TRAINING,
+    PARTIAL,
+    REGRESSED,
+    SCRIPT_ERROR,
     STEP_PARTS,
+    TIMED_OUT,
     FixTrial,
-    LoaderSettings,
+    JudgedSpeedup,
     RunRecord,
-    SystemUsage,
 )
 from ..record.part_names import PART_LABELS
-from ._style import BAD, GOOD, ending_look, severity_look, verdict_look
+from ._style import BAD, GOOD, PART_COLOURS, ending_look, severity_look, verdict_look
+from ._words import AS_RUN, MODEL_ALONE, command_words, environment_rows, share_words
 from .distributed import breakdown_title, ranks_section
 from .loader import loader_section
 from .patch import patch_section
@@ -92,12 +99,13 @@ def render_fix(record: RunRecord, trial: FixTrial, console: Console | None = Non
         return
     grid.add_row("Injected", f"{_one_line(trial.code)}  (no code edited)")
     before = record.step_ms.mean if record.step_ms else None
-    if trial.verified_speedup is not None and not trial.judgement and before:
+    verified = trial.verified
+    if verified is not None and verified.allowance is None and before:
         # a record from before the fix was judged: one re-run against the diagnosis
         after = trial.after_step_ms or 0.0
-        text = f"{trial.verified_speedup:.2f}x  (mean step {before:.1f} ms -> {after:.1f} ms)"
+        text = f"{verified.speedup:.2f}x  (mean step {before:.1f} ms -> {after:.1f} ms)"
         grid.add_row("Verified", Text(text, style=GOOD))
-    elif trial.verified_speedup is not None:
+    elif verified is not None:
         grid.add_row("Verified", fix_verdict_text(trial))
     else:
         grid.add_row("Verified", Text("the re-run measured no step", style=BAD))
@@ -113,27 +121,28 @@ def fix_verdict_text(trial: FixTrial) -> Text:
     """The fix's verification in words, judged as ``compare`` judges (its interval, each pair
     of re-runs' own speedup, or the allowance two runs of one script differ by here; the
     rounds)."""
-    speedup = trial.verified_speedup or 0.0
-    lo, hi = trial.verified_interval or [speedup, speedup]
+    verified = trial.verified or JudgedSpeedup(0.0)
+    speedup, allowance = verified.speedup, verified.allowance
+    lo, hi = verified.interval or (speedup, speedup)
     if trial.pairs:
         noise = f"{lo:.2f}-{hi:.2f}; each pair {pair_words(trial.pairs)}"
     else:
         noise = f"{lo:.2f}-{hi:.2f}" + (
-            f"; runs differ by up to {trial.allowance:.0%} here" if trial.allowance else ""
+            f"; runs differ by up to {allowance:.0%} here" if allowance else ""
         )
     steps = ""
     if trial.before_step_ms and trial.after_step_ms:
         steps = f", mean step {trial.before_step_ms:.1f} -> {trial.after_step_ms:.1f} ms"
     rounds = f" over {trial.rounds} alternated rounds" if trial.rounds else ""
-    if trial.judgement == "REGRESSED":
-        return Text(f"slower: {speedup:.2f}x ({noise}){steps}{rounds}", style=BAD)
-    if trial.judgement == "IMPROVED":
+    if verified.judgement == REGRESSED:
+        return Text(f"{verified.word}: {speedup:.2f}x ({noise}){steps}{rounds}", style=BAD)
+    if verified.judgement == IMPROVED:
         return Text(f"{speedup:.2f}x faster ({noise}){steps}{rounds}", style=GOOD)
     if trial.pairs:
-        why = f"not every pair shows it beyond {trial.allowance or RUN_TO_RUN:.0%}"
+        why = f"not every pair shows it beyond {allowance or RUN_TO_RUN:.0%}"
     else:
         why = "within what two runs of the script differ by"
-    return Text(f"no clear gain: {speedup:.2f}x ({noise}){steps}{rounds}: {why}", style="yellow")
+    return Text(f"{verified.word}: {speedup:.2f}x ({noise}){steps}{rounds}: {why}", style="yellow")
 
 
 def _one_line(code: str | None) -> str:
@@ -156,17 +165,17 @@ def stop_line(record: RunRecord) -> str:
     """The one line that says how the run ended."""
     measured = record.measured_steps
     whole = record.whole_run
-    if whole is not None and record.status == "complete":
+    if whole is not None and record.status == COMPLETE:
         return (
             f"torchdoctor watched the whole run, {whole.steps} steps, to the script's own end; "
             f"{_steps(measured)} measured part by part for the verdict."
         )
-    if whole is not None and record.status in ("interrupted", "timed-out", "killed"):
+    if whole is not None and record.status in (INTERRUPTED, TIMED_OUT, KILLED):
         return (
             f"the run was cut after {whole.steps} steps ({record.status}); the accounts cover it "
             "until then."
         )
-    if record.status == "complete":
+    if record.status == COMPLETE:
         phases = [f"{record.warmup_steps} warmup", f"{measured} measured"]
         if record.model_alone:
             phases.append(f"{len(record.model_alone)} model-alone")
@@ -175,13 +184,13 @@ def stop_line(record: RunRecord) -> str:
             text += f" and {record.loader_alone.batches} loader-alone batches"
         return text + "."
     return {
-        "partial": f"the script ended on its own; {_steps(measured)} measured.",
-        "interrupted": f"interrupted; partial report of {_steps(measured, 'measured ')}.",
-        "script-error": f"the script failed; {_steps(measured)} measured before the error.",
-        "no-training": "no training step was measured.",
-        "internal-error": "torchdoctor failed and stopped the script; see the note below.",
-        "killed": f"the script's process was killed; {_steps(measured)} measured before.",
-        "timed-out": f"stopped at the --max-seconds bound; {_steps(measured)} measured.",
+        PARTIAL: f"the script ended on its own; {_steps(measured)} measured.",
+        INTERRUPTED: f"interrupted; partial report of {_steps(measured, 'measured ')}.",
+        SCRIPT_ERROR: f"the script failed; {_steps(measured)} measured before the error.",
+        NO_TRAINING: "no training step was measured.",
+        INTERNAL_ERROR: "torchdoctor failed and stopped the script; see the note below.",
+        KILLED: f"the script's process was killed; {_steps(measured)} measured before.",
+        TIMED_OUT: f"stopped at the --max-seconds bound; {_steps(measured)} measured.",
     }.get(record.status, record.status)
 
 
@@ -190,14 +199,6 @@ def _steps(n: int, kind: str = "") -> str:
     if kind:
         return f"{n} {kind}step" + ("" if n == 1 else "s")
     return f"{n} step was" if n == 1 else f"{n} steps were"
-
-
-def command_words(record: RunRecord) -> str:
-    """The record's command line, without a leading ``torchdoctor`` (the heading says it)."""
-    words = list(record.command)
-    if words and words[0] == "torchdoctor":
-        words = words[1:]
-    return " ".join(words)
 
 
 def _header(record: RunRecord, title: str | None) -> Text:
@@ -210,19 +211,11 @@ def _header(record: RunRecord, title: str | None) -> Text:
 
 
 def ending_words(record: RunRecord) -> str:
-    """How a run that did not complete its measurement ended, in one sentence: the rank that
-    ended a job first (or the uneven inputs), a stall, else the stop line."""
-    job = record.distributed
-    if job is not None:
-        uneven = next((f for f in record.findings if f.kind == "ddp.uneven-inputs"), None)
-        if uneven is not None:
-            return uneven.title.split(";")[0]
-        for note in record.notes:
-            if note.startswith("rank ") and "the launcher then ended" in note:
-                return note
-    for note in record.notes:
-        if note.startswith(("the job stalled", "the script had stopped stepping")):
-            return note
+    """How a run that did not complete its measurement ended, in one sentence: what its ending
+    says ended it first (the rank that ended a job, its uneven inputs, a stall), else the stop
+    line."""
+    if record.ending is not None and record.ending.words:
+        return record.ending.words
     return stop_line(record)
 
 
@@ -242,8 +235,7 @@ def _verdict_panel(record: RunRecord) -> Panel:
     grid.add_row("Why", v.why)
     grid.add_row("Next", v.next)
     if v.shares:
-        shares = "  ".join(f"{k} {val * 100:.0f}%" for k, val in v.shares.items())
-        grid.add_row("Shares", shares)
+        grid.add_row("Shares", "  ".join(share_words(v)))
     if record.ceiling_speedup is not None:
         grid.add_row("Ceiling", ceiling_words(record))
     border = "cyan" if ending is None else ending.style.split()[-1]
@@ -270,7 +262,7 @@ def _breakdown_table(record: RunRecord) -> Table:
             f"{stat.median:.2f}",
             f"{stat.p90:.2f}",
             f"{share * 100:.0f}%",
-            Text("█" * round(share * 20), style="cyan"),
+            Text("█" * round(share * 20), style=PART_COLOURS[name].hex),
         )
     if record.step_ms:
         table.add_row(
@@ -289,15 +281,12 @@ def _counterfactual_table(record: RunRecord) -> Table:
     table.add_column("measurement")
     table.add_column("result", justify="right")
     if record.step_ms:
-        table.add_row(
-            "step, as the script runs",
-            _stat_text(record.step_ms),
-        )
+        table.add_row(AS_RUN, _stat_text(record.step_ms))
     ma = record.model_alone_step_ms
     if ma:
-        table.add_row("step, data made free (model alone)", _stat_text(ma))
+        table.add_row(f"step, {MODEL_ALONE}", _stat_text(ma))
     else:
-        table.add_row("step, data made free (model alone)", Text("not measured", style="dim"))
+        table.add_row(f"step, {MODEL_ALONE}", Text("not measured", style="dim"))
     ceiling = record.ceiling_speedup
     if ceiling is not None:
         table.add_row(
@@ -345,72 +334,12 @@ def _findings_table(record: RunRecord) -> Group:
 
 
 def _environment_table(record: RunRecord) -> Group:
-    items = []
-    env = record.env
-    if env is not None:
-        grid = Table.grid(padding=(0, 2))
-        grid.add_column(style="dim")
-        grid.add_column()
-        grid.add_row("torch", f"{env.torch_version} (Python {env.python_version})")
-        grid.add_row("device", f"{env.device} — {env.device_name}")
-        grid.add_row("clock", env.clock)
-        if capture_cost_words(record):
-            grid.add_row("capture", capture_cost_words(record))
-        grid.add_row(
-            "cores",
-            f"{env.cpu_logical} logical, {env.cpu_physical or '?'} physical; "
-            f"torch threads {env.torch_threads}",
-        )
-        if env.world_size > 1:
-            grid.add_row("distributed", f"rank {env.rank} of {env.world_size}")
-        loader = record.loader
-        if loader is not None:
-            grid.add_row(
-                "loader",
-                f"{loader.dataset} (len {loader.dataset_len}), {_batch_size_text(loader)}, "
-                f"num_workers={loader.num_workers}, pin_memory={loader.pin_memory}, "
-                f"persistent_workers={loader.persistent_workers}, "
-                f"prefetch_factor={loader.prefetch_factor}",
-            )
-        sysu = record.system
-        if sysu is not None:
-            grid.add_row("cpu", _cpu_text(sysu))
-            grid.add_row(
-                "memory",
-                f"main process RSS {sysu.main_rss_mb_max:.0f} MB; "
-                f"{sysu.workers} worker process(es) RSS {sysu.workers_rss_mb_max:.0f} MB",
-            )
-            if sysu.gpu_util_pct is not None:
-                grid.add_row(
-                    "gpu",
-                    f"utilisation {sysu.gpu_util_pct:.0f}%, memory {sysu.gpu_mem_mb_max:.0f} MB",
-                )
-        items.append(Text("environment", style="italic"))
-        items.append(grid)
-    return Group(*items)
-
-
-def _cpu_text(sysu: SystemUsage) -> str:
-    if not sysu.cpu_percent_per_core:
-        return (
-            f"not told: the measured steps took under {MIN_CPU_WINDOW_S:g} s, too short for the "
-            "system's CPU counters"
-        )
-    cores = " ".join(f"{c:.0f}%" for c in sysu.cpu_percent_per_core)
-    others = (
-        f"; other processes took {sysu.others_cpu_cores:.1f} cores"
-        if sysu.others_cpu_cores is not None
-        else ""
-    )
-    return f"per core {cores} (mean over {sysu.samples} samples){others}"
-
-
-def _batch_size_text(loader: LoaderSettings) -> str:
-    """``batch_size=8``, with where it was read when not the DataLoader's own argument."""
-    text = f"batch_size={loader.batch_size}"
-    source = loader.batch_size_source
-    if source == BATCH_SIZE_MEASURED:
-        return f"{text} (measured: the batches' leading dimension)"
-    if source is not None and source != BATCH_SIZE_ARGUMENT:
-        return f"{text} (from {source})"
-    return text
+    rows = environment_rows(record)
+    if not rows:
+        return Group()
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="dim")
+    grid.add_column()
+    for name, words in rows:
+        grid.add_row(name, words)
+    return Group(Text("environment", style="italic"), grid)

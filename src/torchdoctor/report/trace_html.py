@@ -11,7 +11,7 @@ from html import escape
 
 from ..record import RankReport, RunRecord
 from . import _svg
-from .trace_terminal import TRACE_PART_LABELS, ms_text
+from ._words import TRACE_PART_LABELS, ms_text
 
 
 def _section(ident: str, title: str, inner: str) -> str:

@@ -13,23 +13,10 @@ from rich.text import Text
 
 from ..record import RankReport, RunRecord, TraceReport
 from ._style import severity_look, verdict_look
+from ._words import TRACE_PART_LABELS, ms_text, trace_headline
 
-TRACE_PART_LABELS = {
-    "gpu_kernels": "GPU kernels",
-    "memcpy": "memcpy",
-    "memset": "memset",
-    "communication": "communication",
-    "runtime": "CUDA/HIP runtime",
-    "dataloader": "DataLoader",
-    "cpu_ops": "CPU ops",
-    "other": "other (Python, idle)",
-}
 #: Step wall times listed under the step table, per rank.
 MAX_STEPS_LISTED = 12
-
-
-def ms_text(x: float) -> str:
-    return f"{x:,.2f}" if x < 100 else f"{x:,.1f}"
 
 
 def render_trace_section(record: RunRecord, console: Console) -> None:
@@ -170,18 +157,6 @@ def _comm_and_skew(ranks: list[RankReport], trace: TraceReport, console: Console
         )
     if any(r.comm for r in ranks) or skew:
         console.print()
-
-
-def trace_headline(record: RunRecord) -> str:
-    """What an ``analyze`` record is, in one line: its files, ranks and steps."""
-    trace = record.trace or TraceReport()
-    head = f"{len(trace.files)} trace file(s), {', '.join(r.label for r in trace.ranks)}"
-    if record.step_ms:
-        count = record.step_ms.count
-        head += f"; median step {record.step_ms.median:.1f} ms over {count} step" + (
-            "" if count == 1 else "s"
-        )
-    return head
 
 
 def render_trace_report(record: RunRecord, console: Console | None = None) -> None:

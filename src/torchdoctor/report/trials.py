@@ -6,8 +6,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from ..analysis.trials import judgement
-from ..record import Flops, RunRecord, Trial
+from ..record import IMPROVED, JUDGEMENT_WORDS, NO_CHANGE, Flops, RunRecord, Trial
 from ._style import BAD, GOOD
 
 #: Warm-up of a compile trial longer than this many of its steps is shown as compile time.
@@ -63,10 +62,20 @@ def _table(record: RunRecord) -> Table:
     table.add_column("90% interval", justify="right")
     table.add_column("judgement")
     for t in record.trials:
-        interval = f"{t.spread[0]:.2f}-{t.spread[1]:.2f}" if t.spread else ""
-        speed = f"{t.speedup:.2f}x" if t.speedup is not None else ""
+        interval = t.judged.interval_words() if t.judged is not None else ""
+        speed = f"{t.judged.speedup:.2f}x" if t.judged is not None else ""
         table.add_row(t.name, t.changed, speed, interval, _judgement(t))
     return table
+
+
+def worth_it(t: Trial) -> bool:
+    """A trial measured faster beyond the noise (its code is worth pasting)."""
+    return t.status == "measured" and t.judged is not None and t.judged.judgement == IMPROVED
+
+
+def trial_word(t: Trial) -> str:
+    """A measured trial's judgement in words (``worth it``, ``no clear gain``, ``slower``)."""
+    return t.judged.word if t.judged is not None else JUDGEMENT_WORDS[NO_CHANGE]
 
 
 def _judgement(t: Trial) -> Text:
@@ -74,8 +83,8 @@ def _judgement(t: Trial) -> Text:
         return Text(f"skipped: {t.reason}", style="dim")
     if t.status == "failed":
         return Text(f"failed: {t.reason}", style=BAD)
-    word = judgement(t)
-    return Text(word, style={"worth it": GOOD, "slower": BAD}.get(word, ""))
+    tone = t.judged.tone if t.judged is not None else ""
+    return Text(trial_word(t), style={"good": GOOD, "bad": BAD}.get(tone, ""))
 
 
 def compile_line(t: Trial) -> str | None:
@@ -123,7 +132,7 @@ def _details(t: Trial) -> list:
     points = points_line(t)
     if points:
         out.append(Text(f"  {points}", style="dim"))
-    if judgement(t) == "worth it" and t.code:
+    if worth_it(t) and t.code:
         out.append(Text(f"  {t.name}: paste", style=GOOD))
         out.extend(Text(f"    {line}") for line in t.code.splitlines())
         out.extend(Text(f"    caveat: {c}", style="dim") for c in t.caveats)

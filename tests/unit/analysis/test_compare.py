@@ -38,7 +38,7 @@ def test_a_burst_of_load_in_one_run_is_no_change():
     burst = STEADY[:8] + [16.0, 15.0, 14.0, 15.0]
     assert block_spread(burst) > 0.13
     result = compare(record(STEADY), record(burst))
-    assert result.speedup < 0.9 and result.interval[1] < 1.0  # beyond the step-to-step noise
+    assert result.judged.speedup < 0.9 and result.judged.high < 1.0  # beyond the step-to-step noise
     assert result.kind == NO_CHANGE and result.notes
 
 
@@ -47,7 +47,7 @@ def test_one_preempted_step_does_not_widen_the_allowance():
     stalled = STEADY[:5] + [300.0] + STEADY[6:]
     assert block_spread(stalled) < 0.05
     result = compare(record(stalled * 2), record([x / 2 for x in STEADY] * 2))
-    assert result.allowance < 0.1 + 1e-9 and result.interval[0] > 1.0
+    assert result.judged.allowance < 0.1 + 1e-9 and result.judged.low > 1.0
     assert result.kind == IMPROVED
 
 
@@ -66,7 +66,7 @@ def test_load_that_moves_whole_pairs_of_runs_leaves_a_paired_gain_clear():
     b = [x for r in b_runs for x in r]
     assert judge(a, b).kind == NO_CHANGE  # unpaired: each side's blocks are 90% apart
     result = judge(a, b, pairs=pair_speedups(a_runs, b_runs))
-    assert result.kind == IMPROVED and result.allowance == RUN_TO_RUN
+    assert result.kind == IMPROVED and result.judged.allowance == RUN_TO_RUN
     assert result.pairs == [1.8, 1.8, 1.8]
 
 
@@ -78,7 +78,7 @@ def test_one_run_slowed_in_a_pair_cannot_make_a_change_only_hide_one():
     a = [x for r in a_runs for x in r]
     b = [x for r in b_runs for x in r]
     result = judge(a, b, pairs=pair_speedups(a_runs, b_runs))
-    assert result.speedup < 0.75 and result.interval[1] < 1.0
+    assert result.judged.speedup < 0.75 and result.judged.high < 1.0
     assert result.kind == NO_CHANGE and "disagree" in result.notes[0]
     # A real 2x gain whose second pair had its original slowed 2.2x still counts: every pair
     # shows it beyond 10% (measured: pairs of 2.61x, 1.28x and 4.34x for a fused Adam step).
@@ -98,7 +98,7 @@ def test_one_original_run_slowed_in_a_pair_cannot_make_a_gain():
     a = [x for r in a_runs for x in r]
     b = [x for r in b_runs for x in r]
     result = judge(a, b, pairs=pair_speedups(a_runs, b_runs))
-    assert result.speedup > 1.3 and result.interval[0] > 1.0
+    assert result.judged.speedup > 1.3 and result.judged.low > 1.0
     assert result.pairs == [1.0, 2.2, 1.0]
     assert result.kind == NO_CHANGE and "disagree" in result.notes[0]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from torchdoctor.analysis.trials import RUN_TO_RUN, judgement, trials_of
+from torchdoctor.analysis.trials import RUN_TO_RUN, trials_of
 from torchdoctor.record import RunRecord, StepSeries
 
 
@@ -51,8 +51,8 @@ def test_two_outlier_baseline_steps_do_not_make_a_gain():
     # (a recompile, a burst): a ratio of means called this 14.95x "worth it".
     steady = [1.75, 1.7, 1.8, 1.76, 1.74, 1.77, 1.73, 1.78]
     trial = _trial(_runs([129.0, 260.0, *steady[2:]], list(steady), steady))
-    assert judgement(trial) == "no clear gain", trial
-    assert 0.9 < trial.speedup < 1.15
+    assert trial.judged.word == "no clear gain", trial
+    assert 0.9 < trial.judged.speedup < 1.15
     assert trial.pick is None
     assert trial.detail["outlier_steps"] == 2
 
@@ -62,30 +62,30 @@ def test_a_burst_in_one_baseline_block_widens_the_allowance():
     before = [10.0, 10.1, 9.9, 10.0, 10.2, 9.8, 10.0, 10.1]
     after = [x * 1.4 for x in before]
     trial = _trial(_runs(before, [x / 1.0 for x in [10.0] * 8], after))
-    assert trial.detail["allowance"] >= 0.39
-    assert judgement(trial) == "no clear gain"
+    assert trial.judged.allowance >= 0.39
+    assert trial.judged.word == "no clear gain"
     assert trial.pick is None
 
 
 def test_a_clear_gain_is_worth_it_and_keeps_its_pick():
     base = [10.0, 10.2, 9.9, 10.1, 10.0, 9.8, 10.1, 10.0]
     trial = _trial(_runs(base, [x / 2 for x in base], base))
-    assert judgement(trial) == "worth it"
+    assert trial.judged.word == "worth it"
     assert trial.pick == "2"
-    assert trial.detail["allowance"] == RUN_TO_RUN
+    assert trial.judged.allowance == RUN_TO_RUN
 
 
 def test_a_small_gain_inside_the_allowance_is_not_worth_it():
     base = [10.0, 10.01, 9.99, 10.0, 10.02, 9.98, 10.0, 10.0]
     trial = _trial(_runs(base, [x / 1.05 for x in base], base))
-    assert trial.spread[0] > 1.0  # beyond the steps' own noise...
-    assert judgement(trial) == "no clear gain"  # ...but not beyond run-to-run drift
+    assert trial.judged.low > 1.0  # beyond the steps' own noise...
+    assert trial.judged.word == "no clear gain"  # ...but not beyond run-to-run drift
 
 
 def test_slower_needs_the_allowance_too():
     base = [10.0, 10.01, 9.99, 10.0, 10.02, 9.98, 10.0, 10.0]
-    assert judgement(_trial(_runs(base, [x * 1.05 for x in base], base))) == "no clear gain"
-    assert judgement(_trial(_runs(base, [x * 1.5 for x in base], base))) == "slower"
+    assert _trial(_runs(base, [x * 1.05 for x in base], base)).judged.word == "no clear gain"
+    assert _trial(_runs(base, [x * 1.5 for x in base], base)).judged.word == "slower"
 
 
 def test_a_failed_lever_keeps_its_reason():

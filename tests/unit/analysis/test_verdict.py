@@ -14,6 +14,8 @@ from torchdoctor.analysis.verdict import (
     summarise,
 )
 from torchdoctor.record import (
+    IMPROVED,
+    JudgedSpeedup,
     LoaderAlone,
     LoaderReport,
     LoaderSettings,
@@ -176,7 +178,9 @@ def test_derive_reads_the_record_and_summarise_writes_what_it_found():
 def test_the_trials_asked_for_follow_the_advice_whatever_bounds_the_loop():
     from torchdoctor.record import Trial
 
-    bigger = Trial("batch-size", "batch 16", speedup=2.6, spread=[2.2, 3.0], pick="16")
+    bigger = Trial(
+        "batch-size", "batch 16", judged=JudgedSpeedup(2.6, 2.2, 3.0, 0.1, IMPROVED), pick="16"
+    )
     for wait, bound in ((30.0, INPUT_BOUND), (0.0, COMPUTE_BOUND)):
         rec = _record(wait, 10.0, 1.0)
         rec.trials = [bigger]

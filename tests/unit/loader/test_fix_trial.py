@@ -95,8 +95,12 @@ def test_trial_reruns_with_the_advice_over_whole_rounds_and_verifies():
     assert overrides == {"num_workers": 4, "persistent_workers": True} == trial.overrides
     # 4 rounds of 4 workers at least, and the 4 x 2 prefetched batches skipped.
     assert steps == counted_batches(4, 16) == 16 and warmup == warm_batches(4) == 8
-    assert trial.verified_speedup == pytest.approx(4.0) and trial.after_step_ms == 25.0
-    assert trial.judgement == "IMPROVED" and trial.rounds == 2 and trial.before_step_ms == 100.0
+    assert trial.verified.speedup == pytest.approx(4.0) and trial.after_step_ms == 25.0
+    assert (
+        trial.verified.judgement == "IMPROVED"
+        and trial.rounds == 2
+        and trial.before_step_ms == 100.0
+    )
     assert trial.predicted_speedup == pytest.approx(4.0)  # 20 / 5 batches/s, loader alone
     assert trial.where == "train.py:12"
     assert trial.code == "DataLoader(..., num_workers=4, persistent_workers=True)"
@@ -115,14 +119,14 @@ def test_nothing_to_inject_runs_nothing():
     rerun = FakeRerun(step_ms=1.0)
     trial = fix_trial(first_run([]), rerun, steps=6, warmup=2)
     assert rerun.calls == [] and trial.overrides == {} and trial.after is None
-    assert trial.code is None and trial.verified_speedup is None
+    assert trial.code is None and trial.verified is None
 
 
 def test_a_rerun_without_steps_is_not_verified():
     sweep = sweep_of([(0, 5.0), (1, 9.0), (2, 10.0)], best=1)
     record = first_run(sweep_advice(sweep, settings(), accelerator=False))
     trial = fix_trial(record, FakeRerun(step_ms=None), steps=6, warmup=2)
-    assert trial.after is not None and trial.verified_speedup is None
+    assert trial.after is not None and trial.verified is None
 
 
 def test_a_faster_loader_cannot_beat_the_model_unless_whole_steps_were_measured():
@@ -153,7 +157,7 @@ def test_threads_alone_are_a_fix_to_verify():
     rerun = FakeRerun(step_ms=50.0)
     trial = fix_trial(record, rerun, steps=6, warmup=2)
     assert trial.overrides == {} and rerun.threads == [None, 1] * 2 and trial.threads == 1
-    assert trial.code == "torch.set_num_threads(1)" and trial.verified_speedup == 2.0
+    assert trial.code == "torch.set_num_threads(1)" and trial.verified.speedup == 2.0
     assert fix_code({}, None) == "" and fix_threads([]) is None
 
 
@@ -168,13 +172,17 @@ def test_a_gain_within_the_noise_is_no_clear_gain_and_earns_more_rounds():
     # 1.05x: inside the 10% two runs of one script may differ by.
     rerun = FakeRerun(step_ms=noisy(95.0), before_ms=noisy(100.0))
     trial = fix_trial(record, rerun, steps=6, warmup=2)
-    assert trial.judgement == "NO CHANGE" and trial.rounds == 2, "no budget: two rounds only"
+    assert trial.verified.judgement == "NO CHANGE" and trial.rounds == 2, (
+        "no budget: two rounds only"
+    )
     ticks = iter(range(0, 1000, 10))  # each call of the clock: 10 s later
     trial = fix_trial(record, FakeRerun(noisy(95.0), noisy(100.0)), steps=6, warmup=2,
                       budget_s=500.0, clock=lambda: float(next(ticks)))  # fmt: skip
-    assert trial.judgement == "NO CHANGE" and trial.rounds == 4, "unclear: rounds up to the most"
-    lo, hi = trial.verified_interval
-    assert lo <= trial.verified_speedup <= hi and trial.allowance >= 0.10
+    assert trial.verified.judgement == "NO CHANGE" and trial.rounds == 4, (
+        "unclear: rounds up to the most"
+    )
+    lo, hi = trial.verified.interval
+    assert lo <= trial.verified.speedup <= hi and trial.verified.allowance >= 0.10
 
 
 def test_a_clear_gain_takes_two_rounds_and_a_slower_fix_is_said_so():
@@ -182,10 +190,10 @@ def test_a_clear_gain_takes_two_rounds_and_a_slower_fix_is_said_so():
     record = first_run(sweep_advice(sweep, settings(), accelerator=False))
     trial = fix_trial(record, FakeRerun(noisy(40.0), noisy(100.0)), steps=6, warmup=2,
                       budget_s=1e9)  # fmt: skip
-    assert trial.judgement == "IMPROVED" and trial.rounds == 2
-    assert trial.verified_interval[0] > 1.0
+    assert trial.verified.judgement == "IMPROVED" and trial.rounds == 2
+    assert trial.verified.low > 1.0
     slower = fix_trial(record, FakeRerun(noisy(150.0), noisy(100.0)), steps=6, warmup=2)
-    assert slower.judgement == "REGRESSED" and slower.verified_speedup < 1.0
+    assert slower.verified.judgement == "REGRESSED" and slower.verified.speedup < 1.0
 
 
 def test_load_that_slows_a_whole_pair_does_not_hide_the_gain_each_pair_shows():
@@ -203,5 +211,5 @@ def test_load_that_slows_a_whole_pair_does_not_hide_the_gain_each_pair_shows():
             return run
 
     trial = fix_trial(record, Slowed([62.5] * 12, [100.0] * 12), steps=6, warmup=2)
-    assert trial.rounds == 2 and trial.judgement == "IMPROVED", trial
-    assert trial.allowance == pytest.approx(0.10)
+    assert trial.rounds == 2 and trial.verified.judgement == "IMPROVED", trial
+    assert trial.verified.allowance == pytest.approx(0.10)

@@ -13,7 +13,7 @@ import torch
 
 from diffs import assert_applies
 from torchdoctor.patch import Project, plan, plan_lever
-from torchdoctor.record import RunRecord, Trial
+from torchdoctor.record import JudgedSpeedup, RunRecord, Trial
 
 #: Seconds each: left out of `make test-fast`.
 pytestmark = pytest.mark.slow
@@ -232,10 +232,10 @@ def test_only_trials_measured_faster_are_planned(tmp_path):
     detail = _detail(script, "out = model(x)")
     record = RunRecord()
     record.trials = [
-        Trial("amp", "autocast", speedup=1.4, detail=detail),
-        Trial("channels-last", "cl", speedup=0.9, detail=detail),
-        Trial("compile", "compile", status="failed", speedup=2.0, detail=detail),
-        Trial("batch-size", "bs", speedup=3.0, detail=detail),
+        Trial("amp", "autocast", judged=JudgedSpeedup(1.4), detail=detail),
+        Trial("channels-last", "cl", judged=JudgedSpeedup(0.9), detail=detail),
+        Trial("compile", "compile", status="failed", judged=JudgedSpeedup(2.0), detail=detail),
+        Trial("batch-size", "bs", judged=JudgedSpeedup(3.0), detail=detail),
     ]
     remedies = plan(record, project, [])
     assert [r.key for r in remedies] == ["amp"]

@@ -43,7 +43,7 @@ def test_v1_fix_becomes_a_fix_trial_with_the_rerun_as_a_record():
     trial = record.fix
     assert isinstance(trial, FixTrial)
     assert trial.overrides == {"num_workers": 4, "persistent_workers": True}
-    assert trial.verified_speedup == 4.1 and trial.predicted_speedup == 4.089
+    assert trial.verified.speedup == 4.1 and trial.predicted_speedup == 4.089
     assert trial.where.endswith("slow_transform.py:62")
     assert trial.code == "DataLoader(..., num_workers=4, persistent_workers=True)"
     assert isinstance(trial.after, RunRecord)

@@ -85,7 +85,7 @@ def test_a_sweep_of_workers_with_threads_shows_the_threads_of_each_trial():
 
 
 def test_the_fix_panel_names_the_threads_to_set():
-    from torchdoctor.record import FixTrial, RunRecord, Stat
+    from torchdoctor.record import FixTrial, JudgedSpeedup, RunRecord, Stat
     from torchdoctor.report.terminal import render_fix
 
     record = RunRecord(step_ms=Stat.of([46.0]))
@@ -94,7 +94,7 @@ def test_the_fix_panel_names_the_threads_to_set():
         threads=1,
         code="DataLoader(..., num_workers=2)\ntorch.set_num_threads(1)",
         where="train.py:12",
-        verified_speedup=1.75,
+        verified=JudgedSpeedup(1.75),
         after_step_ms=26.3,
     )
     out = io.StringIO()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from torchdoctor.record import Patch, PatchChange, PatchRemedy, PatchSkip, RunRecord
+from torchdoctor.record import JudgedSpeedup, Patch, PatchChange, PatchRemedy, PatchSkip, RunRecord
 from torchdoctor.report.html import render_html
 from torchdoctor.report.terminal import render
 
@@ -20,17 +20,17 @@ def _record() -> RunRecord:
                 "loader", "DataLoader settings", "the sweep picked 2 workers",
                 changes=[PatchChange("t.py", 1, "num_workers=2 added")],
                 skipped=[PatchSkip("pin_memory", "pin_memory is computed (flag()): make it True")],
-                speedup=2.0, interval=[1.8, 2.2], judgement="IMPROVED", kept=True,
+                judged=JudgedSpeedup(2.0, 1.8, 2.2, 0.1, "IMPROVED"), kept=True,
             ),
             PatchRemedy(
                 "threads", "torch threads", "the sweep picked 1 thread",
                 changes=[PatchChange("t.py", 1, "torch.set_num_threads(1) added after the imports")],
-                speedup=1.02, interval=[0.97, 1.07], judgement="NO CHANGE",
+                judged=JudgedSpeedup(1.02, 0.97, 1.07, 0.1, "NO CHANGE"),
                 reason="measured 1.02x (0.97–1.07): not faster beyond the 10% two runs of one "
                 "script may differ by",
             ),
         ],
-        speedup=2.0, interval=[1.8, 2.2], judgement="IMPROVED", before_ms=20.0, after_ms=10.0,
+        judged=JudgedSpeedup(2.0, 1.8, 2.2, 0.1, "IMPROVED"), before_ms=20.0, after_ms=10.0,
         rounds=2,
     )  # fmt: skip
     return record

@@ -8,7 +8,7 @@ from html import unescape
 
 from rich.console import Console
 
-from torchdoctor.record import RunRecord, Stat, Trial, TrialPoint
+from torchdoctor.record import JudgedSpeedup, RunRecord, Stat, Trial, TrialPoint
 from torchdoctor.report.html import render_html
 from torchdoctor.report.terminal import render
 
@@ -20,8 +20,7 @@ def _record() -> RunRecord:
         steps=[8.0] * 6,
         step_ms=Stat.of([8.0] * 6),
         warmup_ms=[4200.0, 9.0],
-        speedup=1.25,
-        spread=[1.2, 1.3],
+        judged=JudgedSpeedup(1.25, 1.2, 1.3, 0.1, "IMPROVED"),
         code="model = torch.compile(model)",
         caveats=["the first step compiles"],
         detail={
@@ -38,8 +37,7 @@ def _record() -> RunRecord:
     batch_trial = Trial(
         name="batch-size",
         changed="batch size 32 -> 64",
-        speedup=1.02,
-        spread=[0.95, 1.1],
+        judged=JudgedSpeedup(1.02, 0.95, 1.1, 0.1, "NO CHANGE"),
         pick=None,
         points=[
             TrialPoint("32", Stat.of([10.0]), 3200.0, 120.0),

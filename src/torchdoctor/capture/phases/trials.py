@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ..._devices import peak_memory_mb, reset_peak_memory, total_memory_mb
 from ...analysis.trials import samples_per_s
 from ...record import phase_names
+from ...record.lever_names import BATCH_SIZE
 from .._compile_lever import Compile
 from .._levers import (
     PLATEAU_GAIN,
@@ -30,6 +31,8 @@ from .base import NOT_SERVED, Phase, PhaseSession
 if TYPE_CHECKING:
     from .._data import StepMarks
 
+#: How each lever of :data:`~torchdoctor.record.lever_names.LEVERS` is pulled, by its name: the
+#: names are the table's (tests/unit/test_lever_table.py ties the two together).
 LEVERS: dict[str, type[Lever]] = {
     cls.name: cls for cls in (Amp, ChannelsLast, Compile, Foreach, Threads, BatchSize)
 }
@@ -115,7 +118,7 @@ class TrialsPhase(Phase):
 
     def next_batch(self, session: PhaseSession, dataset_key: int):
         run = self._run
-        if run is None or run.lever.name != "batch-size" or dataset_key != session.main_dataset:
+        if run is None or run.lever.name != BATCH_SIZE or dataset_key != session.main_dataset:
             return NOT_SERVED
         session.push("data_wait")
         try:
@@ -151,7 +154,7 @@ class TrialsPhase(Phase):
         """Start the next run; True when none is left."""
         while self._queue:
             run = self._queue.pop(0)
-            if run.lever.name == "batch-size" and self._plateaued(session, run):
+            if run.lever.name == BATCH_SIZE and self._plateaued(session, run):
                 continue
             self._patcher = session.patcher.child()
             self._memory = _MemoryPeak(session)
@@ -164,7 +167,7 @@ class TrialsPhase(Phase):
                 session.data.trials.append(run)
                 continue
             self._run = run
-            if run.lever.name == "batch-size":
+            if run.lever.name == BATCH_SIZE:
                 session.main_dataset = session.loaders.main_dataset_key()
             return False
         return True

@@ -223,10 +223,9 @@ def _comparison(before: RunRecord, after: RunRecord) -> Table:
     table.add_row("findings", str(len(before.findings)), str(len(after.findings)))
     table.add_row("[bold]speedup", "", f"[bold green]{speedup(before, after):.1f}x")
     patch = before.patch
-    if patch is not None and patch.speedup is not None and len(patch.interval) == 2:
-        lo, hi = patch.interval
+    if patch is not None and patch.judged is not None and patch.judged.interval is not None:
         table.caption = (
             f"the patch alone (step 2, measured beside the script as written): "
-            f"{patch.speedup:.2f}x ({lo:.2f}–{hi:.2f})"
+            f"{patch.judged.figure('–', '()')}"
         )
     return table
