@@ -299,11 +299,11 @@ def test_hugging_face_trainer_evaluation_and_save_steps(tmp_path):
     if importlib.util.find_spec("transformers") is None:
         pytest.skip("transformers is not installed")
     data = _whole_of(
-        tmp_path, "hf_trainer.py", "--max-steps", "90", "--eval-steps", "30", "--save-steps", "30"
+        tmp_path, "hf_trainer.py", "--max-steps", "30", "--eval-steps", "10", "--save-steps", "10"
     )
     assert kinds(data, "evaluation")[0]["count"] == 3
     assert kinds(data, "checkpoint")[0]["count"] == 3
-    assert data["whole_run"]["steps"] == 90
+    assert data["whole_run"]["steps"] == 30
 
 
 def test_whole_refuses_what_would_change_the_run(tmp_path):
