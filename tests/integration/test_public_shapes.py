@@ -169,3 +169,12 @@ def test_lightning_ddp_under_torchrun(tmp_path):
     assert rec["seen"]["ddp_at"].endswith("lightning_ddp.py:58")
     assert len(rec["distributed"]["ranks"]) == 2
     assert rec["verdict"]["kind"] != "UNKNOWN"
+
+
+def test_the_replay_ends_each_pass_where_the_loader_would():
+    # timm's train.py died of ZeroDivisionError in the model-alone phase: its accumulation
+    # arithmetic trusts len(loader), and the replay handed a pass more batches than that. Six
+    # batches a pass, two per step: the measured and replayed steps cross several passes.
+    out, rec = run("accumulating_wrapper.py", counterfactuals=True)
+    _stopped_on_purpose(out, rec)
+    assert len(rec.model_alone) == 6, rec.notes

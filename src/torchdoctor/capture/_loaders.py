@@ -147,3 +147,41 @@ class ReplayStore:
     def clear(self) -> None:
         self._replay = []
         self._by_dataset.clear()
+
+
+class ServedPasses:
+    """The script's passes over a DataLoader while a phase hands it batches in the loader's
+    place (the model-alone replay, the worker sweep's and the trials' clones).
+
+    A served batch never reaches the loader's sampler, so the script's pass would never end: a
+    script whose epoch arithmetic trusts ``len(loader)`` (timm's gradient accumulation, whose
+    last group is ``len(loader) % accum`` long) then divides by zero. Each served batch counts
+    as one the iterator yielded, and the pass ends where the loader's own would, after
+    ``len(loader)`` batches, served and loaded together; the phase's steps go on in the
+    script's next pass. A loader without a length is not bounded.
+    """
+
+    def __init__(self) -> None:
+        self._served: weakref.WeakSet = weakref.WeakSet()
+
+    def serving(self, it: Any) -> None:
+        """A phase serves ``it``'s next batch: count it, or end the pass (``StopIteration``)."""
+        if _pass_over(it):
+            raise StopIteration
+        if hasattr(it, "_num_yielded"):
+            it._num_yielded += 1
+            self._served.add(it)
+
+    def loading(self, it: Any) -> None:
+        """``it`` loads its next batch itself: end the pass early by the batches served in it."""
+        if it in self._served and _pass_over(it):
+            raise StopIteration
+
+
+def _pass_over(it: Any) -> bool:
+    """Whether ``it`` has yielded the batches of a whole pass (never, without a length: an
+    ``IterableDataset``'s iterator has none, its loader's ``len`` is only an estimate)."""
+    try:
+        return int(getattr(it, "_num_yielded", 0)) >= len(it)
+    except TypeError:
+        return False

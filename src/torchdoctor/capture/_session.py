@@ -45,7 +45,7 @@ from ._device import DeviceClock
 from ._hooks import patch_torch
 from ._inputs import BuiltInputs
 from ._labels import LabelledParts
-from ._loaders import LoaderTracker, ReplayStore
+from ._loaders import LoaderTracker, ReplayStore, ServedPasses
 from ._optimizers import OptimizerTracker
 from ._parallel import ParallelWatch
 from ._patch import Patcher
@@ -95,6 +95,7 @@ class CaptureSession(StepHooks, LabelledParts):
         self.clock = DeviceClock(self.timeline)
         self.loaders = LoaderTracker(self.data.seen)
         self.replay = ReplayStore(max_batches=options.steps)
+        self.passes = ServedPasses()
         self.inputs = BuiltInputs(max_kept=options.steps, notes=self.data.notes)
         self.building = 0
         self.sampler = SystemSampler()
