@@ -3,7 +3,7 @@
 Each script imitates one public example's shape (written here): transforms that are modules, in
 the main process and in workers (fork and spawn); a GAN with two optimizers; L-BFGS with a
 closure; forward-forward (per-layer optimizers, ``self.forward``); Hogwild children; a script's
-own profiler; timm's prefetching loader. Each must run to torchdoctor's stop, be stepped by its
+own profiler; timm's prefetching loader, and its accumulation that trusts ``len(loader)``. Each must run to torchdoctor's stop, be stepped by its
 optimizer where it has one, and get the verdict its injected costs make true beyond any doubt.
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import subprocess
 import sys
 
@@ -178,3 +179,18 @@ def test_the_replay_ends_each_pass_where_the_loader_would():
     out, rec = run("accumulating_wrapper.py", counterfactuals=True)
     _stopped_on_purpose(out, rec)
     assert len(rec.model_alone) == 6, rec.notes
+
+
+def test_fix_runs_through_a_script_that_trusts_len_loader(tmp_path):
+    # On timm's train.py, fix refused ("fix what the report says stopped the script first"): the
+    # script died of the replay's extra batches. On a copy, so no patch plans on this repository.
+    shutil.copy(SHAPES / "accumulating_wrapper.py", tmp_path / "train.py")
+    res = subprocess.run(
+        [sys.executable, "-m", "torchdoctor", "fix", "--steps", "6", "--warmup", "2", "--quiet",
+         "--json", "fix.json", "--", "train.py"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=400, check=False,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    rec = json.loads((tmp_path / "fix.json").read_text())
+    assert rec["status"] == "complete" and rec["model_alone"], rec["notes"]
+    assert not any("stopped the script" in n for n in rec["patch"]["notes"]), rec["patch"]
