@@ -3,8 +3,9 @@
 Each script imitates one public example's shape (written here): transforms that are modules, in
 the main process and in workers (fork and spawn); a GAN with two optimizers; L-BFGS with a
 closure; forward-forward (per-layer optimizers, ``self.forward``); Hogwild children; a script's
-own profiler; timm's prefetching loader, and its accumulation that trusts ``len(loader)``. Each must run to torchdoctor's stop, be stepped by its
-optimizer where it has one, and get the verdict its injected costs make true beyond any doubt.
+own profiler; timm's prefetching loader, and its accumulation that trusts ``len(loader)``. Each
+must run to torchdoctor's stop, be stepped by its optimizer where it has one, and get the verdict
+its injected costs make true beyond any doubt.
 """
 
 from __future__ import annotations
