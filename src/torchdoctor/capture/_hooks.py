@@ -74,7 +74,7 @@ def patch_torch(session: CaptureSession) -> None:
         if whole is not None:
             whole.loading = True  # workers starting: an epoch boundary's own time
         try:
-            it = orig_iter(loader)
+            it = session.passes.new_pass(loader, orig_iter)  # a served pass: without workers
         finally:
             if whole is not None:
                 whole.loading = False

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import weakref
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from torch.utils.data import DataLoader
@@ -96,6 +97,9 @@ class LoaderTracker:
         for loader in list(self._loaders.values()):
             if getattr(loader, "_iterator", None) is not None:
                 shutdown_workers(loader._iterator)
+                # A persistent loader would ``_reset`` its stopped iterator at the script's next
+                # pass (its queues are closed): the next pass starts a fresh one.
+                loader._iterator = None
 
     def release(self) -> None:
         """Let go of the script's loaders (the run is over)."""
@@ -163,10 +167,13 @@ class ServedPasses:
 
     def __init__(self) -> None:
         self._served: weakref.WeakSet = weakref.WeakSet()
+        #: Datasets (by id) whose pass a phase ended: their next pass is built without workers.
+        self._ended: set[int] = set()
 
     def serving(self, it: Any) -> None:
         """A phase serves ``it``'s next batch: count it, or end the pass (``StopIteration``)."""
         if _pass_over(it):
+            self._ended.add(id(getattr(it, "_dataset", it)))
             raise StopIteration
         if hasattr(it, "_num_yielded"):
             it._num_yielded += 1
@@ -176,6 +183,21 @@ class ServedPasses:
         """``it`` loads its next batch itself: end the pass early by the batches served in it."""
         if it in self._served and _pass_over(it):
             raise StopIteration
+
+    def new_pass(self, loader: DataLoader, make: Callable[[DataLoader], Any]) -> Any:
+        """The script's iterator for its next pass over ``loader`` (``make`` builds it). After a
+        pass a phase ended, the phase serves this one too: it is built without workers, which
+        would only start, prefetch and take cores from the worker sweep's clones (and a
+        persistent loader's workers may have been stopped for them)."""
+        workers = getattr(loader, "num_workers", 0)
+        if not workers or id(loader.dataset) not in self._ended:
+            return make(loader)
+        self._ended.discard(id(loader.dataset))
+        loader.num_workers = 0
+        try:
+            return make(loader)
+        finally:
+            loader.num_workers = workers
 
 
 def _pass_over(it: Any) -> bool:

@@ -37,9 +37,9 @@ def train_one_epoch(model, loader, optimizer, loss_fn):
     seen = 0
     for batch_idx, (inputs, target) in enumerate(loader):
         last_batch = batch_idx == last_batch_idx
+        need_update = last_batch or (batch_idx + 1) % accum_steps == 0
         if batch_idx >= last_batch_idx_to_accum:
             accum_steps = last_accum_steps
-        need_update = last_batch or (batch_idx + 1) % accum_steps == 0
         loss = loss_fn(model(inputs), target) / accum_steps
         loss.backward()
         if need_update:

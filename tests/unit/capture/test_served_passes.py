@@ -59,3 +59,22 @@ def test_an_iterable_datasets_pass_is_not_bounded():
     passes, it = ServedPasses(), iter(DataLoader(_Stream(), batch_size=1))
     for _ in range(5):
         passes.serving(it)
+
+
+def test_the_pass_after_one_a_phase_ended_is_built_without_workers():
+    # The phase serves that pass too: workers would only start and take the sweep's cores.
+    loader = DataLoader(TensorDataset(torch.arange(12.0)), batch_size=4, num_workers=2)
+    passes, built_with = ServedPasses(), []
+
+    def make(lo):
+        built_with.append(lo.num_workers)
+        return iter(DataLoader(lo.dataset, batch_size=4))  # single-process: nothing starts
+
+    it = passes.new_pass(loader, make)
+    for _ in range(3):
+        passes.serving(it)
+    with pytest.raises(StopIteration):
+        passes.serving(it)
+    passes.new_pass(loader, make)
+    passes.new_pass(loader, make)  # a pass the loader began itself: its own workers
+    assert built_with == [2, 0, 2] and loader.num_workers == 2
