@@ -118,6 +118,34 @@ MUTATIONS = (
         """LeverFacts(FOREACH, "the optimizer's multi-tensor step", ("optimizer",))""",
         ("tests/unit/test_lever_table.py",),
     ),
+    Mutation(
+        "ending: the verdict derived before the status is set",
+        "process/ending/_settle.py",
+        "    record.status = ending.status\n    if derive:\n        summarise(record)",
+        "    if derive:\n        summarise(record)\n    record.status = ending.status",
+        ("tests/unit/process/test_ending.py", "tests/unit/process/test_outcome.py"),
+    ),
+    Mutation(
+        "ending: a lost peer before torchdoctor's own failure",
+        "process/ending/_script.py",
+        "    if end.internal_error:\n",
+        "    if end.internal_error and not end.peer_lost:\n",
+        ("tests/unit/process/test_ending.py",),
+    ),
+    Mutation(
+        "ending: a script that caught the stop keeps its own words for it",
+        "process/ending/_stop.py",
+        "kept = [] if child.cause in OWN_CAUSES else list(child.notes)",
+        "kept = list(child.notes)",
+        ("tests/unit/process/test_ending.py",),
+    ),
+    Mutation(
+        "ending: a job's worst rank taken from the best",
+        "analysis/distributed.py",
+        "return min(known, key=STATUS_PRECEDENCE.index)",
+        "return max(known, key=STATUS_PRECEDENCE.index)",
+        ("tests/unit/process/test_ending.py",),
+    ),
 )
 
 

@@ -12,6 +12,7 @@ from browser import assert_offline, browser_views
 from jobgen import rank_record
 from torchdoctor.analysis.distributed import combine
 from torchdoctor.analysis.verdict import summarise
+from torchdoctor.process.ending import JobEnd, decide_job, settle
 from torchdoctor.record import Finding, RunRecord
 from torchdoctor.report.html import write_html
 from torchdoctor.report.terminal import ending_words
@@ -51,9 +52,9 @@ def one_process(status: str):
 
 def failed_job():
     job = combine([rank_record(0, 1.0, 3.0, 2.5), rank_record(1, 1.0, 3.0, 2.5)], backend="gloo")
-    job.status = "script-error"
-    job.notes.insert(0, "rank 1 raised RuntimeError at step 5; the launcher then ended the other "
-                        "ranks")  # fmt: skip
+    # how the launcher ends it (process.launch): rank 1 raised, the launcher ended the others
+    cause = JobEnd(cause_status="script-error", cause_words="rank 1 raised RuntimeError at step 5")
+    settle(job, decide_job(cause, measured=True), derive=False, first=True)
     job.distributed.ranks[1].status = "script-error"
     job.distributed.ranks[1].ended = "raised RuntimeError at step 5"
     job.distributed.ranks[1].error = [

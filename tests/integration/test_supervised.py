@@ -20,6 +20,7 @@ import psutil
 import pytest
 
 from paths import SCENARIOS
+from torchdoctor._errors import EXIT_TIMED_OUT
 
 FAULTS = SCENARIOS / "faults"
 pytestmark = pytest.mark.integration
@@ -100,7 +101,7 @@ CASES = [
         ["--max-seconds", "12"],
         5,
         "timed-out",
-        "stalls.py:10 in <module> (time.sleep(3600))",
+        "stalls.py:11 in <module> (time.sleep(3600))",
         9,
     ),
     Case(
@@ -166,6 +167,20 @@ def test_the_record_survives(tmp_path, case):
     assert "Traceback" not in done.stderr
     assert _script_gone(pidfile)
     _timeline_holds_the_record(record, data, done.stdout)
+
+
+def test_a_run_cut_at_the_bound_after_a_step_is_told_to_raise_the_bound(tmp_path):
+    """Its verdict on too few steps reads the status the bound gave it (it was derived from the
+    last snapshot's, and said to give the run more data or epochs)."""
+    # 1 warmup + 2 watched for syncs + 1 or 2 measured, then the stall
+    case = Case("stalls after a step", "stalls.py", ["--max-seconds", "15"], 5, "timed-out", "")
+    cmd, env, record, _ = _run(tmp_path, case)
+    done = subprocess.run(cmd, env={**env, "STALL_AT": "4"}, capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == EXIT_TIMED_OUT, done.stdout + done.stderr
+    data = json.loads(record.read_text())
+    assert data["status"] == "timed-out" and 0 < len(data["steps"]["step_ms"]) < 3, data["notes"]
+    assert data["verdict"]["next"].startswith("raise --max-seconds"), data["verdict"]
 
 
 def _timeline_holds_the_record(record, data: dict, stdout: str) -> None:

@@ -27,7 +27,14 @@ from torchdoctor.process.stream import (
     encode,
     read_step_log,
 )
-from torchdoctor.record import STEP_PARTS
+from torchdoctor.record import (
+    STEP_PARTS,
+    SampledPlace,
+    TimedCost,
+    WholeBlock,
+    WholeEvent,
+    WholeSummary,
+)
 from torchdoctor.report.timeline import phases_of_parts, timeline
 
 
@@ -119,7 +126,18 @@ def test_every_message_reads_back_as_itself_and_strangers_are_dropped():
         Snapshot({"status": "running"}, logged=3),
         Progress("measure", 2, 20, detail=None),
         Seen({"optimizer_steps": 5}),
-        Whole({"steps": 7}),
+        Whole(
+            WholeSummary(
+                wall_s=3.5,
+                steps=7,
+                checkpoint=TimedCost(0.4, 2, "train.py:9", sampled_s=0.1),
+                excess=(SampledPlace(("train.py", 12, "flush", 10), 0.2, gaps=3),),
+                in_step=(("train.py", 5, "loss_fn", 4),),
+                blocks=(WholeBlock(1.0, 32, 10.5, None),),
+                tail_places=(SampledPlace(("in-boundary", ("train.py", 20, "<module>", 1)), 0.1),),
+                events=(WholeEvent("checkpoint", 2.0, 0.2),),
+            )
+        ),
         Final({"status": "complete"}, 0, ["Traceback", "ValueError: x"]),
         Failed("no such script", "check the path", exit_status=2),
     ]
@@ -131,6 +149,7 @@ def test_every_message_reads_back_as_itself_and_strangers_are_dropped():
         b'{"t": "gossip"}\n',
         b'{"t": "hello", "rank": 1}\n',
         b'{"t": "steplog", "path": "x", "size": 3}\n',
+        b'{"t": "whole", "summary": {"steps": 1}}\n',  # a summary without its wall time
         b"garbage\n",
     ):
         assert decode(line) is None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import signal
 
-from torchdoctor.process.endings import PEER_LEFT_NOTE
+from torchdoctor.process.ending import PEER_LEFT_NOTE
 from torchdoctor.process.rank_endings import describe, first_cause, rank_ends, uneven
 from torchdoctor.process.stream import Final, Hello, StreamState
 
@@ -19,6 +19,7 @@ def rank(
     traceback: list[str] | None = None,
     steps: int = 10,
     notes: list[str] | None = None,
+    cause: str = "",
 ) -> StreamState:
     """A rank's stream: its last word (``status`` None: none came) and when it ended."""
     state = StreamState(hello=Hello(rank=n, local_rank=n, world_size=2, pid=1))
@@ -27,6 +28,8 @@ def rank(
         state.snapshot = {"seen": {"optimizer_steps": steps}}
     else:
         record = {"status": status, "seen": {"optimizer_steps": steps}, "notes": notes or []}
+        if cause:  # how its own process decided it ended (process.ending)
+            record["ending"] = {"status": status, "exit_status": 0, "cause": cause}
         state.final = Final(record, exit_status=1, traceback=traceback or [])
         state.final_at = at
     return state
@@ -77,7 +80,12 @@ def test_a_rank_that_ran_out_while_another_went_on_is_uneven_inputs():
     assert [e.rank for e in uneven(ends)] == [1]
     # torchdoctor's own collective lost the peer: the rank stopped, and follows too.
     states[0] = rank(
-        0, "partial", 2.0, steps=20, notes=[f"{PEER_LEFT_NOTE} after 8 measured steps"]
+        0,
+        "partial",
+        2.0,
+        steps=20,
+        notes=[f"{PEER_LEFT_NOTE} after 8 measured steps"],
+        cause="peer-lost",
     )
     ends = rank_ends(states, {}, None)
     assert ends[0].ending == "follower" and [e.rank for e in uneven(ends)] == [1]

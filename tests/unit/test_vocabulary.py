@@ -49,14 +49,37 @@ def test_the_verdict_groups_and_a_stragglers_bound_come_from_the_parts_groups():
 
 
 def test_every_status_has_one_exit_status_a_look_and_words():
-    from torchdoctor.process.endings import EXIT_FOR
-    from torchdoctor.record import STATUSES, RunRecord
+    from torchdoctor.analysis.short_run import _TOO_FEW_NEXT
+    from torchdoctor.process.ending import EXIT_FOR
+    from torchdoctor.record import COMPLETE, ENDED_SHORT, STATUS_PRECEDENCE, STATUSES, RunRecord
     from torchdoctor.report._style import ENDINGS
     from torchdoctor.report.terminal import stop_line
 
     assert set(EXIT_FOR) == set(STATUSES)
-    ended_badly = set(STATUSES) - {"complete"}
+    ended_badly = set(STATUSES) - {COMPLETE}
     assert set(ENDINGS) == ended_badly
+    # every status has one place in the precedence, the worst first and a completed run last
+    assert sorted(STATUS_PRECEDENCE) == sorted(STATUSES) and STATUS_PRECEDENCE[-1] == COMPLETE
+    assert set(_TOO_FEW_NEXT) == set(ENDED_SHORT)  # a short run's verdict says what to do next
     for status in STATUSES:
         words = stop_line(RunRecord(status=status))
         assert words and words != status, f"no words for the status {status!r}"
+
+
+def test_each_status_word_is_spelled_in_at_most_two_files():
+    """Code names a status by its constant (record/_kinds.py): a word spelled again elsewhere is
+    a second place that decides, or reads, how a run ended."""
+    import re
+    from pathlib import Path
+
+    import torchdoctor
+    from torchdoctor.record import STATUSES
+
+    src = Path(torchdoctor.__file__).parent
+    texts = {p: p.read_text(encoding="utf-8") for p in src.rglob("*.py")}
+    for status in STATUSES:
+        quoted = re.compile(rf"[\"']{re.escape(status)}[\"']")
+        spelled = sorted(
+            str(p.relative_to(src)) for p, text in texts.items() if quoted.search(text)
+        )
+        assert len(spelled) <= 2, f"{status!r} is spelled in {spelled}"

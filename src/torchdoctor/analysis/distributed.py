@@ -15,20 +15,25 @@ from __future__ import annotations
 
 import copy
 import statistics
+from collections.abc import Callable
 
 from ..record import (
     COMMUNICATION_BOUND,
+    COMPLETE,
     HOST_BOUND,
     INPUT_BOUND,
-    STATUSES,
+    PARTIAL,
+    STATUS_PRECEDENCE,
     STEP_PARTS,
     STRAGGLER,
     WAITS,
     DistributedReport,
+    Ending,
     Finding,
     RankRun,
     RunRecord,
     Stat,
+    Status,
     Straggler,
     Verdict,
 )
@@ -77,12 +82,16 @@ def combine(
     backend: str = "",
     ended: dict[int, str] | None = None,
     errors: dict[int, list[str]] | None = None,
+    ending: Callable[[RunRecord], Ending] | None = None,
 ) -> RunRecord:
     """The job's record from its ranks' records (any order; each knows its rank in ``env``).
 
     The top-level series, loader and verdict inputs are the bounding rank's (the straggler, else
     rank 0); ``record.distributed`` holds every rank; the verdict is the job's. ``ended`` and
     ``errors`` say, per rank, how its process ended and the traceback of a rank that raised.
+    ``ending`` decides how the job ended from the job as combined (the launcher's decision,
+    ``process.ending.decide_job``); without it, the worst of its ranks' endings. Either is set
+    before the job's verdict, which reads the status.
     """
     if not records:
         raise ValueError("a job record needs at least one rank's record")
@@ -116,7 +125,9 @@ def combine(
     bounding = next(rec for rec in by_rank if rank_of(rec) == report.bounding_rank)
     job = copy.deepcopy(bounding)
     job.distributed = report
-    job.status = _worst_status([r.status for r in ranks])
+    worst = worst_ending(by_rank)
+    job.status = worst.status if worst is not None else worst_status([r.status for r in ranks])
+    job.ending = worst
     job.findings = _merged_findings(by_rank, bounding)
     job.notes = _merged_notes(by_rank, bounding)
     if straggler is not None:
@@ -130,6 +141,9 @@ def combine(
     buckets = bucket_finding(report, bounding.seen)
     if buckets is not None:
         job.findings.append(buckets)
+    if ending is not None:
+        job.ending = ending(job)
+        job.status = job.ending.status
     summarise(job)  # the bounding rank's own figures; the job's verdict follows
     job.verdict = job_verdict(job, report)
     return job
@@ -363,23 +377,23 @@ def _next_for(kind: str, job: RunRecord, own: Verdict | None) -> str:
     return _NEXT_HOST if kind == HOST_BOUND else _NEXT_COMPUTE
 
 
-def _worst_status(statuses: list[str]) -> str:
-    """The job's status: complete only when every rank is; otherwise the first failure."""
-    bad = [s for s in statuses if s != "complete"]
-    if not bad:
-        return "complete"
-    for s in (
-        "internal-error",
-        "script-error",
-        "killed",
-        "timed-out",
-        "interrupted",
-        "partial",
-        "no-training",
-    ):
-        if s in bad:
-            return s
-    return bad[0] if bad[0] in STATUSES else "partial"
+def worst_status(statuses: list[Status]) -> Status:
+    """The job's status: complete only when every rank is; otherwise the worst ending
+    (:data:`~torchdoctor.record.STATUS_PRECEDENCE`); a status this version does not know is
+    partial's."""
+    known = [s for s in statuses if s in STATUS_PRECEDENCE] or [COMPLETE]
+    if len(known) < len(statuses) and all(s == COMPLETE for s in known):
+        return PARTIAL
+    return min(known, key=STATUS_PRECEDENCE.index)
+
+
+def worst_ending(records: list[RunRecord]) -> Ending | None:
+    """The worst of the ranks' endings, where every rank kept one (records written before the
+    ending was kept have none)."""
+    endings = [r.ending for r in records]
+    if not endings or any(e is None or e.status != r.status for e, r in zip(endings, records)):
+        return None
+    return min((e for e in endings if e is not None), key=lambda e: e.precedence)
 
 
 def _merged_findings(records: list[RunRecord], first: RunRecord) -> list[Finding]:

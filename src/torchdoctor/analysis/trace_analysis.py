@@ -14,7 +14,16 @@ import statistics
 from typing import Any
 
 from .. import __version__
-from ..record import Finding, ParseStats, RankReport, RunRecord, Stat, TraceReport, TraceStep
+from ..record import (
+    COMPLETE,
+    Finding,
+    ParseStats,
+    RankReport,
+    RunRecord,
+    Stat,
+    TraceReport,
+    TraceStep,
+)
 from ..trace import RankTrace
 from . import trace_comm, trace_gpu, trace_host, trace_steps, trace_verdict
 
@@ -95,7 +104,7 @@ def analyze_parsed_traces(
         tool_version=__version__,
         created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         command=list(command or []),
-        status="complete",
+        status=COMPLETE,
         notes=notes,
         verdict=verdict,
         findings=findings,

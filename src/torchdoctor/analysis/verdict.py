@@ -6,8 +6,10 @@ from dataclasses import dataclass, replace
 
 from ..record import (
     COMPUTE_BOUND,
+    ENDED_SHORT,
     HOST_BOUND,
     INPUT_BOUND,
+    SCRIPT_ERROR,
     STEP_PARTS,
     UNKNOWN,
     LoaderSettings,
@@ -16,6 +18,7 @@ from ..record import (
     Verdict,
 )
 from ..record.part_names import PART_GROUPS
+from .short_run import MIN_VERDICT_STEPS, too_few
 
 #: Share of step time spent waiting for batches (and copying them) that makes a run input-bound.
 #: A quarter of the step is where fixing the input pays at least 1.33x.
@@ -140,8 +143,8 @@ def decide(record: RunRecord) -> Verdict:
     """The verdict, with why (the measured shares) and what to try next."""
     if not record.steps.step_ms or record.step_ms is None:
         return _no_step(record)
-    if len(record.steps.step_ms) < MIN_VERDICT_STEPS and record.status in _ENDED_EARLY:
-        return _too_few(record, shares=group_shares(record))
+    if len(record.steps.step_ms) < MIN_VERDICT_STEPS and record.status in ENDED_SHORT:
+        return too_few(record, shares=group_shares(record))
     shares = group_shares(record)
     step = record.step_ms.mean
     ceiling = record.ceiling_speedup
@@ -183,34 +186,6 @@ def decide(record: RunRecord) -> Verdict:
     return Verdict(COMPUTE_BOUND, why, _with_trials(record, _NEXT_COMPUTE), shares)
 
 
-#: Measured steps a verdict needs from a run that ended before its measurement did (a mean of
-#: fewer says little: one slow first step decides it).
-MIN_VERDICT_STEPS = 3
-#: The statuses of a run cut short (a run still in progress, a snapshot, is "partial" too).
-_ENDED_EARLY = ("script-error", "killed", "internal-error", "partial", "timed-out", "interrupted")
-_TOO_FEW_NEXT = {
-    "script-error": "fix the script's error (its traceback is above, and in the notes) and run "
-    "torchdoctor again",
-    "killed": "find what ended the process (the notes say how it ended) and run torchdoctor again",
-    "partial": "give the run more data or epochs, or lower --warmup and --steps",
-    "timed-out": "raise --max-seconds, or lower --warmup and --steps",
-    "interrupted": "let the run measure a few more steps before stopping it",
-    "internal-error": "see the note on torchdoctor's own failure",
-}
-
-
-def _too_few(record: RunRecord, shares: dict[str, float]) -> Verdict:
-    n = len(record.steps.step_ms)
-    return Verdict(
-        kind=UNKNOWN,
-        why=f"only {n} step{'' if n == 1 else 's'} measured before the run ended "
-        f"({record.status}): too few for a verdict ({MIN_VERDICT_STEPS} needed); the step parts "
-        "below cover those steps only",
-        next=_TOO_FEW_NEXT.get(record.status, _TOO_FEW_NEXT["partial"]),
-        shares=shares,
-    )
-
-
 def _no_step(record: RunRecord) -> Verdict:
     whole = record.whole_run
     if whole is not None and whole.steps:  # run --whole, a run too short for its window
@@ -220,7 +195,7 @@ def _no_step(record: RunRecord) -> Verdict:
             "measured part by part",
             next="read the whole run's accounts above; for the steps' verdict, lower --warmup",
         )
-    if record.status == "script-error":
+    if record.status == SCRIPT_ERROR:
         return Verdict(
             kind=UNKNOWN,
             why="the script failed before a training step was measured",

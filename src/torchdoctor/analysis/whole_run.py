@@ -1,25 +1,32 @@
 """A whole run's accounts (``run --whole``) as the record's kinds, each with its place and fix.
 
-Pure: takes the plain summary the capture keeps (:meth:`~torchdoctor.capture._whole.WholeRunWatch.
-summary`, also what the stream carries) and the run's loader settings, and gives
-:class:`~torchdoctor.record.WholeRun` and the findings about the run's course (drift, memory).
-docs/whole-run.md explains each kind and how it is measured.
+Pure: takes the summary the capture keeps (:class:`~torchdoctor.record.WholeSummary`, also what
+the stream carries) and the run's loader settings, and gives :class:`~torchdoctor.record.WholeRun`
+and the findings about the run's course (drift, memory). A cost the hooks time in events
+(evaluation, checkpoint, epoch boundary) is one :class:`TimedRule` of :data:`TIMED_RULES`: its
+words and when it has a fix. docs/whole-run.md explains each kind and how it is measured.
 """
 
 from __future__ import annotations
 
 import os
 import statistics
-from typing import Any
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from ..record import (
     Finding,
     LoaderSettings,
+    PlaceKey,
     RunRecord,
+    SampledPlace,
+    TimedCost,
     WholeBlock,
     WholeEvent,
     WholeKind,
+    WholeKindName,
     WholeRun,
+    WholeSummary,
 )
 from .whole_course import course_findings, eval_mode_finding, mark_cut
 
@@ -34,15 +41,15 @@ FIX_SHARE = 0.02
 
 
 def attach_whole(
-    record: RunRecord, raw: dict[str, Any], cut: bool, wall_s: float | None = None
+    record: RunRecord, summary: WholeSummary, cut: bool, wall_s: float | None = None
 ) -> None:
     """Put a whole run's accounts into ``record`` (``whole_run`` and its findings)."""
-    record.whole_run, findings = whole_run_of(raw, record.loader, cut=cut, wall_s=wall_s)
+    record.whole_run, findings = whole_run_of(summary, record.loader, cut=cut, wall_s=wall_s)
     record.findings.extend(findings)
 
 
 def whole_run_of(
-    raw: dict[str, Any],
+    summary: WholeSummary,
     loader: LoaderSettings | None = None,
     cut: bool = False,
     wall_s: float | None = None,
@@ -53,54 +60,48 @@ def whole_run_of(
     run's length as the supervisor measured it, when it outlived the last summary (the time since
     counts as tail).
     """
-    wall = max(raw["wall_s"], wall_s or 0.0)
-    tail = raw["tail_s"] + (wall - raw["wall_s"])
-    between, slow, slow_parts = _excess(raw["excess"], wall, raw.get("in_step", []))
+    s = summary
+    wall = max(s.wall_s, wall_s or 0.0)
+    tail = s.tail_s + (wall - s.wall_s)
+    between, slow, slow_parts = _excess(s.excess, wall, s.in_step)
     kinds = [
-        _startup(raw, wall),
-        WholeKind("steps", raw["steps_s"], max(raw["steps"] - 1, 0), detail=_steps_detail(raw)),
-        WholeKind(
-            "slow-steps",
-            slow,
-            raw["slow_steps"],
-            detail=slow_parts,
-            fix=_slow_fix(slow, wall),
-        ),
-        _boundary(raw, loader, wall),
-        _evaluation(raw, wall),
-        _checkpoint(raw, wall),
+        _startup(s, wall),
+        WholeKind("steps", s.steps_s, max(s.steps - 1, 0), detail=_steps_detail(s)),
+        WholeKind("slow-steps", slow, s.slow_steps, detail=slow_parts, fix=_slow_fix(slow, wall)),
+        *(rule.kind_of(s, loader, wall) for rule in TIMED_RULES),
         *between,
-        WholeKind("tail", max(tail, 0.0), detail=_places_words(raw["tail_places"], 3)),
+        WholeKind("tail", max(tail, 0.0), detail=_places_words(s.tail_places, 3)),
     ]
     kinds = [_rounded(k) for k in kinds if k.seconds > 0 or k.kind in ("startup", "steps")]
-    blocks = [WholeBlock(round(b[0], 3), int(b[1]), round(b[2], 4), b[3]) for b in raw["blocks"]]
-    steady = _steady(blocks)
+    blocks = [
+        WholeBlock(round(b.end_s, 3), int(b.steps), round(b.step_ms, 4), b.rss_mb) for b in s.blocks
+    ]
     run = WholeRun(
         wall_s=round(wall, 4),
-        goodput=round(raw["steps_s"] / wall, 4) if wall > 0 else 0.0,
-        steps=raw["steps"],
-        steady_step_ms=steady,
+        goodput=round(s.steps_s / wall, 4) if wall > 0 else 0.0,
+        steps=s.steps,
+        steady_step_ms=_steady(blocks),
         categories=kinds,
         series=blocks,
-        epochs=raw["epochs"],
-        sample_interval_s=raw["sample_interval_s"],
-        events=_events(raw, wall),
-        events_dropped=raw.get("events_dropped", 0),
-        started_at_s=raw.get("started_at_s"),
+        epochs=s.epochs,
+        sample_interval_s=s.sample_interval_s,
+        events=_events(s, wall),
+        events_dropped=s.events_dropped,
+        started_at_s=s.started_at_s,
     )
     if cut:
         mark_cut(run)
     findings = course_findings(blocks)
-    if raw.get("trains_in_eval_mode"):
-        findings.append(eval_mode_finding(short_where(raw["eval_where"])))
+    if s.trains_in_eval_mode:
+        findings.append(eval_mode_finding(short_where(s.evaluation.where)))
     return run, findings
 
 
-def _events(raw: dict[str, Any], wall: float) -> list[WholeEvent]:
+def _events(summary: WholeSummary, wall: float) -> list[WholeEvent]:
     """The run's events, startup first and tail last."""
-    first, last = raw.get("first_step_s"), raw.get("last_step_s")
+    first, last = summary.first_step_s, summary.last_step_s
     events = [WholeEvent("startup", 0.0, round(first if first is not None else wall, 4))]
-    events += [WholeEvent(k, round(s, 4), round(d, 4)) for k, s, d in raw.get("events", [])]
+    events += [WholeEvent(e.kind, round(e.start_s, 4), round(e.seconds, 4)) for e in summary.events]
     if last is not None and wall > last:
         events.append(WholeEvent("tail", round(last, 4), round(wall - last, 4)))
     return events
@@ -120,20 +121,20 @@ def _steady(blocks: list[WholeBlock]) -> float | None:
     return round(statistics.median(medians), 4) if medians else None
 
 
-def _steps_detail(raw: dict[str, Any]) -> str:
-    counted = raw["steps"] - 1  # the first step ends the startup
+def _steps_detail(summary: WholeSummary) -> str:
+    counted = summary.steps - 1  # the first step ends the startup
     if counted < 1:
         return "no training step after the first (which ends the startup)"
-    each = raw["steps_s"] / counted * 1e3
+    each = summary.steps_s / counted * 1e3
     return f"{counted} step{'s' if counted > 1 else ''} after the first, {each:.1f} ms each"
 
 
 # --- places ------------------------------------------------------------------------------------
 
 
-def place_words(key: list[Any]) -> str:
+def place_words(key: PlaceKey) -> str:
     """``train.py:12 (index_dataset)`` for a sampled place of the user's."""
-    file, line, function = key[0], key[1], key[2]
+    file, line, function = str(key[0]), key[1], key[2]
     name = "" if function == "<module>" else f" ({function})"
     return f"{_short(file)}:{line}{name}"
 
@@ -154,43 +155,42 @@ def _short(file: str) -> str:
     return rel if not rel.startswith("..") else file
 
 
-def _grouped(places: list[list[Any]]) -> list[tuple[list[Any], float, int]]:
-    """Sampled places of the user's (key, seconds, gaps) summed by function (module-level code
-    by line), each named at its busiest line; biggest first. Keys of other kinds are skipped."""
-    groups: dict[tuple, list[Any]] = {}
-    for entry in places:
-        key, seconds = entry[0], entry[1]
-        gaps = entry[2] if len(entry) > 2 else 0
-        if len(key) != 4:
+def _grouped(places: Iterable[SampledPlace]) -> list[SampledPlace]:
+    """Sampled places of the user's summed by function (module-level code by line), each named
+    at its busiest line, its gaps the most of any line; biggest first. Other places are skipped."""
+    groups: dict[tuple, list[SampledPlace]] = {}
+    for place in places:
+        if not place.in_user_code:
             continue
-        file, line, function, first = key
+        file, line, function, first = place.key
         group = (file, line) if function == "<module>" else (file, function, first)
-        slot = groups.setdefault(group, [key, 0.0, 0, 0.0])
-        slot[1] += seconds
-        slot[2] = max(slot[2], gaps)
-        if seconds > slot[3]:
-            slot[0], slot[3] = key, seconds
-    out = [(slot[0], slot[1], slot[2]) for slot in groups.values()]
-    return sorted(out, key=lambda item: item[1], reverse=True)
+        groups.setdefault(group, []).append(place)
+    out = [
+        SampledPlace(
+            max(lines, key=lambda p: p.seconds).key,
+            sum(p.seconds for p in lines),
+            max(p.gaps for p in lines),
+        )
+        for lines in groups.values()
+    ]
+    return sorted(out, key=lambda p: p.seconds, reverse=True)
 
 
-def _places_words(places: list[list[Any]], limit: int) -> str:
-    top = [p for p in _grouped(places) if p[1] >= 0.05][:limit]
-    return "; ".join(f"{place_words(key)} {seconds:.2f} s" for key, seconds, _ in top)
+def _places_words(places: Iterable[SampledPlace], limit: int) -> str:
+    top = [p for p in _grouped(places) if p.seconds >= 0.05][:limit]
+    return "; ".join(f"{place_words(p.key)} {p.seconds:.2f} s" for p in top)
 
 
 # --- the kinds ---------------------------------------------------------------------------------
 
 
-def _startup(raw: dict[str, Any], wall: float) -> WholeKind:
-    seconds = raw["startup_s"]
-    places = _grouped(raw["startup_places"])
-    sampled = sum(s for _, s, _ in places) + sum(
-        p[1] for p in raw["startup_places"] if len(p[0]) != 4
-    )
-    kind = WholeKind("startup", seconds, 1 if raw["steps"] else 0)
-    parts = [f"{place_words(key)} {s:.2f} s" for key, s, _ in places[:3] if s >= 0.05]
-    first = sum(p[1] for p in raw["startup_places"] if p[0][0] == "part")
+def _startup(summary: WholeSummary, wall: float) -> WholeKind:
+    seconds = summary.startup_s
+    places = _grouped(summary.startup_places)
+    sampled = sum(p.seconds for p in summary.startup_places)
+    kind = WholeKind("startup", seconds, 1 if summary.steps else 0)
+    parts = [f"{place_words(p.key)} {p.seconds:.2f} s" for p in places[:3] if p.seconds >= 0.05]
+    first = sum(p.seconds for p in summary.startup_places if p.part is not None)
     if first >= 0.05:
         parts.append(f"the first step's forward, backward and optimizer {first:.2f} s")
     before = seconds - sampled
@@ -198,47 +198,34 @@ def _startup(raw: dict[str, Any], wall: float) -> WholeKind:
         parts.append(f"before the script's first line (Python, torch's import) {before:.2f} s")
     kind.detail = "; ".join(parts)
     if places:
-        key, top, _ = places[0]
-        kind.where = place_words(key)
-        importing = key[2].endswith(IMPORTING)  # the modules' own start: not the script's to cache
-        if not importing and top >= 0.5 and top >= 0.2 * seconds and top >= FIX_SHARE * wall:
+        top = places[0]
+        kind.where = place_words(top.key)
+        # the modules' own start: not the script's to cache
+        importing = str(top.key[2]).endswith(IMPORTING)
+        share = top.seconds
+        if not importing and share >= 0.5 and share >= 0.2 * seconds and share >= FIX_SHARE * wall:
             kind.fix = (
-                f"{place_words(key)} takes {top:.1f} s of every start: compute it once and "
+                f"{kind.where} takes {share:.1f} s of every start: compute it once and "
                 "load the result (a cached index or dataset file), or do it lazily"
             )
-            kind.saves_s = top
+            kind.saves_s = share
     return kind
 
 
 def _excess(
-    excess: list[list[Any]], wall: float, in_step: list[list[Any]]
+    excess: tuple[SampledPlace, ...], wall: float, in_step: tuple[PlaceKey, ...]
 ) -> tuple[list[WholeKind], float, str]:
     """The slow steps' excess: the user's functions it went to (between steps, biggest first),
     and the rest (slow steps) with the parts of the step it was in, in words. A place the steady
     steps run as much (``in_step``: the loss, the script's own step function) is the step's own
     code: its share is a slow step's."""
-    total = sum(entry[1] for entry in excess)
-    steady = {tuple(key) for key in in_step}
-    own = [entry for entry in excess if tuple(entry[0]) in steady]
-    places = _grouped([entry for entry in excess if tuple(entry[0]) not in steady])
-    named = [p for p in places if p[1] >= PLACE_SHARE * wall][:MAX_PLACES]
-    between = [
-        WholeKind(
-            "between-steps",
-            seconds,
-            gaps,
-            where=place_words(key),
-            fix=(
-                f"{place_words(key)} runs between steps on the training thread: do it every N "
-                "steps, or hand it to a background thread"
-            )
-            if seconds >= FIX_SHARE * wall
-            else None,
-            saves_s=seconds if seconds >= FIX_SHARE * wall else None,
-        )
-        for key, seconds, gaps in named
-    ]
-    rest_user = sum(p[1] for p in places) - sum(k.seconds for k in between)
+    total = sum(p.seconds for p in excess)
+    steady = set(in_step)
+    own = [p for p in excess if p.key in steady]
+    places = _grouped(p for p in excess if p.key not in steady)
+    named = [p for p in places if p.seconds >= PLACE_SHARE * wall][:MAX_PLACES]
+    between = [_between(p, wall) for p in named]
+    rest_user = sum(p.seconds for p in places) - sum(k.seconds for k in between)
     if rest_user > 0:
         between.append(
             WholeKind(
@@ -250,22 +237,40 @@ def _excess(
         )
     slow = max(total - sum(k.seconds for k in between), 0.0)
     parts: dict[str, float] = {}
-    for entry in excess:
-        key, seconds = entry[0], entry[1]
-        if len(key) == 2 and key[0] == "part":
-            parts[key[1]] = parts.get(key[1], 0.0) + seconds
-        elif len(key) == 1:
-            label = "not sampled" if key[0] == "unsampled" else "torch or a library"
-            parts[label] = parts.get(label, 0.0) + seconds
-    for key, seconds, _ in _grouped(own):
-        label = f"the step's own code at {place_words(key)}"
-        parts[label] = parts.get(label, 0.0) + seconds
+    for place in excess:
+        if place.part is not None:
+            label = place.part
+        elif len(place.key) == 1:
+            label = "not sampled" if place.key[0] == "unsampled" else "torch or a library"
+        else:
+            continue
+        parts[label] = parts.get(label, 0.0) + place.seconds
+    for place in _grouped(own):
+        label = f"the step's own code at {place_words(place.key)}"
+        parts[label] = parts.get(label, 0.0) + place.seconds
     words = ", ".join(
         f"{name} {seconds:.2f} s"
         for name, seconds in sorted(parts.items(), key=lambda kv: kv[1], reverse=True)
         if seconds >= 0.01
     )
     return between, slow, f"their excess over the steady step went to: {words}" if words else ""
+
+
+def _between(place: SampledPlace, wall: float) -> WholeKind:
+    """A function of the user's that a slow step's excess went to: work between steps."""
+    where = place_words(place.key)
+    fixable = place.seconds >= FIX_SHARE * wall
+    return WholeKind(
+        "between-steps",
+        place.seconds,
+        place.gaps,
+        where=where,
+        fix=f"{where} runs between steps on the training thread: do it every N steps, or hand "
+        "it to a background thread"
+        if fixable
+        else None,
+        saves_s=place.seconds if fixable else None,
+    )
 
 
 def _slow_fix(slow: float, wall: float) -> str | None:
@@ -277,64 +282,112 @@ def _slow_fix(slow: float, wall: float) -> str | None:
     )
 
 
-def _boundary(raw: dict[str, Any], loader: LoaderSettings | None, wall: float) -> WholeKind:
-    seconds, count = raw["boundary_s"], raw["boundaries"]
-    kind = WholeKind("epoch-boundary", seconds, count)
-    if not count:
-        return kind
-    kind.detail = f"{count} boundar{'y' if count == 1 else 'ies'}, {seconds / count:.2f} s each"
-    if loader is not None:
-        kind.where = short_where(loader.created_at)
-        if loader.num_workers and not loader.persistent_workers and seconds >= FIX_SHARE * wall:
-            kind.fix = (
-                "DataLoader(..., persistent_workers=True): its "
-                f"{loader.num_workers} workers are started again at every epoch"
-            )
-            kind.saves_s = seconds
-    return kind
+# --- the costs timed in events: one rule each ----------------------------------------------------
+
+#: A timed cost's fix: the words, and the seconds it would save (None: not told).
+Fix = tuple[str, float | None]
 
 
-def _counted(
-    name: str, seconds: float, count: int, where: str | None, one: str, many: str
-) -> WholeKind:
-    """A kind counted in events (passes, saves), with its seconds each in words."""
-    kind = WholeKind(name, seconds, count, where=short_where(where))  # type: ignore[arg-type]
-    if count:
-        kind.detail = f"{count} {one if count == 1 else many}, {seconds / count:.2f} s each"
-    return kind
+@dataclass(frozen=True)
+class TimedRule:
+    """How one exactly timed cost of the summary becomes a kind: its account, its events'
+    names (``pass``/``passes``), and its fix, when the account calls for one."""
 
+    kind: WholeKindName
+    account: Callable[[WholeSummary], TimedCost]
+    one: str
+    many: str
+    fix: Callable[[WholeSummary, LoaderSettings | None, float], Fix | None]
+    #: Where in the user's code, when not the account's own line (an epoch boundary's loader).
+    where: Callable[[WholeSummary, LoaderSettings | None], str | None] | None = None
+    #: Words after the count (``(0.20 s of it in the save functions ...)``).
+    more: Callable[[TimedCost], str] | None = None
 
-def _evaluation(raw: dict[str, Any], wall: float) -> WholeKind:
-    kind = _counted("evaluation", raw["eval_s"], raw["evals"], raw["eval_where"], "pass", "passes")
-    seconds = kind.seconds
-    if not kind.count:
-        return kind
-    if raw["eval_with_grad"]:
-        kind.fix = (
-            "the evaluation runs with autograd on (model.eval() does not turn it off): wrap it "
-            "in `with torch.inference_mode():`"
+    def kind_of(
+        self, summary: WholeSummary, loader: LoaderSettings | None, wall: float
+    ) -> WholeKind:
+        cost = self.account(summary)
+        where = self.where(summary, loader) if self.where else short_where(cost.where)
+        kind = WholeKind(self.kind, cost.seconds, cost.count, where=where)
+        if not cost.count:
+            return kind
+        each = cost.seconds / cost.count
+        kind.detail = (
+            f"{cost.count} {self.one if cost.count == 1 else self.many}, {each:.2f} s each"
         )
-    elif seconds >= FIX_SHARE * wall:
-        kind.fix = (
-            "evaluate less often, or with a larger batch (no activations are kept for backward "
-            "under torch.inference_mode())"
-        )
-    return kind
-
-
-def _checkpoint(raw: dict[str, Any], wall: float) -> WholeKind:
-    kind = _counted("checkpoint", raw["save_s"], raw["saves"], raw["save_where"], "save", "saves")
-    seconds = kind.seconds
-    if not kind.count:
+        kind.detail += self.more(cost) if self.more else ""
+        fix = self.fix(summary, loader, wall)
+        if fix is not None:
+            kind.fix, kind.saves_s = fix
         return kind
-    extra = raw["save_extra_s"]
-    kind.detail += (
-        f" ({extra:.2f} s of it in the save functions around torch.save)" if extra >= 0.01 else ""
+
+
+def _boundary_fix(summary: WholeSummary, loader: LoaderSettings | None, wall: float) -> Fix | None:
+    seconds = summary.boundary.seconds
+    if loader is None or not loader.num_workers or loader.persistent_workers:
+        return None
+    if seconds < FIX_SHARE * wall:
+        return None
+    return (
+        f"DataLoader(..., persistent_workers=True): its {loader.num_workers} workers are "
+        "started again at every epoch",
+        seconds,
     )
-    if seconds >= FIX_SHARE * wall:
-        kind.fix = (
-            "save less often, or without stopping training: "
-            "torch.distributed.checkpoint.async_save (state copied, written in the background)"
+
+
+def _evaluation_fix(
+    summary: WholeSummary, loader: LoaderSettings | None, wall: float
+) -> Fix | None:
+    if summary.eval_with_grad:
+        return (
+            "the evaluation runs with autograd on (model.eval() does not turn it off): wrap it "
+            "in `with torch.inference_mode():`",
+            None,
         )
-        kind.saves_s = seconds
-    return kind
+    if summary.evaluation.seconds >= FIX_SHARE * wall:
+        return (
+            "evaluate less often, or with a larger batch (no activations are kept for backward "
+            "under torch.inference_mode())",
+            None,
+        )
+    return None
+
+
+def _checkpoint_fix(
+    summary: WholeSummary, loader: LoaderSettings | None, wall: float
+) -> Fix | None:
+    seconds = summary.checkpoint.seconds
+    if seconds < FIX_SHARE * wall:
+        return None
+    return (
+        "save less often, or without stopping training: "
+        "torch.distributed.checkpoint.async_save (state copied, written in the background)",
+        seconds,
+    )
+
+
+def _save_functions(cost: TimedCost) -> str:
+    if cost.sampled_s < 0.01:
+        return ""
+    return f" ({cost.sampled_s:.2f} s of it in the save functions around torch.save)"
+
+
+def _loader_line(summary: WholeSummary, loader: LoaderSettings | None) -> str | None:
+    return short_where(loader.created_at) if loader is not None else None
+
+
+#: The costs timed in events, in the order the kinds are shown.
+TIMED_RULES: tuple[TimedRule, ...] = (
+    TimedRule(
+        "epoch-boundary",
+        lambda s: s.boundary,
+        "boundary",
+        "boundaries",
+        _boundary_fix,
+        where=_loader_line,
+    ),
+    TimedRule("evaluation", lambda s: s.evaluation, "pass", "passes", _evaluation_fix),
+    TimedRule(
+        "checkpoint", lambda s: s.checkpoint, "save", "saves", _checkpoint_fix, more=_save_functions
+    ),
+)

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 def patch_torch(session: CaptureSession) -> None:
     """Wrap the DataLoader's construction and iteration, batch copies, and autograd's entries."""
     p = session.patcher
+    hooks = session.hooks  # what the wrappers call in every step: bound once
 
     orig_iter = DataLoader.__iter__
     orig_init = DataLoader.__init__
@@ -51,16 +52,16 @@ def patch_torch(session: CaptureSession) -> None:
     # DataLoader.__init__'s parameter names to re-create a loader with its sampler).
     @functools.wraps(orig_init)
     def dataloader_init(loader, /, *args, **kwargs):
-        if session.foreign():
+        if hooks.foreign():
             return orig_init(loader, *args, **kwargs)
-        if not session.phase.owns_loaders:
+        if not hooks.phase.owns_loaders:
             if session.options.loader_overrides:
                 # Name every argument so an override cannot collide with a positional one.
                 bound = init_signature.bind(loader, *args, **kwargs).arguments
                 bound.pop("self")
                 extra = bound.pop("kwargs", {})
                 args, kwargs = (), {**bound, **extra}
-                kwargs.update(session.overrides_for(kwargs))
+                kwargs.update(hooks.overrides_for(kwargs))
             site = user_site(sys._getframe(1))
             if site is not None:
                 session.loaders.created(loader, f"{site.file}:{site.line}")
@@ -68,81 +69,75 @@ def patch_torch(session: CaptureSession) -> None:
 
     @functools.wraps(orig_iter)
     def dataloader_iter(loader, /):
-        if session.foreign():
+        if hooks.foreign():
             return orig_iter(loader)
-        started, whole = session.clock_ns(), session.whole
-        if whole is not None:
-            whole.loading = True  # workers starting: an epoch boundary's own time
+        started, whole = session.clock_ns(), hooks.whole
+        whole.loading = True  # workers starting: an epoch boundary's own time
         try:
             it = session.passes.new_pass(loader, orig_iter)  # a served pass: without workers
         finally:
-            if whole is not None:
-                whole.loading = False
-        if whole is not None:
-            whole.iterator_made(loader_key(it), started)
-        session.check_done()
-        if not session.phase.owns_loaders:  # else: torchdoctor's own clones
+            whole.loading = False
+        whole.iterator_made(loader_key(it), started)
+        hooks.check_done()
+        if not hooks.phase.owns_loaders:  # else: torchdoctor's own clones
             session.loaders.iterated(loader, it)
         return it
 
-    # The wrappers called in every step test ``session.foreign()`` inlined (a Python call fewer).
+    # The wrappers called in every step test ``hooks.foreign()`` inlined (a Python call fewer).
     @functools.wraps(orig_next)
     def iterator_next(it, /):
-        if get_ident() != session._owner_thread:
+        if get_ident() != hooks._owner_thread:
             return orig_next(it)
-        return session.serve_batch(it, orig_next)
+        return hooks.serve_batch(it, orig_next)
 
     # A batch's copy, or any copy a batch builder makes, in the script's thread: timed.
     @passes_through
     @functools.wraps(orig_to)
     def tensor_to(tensor, /, *args, **kwargs):
-        ids = session.batch_ids
-        if (session.building or (ids and id(tensor) in ids)) and (
-            get_ident() == session._owner_thread
-        ):
-            return session.time_part("to_device", orig_to, tensor, *args, **kwargs)
+        ids = hooks.batch_ids
+        if (hooks.building or (ids and id(tensor) in ids)) and (get_ident() == hooks._owner_thread):
+            return hooks.time_part("to_device", orig_to, tensor, *args, **kwargs)
         return orig_to(tensor, *args, **kwargs)
 
     @passes_through
     @functools.wraps(orig_cuda)
     def tensor_cuda(tensor, /, *args, **kwargs):
-        ids = session.batch_ids
-        if (session.building or (ids and id(tensor) in ids)) and (
-            get_ident() == session._owner_thread
-        ):
-            return session.time_part("to_device", orig_cuda, tensor, *args, **kwargs)
+        ids = hooks.batch_ids
+        if (hooks.building or (ids and id(tensor) in ids)) and (get_ident() == hooks._owner_thread):
+            return hooks.time_part("to_device", orig_cuda, tensor, *args, **kwargs)
         return orig_cuda(tensor, *args, **kwargs)
 
     @functools.wraps(orig_backward)
     def autograd_backward(*args, **kwargs):
-        if get_ident() != session._owner_thread:
+        if get_ident() != hooks._owner_thread:
             return orig_backward(*args, **kwargs)
-        session.data.seen["backward_calls"] += 1
-        if session.backward_depth:  # a backward inside backward (reentrant checkpointing)
+        data = hooks.data
+        data.seen["backward_calls"] += 1
+        if hooks.backward_depth:  # a backward inside backward (reentrant checkpointing)
             return orig_backward(*args, **kwargs)
-        if len(session.data.losses) < session.options.loss_values:  # fix's numerics check
-            session.data.losses.append(loss_value(args[0] if args else kwargs.get("tensors")))
-        session.backward_starting()
-        session.backward_depth += 1
+        if len(data.losses) < hooks.options.loss_values:  # fix's numerics check
+            data.losses.append(loss_value(args[0] if args else kwargs.get("tensors")))
+        hooks.backward_starting()
+        hooks.backward_depth += 1
         try:
-            result = session.time_part("backward", orig_backward, *args, **kwargs)
+            result = hooks.time_part("backward", orig_backward, *args, **kwargs)
         finally:
-            session.backward_depth -= 1
-        session.backward_ended(args[0] if args else kwargs.get("tensors"))
+            hooks.backward_depth -= 1
+        hooks.backward_ended(args[0] if args else kwargs.get("tensors"))
         return result
 
     @functools.wraps(orig_grad)
     def autograd_grad(*args, **kwargs):  # loops that take gradients with autograd.grad
-        if session.foreign():
+        if hooks.foreign():
             return orig_grad(*args, **kwargs)
-        session.data.seen["backward_calls"] += 1
-        return session.time_part("backward", orig_grad, *args, **kwargs)
+        hooks.data.seen["backward_calls"] += 1
+        return hooks.time_part("backward", orig_grad, *args, **kwargs)
 
     @functools.wraps(orig_optimizer_init)
     def optimizer_init(optimizer, /, *args, **kwargs):
         # An optimizer built and not yet stepped: the loss-delimited fallbacks wait for more
         # evidence (it may step after warm-up iterations or a long accumulation).
-        if not session.foreign():
+        if not hooks.foreign():
             session.boundary.optimizer_built = True
             site = call_site()  # the user's line that built it, past torch.optim's __init__s
             if site is not None:
@@ -151,11 +146,11 @@ def patch_torch(session: CaptureSession) -> None:
 
     @functools.wraps(orig_process_start)
     def process_start(process, /):
-        if not session.foreign():
+        if not hooks.foreign():
             session.processes.started(process)
         return orig_process_start(process)
 
-    if session.whole is not None:
+    if hooks.whole.active:  # saves and mode switches matter to the whole run's accounts only
         _patch_whole_run(session)
     p.set(torch.optim.Optimizer, "__init__", optimizer_init)
     p.set(_mp_process.BaseProcess, "start", process_start)
@@ -170,13 +165,13 @@ def patch_torch(session: CaptureSession) -> None:
 
 def _patch_whole_run(session: CaptureSession) -> None:
     """``run --whole``: saves (``torch.save``) and train/eval mode switches, for the accounts."""
-    whole = session.whole
+    hooks, whole = session.hooks, session.hooks.whole
     orig_save = torch.save
     orig_train = torch.nn.Module.train
 
     @functools.wraps(orig_save)
     def save(*args, **kwargs):
-        if session.foreign():
+        if hooks.foreign():
             return orig_save(*args, **kwargs)
         whole.save_started()
         started = session.clock_ns()
@@ -188,7 +183,7 @@ def _patch_whole_run(session: CaptureSession) -> None:
 
     @functools.wraps(orig_train)
     def train(module, /, *args, **kwargs):
-        if not session.foreign():
+        if not hooks.foreign():
             mode = args[0] if args else kwargs.get("mode", True)
             whole.mode_set(bool(mode), session.clock_ns())
         return orig_train(module, *args, **kwargs)

@@ -37,7 +37,7 @@ from .phases.base import Done
 
 if TYPE_CHECKING:
     from ._patch import Patcher
-    from ._session import CaptureSession
+    from ._step_hooks import StepHooks
 
 #: Steps the search for the functions that build the batches may take.
 SEARCH_STEPS = 3
@@ -102,9 +102,7 @@ class BuiltInputs:
             self.stop_search()
             self._note_not_found()
 
-    def model_called(
-        self, args: tuple[Any, ...], patcher: Patcher, session: CaptureSession
-    ) -> None:
+    def model_called(self, args: tuple[Any, ...], patcher: Patcher, hooks: StepHooks) -> None:
         """The outermost module is called with ``args``: wrap the functions that built them."""
         codes: list[Any] = []
         # The first argument is the data; later ones may be state the loop carries from step to
@@ -117,7 +115,7 @@ class BuiltInputs:
         if not codes:
             return
         self.stop_search()
-        self._wrap([fn for fn in map(_function_of, codes) if fn is not None], patcher, session)
+        self._wrap([fn for fn in map(_function_of, codes) if fn is not None], patcher, hooks)
         if self.builders:
             self._notes.append(
                 f"the loop builds its batches itself, in {', '.join(self.described())}: timed "
@@ -177,7 +175,7 @@ class BuiltInputs:
     # --- the builders -----------------------------------------------------------------------
 
     def _wrap(
-        self, functions: list[Callable[..., Any]], patcher: Patcher, session: CaptureSession
+        self, functions: list[Callable[..., Any]], patcher: Patcher, hooks: StepHooks
     ) -> None:
         """Wrap each function where the script looks it up; keep those that cannot be reached."""
         for fn in functions:
@@ -189,7 +187,7 @@ class BuiltInputs:
                 self.unreachable.append(builder.describe())
                 continue
 
-            patcher.set(place[0], place[1], _wrapper(builder, session))
+            patcher.set(place[0], place[1], _wrapper(builder, hooks))
             self.builders.append(builder)
 
     def start_replay(self) -> bool:
@@ -220,41 +218,41 @@ NOT_FOUND_NOTE = (
 )
 
 
-def _wrapper(builder: Builder, session: CaptureSession) -> Callable[..., Any]:
+def _wrapper(builder: Builder, hooks: StepHooks) -> Callable[..., Any]:
     @functools.wraps(builder.fn)
     def built_by_the_loop(*args: Any, **kwargs: Any) -> Any:
-        return _build(session, builder, args, kwargs)
+        return _build(hooks, builder, args, kwargs)
 
     return built_by_the_loop
 
 
-def _build(session: CaptureSession, builder: Builder, args: tuple, kwargs: dict) -> Any:
+def _build(hooks: StepHooks, builder: Builder, args: tuple, kwargs: dict) -> Any:
     """A builder's call: replayed in the model-alone phase, else timed as ``data_wait``."""
-    if builder.depth or session.foreign():  # a builder that calls itself, or another thread's
+    if builder.depth or hooks.foreign():  # a builder that calls itself, or another thread's
         return builder.fn(*args, **kwargs)
-    return _build_in_loop(session, builder, args, kwargs)
+    return _build_in_loop(hooks, builder, args, kwargs)
 
 
 @costed
-def _build_in_loop(session: CaptureSession, builder: Builder, args: tuple, kwargs: dict) -> Any:
+def _build_in_loop(hooks: StepHooks, builder: Builder, args: tuple, kwargs: dict) -> Any:
     """The loop's own call of a builder: a hook like the DataLoader's ``__next__`` (its cost is
     capture's, the builder's work is the script's; a step may end in it)."""
-    session.settle()
-    session.check_done()
+    hooks.settle()
+    hooks.check_done()
     if builder.replaying:
         kept = builder.kept.next()
         if kept is not None:
             return kept
-    phase = session.phase
-    session.push("data_wait")
-    session.building += 1
+    phase = hooks.phase
+    hooks.push("data_wait")
+    hooks.building += 1
     builder.depth += 1
     try:
-        built = session._own(builder.fn, *args, **kwargs)
+        built = hooks._own(builder.fn, *args, **kwargs)
     finally:
         builder.depth -= 1
-        session.building -= 1
-        session.pop("data_wait")
+        hooks.building -= 1
+        hooks.pop("data_wait")
     if not isinstance(phase, Done):
         builder.kept.keep(0, built, measuring=phase.measuring)
     return built

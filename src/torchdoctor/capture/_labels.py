@@ -32,6 +32,10 @@ class LabelledParts:
         else:
             self.__dict__.pop("push", None)
             self.__dict__.pop("pop", None)
+        self.parts_moved()
+
+    def parts_moved(self) -> None:
+        """Told when ``push`` and ``pop`` change (the session hands them on to its hooks)."""
 
     def push(self, part: str) -> None:
         self.timeline.push(part)

@@ -24,7 +24,6 @@ import gc
 import os
 import threading
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from time import perf_counter_ns
 from typing import Any
@@ -57,6 +56,7 @@ from ._step_hooks import StepHooks, StopRun
 from ._threads import hold_threads
 from ._timeline import StepTimeline, parts_from_marks
 from ._whole import WholeRunWatch
+from ._whole_stand_in import NoWholeRun
 from .phases import PHASES, WHOLE_PHASES, Done, Phase, watch_whole_run
 
 ProgressFn = Callable[[str, int, int], None]
@@ -74,8 +74,9 @@ def active_session() -> CaptureSession | None:
     return _session
 
 
-class CaptureSession(StepHooks, LabelledParts):
-    """Installs the hooks, runs the phase table, and keeps what was measured in :attr:`data`."""
+class CaptureSession(LabelledParts):
+    """Installs the hooks (:attr:`hooks`), runs the phase table, and keeps what was measured in
+    :attr:`data`."""
 
     def __init__(
         self,
@@ -97,7 +98,6 @@ class CaptureSession(StepHooks, LabelledParts):
         self.replay = ReplayStore(max_batches=options.steps)
         self.passes = ServedPasses()
         self.inputs = BuiltInputs(max_kept=options.steps, notes=self.data.notes)
-        self.building = 0
         self.sampler = SystemSampler()
         #: This process's rank in a job launched by torchrun, and the job's own gloo group.
         self.ranks = Ranks(timeout_s=options.max_seconds or UNBOUNDED_RANKS_TIMEOUT_S)
@@ -108,51 +108,50 @@ class CaptureSession(StepHooks, LabelledParts):
         if options.whole and phases is PHASES:
             phases = WHOLE_PHASES
         self.table: list[Phase] = [cls() for cls in phases]
-        self.phase: Phase = self.table[0]
         self._started: list[Phase] = []
         #: The dataset whose batches the model-alone phase and the worker sweep serve.
         self.main_dataset: int | None = None
-        #: Set by the phases that need them: the step labels go to the profiler, and the copy of
-        #: a batch is not a sync finding.
-        self.sync_watcher: Any = None
         self._profiler: Any = None
-        self.profiler = None  # push and pop go straight to the timeline
+        self._labels: list[Any] = []
         self.original_next: Callable[[Any], Any] = _dl_mod._BaseDataLoaderIter.__next__
-
-        self._module_depth = 0
-        self._global_forward_hooks: list[Any] = []
-        self._root_modules: weakref.WeakSet = weakref.WeakSet()
         self.optimizers = OptimizerTracker(self.data)
         self.boundary = StepBoundary()
-        self._optimizer_depth = 0
-        self.backward_depth = 0
-        self._step_pending = False
-        #: Inside the DataLoader's ``__next__`` (its transforms are input, not the model), and
-        #: module calls ignored for it.
-        self._producing = 0
-        self._quiet_depth = 0
-        #: The boundary's notes, removed when it moves.
-        self._boundary_notes: list[str] = []
-        #: Modules timed through their ``forward`` (loops that call ``self.forward(x)``).
-        self._direct_forwards: list[str] = []
-        self._direct_searched: weakref.WeakSet = weakref.WeakSet()
-        self._direct_note = False
-        #: A module with trainable parameters was called from the loop (found in warmup).
-        self._trainable_root_seen = False
         #: Steps of the current measuring phase the script's own profiler recorded.
         self._script_profiled = 0
-        self._step_batches = 0
-        #: torchdoctor's own time in its hooks since the last step ended (ns; see costed).
-        self._cost_ns = 0
         self._cost_sample = CostSample()
-        self.batch_ids: set[int] = set()
-        self._labels: list[Any] = []
-        #: The thread that runs the script's training loop: the only one the hooks measure and
-        #: the only one :class:`StopRun` is raised in. ``None`` in a process forked from it.
-        self._owner_thread: int | None = threading.get_ident()
         self.started_ns = clock_ns()
-        #: ``run --whole``'s accountant (installed with the hooks).
+        #: ``run --whole``'s accountant, for readers outside the hooks: None in any other run
+        #: (the hooks hold it, or its passive stand-in, as ``hooks.whole``).
         self.whole: WholeRunWatch | None = None
+        self.profiler = None  # push and pop go straight to the timeline
+        #: The hooks on torch, bound to this session's instruments (see :class:`StepHooks`).
+        self.hooks = StepHooks(self, NoWholeRun())
+
+    # --- what the hooks hold, seen from the session ---------------------------------------------
+
+    @property
+    def phase(self) -> Phase:
+        return self.hooks.phase
+
+    @phase.setter
+    def phase(self, phase: Phase) -> None:
+        self.hooks.phase = phase
+
+    @property
+    def sync_watcher(self) -> Any:
+        return self.hooks.sync_watcher
+
+    @sync_watcher.setter
+    def sync_watcher(self, watcher: Any) -> None:
+        self.hooks.sync_watcher = watcher
+
+    def parts_moved(self) -> None:
+        """``push`` and ``pop`` changed (a profiler lent or taken back): the hooks call them."""
+        if "hooks" in self.__dict__:  # else the hooks, made later, take them as they are
+            self.hooks.push, self.hooks.pop = self.push, self.pop
+
+    def time_part(self, part: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return self.hooks.time_part(part, fn, *args, **kwargs)
 
     # --- install / uninstall ----------------------------------------------------------------
 
@@ -162,7 +161,7 @@ class CaptureSession(StepHooks, LabelledParts):
         if _session is not None:
             raise RuntimeError("a torchdoctor capture is already active in this process")
         _session = self
-        self._owner_thread = threading.get_ident()
+        self.hooks._owner_thread = threading.get_ident()
         self.patcher.on_restore(_clear_session)
         self.patcher.own_process()
         try:
@@ -174,21 +173,22 @@ class CaptureSession(StepHooks, LabelledParts):
 
     def _install(self) -> None:
         if self.options.whole:
-            self.whole = watch_whole_run(self)
+            self.whole = self.hooks.whole = watch_whole_run(self)
         patch_torch(self)
         self.patcher.keep_modules_picklable()
         self.parallel.install(self.patcher, collectives=self.ranks.launched)
         # Global module hooks put every module call on torch's slow path (measured: 22% on an
         # 81-module MLP, benchmarks/capture_overhead.py). They find the outermost modules during
         # warmup; from the first measured step only those few carry hooks.
-        self._global_forward_hooks = [
-            _module_mod.register_module_forward_pre_hook(self.forward_pre),
-            _module_mod.register_module_forward_hook(self.forward_post, always_call=True),
+        hooks = self.hooks
+        hooks._global_forward_hooks = [
+            _module_mod.register_module_forward_pre_hook(hooks.forward_pre),
+            _module_mod.register_module_forward_hook(hooks.forward_post, always_call=True),
         ]
         p = self.patcher
         p.on_restore(self._remove_global_forward_hooks)
-        p.hook(_optim_mod.register_optimizer_step_pre_hook(self._optimizer_pre))
-        p.hook(_optim_mod.register_optimizer_step_post_hook(self._optimizer_post))
+        p.hook(_optim_mod.register_optimizer_step_pre_hook(hooks._optimizer_pre))
+        p.hook(_optim_mod.register_optimizer_step_post_hook(hooks._optimizer_post))
         p.on_restore(self._stop_sampler)
         p.on_restore(self._close_phases)
         p.on_restore(self.inputs.stop_search)
@@ -201,11 +201,6 @@ class CaptureSession(StepHooks, LabelledParts):
         self.shutdown_workers()
         self.loaders.release()
         return errors
-
-    def foreign(self) -> bool:
-        """Whether the caller is outside the script's training thread: a DataLoader worker (a
-        process forked from the script's), or a thread of the script's or of torch's."""
-        return threading.get_ident() != self._owner_thread
 
     @property
     def installed(self) -> bool:
@@ -220,7 +215,7 @@ class CaptureSession(StepHooks, LabelledParts):
         self.loaders.shutdown_workers()
         self.replay.clear()
         self.inputs.clear()
-        self.batch_ids.clear()
+        self.hooks.batch_ids.clear()
         gc.collect()
 
     # --- what phases use --------------------------------------------------------------------
@@ -229,11 +224,11 @@ class CaptureSession(StepHooks, LabelledParts):
         self._progress(phase, done, total)
 
     def is_batch_tensor(self, tensor: torch.Tensor) -> bool:
-        return id(tensor) in self.batch_ids
+        return id(tensor) in self.hooks.batch_ids
 
     def root_modules(self) -> list[torch.nn.Module]:
         """The outermost modules the script has called so far (found during warmup)."""
-        return list(self._root_modules)
+        return self.hooks.root_modules()
 
     def step_ms(self, step: StepMarks, device_events: bool = True) -> float:
         """A step's total time in ms (from device events, when the run uses them)."""
@@ -262,8 +257,8 @@ class CaptureSession(StepHooks, LabelledParts):
         """``run --whole`` after its measured steps: the data-parallel findings read, then the
         steps only counted (the timeline keeps its parts, no marks; no batch kept)."""
         self._note_parallel()
-        self.timeline.lean = self.lean = True
-        self.batch_ids = set()
+        self.timeline.lean = self.hooks.lean = True
+        self.hooks.batch_ids = set()
         self.restart_cost_sample()
 
     def restart_cost_sample(self) -> None:
@@ -275,17 +270,19 @@ class CaptureSession(StepHooks, LabelledParts):
     def _set_costing(self, timed: bool) -> None:
         """Whether the hooks time themselves from now on. A hook that started untimed and is
         running when this turns on (the step ended in it) times the rest of itself from here."""
-        if timed and not self._costing:
-            self._timed_from = perf_counter_ns()
-        self._costing = timed
+        hooks = self.hooks
+        if timed and not hooks._costing:
+            hooks._timed_from = perf_counter_ns()
+        hooks._costing = timed
 
     def hook_root_modules_only(self) -> None:
         """Swap the global module hooks for hooks on the outermost modules seen in warmup."""
-        if not self._global_forward_hooks or not self._root_modules:
+        hooks = self.hooks
+        if not hooks._global_forward_hooks or not hooks._root_modules:
             return
-        for module in list(self._root_modules):
-            self.patcher.hook(module.register_forward_pre_hook(self.forward_pre))
-            self.patcher.hook(module.register_forward_hook(self.forward_post, always_call=True))
+        for module in list(hooks._root_modules):
+            self.patcher.hook(module.register_forward_pre_hook(hooks.forward_pre))
+            self.patcher.hook(module.register_forward_hook(hooks.forward_post, always_call=True))
         self._remove_global_forward_hooks()
 
     # --- the phase table --------------------------------------------------------------------
@@ -324,31 +321,31 @@ class CaptureSession(StepHooks, LabelledParts):
         return agreed
 
     def _on_step_end(self) -> None:
-        step = StepMarks(self.timeline.cut(), self._step_batches)
-        self._step_batches = 0
-        phase = self.phase
+        hooks = self.hooks
+        step = StepMarks(self.timeline.cut(), hooks._step_batches)
+        hooks._step_batches = 0
+        phase = hooks.phase
         if isinstance(phase, Done):
             return
-        self.inputs.step_ended(step.batches, phase.name, in_model=lambda: self._module_depth > 0)
+        self.inputs.step_ended(step.batches, phase.name, in_model=lambda: hooks._module_depth > 0)
         if phase.measuring and self._profiler is None and _autograd_profiler._is_profiler_enabled:
             self._script_profiled += 1  # the script's own torch.profiler records this step
         # What capture cost this step (the rest of this hook: the next's), when it counts.
-        weight = self._cost_sample.step_ended(self._costing)
+        weight = self._cost_sample.step_ended(hooks._costing)
         if weight and phase.measuring:
-            self.data.capture_cost_ns += self._cost_ns * weight
+            self.data.capture_cost_ns += hooks._cost_ns * weight
             self.data.capture_cost_steps += weight
-        elif weight and self.lean:
-            self.data.watch_cost_ns += self._cost_ns * weight
+        elif weight and hooks.lean:
+            self.data.watch_cost_ns += hooks._cost_ns * weight
             self.data.watch_cost_steps += weight
-        self._cost_ns = 0
+        hooks._cost_ns = 0
         try:
             self._step_ended(phase, step)
         finally:
             self._set_costing(self._cost_sample.next_timed())
 
     def _step_ended(self, phase: Phase, step: StepMarks) -> None:
-        if self.whole is not None:
-            self.whole.step_ended(step.marks[-1].host_ns)
+        self.hooks.whole.step_ended(step.marks[-1].host_ns)
         self.parallel.collectives.step_ended(phase.measuring)
         done = phase.on_step(self, step)
         if self._listener is not None:
@@ -358,13 +355,14 @@ class CaptureSession(StepHooks, LabelledParts):
         # a phase's end and the next one's start happen between steps: no step's cost (the
         # hook around them counts them only when it was timed as it started, and a new phase
         # times the rest of the hook from its start on: see _set_costing)
-        timed, started = self._costing, perf_counter_ns()
+        hooks = self.hooks
+        timed, started = hooks._costing, perf_counter_ns()
         try:
             self._end(phase)
             self._enter(self.table.index(phase) + 1)
         finally:
             if timed:
-                self._cost_ns -= perf_counter_ns() - started
+                hooks._cost_ns -= perf_counter_ns() - started
 
     def _end(self, phase: Phase) -> None:
         phase.finish(self)
@@ -425,8 +423,9 @@ class CaptureSession(StepHooks, LabelledParts):
         return sum(step.batches for step in measured) / len(measured)
 
     def _remove_global_forward_hooks(self) -> None:
-        while self._global_forward_hooks:
-            self._global_forward_hooks.pop().remove()
+        hooks = self.hooks._global_forward_hooks
+        while hooks:
+            hooks.pop().remove()
 
     def _stop_sampler(self) -> None:
         if self.data.system is None:
@@ -443,7 +442,7 @@ def _after_fork_in_child() -> None:
     inherits the patched torch: there every hook passes the call through (the forking thread
     keeps its ident in the child, so the thread check alone would not tell)."""
     if _session is not None:
-        _session._owner_thread = None
+        _session.hooks._owner_thread = None
 
 
 if hasattr(os, "register_at_fork"):

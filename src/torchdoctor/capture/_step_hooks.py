@@ -16,9 +16,10 @@ import torch
 
 from .._batches import tensor_ids
 from ..loader import valid_loader_kwargs
-from ..record import Finding, phase_names
+from ..record import phase_names
 from ._boundary import graph_leaves
 from ._cost import costed
+from ._loop_shapes import forward_timed_by, never_updates_finding, trained_modules
 from ._patch import passes_through
 from ._script_state import call_site
 from ._whole import loader_key
@@ -35,66 +36,16 @@ if TYPE_CHECKING:
     from ._parallel import ParallelWatch
     from ._patch import Patcher
     from ._script_state import ScriptState
+    from ._session import CaptureSession
     from ._sync_watcher import SyncWatcher
     from ._whole import WholeRunWatch
-    from .phases import Phase
-
-
-def never_updates_finding(site: Any) -> Finding:
-    """A loop whose backward calls never change a parameter: it trains nothing."""
-    return Finding(
-        kind="loop.never-updates",
-        title="parameters never change: no optimizer.step() and no in-place update after the "
-        "backward calls",
-        fix="# build an optimizer and step it after the backward, or update the parameters\n"
-        "optimizer = torch.optim.SGD(model.parameters(), lr=0.01)\n"
-        "loss.backward()\n"
-        "optimizer.step()\n"
-        "optimizer.zero_grad()",
-        file=site.file if site is not None else None,
-        line=site.line if site is not None else None,
-        source=site.source if site is not None else None,
-        severity="critical",
-    )
+    from ._whole_stand_in import NoWholeRun
+    from .phases import Phase, PhaseSession
 
 
 def _trainable(module: Any) -> bool:
     """Whether a module has a parameter that takes gradients (a transform or a loss has none)."""
     return any(p.requires_grad for p in module.parameters())
-
-
-def trained_modules(optimizer: Any) -> list[Any]:
-    """The outermost modules all of whose trainable parameters ``optimizer`` updates.
-
-    Found once per optimizer, among the live modules (a walk of the garbage collector's objects).
-    """
-    import gc
-
-    params = {id(p) for group in optimizer.param_groups for p in group["params"]}
-    candidates = []
-    module_type = torch.nn.Module
-    for obj in gc.get_objects():
-        # issubclass of the type: isinstance would read ``__class__``, a property on some
-        # lazily deprecated objects that warns
-        if issubclass(type(obj), module_type):
-            own = [id(p) for p in obj.parameters() if p.requires_grad]
-            if own and all(i in params for i in own):
-                candidates.append(obj)
-    inner = {id(m) for c in candidates for m in c.modules() if m is not c}
-    return [m for m in candidates if id(m) not in inner]
-
-
-def _timed_forward(session: Any, module: Any) -> Callable[..., Any]:
-    forward = module.forward
-
-    def timed_forward(*args, **kwargs):
-        session.forward_pre(module, args)
-        try:
-            return forward(*args, **kwargs)
-        finally:
-            session.forward_post(module, args, None)
-
-    return timed_forward
 
 
 class StopRun(BaseException):
@@ -105,22 +56,23 @@ class StopRun(BaseException):
 
 
 class StepHooks:
-    """The hooks of :class:`~torchdoctor.capture.CaptureSession` (a mixin: they read its state).
+    """The session's hooks on torch: an object the session holds (:attr:`CaptureSession.hooks`),
+    handed to torch as its bound methods.
 
-    Everything the hooks use is declared here, typed: the session's members (set in its
-    ``__init__``), the methods it provides, and the state the hooks share with the patched torch
-    functions of ``_hooks`` and the input builders of ``_inputs`` (``building``, ``batch_ids``,
-    ``backward_depth``). ``tests/unit/capture/test_session_surface.py`` fails on a member used
-    and not declared.
+    What the hooks read of the session is bound once, here, to a member of their own (the
+    session's instruments are fixed for its life), so a hook reads ``self.data``, not
+    ``self.session.data``: their cost per step is judged in instructions
+    (benchmarks/capture_instructions.py). The state that changes as the run goes (the phase, the
+    lent sync watcher, ``lean``, where ``push`` and ``pop`` go) is the hooks' own, and the
+    session sets it through its properties. Everything the hooks use is declared here, typed;
+    ``tests/unit/capture/test_session_surface.py`` fails on a member used and not declared.
     """
 
-    # --- the session's members ---------------------------------------------------------------
+    # --- bound once: the session's instruments -------------------------------------------------
     options: RunOptions
     data: CaptureData
-    phase: Phase
     boundary: StepBoundary
     parallel: ParallelWatch
-    whole: WholeRunWatch | None
     patcher: Patcher
     clock: DeviceClock
     clock_ns: Callable[[], int]
@@ -130,17 +82,24 @@ class StepHooks:
     inputs: BuiltInputs
     optimizers: OptimizerTracker
     state: ScriptState
+    #: ``run --whole``'s watch, or its passive stand-in (:class:`._whole.NoWholeRun`): the hooks
+    #: tell it what they see either way.
+    whole: WholeRunWatch | NoWholeRun
+    #: The session, for the phases' calls (a phase sees the session, not its hooks).
+    session: PhaseSession
+    #: The session's step end (runs the phase table).
+    _on_step_end: Callable[[], None]
+
+    # --- set by the session as the run goes ---------------------------------------------------
+    phase: Phase
     #: Lent by the sync-sample phase: a batch's copy is not a sync finding.
     sync_watcher: SyncWatcher | None
     #: ``run --whole`` after its measured steps: batches are only counted (no batch kept).
-    lean = False
-
-    # --- the session's methods the hooks call ------------------------------------------------
-    foreign: Callable[[], bool]
+    lean: bool
+    #: A step's part starts and ends: the timeline's own, or the session's labelling ones while
+    #: the trace phase lends a profiler (:class:`._labels.LabelledParts`).
     push: Callable[[str], None]
     pop: Callable[[str], None]
-    root_modules: Callable[[], list[torch.nn.Module]]
-    _on_step_end: Callable[[], None]
 
     # --- state the hooks share (with ``_hooks`` and ``_inputs``) ------------------------------
     #: Inside an input builder of the loop (what it copies is input).
@@ -151,14 +110,15 @@ class StepHooks:
     backward_depth: int
 
     # --- the hooks' own state ----------------------------------------------------------------
-    #: The thread that runs the script's training loop (see :meth:`CaptureSession.foreign`).
+    #: The thread that runs the script's training loop: the only one the hooks measure and the
+    #: only one :class:`StopRun` is raised in. ``None`` in a process forked from it.
     _owner_thread: int | None
     #: torchdoctor's own time in its hooks since the last step ended (ns; see :mod:`._cost`).
     _cost_ns: int
     #: The hooks time themselves in this step (see :mod:`._cost`).
-    _costing: bool = True
+    _costing: bool
     #: When ``_costing`` last turned on (ns): a hook that started untimed counts from there.
-    _timed_from: int = 0
+    _timed_from: int
     _module_depth: int
     _optimizer_depth: int
     #: Inside the DataLoader's ``__next__`` (its transforms are input, not the model), and module
@@ -177,8 +137,58 @@ class StepHooks:
     _direct_forwards: list[str]
     _direct_searched: weakref.WeakSet[torch.nn.Module]
     _direct_note: bool
-    #: ``run --whole``: when the outermost module call began, with grad on, in training mode.
-    _forward_mode: tuple[int, bool, bool] | None = None
+
+    def __init__(self, session: CaptureSession, whole: WholeRunWatch | NoWholeRun) -> None:
+        self.session = session
+        self.options = session.options
+        self.data = session.data
+        self.boundary = session.boundary
+        self.parallel = session.parallel
+        self.patcher = session.patcher
+        self.clock = session.clock
+        self.clock_ns = session.clock_ns
+        self.loaders = session.loaders
+        self.replay = session.replay
+        self.passes = session.passes
+        self.inputs = session.inputs
+        self.optimizers = session.optimizers
+        self.state = session.state
+        self.whole = whole
+        self._on_step_end = session._on_step_end
+        self.phase = session.table[0]
+        self.sync_watcher = None
+        self.lean = False
+        self.push, self.pop = session.push, session.pop
+
+        self.building = 0
+        self.batch_ids = set()
+        self.backward_depth = 0
+        self._owner_thread = get_ident()
+        self._cost_ns = 0
+        self._costing = True
+        self._timed_from = 0
+        self._module_depth = 0
+        self._optimizer_depth = 0
+        self._producing = 0
+        self._quiet_depth = 0
+        self._step_pending = False
+        self._step_batches = 0
+        self._global_forward_hooks = []
+        self._root_modules = weakref.WeakSet()
+        self._trainable_root_seen = False
+        self._boundary_notes = []
+        self._direct_forwards = []
+        self._direct_searched = weakref.WeakSet()
+        self._direct_note = False
+
+    def foreign(self) -> bool:
+        """Whether the caller is outside the script's training thread: a DataLoader worker (a
+        process forked from the script's), or a thread of the script's or of torch's."""
+        return get_ident() != self._owner_thread
+
+    def root_modules(self) -> list[torch.nn.Module]:
+        """The outermost modules the script has called so far (found during warmup)."""
+        return list(self._root_modules)
 
     # --- hooks ------------------------------------------------------------------------------
 
@@ -254,8 +264,7 @@ class StepHooks:
                 self.state.probe_forward(module, device.type if device is not None else "cpu")
             if self.inputs.searching:
                 self.inputs.model_called(args, self.patcher, self)
-            if self.whole is not None:
-                self._forward_mode = (self.clock_ns(), torch.is_grad_enabled(), module.training)
+            self.whole.forward_started(module.training)
             self.push("forward")
         self._module_depth += 1
 
@@ -270,10 +279,7 @@ class StepHooks:
             self._module_depth -= 1
         if self._module_depth == 0:
             self.pop("forward")
-            if self.whole is not None and self._forward_mode is not None:
-                start, grad, training = self._forward_mode
-                self.whole.forward(start, self.clock_ns(), grad, training, call_site)
-                self._forward_mode = None
+            self.whole.forward_ended(call_site)
 
     @costed
     def _optimizer_pre(self, optimizer, args, kwargs) -> None:
@@ -282,8 +288,7 @@ class StepHooks:
         if isinstance(self.phase, Done) and self.options.stop:  # check_done(), inlined
             raise StopRun()
         self.optimizers.seen(optimizer)
-        if self.whole is not None:
-            self.whole.training(self.clock_ns())
+        self.whole.training()
         if self._optimizer_depth == 0 and self.phase.measuring:
             self.parallel.optimizer_stepping(self.root_modules)
             if not self.state.optimizer_probed and optimizer is self.optimizers.primary:
@@ -317,8 +322,7 @@ class StepHooks:
             self.settle()
         if isinstance(self.phase, Done) and self.options.stop:  # check_done(), inlined
             raise StopRun()
-        if self.whole is not None:
-            self.whole.backward_started(self.clock_ns())
+        self.whole.backward_started()
         boundary = self.boundary
         before = boundary.kind
         if self._optimizer_depth:
@@ -389,27 +393,24 @@ class StepHooks:
         if not phase.takes_steps:
             return self._own(orig_next, it)  # torchdoctor's clones (loader-alone, loader doctor)
         dataset_key = loader_key(it)
-        batch = phase.next_batch(self, dataset_key)
+        batch = phase.next_batch(self.session, dataset_key)
         if batch is not NOT_SERVED:
             self.passes.serving(it)  # the pass ends where the loader's would (timm's len())
         else:
             self.passes.loading(it)
             whole = self.whole
-            if whole is not None:
-                whole.batch_requested(dataset_key, self.clock_ns())
+            whole.batch_requested(dataset_key)
             self.push("data_wait")
             self._producing += 1
             try:
                 batch = self._own(orig_next, it)
             except StopIteration:
-                if whole is not None:
-                    whole.loader_exhausted(dataset_key, self.clock_ns())
+                whole.loader_exhausted(dataset_key)
                 raise
             finally:
                 self._producing -= 1
                 self.pop("data_wait")
-            if whole is not None:
-                whole.batch_returned(dataset_key, self.clock_ns())
+            whole.batch_returned(dataset_key)
             self.data.seen["batches"] += 1
             if self.lean:  # run --whole after its measured steps: counted only
                 self._step_batches += 1
@@ -433,7 +434,7 @@ class StepHooks:
         self._direct_searched.add(optimizer)
         modules = trained_modules(optimizer)
         for module in modules:
-            self.patcher.set(module, "forward", _timed_forward(self, module))
+            self.patcher.set(module, "forward", forward_timed_by(self, module))
             self._direct_forwards.append(type(module).__name__)
         if modules and not self._direct_note:
             self._direct_note = True

@@ -21,6 +21,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
+from ..record import SampledPlace, TimedCost, WholeEvent, WholeSummary
 from ._stacks import (
     BOUNDARY,
     EVALUATING,
@@ -34,6 +37,23 @@ from ._whole_steps import SteadySteps
 
 #: Events kept for the timelines (evaluations, saves, boundaries, slow steps); later ones counted.
 MAX_EVENTS = 5000
+
+
+class Tally:
+    """One exactly timed cost as it adds up (the summary's :class:`~torchdoctor.record.TimedCost`)."""
+
+    __slots__ = ("ns", "count", "where", "sampled_ns")
+
+    def __init__(self) -> None:
+        self.ns = 0
+        self.count = 0
+        #: The user's line of the first one.
+        self.where: str | None = None
+        #: What the stack samples saw around it (a save function's own work), in ``ns`` too.
+        self.sampled_ns = 0
+
+    def cost(self) -> TimedCost:
+        return TimedCost(self.ns / 1e9, self.count, self.where, self.sampled_ns / 1e9)
 
 
 def loader_key(it: Any) -> int:
@@ -65,6 +85,9 @@ def process_start_ns(clock_ns: Callable[[], int] = time.perf_counter_ns) -> int:
 class WholeRunWatch:
     """The accountant of a whole run (see the module docstring). Called from the script's thread."""
 
+    #: Measuring (the stand-in, :class:`NoWholeRun`, is not).
+    active = True
+
     def __init__(
         self,
         clock_ns: Callable[[], int],
@@ -86,9 +109,10 @@ class WholeRunWatch:
         #: last step's end: their difference is the current gap's.
         self.known_ns = 0
         self._known_at_step = 0
-        self.totals = {"eval": 0, "save": 0, "save_extra": 0, "boundary": 0}
-        self.counts = {"eval": 0, "save": 0, "boundary": 0, "epochs": 0}
-        self.sites: dict[str, str | None] = {"eval": None, "save": None}
+        self.evaluation = Tally()
+        self.checkpoint = Tally()
+        self.boundary = Tally()
+        self.epochs = 0
         self.eval_with_grad = False
         self.startup_places: dict[tuple, int] = {}
         self.tail_places: dict[tuple, int] = {}
@@ -104,6 +128,8 @@ class WholeRunWatch:
         self._boundary_from: int | None = None
         self._boundary_known = 0
         self._startup_known = 0
+        #: When the outermost module call began, with grad on, in training mode.
+        self._forward_mode: tuple[int, bool, bool] | None = None
         #: An outermost call with grad on in eval mode, until the next event says what it was.
         self._held_forward: tuple[int, int, bool] | None = None  # start, end, in eval mode
         #: A training step is under way (a loader that fetches ahead runs out during the last
@@ -131,7 +157,9 @@ class WholeRunWatch:
             return KNOWN if self.loading else BOUNDARY  # the loader starting: the boundary's
         return self._part()
 
-    def batch_requested(self, key: int, now: int) -> None:
+    def batch_requested(self, key: int, now: int | None = None) -> None:
+        """The loop asks a loader for a batch (``now``: the watch's clock, when not told)."""
+        now = self.clock_ns() if now is None else now
         self.loading = True
         self._commit_forward()
         if key == self.train_key:
@@ -139,7 +167,8 @@ class WholeRunWatch:
         elif self.train_key is not None:
             self._eval_activity(now, now)
 
-    def batch_returned(self, key: int, now: int) -> None:
+    def batch_returned(self, key: int, now: int | None = None) -> None:
+        now = self.clock_ns() if now is None else now
         self.loading = False
         self._last_key = key
         if key == self.train_key:
@@ -148,17 +177,18 @@ class WholeRunWatch:
                 # the script's own work in it (an end-of-epoch report) is its own place's
                 own = drop_boundary_keys(self.sampler.gap)
                 elapsed = now - self._boundary_from - (self.known_ns - self._boundary_known)
-                self.totals["boundary"] += self._known(elapsed - own)
-                self.counts["boundary"] += 1
+                self.boundary.ns += self._known(elapsed - own)
+                self.boundary.count += 1
                 self._event("epoch-boundary", self._boundary_from, now)
                 self._boundary_from = None
         elif self._eval_open is not None:
             self._eval_end = now
 
-    def loader_exhausted(self, key: int, now: int) -> None:
+    def loader_exhausted(self, key: int, now: int | None = None) -> None:
+        now = self.clock_ns() if now is None else now
         self.loading = False
         if key == self.train_key:
-            self.counts["epochs"] += 1
+            self.epochs += 1
             if self._stepping:
                 self._boundary_deferred = True
             else:
@@ -170,8 +200,18 @@ class WholeRunWatch:
         """A new iterator of the training loader, the old one not run out (a limit on the
         batches of an epoch, Lightning's ``limit_train_batches``): a new epoch."""
         if key == self.train_key and self.steps and self._boundary_from is None:
-            self.counts["epochs"] += 1
+            self.epochs += 1
             self._boundary_start(now)
+
+    def forward_started(self, training: bool) -> None:
+        """An outermost module call starts (the hooks'; ``training``: the module's mode)."""
+        self._forward_mode = (self.clock_ns(), torch.is_grad_enabled(), training)
+
+    def forward_ended(self, find: Callable[[], Any]) -> None:
+        """The outermost module call started last has returned."""
+        mode, self._forward_mode = self._forward_mode, None
+        if mode is not None:
+            self.forward(mode[0], self.clock_ns(), mode[1], mode[2], find)
 
     def forward(
         self, start: int, end: int, grad: bool, training: bool, find: Callable[[], Any]
@@ -192,8 +232,9 @@ class WholeRunWatch:
             return
         self._eval_activity(start, end)
 
-    def backward_started(self, now: int) -> None:
+    def backward_started(self, now: int | None = None) -> None:
         """A backward: the held call was a training step's (the model trains in eval mode)."""
+        now = self.clock_ns() if now is None else now
         if self._held_forward is not None:
             self.trains_in_eval_mode |= self._held_forward[2]
             self._held_forward = None
@@ -215,7 +256,7 @@ class WholeRunWatch:
         elif self._eval_mode_ns is None and self._eval_open is None:
             self._eval_mode_ns = now
 
-    def training(self, now: int) -> None:
+    def training(self, now: int | None = None) -> None:
         """The training loop went on: an evaluation pass, if one was open, is over."""
         self._commit_forward()
         self._close_eval()
@@ -230,12 +271,13 @@ class WholeRunWatch:
         self._save_depth -= 1
         if self._save_depth:
             return
-        self.totals["save"] += self._known(now - started)
+        checkpoint = self.checkpoint
+        checkpoint.ns += self._known(now - started)
         if not self._save_in_gap:
-            self.counts["save"] += 1
+            checkpoint.count += 1
             self._save_in_gap = True
-        if self.sites["save"] is None:
-            self.sites["save"] = site
+        if checkpoint.where is None:
+            checkpoint.where = site
         saves = self.sampler.save_codes
         new = {c for c in codes if c not in self.loop_codes and c not in saves}
         if new:
@@ -276,7 +318,9 @@ class WholeRunWatch:
     def _save_samples(self) -> None:
         """The save function's own work around torch.save, sampled in the current gap."""
         self._save_drawn = 0
-        self.totals["save_extra"] += self._known(self.sampler.gap.pop(SAVE, 0))
+        sampled = self._known(self.sampler.gap.pop(SAVE, 0))
+        self.checkpoint.ns += sampled
+        self.checkpoint.sampled_ns += sampled
 
     def _known(self, ns: int) -> int:
         """Count ``ns`` (not below 0) as exactly timed; returns it."""
@@ -294,8 +338,8 @@ class WholeRunWatch:
         if self._eval_open is None:
             return
         self._eval_end = self.sampler.evaluated(self._eval_end)
-        self.totals["eval"] += self._known(self._eval_end - self._eval_open)
-        self.counts["eval"] += 1
+        self.evaluation.ns += self._known(self._eval_end - self._eval_open)
+        self.evaluation.count += 1
         self._event("evaluation", self._eval_open, self._eval_end)
         self._eval_open = None
 
@@ -322,8 +366,8 @@ class WholeRunWatch:
             words.append(f"goodput {steady / (now - self.t0_ns):.0%}")
         return " · ".join(words)
 
-    def summary(self, now: int | None = None, final: bool = True) -> dict[str, Any]:
-        """The accounts as plain values (the stream and the record take it).
+    def summary(self, now: int | None = None, final: bool = True) -> WholeSummary:
+        """The accounts as a value (the stream carries it; analysis makes the record's of it).
 
         ``final``: the run is over: the steps not yet judged in a block are judged, and the gap
         since the last step is the tail. Otherwise nothing changes (a snapshot of a live run):
@@ -348,45 +392,44 @@ class WholeRunWatch:
         else:
             startup = self.first_step_ns - self.t0_ns - self._startup_known
             tail = now - self.last_step_ns - (self.known_ns - self._known_at_step)
-        t = self.totals
-        return {
-            "wall_s": wall / 1e9,
-            "startup_s": max(startup, 0) / 1e9,
-            "tail_s": max(tail, 0) / 1e9,
-            "steps": self.steps,
-            "steps_s": (self.judged.steady_total + pending) / 1e9,
-            "slow_steps": self.judged.slow_count,
-            "eval_s": t["eval"] / 1e9,
-            "evals": self.counts["eval"],
-            "eval_with_grad": self.eval_with_grad,
-            "eval_where": self.sites["eval"],
-            "save_s": (t["save"] + t["save_extra"]) / 1e9,
-            "save_extra_s": t["save_extra"] / 1e9,
-            "saves": self.counts["save"],
-            "save_where": self.sites["save"],
-            "boundary_s": t["boundary"] / 1e9,
-            "boundaries": self.counts["boundary"],
-            "epochs": self.counts["epochs"],
-            **self.judged.summary(),
-            "trains_in_eval_mode": self.trains_in_eval_mode,
-            "startup_places": [[list(k), v / 1e9] for k, v in self.startup_places.items()],
-            "tail_places": [[list(k), v / 1e9] for k, v in self.tail_places.items()],
-            "events": [list(e) for e in self.events],
-            "events_dropped": self.events_dropped,
-            "first_step_s": None
-            if self.first_step_ns is None
-            else (self.first_step_ns - self.t0_ns) / 1e9,
-            "last_step_s": None
-            if self.last_step_ns is None
-            else (self.last_step_ns - self.t0_ns) / 1e9,
-            "sample_interval_s": self.sampler.interval_s,
-            "started_at_s": self.t0_ns / 1e9,
-        }
+        judged = self.judged
+        return WholeSummary(
+            wall_s=wall / 1e9,
+            startup_s=max(startup, 0) / 1e9,
+            tail_s=max(tail, 0) / 1e9,
+            steps=self.steps,
+            steps_s=(judged.steady_total + pending) / 1e9,
+            slow_steps=judged.slow_count,
+            evaluation=self.evaluation.cost(),
+            checkpoint=self.checkpoint.cost(),
+            boundary=self.boundary.cost(),
+            eval_with_grad=self.eval_with_grad,
+            trains_in_eval_mode=self.trains_in_eval_mode,
+            epochs=self.epochs,
+            excess=judged.excess_places(),
+            in_step=judged.in_step(),
+            blocks=judged.series(),
+            startup_places=_places(self.startup_places),
+            tail_places=_places(self.tail_places),
+            events=tuple(WholeEvent(kind, start, seconds) for kind, start, seconds in self.events),
+            events_dropped=self.events_dropped,
+            first_step_s=self._since_start(self.first_step_ns),
+            last_step_s=self._since_start(self.last_step_ns),
+            sample_interval_s=self.sampler.interval_s,
+            started_at_s=self.t0_ns / 1e9,
+        )
+
+    def _since_start(self, ns: int | None) -> float | None:
+        return None if ns is None else (ns - self.t0_ns) / 1e9
 
     def note_eval_site(self, find: Callable[[], Any]) -> None:
         """The first evaluation's line (``find``: :func:`._script_state.call_site`)."""
-        if self.sites["eval"] is None:
-            self.sites["eval"] = where(find()) or ""
+        if self.evaluation.where is None:
+            self.evaluation.where = where(find()) or ""
+
+
+def _places(table: dict[tuple, int]) -> tuple[SampledPlace, ...]:
+    return tuple(SampledPlace(key, ns / 1e9) for key, ns in table.items())
 
 
 def _stack_codes() -> set[Any]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..record import SampledPlace, WholeBlock
 from ._stacks import MAX_PLACES, add, fold
 
 #: Steps judged together (and one point of the series, until blocks merge).
@@ -122,26 +123,25 @@ class SteadySteps:
             fold(self.excess)
         return sum(v for key, v in shares.items() if len(key) == 4) * 2 > excess
 
-    def in_step(self) -> list[list[Any]]:
+    def in_step(self) -> tuple[tuple, ...]:
         """Places the steady steps run as much as the slow ones: the step's own code (a loss,
         a helper that does the step), whose share of a slow step's excess is not between steps."""
         slow = self.slow_count
         if not slow or not self.steady_steps:
-            return []
-        return [
-            list(key)
+            return ()
+        return tuple(
+            key
             for key, ns in self.slow_places.items()
             if self.steady_places.get(key, 0) / self.steady_steps >= ns / slow / IN_STEP_RATIO
-        ]
+        )
 
-    def summary(self) -> dict[str, Any]:
-        return {
-            "excess": [
-                [list(k), v / 1e9, self.excess_gaps.get(k, 0)] for k, v in self.excess.items()
-            ],
-            "in_step": self.in_step(),
-            "blocks": [list(b) for b in self.blocks],
-        }
+    def excess_places(self) -> tuple[SampledPlace, ...]:
+        """Where the slow steps' excess went, in seconds."""
+        gaps = self.excess_gaps
+        return tuple(SampledPlace(k, v / 1e9, gaps.get(k, 0)) for k, v in self.excess.items())
+
+    def series(self) -> tuple[WholeBlock, ...]:
+        return tuple(WholeBlock(*block) for block in self.blocks)
 
 
 def _merged(a: list[Any], b: list[Any]) -> list[Any]:

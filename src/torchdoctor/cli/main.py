@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 
 from .. import __version__
 from .._errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, TorchdoctorError
+from ..record import INTERRUPTED
 from .analyze import add_analyze
 from .cache import add_cache
 from .compare import add_compare
@@ -45,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print_error(exc.message, exc.hint)
         return exc.exit_status
     except KeyboardInterrupt:
-        print_error("interrupted")
+        print_error(INTERRUPTED)  # the status of a run stopped so
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         return EXIT_INTERNAL

@@ -34,7 +34,7 @@ from ..analysis.compare import (
     pair_words,
     step_times,
 )
-from ..record import Patch, PatchRemedy, RunRecord
+from ..record import COMPLETE, INTERRUPTED, Patch, PatchRemedy, RunRecord
 from ._project import Project
 from ._remedies import Remedy
 
@@ -213,7 +213,7 @@ def _check_numerics(
         keys = frozenset(r.key for r in group)
         title = "the rewrites together" if len(group) > 1 else group[0].title
         record = _seeded(run, _variant(project, folder, title, keys).overrides, title)
-        same = record.status == "complete" and _same(base.losses, record.losses)
+        same = record.status == COMPLETE and _same(base.losses, record.losses)
         if same:
             for r in group:
                 remedy = by_key[r.key]
@@ -222,7 +222,7 @@ def _check_numerics(
         elif len(group) == 1:
             by_key[group[0].key].reason = (
                 f"the patched script failed ({_failure(record)})"
-                if record.status != "complete"
+                if record.status != COMPLETE
                 else f"the patched script computes other losses ({_losses(record.losses)} "
                 f"against {_losses(base.losses)})"
             )
@@ -230,7 +230,7 @@ def _check_numerics(
 
 def _seeded(run: RunVariant, overrides: Mapping[str, str], title: str) -> RunRecord:
     record = run(overrides, f"numerics check · {title}", LOSS_STEPS)
-    if record.status == "interrupted":
+    if record.status == INTERRUPTED:
         raise Interrupted
     return record
 
@@ -256,10 +256,10 @@ def alternate(variants: Sequence[Variant], run: RunVariant, rounds: int) -> None
         order = list(variants) if r % 2 == 0 else list(reversed(variants))
         for v in order:
             record = run(v.overrides, f"round {r + 1}/{rounds} · {v.name}")
-            if record.status == "interrupted":
+            if record.status == INTERRUPTED:
                 raise Interrupted
             steps = step_times(record)
-            if record.status != "complete" or len(steps) < 2:
+            if record.status != COMPLETE or len(steps) < 2:
                 v.failures.append(_failure(record))
             else:
                 v.steps.extend(steps)
@@ -268,7 +268,7 @@ def alternate(variants: Sequence[Variant], run: RunVariant, rounds: int) -> None
 
 def _failure(record: RunRecord) -> str:
     note = next((n for n in record.notes if n), "")
-    what = f"ended {record.status}" if record.status != "complete" else "measured no step"
+    what = f"ended {record.status}" if record.status != COMPLETE else "measured no step"
     return f"{what}: {note}" if note else what
 
 

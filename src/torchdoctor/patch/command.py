@@ -25,6 +25,8 @@ from pathlib import Path
 from .._errors import EXIT_INTERRUPTED, EXIT_OK, TorchdoctorError
 from ..options import RunOptions
 from ..record import (
+    COMPLETE,
+    INTERRUPTED,
     Patch,
     PatchChange,
     PatchRemedy,
@@ -76,9 +78,9 @@ def fix_cli(
     with ProgressDisplay(enabled=not options.quiet) as display:
         outcome = run_supervised(target, options, progress=display.update)
     record, status = outcome.record, outcome.exit_status
-    if status != EXIT_OK or record.status != "complete":
+    if status != EXIT_OK or record.status != COMPLETE:
         record.patch = Patch(root=str(project_root(script)))
-        ended = "interrupted" if status == EXIT_INTERRUPTED else f"ended {record.status}"
+        ended = INTERRUPTED if status == EXIT_INTERRUPTED else f"ended {record.status}"
         record.patch.notes.append(
             f"the diagnosis {ended}: nothing was patched (fix what the report says stopped the "
             "script first)"

@@ -4,7 +4,8 @@ The parent side (``run_cli``: supervise, save, report, verify the fix) and the s
 process or of a torchrun job (``supervisor``, ``launch``, sharing ``_processes``) never import
 torch; the script's side (``child``: the entry of the script's process; ``inprocess``:
 ``run_target`` and ``watch``; ``build``: the record) does. They speak the protocol of ``stream``;
-``endings`` says how a run ended, its status and exit code.
+the ``ending`` package decides how a run ended (its status, exit status, cause and words) from
+what each side saw, once, before the verdict is derived.
 
 Importing this package does not import torch: the names of the script's side load on first use.
 """

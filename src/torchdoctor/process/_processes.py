@@ -16,7 +16,7 @@ from typing import Any
 from ..analysis.verdict import summarise
 from ..options import RunOptions
 from ..record import RecordError, RunRecord, phase_names
-from .endings import exit_for
+from .ending import decide_not_started, settle
 from .stream import StreamState
 
 #: After the bound, or a SIGTERM to torchdoctor, the script gets this long to end before SIGKILL.
@@ -170,10 +170,9 @@ def install_handler(signum: int, handler: Any) -> Any:
 def not_started(target: Any, options: RunOptions, signum: int) -> Supervised:
     record = RunRecord(command=target.describe(), warmup_steps=options.warmup)
     record.requested_steps = options.steps
-    record.status = "interrupted"
-    record.notes.append(f"torchdoctor received {signal_name(signum)} before the script started")
-    summarise(record)
-    return Supervised(record, exit_for(record))
+    ending = decide_not_started(signum)
+    settle(record, ending)
+    return Supervised(record, ending.exit_status)
 
 
 def record_from_stream(state: StreamState, command: list[str], options: RunOptions) -> RunRecord:
@@ -199,13 +198,6 @@ def record_from_stream(state: StreamState, command: list[str], options: RunOptio
         attach_whole(record, state.whole, cut=True, wall_s=ended - state.started_at)
     summarise(record)
     return record
-
-
-def signal_name(signum: int) -> str:
-    try:
-        return f"{signal.Signals(signum).name} (signal {signum})"
-    except ValueError:
-        return f"signal {signum}"
 
 
 def record_from_dict(data: dict[str, Any]) -> RunRecord:

@@ -8,8 +8,8 @@ from .. import __version__
 from .._errors import TorchdoctorError
 from ..analysis.verdict import summarise
 from ..capture import CaptureSession, detect_environment, manual_collectives_finding
-from ..record import RunRecord, TraceReport
-from .endings import status_of
+from ..record import COMPLETE, PARTIAL, RunRecord, TraceReport
+from .ending import CTRL_C, ScriptEnd, decide_script, settle
 
 
 def build_record(
@@ -71,20 +71,45 @@ def build_record(
         record.loader_report = session.data.loader_diagnosis.report
         record.findings.extend(session.data.loader_diagnosis.findings)
     if snapshot:
-        record.status = "partial"
+        record.status = PARTIAL
         summarise(record)
         return record
     if session.whole is not None:
         from ..analysis.whole_run import attach_whole
 
         # a crash ends the run as the script does: only a stop from outside cuts it short
-        attach_whole(record, session.whole.summary(), cut=ended == "interrupted")
+        attach_whole(record, session.whole.summary(), cut=ended == CTRL_C)
     if session.data.trace_paths:
         _attach_trace(record, session.data.trace_paths)
-    record.status, more_notes = status_of(session, record, ended, error)
-    record.notes.extend(more_notes)
-    summarise(record)
+    ending = decide_script(script_end(session, record, ended, error))
+    whole = record.whole_run
+    if ending.status == COMPLETE and whole is not None and whole.steps and not record.steps:
+        record.notes.append(
+            f"the run took {whole.steps} step(s), no more than --warmup ({opts.warmup}): none "
+            "was measured part by part for the verdict (lower --warmup to have some)"
+        )
+    settle(record, ending)  # the status first, then the verdict that reads it
     return record
+
+
+def script_end(
+    session: CaptureSession, record: RunRecord, ended: str, error: BaseException | None
+) -> ScriptEnd:
+    """The evidence of how the script ended in this process, for :func:`decide_script`."""
+    internal = session.data.internal_error
+    return ScriptEnd(
+        ended=ended,
+        measured_steps=record.measured_steps,
+        seen=dict(session.data.seen),
+        warmup=session.options.warmup,
+        steps=session.options.steps,
+        phase=session.phase_name,
+        error=type(error).__name__ if error is not None else "",
+        internal_error=f"{type(internal).__name__}: {internal}" if internal is not None else "",
+        peer_lost=str(session.ranks.peer_lost or ""),
+        whole_steps=session.whole.steps if session.whole is not None else None,
+        model_alone_steps=len(record.model_alone),
+    )
 
 
 def _attach_trials(record: RunRecord, session: CaptureSession) -> None:

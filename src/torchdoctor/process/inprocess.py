@@ -23,7 +23,7 @@ from ..options import RunOptions
 from ..record import RunRecord, phase_names
 from ..report.timeline import rank_timeline_path
 from .build import build_record
-from .endings import exit_status_of
+from .ending import CTRL_C, FINISHED, RAISED, STOPPED, exit_for, exited
 from .patched import patched_imports, run_patched_script
 from .target import Target, resolve_target
 
@@ -56,7 +56,7 @@ def run_target(
     session = CaptureSession(options, progress=progress, listener=listener)
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     error: BaseException | None = None
-    ended = "finished"
+    ended = FINISHED
     try:
         sys.argv = [str(code_path), *target.argv]
         sys.path.insert(0, str(code_path.parent) if target.script else os.getcwd())
@@ -76,17 +76,13 @@ def run_target(
                 else:
                     runpy.run_module(target.module or "", run_name="__main__", alter_sys=True)
         except StopRun:
-            ended = "stopped"
+            ended = STOPPED
         except SystemExit as exc:
-            code = exc.code
-            # sys.exit("message") prints the message and exits with status 1, as Python does
-            ended = (
-                f"exited with status {0 if code is None else code if isinstance(code, int) else 1}"
-            )
+            ended = exited(exc.code)  # sys.exit("message") exits with 1, as Python does
         except KeyboardInterrupt:
-            ended = "interrupted"
+            ended = CTRL_C
         except BaseException as exc:  # noqa: BLE001 - the user's error is reported, not ours
-            ended = "error"
+            ended = RAISED
             error = exc
             mine = raised_by_torchdoctor(exc) and not lost_peer(str(exc))  # a rank left: not ours
             if mine and session.data.internal_error is None:
@@ -99,7 +95,7 @@ def run_target(
     record = build_record(session, target.describe(), ended, error)
     if options.timeline_path:
         write_run_timeline(session, options.timeline_path, record)
-    status = exit_status_of(record, ended)
+    status = exit_for(record)  # the ending decided it, from how the script ended
     if session.ranks.launched:
         record = _job_record(session, record, ended)
     return RunOutcome(record, status, error or session.data.internal_error)
@@ -141,7 +137,7 @@ def _job_record(session: CaptureSession, record: RunRecord, ended: str) -> RunRe
 
     ranks = session.ranks
     try:
-        if ended != "stopped" or ranks.peer_lost or not ranks.coordinated:
+        if ended != STOPPED or ranks.peer_lost or not ranks.coordinated:
             return record  # a rank ended early: the parent puts the job together
         gathered = ranks.gather(record.to_dict())
     except (RuntimeError, ValueError) as exc:  # a rank went away meanwhile
@@ -217,15 +213,15 @@ class watch:  # noqa: N801 - used like a function: ``with torchdoctor.watch(step
     ) -> bool:
         self._session.uninstall()
         if exc_type is None:
-            ended = "finished"
+            ended = FINISHED
         elif issubclass(exc_type, StopRun):
-            ended = "stopped"
+            ended = STOPPED
         elif issubclass(exc_type, KeyboardInterrupt):
-            ended = "interrupted"
+            ended = CTRL_C
         else:
-            ended = "error"
+            ended = RAISED
         self.record = build_record(self._session, ["<watch>"], ended, exc)
-        return ended == "stopped"
+        return ended == STOPPED
 
 
 def seed_everything(seed: int = 0) -> None:

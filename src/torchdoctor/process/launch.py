@@ -27,12 +27,22 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from .._errors import TorchdoctorError
 from ..options import RunOptions
-from ..record import Environment, RankEnv, RunRecord
+from ..record import (
+    COMPLETE,
+    INTERRUPTED,
+    KILLED,
+    STATUS_PRECEDENCE,
+    TIMED_OUT,
+    Environment,
+    RankEnv,
+    RunRecord,
+)
 from . import stacks
 from ._processes import (
     CHILD_CODE,
@@ -42,10 +52,17 @@ from ._processes import (
     end_group,
     not_started,
     record_from_stream,
-    signal_name,
     wait,
 )
-from .endings import exit_for
+from .ending import (
+    Ending,
+    JobEnd,
+    decide_job,
+    decide_launcher,
+    exit_status,
+    settle,
+    signal_name,
+)
 from .rank_endings import describe, first_cause, rank_ends, stalled, uneven, uneven_finding
 from .stream import STREAM_ENV, StreamReader, StreamState
 
@@ -293,45 +310,46 @@ def job_outcome(
             return Supervised(record, final.exit_status, reports=True)
     world = max(s.hello.world_size for s in states if s.hello is not None)
     # torchdoctor itself ended the job (its bound, a signal): no rank failed.
-    stopped = "timed-out" if timed_out else "interrupted" if signalled is not None else None
+    stopped = TIMED_OUT if timed_out else INTERRUPTED if signalled is not None else None
     ends = rank_ends(states, exitcodes or {}, stopped)
     cause = first_cause(ends)
     short = uneven(ends)
     how = describe(ends, _stopped_words(options, timed_out, signalled))
     records = [_rank_record(s, command, options, world, stopped) for s in states if s.hello]
     errors = {e.rank: e.error for e in ends if e.ending == "raised" and e.error}
-    job = combine(records, world_size=world, ended=how, errors=errors)
+    evidence = JobEnd(
+        timed_out=timed_out,
+        signalled=signalled,
+        max_seconds=options.max_seconds,
+        cause_status=cause.status if cause is not None else None,  # type: ignore[arg-type]
+        cause_words=f"rank {cause.rank} {how[cause.rank]}" if cause is not None else "",
+        follower_without_cause=any(e.ending == "follower" for e in ends),
+        uneven=bool(short),
+        ranks_status=min(
+            (r.status for r in records), key=STATUS_PRECEDENCE.index, default=COMPLETE
+        ),
+    )
+
+    def decide(job: RunRecord) -> Ending:  # the job's status, set before its verdict
+        return decide_job(evidence, bool(job.measured_steps))
+
+    job = combine(records, world_size=world, ended=how, errors=errors, ending=decide)
     job.command = command
-    if cause is not None:
-        job.notes.insert(0, f"rank {cause.rank} {how[cause.rank]}; the launcher then ended the "
-                            "other ranks")  # fmt: skip
+    ending = job.ending
+    assert ending is not None
     if short:
         job.findings.insert(0, uneven_finding(short, ends, job))
         job.notes.insert(0, job.findings[0].title)
-    lead = f"rank {cause.rank} {how[cause.rank]}" if cause is not None else ""
+        ending = replace(ending, words=job.findings[0].title.split(";")[0])
+    settle(job, ending, derive=False, first=True)  # the verdict was derived with the status
+    lead = evidence.cause_words
     if short and not lead:
         lead = (
             f"uneven inputs: rank {min(short, key=lambda e: e.steps).rank} ran out of batches first"
         )
     if lead and job.verdict is not None:  # the failure leads; the steps before it follow
         job.verdict.why = f"{lead}; {job.verdict.why}"
-    if timed_out:
-        job.status = "timed-out"
-        job.notes.insert(0, f"stopped at the --max-seconds bound ({options.max_seconds:g} s)")
-    elif signalled is not None:
-        job.status = "interrupted"
-        job.notes.insert(0, f"stopped by torchdoctor on {signal_name(signalled)}")
-    elif cause is not None:
-        job.status = (
-            cause.status if cause.status in ("killed", "internal-error") else "script-error"
-        )
-    elif any(e.ending == "follower" for e in ends) and not short:
-        job.status = "script-error"
-        job.notes.insert(0, "the ranks' collectives lost a peer that is not among this node's "
-                            "ranks: a rank of another node ended the job")  # fmt: skip
-    elif job.status != "complete":
-        job.status = "partial" if job.measured_steps else "no-training"  # the data ran out
-    return Supervised(job, exit_for(job), reports=reports)
+    return Supervised(job, ending.exit_status, reports=reports)
 
 
 def _stopped_words(options: RunOptions, timed_out: bool, signalled: int | None) -> str:
@@ -349,7 +367,10 @@ def _rank_record(
         record = RunRecord.from_dict(state.final.record)
     else:
         record = record_from_stream(state, command, options)
-        record.status = stopped or "killed"  # type: ignore[assignment]
+        status = stopped or KILLED
+        cause = "process-died" if stopped is None else "bound" if stopped == TIMED_OUT else "signal"
+        # combine derives each rank's verdict again
+        settle(record, Ending(status, exit_status(status, True), cause), derive=False)  # type: ignore[arg-type]
     if record.env is None:
         record.env = Environment(
             torch_version="",
@@ -377,22 +398,6 @@ def _launcher_failed(
 ) -> Supervised:
     record = RunRecord(command=command, warmup_steps=options.warmup)
     record.requested_steps = options.steps
-    if timed_out:
-        record.status = "timed-out"
-        record.notes.append(
-            f"no rank started within the --max-seconds bound ({options.max_seconds:g} s): the "
-            "rendezvous waited for nodes that did not join"
-        )
-    elif signalled is not None:
-        record.status = "interrupted"
-        record.notes.append("interrupted before any rank started")
-    else:
-        record.status = "script-error"
-        record.notes.append(
-            f"the launcher (torch.distributed.run) ended with status {returncode} before any "
-            "rank started; its messages are above"
-        )
-    from ..analysis.verdict import summarise
-
-    summarise(record)
-    return Supervised(record, exit_for(record), reports=True)
+    ending = decide_launcher(timed_out, signalled, returncode, options.max_seconds)
+    settle(record, ending)
+    return Supervised(record, ending.exit_status, reports=True)

@@ -10,7 +10,8 @@ from typing import Any
 
 from .._errors import EXIT_INTERRUPTED, EXIT_OK
 from ..options import RunOptions
-from ..record import FixTrial, RankEnv, RunRecord
+from ..record import INTERRUPTED, FixTrial, RankEnv, RunRecord
+from .ending import decide_not_started, settle
 from .target import Target
 
 
@@ -32,8 +33,8 @@ def run_cli(target: Target, options: RunOptions) -> int:
             outcome = run_supervised(target, options, progress=display.update)
     except KeyboardInterrupt:  # Ctrl-C (or SIGTERM) before the supervision began
         if options.json_path:
-            record = RunRecord(command=target.describe(), status="interrupted")
-            record.notes.append("interrupted before the script started")
+            record = RunRecord(command=target.describe())
+            settle(record, decide_not_started(None), derive=False)
             record.save(options.json_path)
         raise
     record = outcome.record
@@ -43,7 +44,7 @@ def run_cli(target: Target, options: RunOptions) -> int:
     if options.fix and status == EXIT_OK:
         verify_fix(target, options, record, quiet=options.quiet)
         after = record.fix.after if record.fix is not None else None
-        if after is not None and after.status == "interrupted":
+        if after is not None and after.status == INTERRUPTED:
             status = EXIT_INTERRUPTED  # Ctrl-C or SIGTERM during the re-run ends the command
     if options.json_path:
         record.save(options.json_path)

@@ -36,13 +36,23 @@ import signal
 from dataclasses import dataclass, field
 
 from .._errors import lost_peer
-from ..record import Finding, RunRecord, split_where
+from ..record import (
+    COMPLETE,
+    INTERNAL_ERROR,
+    INTERRUPTED,
+    KILLED,
+    SCRIPT_ERROR,
+    TIMED_OUT,
+    Finding,
+    RunRecord,
+    split_where,
+)
 from . import stacks
-from .endings import PEER_LEFT_NOTE
 from .stream import StreamState
 
-#: Each ending's kind: a cause ends the job; the others follow or end on their own.
-CAUSES = ("raised", "exited", "killed")
+#: Each ending's kind: a cause ends the job; the others follow or end on their own. A rank's
+#: ``complete`` and ``killed`` are the words of the statuses of the same names.
+CAUSES = ("raised", "exited", KILLED)
 
 
 @dataclass
@@ -78,7 +88,7 @@ def rank_ends(
     ends = [_rank_end(s, exitcodes, stopped) for s in states if s.hello is not None]
     cause = first_cause(ends)
     for end in ends:
-        if cause is not None and end is not cause and end.ending == "killed":
+        if cause is not None and end is not cause and end.ending == KILLED:
             # ended by the launcher after the cause (it ends every other rank): a consequence,
             # unless a signal of its own (a native crash) ended it before the cause.
             before = end.at is not None and cause.at is not None and end.at < cause.at
@@ -96,27 +106,28 @@ def _rank_end(state: StreamState, exitcodes: dict[int, int], stopped: str | None
         snapped = (state.snapshot or {}).get("seen") or {}
         steps = max(int((state.seen or {}).get("optimizer_steps", 0)),
                     int(snapped.get("optimizer_steps", 0)) + len(state.steps))  # fmt: skip
-        ending = "stopped" if stopped is not None else "killed"
-        return RankEnd(rank, ending, state.closed_at, steps, "killed", exitcode=exitcode)
+        ending = "stopped" if stopped is not None else KILLED
+        return RankEnd(rank, ending, state.closed_at, steps, KILLED, exitcode=exitcode)
     record = final.record or {}
     status = str(record.get("status", ""))
     steps = int((record.get("seen") or {}).get("optimizer_steps", 0))
     lines = list(final.traceback)
-    notes = record.get("notes") or []
+    cause = (record.get("ending") or {}).get("cause")
     samples = (record.get("loader") or {}).get("dataset_len")
-    end = RankEnd(rank, "complete", state.final_at, steps, status, exitcode=exitcode,
+    end = RankEnd(rank, COMPLETE, state.final_at, steps, status, exitcode=exitcode,
                   samples=samples if isinstance(samples, int) else None)  # fmt: skip
-    if status == "complete":
+    if status == COMPLETE:
         return end
-    if lost_peer("".join(lines)) or any(str(n).startswith(PEER_LEFT_NOTE) for n in notes):
+    # its own collective lost a peer, or torchdoctor's did (its ending says so)
+    if lost_peer("".join(lines)) or cause == "peer-lost":
         end.ending = "follower"
-    elif status in ("timed-out", "interrupted") or stopped is not None and not lines:
+    elif status in (TIMED_OUT, INTERRUPTED) or stopped is not None and not lines:
         end.ending = "stopped"
-    elif status == "script-error" and lines:
+    elif status == SCRIPT_ERROR and lines:
         end.ending, end.error = "raised", lines
-    elif status == "script-error":
+    elif status == SCRIPT_ERROR:
         end.ending = "exited"
-    elif status == "internal-error":
+    elif status == INTERNAL_ERROR:
         end.ending = "raised"  # torchdoctor's own failure in that rank: the report says so
     else:
         end.ending = "ran-out"  # partial or no-training: the script ended on its own
@@ -146,17 +157,17 @@ def words(end: RankEnd, stopped_words: str = "") -> str:
     """How the rank ended, in the report's words (empty for a rank that completed);
     ``stopped_words`` say how torchdoctor stopped the job (``on SIGTERM (signal 15)``)."""
     at = f"at step {end.steps}"
-    if end.ending == "complete":
+    if end.ending == COMPLETE:
         return ""
     if end.ending == "ran-out":
         return f"its script ended on its own after {end.steps} steps (its data ran out)"
     if end.ending == "raised":
-        if end.status == "internal-error":
+        if end.status == INTERNAL_ERROR:
             return f"hit a failure of torchdoctor's own {at}"
         return f"raised {end.exception} {at}"
     if end.ending == "exited":
         return f"exited (sys.exit) with an error status {at}"
-    if end.ending == "killed":
+    if end.ending == KILLED:
         return f"{killed_words(end.exitcode)} {at}"
     if end.ending == "stopped":
         return f"stopped by torchdoctor {stopped_words} {at}".replace("  ", " ")
@@ -274,6 +285,7 @@ def stalled(
         text = "the job stalled: every rank was waiting in a collective (a mismatched collective?)"
         fix = "check that every rank calls the same collectives in the same order"
     job.notes.insert(0, f"{text} until torchdoctor stopped it")
+    stacks.tell_first(job, job.notes[0])
     if job.verdict is not None:  # the steps before the stall are not called balanced
         before = re.sub(r"^the \d+ ranks are balanced[^;]*; ", "", job.verdict.why)
         job.verdict.why = f"{text}; in the steps measured before: {before}"

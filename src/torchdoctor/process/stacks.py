@@ -15,6 +15,7 @@ This module does not import torch.
 
 from __future__ import annotations
 
+import dataclasses
 import linecache
 import os
 import re
@@ -24,6 +25,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 #: The signal that asks for the stacks: a real-time one where there are (SIGUSR1 and SIGUSR2 are
 #: the scripts' own: Lightning and SLURM requeue on SIGUSR1), else SIGUSR1.
@@ -206,9 +208,18 @@ def attach(record, stopped: StoppedAt | None, stalled_s: float | None = None) ->
     record.stopped_threads = [list(frames) for frames in stopped.others]
     record.stopped_in_collective = stopped.in_collective
     if stalled_s is not None:
-        record.notes.append(
+        note = (
             f"the script had stopped stepping {stalled_s:.0f} s before it was stopped: it was "
             f"at {record.stopped_at}"
         )
+        record.notes.append(note)
+        tell_first(record, note)
     else:
         record.notes.append(f"when stopped, the script was at {record.stopped_at}")
+
+
+def tell_first(record: Any, words: str) -> None:
+    """A stall says how the run ended better than its status: its words lead the ending's
+    (unless a rank that ended the job already leads it)."""
+    if record.ending is not None and not record.ending.words:
+        record.ending = dataclasses.replace(record.ending, words=words)

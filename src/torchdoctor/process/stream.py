@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, NamedTuple
 
-from ..record import STEP_PARTS, phase_names
+from ..record import STEP_PARTS, WholeSummary, phase_names
 
 #: A rank of a launched job finds the supervisor's socket here (torchrun closes other fds).
 STREAM_ENV = "TORCHDOCTOR_STREAM"
@@ -99,7 +99,11 @@ class Whole:
     """``run --whole``'s accounts so far."""
 
     KIND: ClassVar[str] = "whole"
-    summary: dict[str, Any]
+    summary: WholeSummary
+
+    @classmethod
+    def from_wire(cls, summary: dict[str, Any]) -> Whole:
+        return cls(WholeSummary.from_wire(summary))
 
 
 @dataclass(frozen=True)
@@ -143,7 +147,10 @@ def decode(line: bytes | str) -> Message | None:
     try:
         body = json.loads(line)
         cls = MESSAGES.get(body.pop("t", None)) if isinstance(body, dict) else None
-        return cls(**body) if cls is not None else None
+        if cls is None:
+            return None
+        # a message with a typed field rebuilds it (Whole's summary); the others are plain
+        return getattr(cls, "from_wire", cls)(**body)
     except (ValueError, TypeError):
         return None
 
@@ -260,7 +267,7 @@ class StreamState:
 
     seen: dict[str, int] | None = None
     #: ``run --whole``'s accounts as last sent (every few seconds).
-    whole: dict[str, Any] | None = None
+    whole: WholeSummary | None = None
     final: Final | None = None
     #: The child could not run the script, or torchdoctor failed in it.
     error: Failed | None = None
@@ -327,6 +334,8 @@ class StreamReader:
 
 
 def _plain(value: Any) -> Any:
+    if isinstance(value, WholeSummary):
+        return value.to_wire()
     if hasattr(value, "item"):  # numpy scalars
         return value.item()
     return str(value)

@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .._errors import EXIT_INTERRUPTED, TorchdoctorError
+from .._errors import TorchdoctorError
 from .._paths import resolve_script
 from ..options import RunOptions
 from ..record import RunRecord
@@ -35,10 +35,9 @@ from ._processes import (
     not_started,
     record_from_dict,
     record_from_stream,
-    signal_name,
     wait,
 )
-from .endings import ENDED_EARLY, OWN_ENDING_NOTES, exit_for
+from .ending import Ending, Stop, decide_supervised, measured_anything, settle
 from .stream import StreamReader, StreamState
 
 
@@ -112,56 +111,51 @@ def _outcome(
     signalled: int | None,
     late: bool = False,
 ) -> Supervised:
+    """The record and exit status of a supervised run, from what its process streamed and how
+    it ended (the decision: :func:`.ending.decide_supervised`)."""
+    error = state.error
+    if state.final is None and error is not None and not error.internal:
+        raise TorchdoctorError(error.message, error.hint)
+    stop = Stop(
+        timed_out=timed_out,
+        signalled=signalled,
+        late=late,
+        returncode=returncode,
+        max_seconds=options.max_seconds,
+        whole=options.whole,
+        failure=error.message if state.final is None and error is not None else "",
+    )
     if state.final is not None:
         record = record_from_dict(state.final.record)
-        if late and signalled is not None:
-            # the record is whole; the exit status says that the user asked to stop (a
-            # command that runs the script again, like `fix`, stops there)
-            record.notes.append(
-                f"{signal_name(signalled)} arrived as the script ended: the record is complete"
-            )
-            return Supervised(record, EXIT_INTERRUPTED)
-        stop_handed_on = timed_out or signalled is not None
-        if stop_handed_on and (record.whole_run is not None or record.status in ENDED_EARLY):
-            return _cut(record, timed_out, signalled, options)
-        return Supervised(record, state.final.exit_status)
-    error = state.error
-    if error is not None and not error.internal:
-        raise TorchdoctorError(error.message, error.hint)
+        # the child's own ending, with the exit status it sent
+        child = Ending(record.status, state.final.exit_status, "measured")
+        if record.ending is not None:
+            child = replace(record.ending, exit_status=state.final.exit_status)
+        ending = decide_supervised(
+            child, stop, measured_anything(record), record.whole_run is not None
+        )
+        if ending is child:
+            return Supervised(record, ending.exit_status)
+        if ending.cause in ("bound", "signal"):
+            _mark_cut(record)
+        settle(record, ending, derive=ending.status != child.status)
+        return Supervised(record, ending.exit_status)
     record = record_from_stream(state, target.describe(), options)
-    ending = _ending(returncode, timed_out, signalled, options)
-    record.notes.append(ending)
+    ending = decide_supervised(None, stop, measured_anything(record))
+    settle(record, ending)  # the status set, the verdict derived again: it reads the status
     if options.timeline_path:
         _write_logged_timeline(state, options.timeline_path, record)
-    if error is not None:
-        record.status = "internal-error"
-        record.notes.append(f"torchdoctor itself failed: {error.message}. Please report this.")
-    elif timed_out:
-        record.status = "timed-out"
-    elif signalled is not None:
-        record.status = "interrupted"
-    else:
-        record.status = "killed"
-    return Supervised(record, exit_for(record))
+    return Supervised(record, ending.exit_status)
 
 
-def _cut(
-    record: RunRecord, timed_out: bool, signalled: int | None, options: RunOptions
-) -> Supervised:
-    """A run that torchdoctor's bound or a signal ended, though the script may have caught the
-    stop and ended as if on its own (Lightning on SIGTERM or Ctrl-C, a loop inside ``try: ...
-    except KeyboardInterrupt``): the stop's status, and a whole run's accounts marked cut."""
+def _mark_cut(record: RunRecord) -> None:
+    """A whole run that torchdoctor's bound or a signal ended, though the script may have caught
+    the stop and ended as if on its own (Lightning on SIGTERM or Ctrl-C, a loop inside ``try:
+    ... except KeyboardInterrupt``): its accounts are marked cut."""
     from ..analysis.whole_course import mark_cut
 
     if record.whole_run is not None and record.whole_run.ending != "cut":
         mark_cut(record.whole_run)
-    note = _ending(None, timed_out, signalled, options)
-    # the script's own words for how it ended were about the stop torchdoctor handed it
-    record.notes = [n for n in record.notes if not n.startswith(OWN_ENDING_NOTES)]
-    if note not in record.notes:
-        record.notes.append(note)
-    record.status = "timed-out" if timed_out else "interrupted"
-    return Supervised(record, exit_for(record))
 
 
 def _write_logged_timeline(state: StreamState, path: str, record: RunRecord) -> None:
@@ -182,33 +176,4 @@ def _write_logged_timeline(state: StreamState, path: str, record: RunRecord) -> 
         if steps
         else f"the timeline at {path} holds no step: none was measured before the script's "
         "process ended"
-    )
-
-
-def _ending(
-    returncode: int | None, timed_out: bool, signalled: int | None, options: RunOptions
-) -> str:
-    """How the script's process ended, in the report's words."""
-    if timed_out and options.whole:
-        return (
-            f"stopped at the --max-seconds bound ({options.max_seconds:g} s): the whole run's "
-            "accounts cover it until then, and its goodput is projected"
-        )
-    if timed_out:
-        return (
-            f"stopped at the --max-seconds bound ({options.max_seconds:g} s) before the "
-            "measurement finished; the figures cover what was measured until then (raise "
-            "--max-seconds, or check that the loop reaches optimizer.step())"
-        )
-    if signalled is not None:
-        return f"torchdoctor received {signal_name(signalled)} and stopped the script"
-    if returncode is not None and returncode < 0:
-        oom = " (the OOM killer sends SIGKILL)" if -returncode == signal.SIGKILL else ""
-        return (
-            f"the script's process was killed by {signal_name(-returncode)}{oom}; the figures "
-            "cover what was measured until then"
-        )
-    return (
-        f"the script's process ended with status {returncode} without torchdoctor's last word "
-        "(os._exit, or a crash in native code); the figures cover what was measured until then"
     )

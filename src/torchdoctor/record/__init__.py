@@ -7,6 +7,7 @@ documented in ``docs/record.md``; this package is its only door.
 
 from __future__ import annotations
 
+from ._ending import Ending
 from ._fix import FixTrial
 from ._judged import (
     IMPROVED,
@@ -21,21 +22,33 @@ from ._judged import (
 )
 from ._kinds import (
     COMMUNICATION_BOUND,
+    COMPLETE,
     COMPUTE_BOUND,
     DISTRIBUTED_FINDING_KINDS,
+    ENDED_SHORT,
+    ENDING_CAUSES,
     FINDING_KINDS,
     HOST_BOUND,
     INPUT_BOUND,
+    INTERNAL_ERROR,
+    INTERRUPTED,
+    KILLED,
     LOADER_FINDING_KINDS,
     LOOP_FINDING_KINDS,
+    NO_TRAINING,
+    PARTIAL,
+    SCRIPT_ERROR,
     SEVERITIES,
+    STATUS_PRECEDENCE,
     STATUSES,
     STEP_BOUNDARY_KINDS,
     SYNC_FINDING_KINDS,
+    TIMED_OUT,
     TRACE_FINDING_KINDS,
     UNKNOWN,
     VERDICT_KINDS,
     WHOLE_FINDING_KINDS,
+    EndingCause,
     FindingKind,
     Severity,
     Status,
@@ -93,7 +106,8 @@ from ._trace import (
 )
 from ._trials import Flops, Trial, TrialPoint
 from ._verdict import Verdict
-from ._whole import WHOLE_KINDS, WholeBlock, WholeEvent, WholeKind, WholeRun
+from ._whole import WHOLE_KINDS, WholeBlock, WholeEvent, WholeKind, WholeKindName, WholeRun
+from ._whole_summary import PlaceKey, SampledPlace, TimedCost, WholeSummary
 from .part_names import STEP_PARTS
 
 __all__ = [
@@ -112,7 +126,12 @@ __all__ = [
     "WholeBlock",
     "WholeEvent",
     "WholeKind",
+    "WholeKindName",
     "WholeRun",
+    "PlaceKey",
+    "SampledPlace",
+    "TimedCost",
+    "WholeSummary",
     "BATCH_SIZE_ARGUMENT",
     "BATCH_SIZE_MEASURED",
     "DEFAULT_PICK_TOLERANCE",
@@ -137,6 +156,19 @@ __all__ = [
     "SCHEMA_VERSION",
     "SEVERITIES",
     "STATUSES",
+    "COMPLETE",
+    "ENDED_SHORT",
+    "ENDING_CAUSES",
+    "INTERNAL_ERROR",
+    "INTERRUPTED",
+    "KILLED",
+    "NO_TRAINING",
+    "PARTIAL",
+    "SCRIPT_ERROR",
+    "STATUS_PRECEDENCE",
+    "TIMED_OUT",
+    "Ending",
+    "EndingCause",
     "STEP_BOUNDARY_KINDS",
     "STEP_PARTS",
     "SYNC_FINDING_KINDS",

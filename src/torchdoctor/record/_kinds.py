@@ -12,7 +12,8 @@ from typing import Literal, get_args
 VerdictKind = Literal[
     "INPUT-BOUND", "COMPUTE-BOUND", "HOST-BOUND", "COMMUNICATION-BOUND", "UNKNOWN"
 ]
-#: How the diagnosed script ended, as far as the record knows.
+#: How the diagnosed script ended, as far as the record knows. Each word is written here once;
+#: code names them by the constants below (decided in ``process.ending``, docs/cli.md).
 Status = Literal[
     "complete",
     "partial",
@@ -99,7 +100,65 @@ HOST_BOUND: VerdictKind = "HOST-BOUND"
 COMMUNICATION_BOUND: VerdictKind = "COMMUNICATION-BOUND"
 UNKNOWN: VerdictKind = "UNKNOWN"
 
+#: The measurement finished: torchdoctor stopped the script on purpose (or a whole run ended).
+COMPLETE: Status = "complete"
+#: The script ended on its own after some measured steps (its data or epochs ran out).
+PARTIAL: Status = "partial"
+#: Ctrl-C or SIGTERM stopped the run.
+INTERRUPTED: Status = "interrupted"
+#: The script raised, or called ``sys.exit(n)`` with n other than 0.
+SCRIPT_ERROR: Status = "script-error"
+#: The script ended without a measured step.
+NO_TRAINING: Status = "no-training"
+#: torchdoctor itself failed (torch was restored).
+INTERNAL_ERROR: Status = "internal-error"
+#: The script's process ended without a last word (a signal, the OOM killer, ``os._exit``).
+KILLED: Status = "killed"
+#: The run reached ``--max-seconds``.
+TIMED_OUT: Status = "timed-out"
+#: Which status names a run whose parts ended differently (a job's ranks, a decision with
+#: several causes), worst first: torchdoctor's own failure hides everything behind it, a script's
+#: failure a stop, a stop a run that ran out on its own.
+STATUS_PRECEDENCE: tuple[Status, ...] = (
+    INTERNAL_ERROR,
+    SCRIPT_ERROR,
+    KILLED,
+    TIMED_OUT,
+    INTERRUPTED,
+    PARTIAL,
+    NO_TRAINING,
+    COMPLETE,
+)
+#: The statuses of a run that ended before its measurement did (a snapshot of a run still in
+#: progress is ``PARTIAL`` too): a verdict on few steps says how to get more.
+ENDED_SHORT: tuple[Status, ...] = (
+    SCRIPT_ERROR,
+    KILLED,
+    INTERNAL_ERROR,
+    PARTIAL,
+    TIMED_OUT,
+    INTERRUPTED,
+)
+#: Why a run ended, one level below its status (``Ending.cause``): what ended it.
+EndingCause = Literal[
+    "measured",  # torchdoctor stopped it on purpose, the measurement done
+    "script-end",  # the script ended on its own (finished, sys.exit(0), a whole run's end)
+    "raised",  # the script raised
+    "exited",  # sys.exit(n), n other than 0
+    "ctrl-c",  # KeyboardInterrupt in the script's own process
+    "bound",  # --max-seconds
+    "signal",  # a signal torchdoctor received and handed on
+    "late-signal",  # a signal that arrived as the script ended (the record is whole)
+    "process-died",  # the process ended without a last word
+    "peer-lost",  # another rank of the job ended (a follower, never the cause)
+    "rank-ended",  # a rank of the job ended it (raised, exited, was killed)
+    "other-node",  # a rank of another node ended the job
+    "torchdoctor",  # torchdoctor's own failure
+    "launcher",  # the launcher ended before any rank started
+]
+
 VERDICT_KINDS: tuple[str, ...] = get_args(VerdictKind)
+ENDING_CAUSES: tuple[str, ...] = get_args(EndingCause)
 STATUSES: tuple[str, ...] = get_args(Status)
 SEVERITIES: tuple[str, ...] = get_args(Severity)
 STEP_BOUNDARY_KINDS: tuple[str, ...] = get_args(StepBoundaryKind)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ._kinds import Status
+from ._kinds import COMPLETE, Status
 from ._stats import Stat, StepSeries
 from ._verdict import Verdict
 
@@ -21,7 +21,7 @@ class RankRun:
     rank: int
     local_rank: int = 0
     host: str = ""
-    status: Status = "complete"
+    status: Status = COMPLETE
     #: Each measured step's parts, as the single-process record holds them.
     steps: StepSeries = field(default_factory=StepSeries)
     step_ms: Stat | None = None

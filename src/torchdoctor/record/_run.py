@@ -12,8 +12,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ._ending import Ending
 from ._fix import FixTrial
-from ._kinds import FINDING_KINDS, SEVERITIES, FindingKind, Severity, Status, StepBoundaryKind
+from ._kinds import (
+    COMPLETE,
+    FINDING_KINDS,
+    SEVERITIES,
+    FindingKind,
+    Severity,
+    Status,
+    StepBoundaryKind,
+)
 from ._loader import LoaderReport
 from ._patch import Patch
 from ._ranks import DistributedReport
@@ -161,7 +170,10 @@ class RunRecord:
     tool_version: str = ""
     created_at: str = ""
     command: list[str] = field(default_factory=list)
-    status: Status = "complete"
+    status: Status = COMPLETE
+    #: How the run ended, decided once (``process.ending``): its status (``status`` above), exit
+    #: status, cause and words; ``None`` in records written before it was kept.
+    ending: Ending | None = None
     notes: list[str] = field(default_factory=list)
     env: Environment | None = None
     loader: LoaderSettings | None = None

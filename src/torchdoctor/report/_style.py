@@ -16,7 +16,19 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..record import Severity, VerdictKind
+from ..record import (
+    COMPLETE,
+    INTERNAL_ERROR,
+    INTERRUPTED,
+    KILLED,
+    NO_TRAINING,
+    PARTIAL,
+    SCRIPT_ERROR,
+    TIMED_OUT,
+    Severity,
+    Status,
+    VerdictKind,
+)
 
 
 class Look(NamedTuple):
@@ -40,22 +52,22 @@ SEVERITIES: dict[Severity, Look] = {
 }
 #: How a run ended, when not on purpose: shown first, in the verdict's place (terminal and page).
 #: The style's colour names the page's class too: red endings ``bad``, yellow ones ``warn``.
-ENDINGS: dict[str, Look] = {
-    "script-error": Look("FAILED", "bold red"),
-    "killed": Look("KILLED", "bold red"),
-    "internal-error": Look("TORCHDOCTOR FAILED", "bold red"),
-    "no-training": Look("NO TRAINING STEP", "bold red"),
-    "interrupted": Look("STOPPED", "bold yellow"),
-    "timed-out": Look("STOPPED AT THE BOUND", "bold yellow"),
-    "partial": Look("ENDED EARLY", "bold yellow"),
+ENDINGS: dict[Status, Look] = {
+    SCRIPT_ERROR: Look("FAILED", "bold red"),
+    KILLED: Look("KILLED", "bold red"),
+    INTERNAL_ERROR: Look("TORCHDOCTOR FAILED", "bold red"),
+    NO_TRAINING: Look("NO TRAINING STEP", "bold red"),
+    INTERRUPTED: Look("STOPPED", "bold yellow"),
+    TIMED_OUT: Look("STOPPED AT THE BOUND", "bold yellow"),
+    PARTIAL: Look("ENDED EARLY", "bold yellow"),
 }
 
 
 def ending_look(status: str) -> Look | None:
     """The look of a run's ending; ``None`` for a run that completed its measurement."""
-    if status == "complete":
+    if status == COMPLETE:
         return None
-    return ENDINGS.get(status, Look(status.upper(), "bold yellow"))
+    return ENDINGS.get(status, Look(status.upper(), "bold yellow"))  # type: ignore[call-overload]
 
 
 #: A measured gain or a choice made for the user (a verified speedup, the sweep's pick).

@@ -14,7 +14,7 @@ from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.table import Table
 from rich.text import Text
 
-from ..record import STEP_PARTS, STRAGGLER, DistributedReport, RankRun, RunRecord, Stat
+from ..record import COMPLETE, STEP_PARTS, STRAGGLER, DistributedReport, RankRun, RunRecord, Stat
 from ..record.part_names import PART_HEADERS, PART_WORDS
 from ._style import BAD, verdict_look
 from ._words import role_words, waiting_words
@@ -139,7 +139,7 @@ class _RanksTable:
 def _row(r: RankRun, job: DistributedReport) -> dict[str, str | Text]:
     return {
         "rank": _rank_label(r, job),
-        "status": Text(r.status, style="" if r.status == "complete" else BAD),
+        "status": Text(r.status, style="" if r.status == COMPLETE else BAD),
         "step": _mean(r.step_ms),
         **{part: _mean(r.parts_ms.get(part)) for part in STEP_PARTS},
         "no_sync": _mean(r.no_sync_step_ms),
@@ -221,7 +221,7 @@ def _summary_lines(job: DistributedReport) -> list[Text]:
             )
         )
     for r in job.ranks:
-        if r.ended and r.status != "complete":
+        if r.ended and r.status != COMPLETE:
             lines.append(Text(f"rank {r.rank}: {r.ended}", style=BAD))
         if r.stopped_at:
             lines.append(Text(f"rank {r.rank}: when stopped, at {r.stopped_at}{waiting_words(r)}"))

@@ -13,7 +13,7 @@ from html import escape
 from pathlib import Path
 
 from ..analysis.verdict import ceiling_words
-from ..record import STEP_PARTS, RunRecord, write_text_atomic
+from ..record import COMPLETE, STEP_PARTS, RunRecord, write_text_atomic
 from . import _style, _svg
 from ._style import ending_look, verdict_look
 from ._words import (
@@ -229,7 +229,7 @@ def _ranks(record: RunRecord) -> str:
     if d.comm_ceiling is not None:
         lines.append(f"<p>communication made free: {d.comm_ceiling:.2f}x ceiling</p>")
     for r in d.ranks:
-        if r.ended and r.status != "complete":  # as the terminal says it
+        if r.ended and r.status != COMPLETE:  # as the terminal says it
             lines.append(f"<p class='bad'>rank {r.rank}: {escape(r.ended)}</p>")
         if r.stopped_at:
             lines.append(

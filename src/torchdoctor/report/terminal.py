@@ -10,9 +10,17 @@ from rich.text import Text
 from ..analysis.compare import RUN_TO_RUN, pair_words
 from ..analysis.verdict import CEILING_NO_GAIN, ceiling_words
 from ..record import (
+    COMPLETE,
     IMPROVED,
+    INTERNAL_ERROR,
+    INTERRUPTED,
+    KILLED,
+    NO_TRAINING,
+    PARTIAL,
     REGRESSED,
+    SCRIPT_ERROR,
     STEP_PARTS,
+    TIMED_OUT,
     FixTrial,
     JudgedSpeedup,
     RunRecord,
@@ -157,17 +165,17 @@ def stop_line(record: RunRecord) -> str:
     """The one line that says how the run ended."""
     measured = record.measured_steps
     whole = record.whole_run
-    if whole is not None and record.status == "complete":
+    if whole is not None and record.status == COMPLETE:
         return (
             f"torchdoctor watched the whole run, {whole.steps} steps, to the script's own end; "
             f"{_steps(measured)} measured part by part for the verdict."
         )
-    if whole is not None and record.status in ("interrupted", "timed-out", "killed"):
+    if whole is not None and record.status in (INTERRUPTED, TIMED_OUT, KILLED):
         return (
             f"the run was cut after {whole.steps} steps ({record.status}); the accounts cover it "
             "until then."
         )
-    if record.status == "complete":
+    if record.status == COMPLETE:
         phases = [f"{record.warmup_steps} warmup", f"{measured} measured"]
         if record.model_alone:
             phases.append(f"{len(record.model_alone)} model-alone")
@@ -176,13 +184,13 @@ def stop_line(record: RunRecord) -> str:
             text += f" and {record.loader_alone.batches} loader-alone batches"
         return text + "."
     return {
-        "partial": f"the script ended on its own; {_steps(measured)} measured.",
-        "interrupted": f"interrupted; partial report of {_steps(measured, 'measured ')}.",
-        "script-error": f"the script failed; {_steps(measured)} measured before the error.",
-        "no-training": "no training step was measured.",
-        "internal-error": "torchdoctor failed and stopped the script; see the note below.",
-        "killed": f"the script's process was killed; {_steps(measured)} measured before.",
-        "timed-out": f"stopped at the --max-seconds bound; {_steps(measured)} measured.",
+        PARTIAL: f"the script ended on its own; {_steps(measured)} measured.",
+        INTERRUPTED: f"interrupted; partial report of {_steps(measured, 'measured ')}.",
+        SCRIPT_ERROR: f"the script failed; {_steps(measured)} measured before the error.",
+        NO_TRAINING: "no training step was measured.",
+        INTERNAL_ERROR: "torchdoctor failed and stopped the script; see the note below.",
+        KILLED: f"the script's process was killed; {_steps(measured)} measured before.",
+        TIMED_OUT: f"stopped at the --max-seconds bound; {_steps(measured)} measured.",
     }.get(record.status, record.status)
 
 
@@ -203,19 +211,11 @@ def _header(record: RunRecord, title: str | None) -> Text:
 
 
 def ending_words(record: RunRecord) -> str:
-    """How a run that did not complete its measurement ended, in one sentence: the rank that
-    ended a job first (or the uneven inputs), a stall, else the stop line."""
-    job = record.distributed
-    if job is not None:
-        uneven = next((f for f in record.findings if f.kind == "ddp.uneven-inputs"), None)
-        if uneven is not None:
-            return uneven.title.split(";")[0]
-        for note in record.notes:
-            if note.startswith("rank ") and "the launcher then ended" in note:
-                return note
-    for note in record.notes:
-        if note.startswith(("the job stalled", "the script had stopped stepping")):
-            return note
+    """How a run that did not complete its measurement ended, in one sentence: what its ending
+    says ended it first (the rank that ended a job, its uneven inputs, a stall), else the stop
+    line."""
+    if record.ending is not None and record.ending.words:
+        return record.ending.words
     return stop_line(record)
 
 

@@ -120,7 +120,7 @@ def test_run_whole_samples_its_measured_window_and_its_watched_steps_each_from_t
             optimizer.step()
     finally:
         session.uninstall()
-    assert session.lean  # the window ended: the last steps were watched
+    assert session.hooks.lean  # the window ended: the last steps were watched
     # each counts its first steps, then the last timed one of its first period (as one phase);
     # numbered on from warmup instead, the window would count 7 of its steps, and numbered on
     # from the window, the watched steps none

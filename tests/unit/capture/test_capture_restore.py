@@ -141,7 +141,7 @@ def test_a_whole_run_is_undone_with_its_sampler_thread_and_workers():
                 model(x)
             model.train()
             torch.save(model.state_dict(), io.BytesIO())
-        assert session.whole.steps == 8 and session.whole.counts["eval"] == 2
+        assert session.whole.steps == 8 and session.whole.evaluation.count == 2
     finally:
         session.uninstall()
     assert torch.save is vars(torch.serialization)["save"]

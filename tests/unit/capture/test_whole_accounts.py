@@ -3,14 +3,19 @@ sum to the wall time exactly (no sleeps, no threads: samples are taken by hand).
 
 from __future__ import annotations
 
+import ast
+import inspect
 import threading
 
 import pytest
 
 from torchdoctor.analysis.whole_course import DRIFT_BLOCKS, DRIFT_RISE, DRIFT_SPAN_S
 from torchdoctor.analysis.whole_run import whole_run_of
+from torchdoctor.capture import CaptureSession, _hooks, _session, _step_hooks
 from torchdoctor.capture._whole import WholeRunWatch
+from torchdoctor.capture._whole_stand_in import NoWholeRun
 from torchdoctor.capture._whole_steps import BLOCK, MAX_BLOCKS
+from torchdoctor.options import RunOptions
 from torchdoctor.record import LoaderSettings
 
 MS = 1_000_000
@@ -300,3 +305,52 @@ def test_the_steps_own_code_is_not_between_steps(run):
     assert "between-steps" not in kinds
     assert "the step's own code" in kinds["slow-steps"].detail
     sums_to_wall(whole)
+
+
+# --- the stand-in: the hooks read the same with the accounts on or off ----------------------
+
+
+def _called_on_whole(source: str) -> set[str]:
+    """The members the hooks' code uses on the whole-run watch (``whole.X``, ``self.whole.X``,
+    ``hooks.whole.X``), ``_patch_whole_run`` left out (installed for a whole run only)."""
+    tree = ast.parse(source)
+    skipped = {
+        id(n)
+        for f in ast.walk(tree)
+        if isinstance(f, ast.FunctionDef) and f.name == "_patch_whole_run"
+        for n in ast.walk(f)
+    }
+    used = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute) or id(node) in skipped:
+            continue
+        owner = node.value
+        if (isinstance(owner, ast.Name) and owner.id == "whole") or (
+            isinstance(owner, ast.Attribute) and owner.attr == "whole"
+        ):
+            used.add(node.attr)
+    return used
+
+
+def test_the_stand_in_has_every_member_the_hooks_use_with_the_watchs_signature():
+    sources = [_step_hooks, _hooks, _session]
+    used = set().union(*(_called_on_whole(inspect.getsource(m)) for m in sources))
+    assert {"forward_started", "training", "loading", "step_ended"} <= used  # the scan works
+    missing = {name for name in used if not hasattr(NoWholeRun, name)}
+    assert not missing
+    for name in used:
+        if callable(getattr(NoWholeRun, name)):
+            stand_in = inspect.signature(getattr(NoWholeRun, name))
+            assert stand_in == inspect.signature(getattr(WholeRunWatch, name)), name
+    assert not NoWholeRun.active and WholeRunWatch.active
+
+
+def test_a_plain_session_gives_its_hooks_the_stand_in_and_outside_readers_none():
+    plain = CaptureSession(RunOptions())
+    assert plain.whole is None and isinstance(plain.hooks.whole, NoWholeRun)
+    whole = CaptureSession(RunOptions(whole=True))
+    whole.install()
+    try:
+        assert isinstance(whole.whole, WholeRunWatch) and whole.hooks.whole is whole.whole
+    finally:
+        whole.uninstall()

@@ -1,0 +1,45 @@
+"""The verdict of a run that ended before it measured enough steps: what to do next depends on
+how it ended, which is why the status is set before the verdict is derived (``process.ending``)."""
+
+from __future__ import annotations
+
+from ..record import (
+    INTERNAL_ERROR,
+    INTERRUPTED,
+    KILLED,
+    PARTIAL,
+    SCRIPT_ERROR,
+    TIMED_OUT,
+    UNKNOWN,
+    RunRecord,
+    Verdict,
+)
+
+#: Measured steps a verdict needs from a run that ended before its measurement did (a mean of
+#: fewer says little: one slow first step decides it).
+MIN_VERDICT_STEPS = 3
+#: What to do about a verdict on too few steps, by how the run ended (``ENDED_SHORT``): the
+#: status is set before the verdict is derived (``process.ending.settle``), so a run cut at the
+#: bound is told to raise it.
+_TOO_FEW_NEXT = {
+    SCRIPT_ERROR: "fix the script's error (its traceback is above, and in the notes) and run "
+    "torchdoctor again",
+    KILLED: "find what ended the process (the notes say how it ended) and run torchdoctor again",
+    PARTIAL: "give the run more data or epochs, or lower --warmup and --steps",
+    TIMED_OUT: "raise --max-seconds, or lower --warmup and --steps",
+    INTERRUPTED: "let the run measure a few more steps before stopping it",
+    INTERNAL_ERROR: "see the note on torchdoctor's own failure",
+}
+
+
+def too_few(record: RunRecord, shares: dict[str, float]) -> Verdict:
+    """The verdict of a run that ended with fewer than :data:`MIN_VERDICT_STEPS` measured."""
+    n = len(record.steps.step_ms)
+    return Verdict(
+        kind=UNKNOWN,
+        why=f"only {n} step{'' if n == 1 else 's'} measured before the run ended "
+        f"({record.status}): too few for a verdict ({MIN_VERDICT_STEPS} needed); the step parts "
+        "below cover those steps only",
+        next=_TOO_FEW_NEXT.get(record.status, _TOO_FEW_NEXT[PARTIAL]),
+        shares=shares,
+    )

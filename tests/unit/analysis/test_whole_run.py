@@ -1,0 +1,104 @@
+"""A whole run's summary made into the record's kinds: each cost timed in events (evaluation,
+checkpoint, epoch boundary) by its one rule, from a :class:`WholeSummary` built by hand (no
+capture, no clock)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from torchdoctor.analysis.whole_run import FIX_SHARE, TIMED_RULES, whole_run_of
+from torchdoctor.record import (
+    LoaderSettings,
+    SampledPlace,
+    TimedCost,
+    WholeKind,
+    WholeSummary,
+)
+
+WALL_S = 100.0
+
+
+def kinds_of(summary: WholeSummary, loader: LoaderSettings | None = None) -> dict[str, WholeKind]:
+    run, _ = whole_run_of(summary, loader)
+    return {k.kind: k for k in run.categories}
+
+
+def loader(workers: int, persistent: bool) -> LoaderSettings:
+    return LoaderSettings(
+        dataset="Toy",
+        dataset_len=100,
+        batch_size=8,
+        num_workers=workers,
+        pin_memory=False,
+        persistent_workers=persistent,
+        prefetch_factor=None,
+        drop_last=False,
+        sampler="RandomSampler",
+        collate_fn="default_collate",
+        created_at="train.py:7",
+    )
+
+
+def test_every_cost_timed_in_events_has_one_rule_and_a_kind_of_its_own():
+    names = [rule.kind for rule in TIMED_RULES]
+    assert names == ["epoch-boundary", "evaluation", "checkpoint"]
+    summary = WholeSummary(wall_s=WALL_S)
+    for rule in TIMED_RULES:  # each rule reads its own account, no other
+        account = TimedCost(7.0, 2)
+        field = {"epoch-boundary": "boundary"}.get(rule.kind, rule.kind)
+        kind = rule.kind_of(dataclasses.replace(summary, **{field: account}), None, WALL_S)
+        assert (kind.kind, kind.seconds, kind.count) == (rule.kind, 7.0, 2)
+        assert kind.detail.startswith(f"2 {rule.many}, 3.50 s each")
+
+
+@pytest.mark.parametrize(
+    ("workers", "persistent", "seconds", "fixed"),
+    [
+        (2, False, 10.0, True),
+        (2, True, 10.0, False),  # the workers already stay: nothing to change
+        (0, False, 10.0, False),  # no workers to keep
+        (2, False, FIX_SHARE * WALL_S / 2, False),  # too small a share of the run
+    ],
+)
+def test_an_epoch_boundary_is_told_to_keep_its_workers_only_when_they_restart(
+    workers, persistent, seconds, fixed
+):
+    summary = WholeSummary(wall_s=WALL_S, boundary=TimedCost(seconds, 3))
+    boundary = kinds_of(summary, loader(workers, persistent))["epoch-boundary"]
+    assert boundary.where == "train.py:7"
+    assert ("persistent_workers=True" in (boundary.fix or "")) is fixed
+    assert boundary.saves_s == (seconds if fixed else None)
+
+
+def test_a_checkpoint_tells_its_save_functions_own_work_and_its_fix_saves_it_all():
+    summary = WholeSummary(
+        wall_s=WALL_S, checkpoint=TimedCost(6.0, 3, "/elsewhere/train.py:40", sampled_s=1.5)
+    )
+    checkpoint = kinds_of(summary)["checkpoint"]
+    assert checkpoint.detail == (
+        "3 saves, 2.00 s each (1.50 s of it in the save functions around torch.save)"
+    )
+    assert checkpoint.where == "/elsewhere/train.py:40"
+    assert "async_save" in checkpoint.fix and checkpoint.saves_s == 6.0
+
+
+def test_an_evaluation_with_autograd_on_is_fixed_however_short_and_a_long_one_is_too():
+    short = TimedCost(0.1, 1)
+    assert kinds_of(WholeSummary(wall_s=WALL_S, evaluation=short))["evaluation"].fix is None
+    with_grad = WholeSummary(wall_s=WALL_S, evaluation=short, eval_with_grad=True)
+    assert "inference_mode" in kinds_of(with_grad)["evaluation"].fix
+    long = WholeSummary(wall_s=WALL_S, evaluation=TimedCost(10.0, 4))
+    assert "evaluate less often" in kinds_of(long)["evaluation"].fix
+
+
+def test_the_slow_steps_excess_in_a_function_of_the_script_is_time_between_steps():
+    flush = SampledPlace(("train.py", 30, "flush", 28), 5.0, gaps=4)
+    step_part = SampledPlace(("part", "forward"), 1.0)
+    summary = WholeSummary(wall_s=WALL_S, steps=100, steps_s=50.0, excess=(flush, step_part))
+    kinds = kinds_of(summary)
+    assert (kinds["between-steps"].seconds, kinds["between-steps"].count) == (5.0, 4)
+    assert kinds["between-steps"].where == "train.py:30 (flush)"
+    assert kinds["slow-steps"].seconds == 1.0
+    assert "forward 1.00 s" in kinds["slow-steps"].detail
