@@ -3,14 +3,16 @@
 Each script imitates one public example's shape (written here): transforms that are modules, in
 the main process and in workers (fork and spawn); a GAN with two optimizers; L-BFGS with a
 closure; forward-forward (per-layer optimizers, ``self.forward``); Hogwild children; a script's
-own profiler; timm's prefetching loader. Each must run to torchdoctor's stop, be stepped by its
-optimizer where it has one, and get the verdict its injected costs make true beyond any doubt.
+own profiler; timm's prefetching loader, and its accumulation that trusts ``len(loader)``. Each
+must run to torchdoctor's stop, be stepped by its optimizer where it has one, and get the verdict
+its injected costs make true beyond any doubt.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import subprocess
 import sys
 
@@ -171,3 +173,27 @@ def test_lightning_ddp_under_torchrun(tmp_path):
     assert rec["seen"]["ddp_at"].endswith("lightning_ddp.py:58")
     assert len(rec["distributed"]["ranks"]) == 2
     assert rec["verdict"]["kind"] != "UNKNOWN"
+
+
+def test_the_replay_ends_each_pass_where_the_loader_would():
+    # timm's train.py died of ZeroDivisionError in the model-alone phase: its accumulation
+    # arithmetic trusts len(loader), and the replay handed a pass more batches than that. Six
+    # batches a pass, two per step: the measured and replayed steps cross several passes.
+    out, rec = run("accumulating_wrapper.py", counterfactuals=True)
+    _stopped_on_purpose(out, rec)
+    assert len(rec.model_alone) == 6, rec.notes
+
+
+def test_fix_runs_through_a_script_that_trusts_len_loader(tmp_path):
+    # On timm's train.py, fix refused ("fix what the report says stopped the script first"): the
+    # script died of the replay's extra batches. On a copy, so no patch plans on this repository.
+    shutil.copy(SHAPES / "accumulating_wrapper.py", tmp_path / "train.py")
+    res = subprocess.run(
+        [sys.executable, "-m", "torchdoctor", "fix", "--steps", "6", "--warmup", "2", "--quiet",
+         "--json", "fix.json", "--", "train.py"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=400, check=False,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    rec = json.loads((tmp_path / "fix.json").read_text())
+    assert rec["status"] == "complete" and rec["model_alone"], rec["notes"]
+    assert not any("stopped the script" in n for n in rec["patch"]["notes"]), rec["patch"]

@@ -74,7 +74,7 @@ def patch_torch(session: CaptureSession) -> None:
         started, whole = session.clock_ns(), hooks.whole
         whole.loading = True  # workers starting: an epoch boundary's own time
         try:
-            it = orig_iter(loader)
+            it = session.passes.new_pass(loader, orig_iter)  # a served pass: without workers
         finally:
             whole.loading = False
         whole.iterator_made(loader_key(it), started)

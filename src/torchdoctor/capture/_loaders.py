@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import weakref
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from torch.utils.data import DataLoader
@@ -96,6 +97,9 @@ class LoaderTracker:
         for loader in list(self._loaders.values()):
             if getattr(loader, "_iterator", None) is not None:
                 shutdown_workers(loader._iterator)
+                # A persistent loader would ``_reset`` its stopped iterator at the script's next
+                # pass (its queues are closed): the next pass starts a fresh one.
+                loader._iterator = None
 
     def release(self) -> None:
         """Let go of the script's loaders (the run is over)."""
@@ -147,3 +151,59 @@ class ReplayStore:
     def clear(self) -> None:
         self._replay = []
         self._by_dataset.clear()
+
+
+class ServedPasses:
+    """The script's passes over a DataLoader while a phase hands it batches in the loader's
+    place (the model-alone replay, the worker sweep's and the trials' clones).
+
+    A served batch never reaches the loader's sampler, so the script's pass would never end: a
+    script whose epoch arithmetic trusts ``len(loader)`` (timm's gradient accumulation, whose
+    last group is ``len(loader) % accum`` long) then divides by zero. Each served batch counts
+    as one the iterator yielded, and the pass ends where the loader's own would, after
+    ``len(loader)`` batches, served and loaded together; the phase's steps go on in the
+    script's next pass. A loader without a length is not bounded.
+    """
+
+    def __init__(self) -> None:
+        self._served: weakref.WeakSet = weakref.WeakSet()
+        #: Datasets (by id) whose pass a phase ended: their next pass is built without workers.
+        self._ended: set[int] = set()
+
+    def serving(self, it: Any) -> None:
+        """A phase serves ``it``'s next batch: count it, or end the pass (``StopIteration``)."""
+        if _pass_over(it):
+            self._ended.add(id(getattr(it, "_dataset", it)))
+            raise StopIteration
+        if hasattr(it, "_num_yielded"):
+            it._num_yielded += 1
+            self._served.add(it)
+
+    def loading(self, it: Any) -> None:
+        """``it`` loads its next batch itself: end the pass early by the batches served in it."""
+        if it in self._served and _pass_over(it):
+            raise StopIteration
+
+    def new_pass(self, loader: DataLoader, make: Callable[[DataLoader], Any]) -> Any:
+        """The script's iterator for its next pass over ``loader`` (``make`` builds it). After a
+        pass a phase ended, the phase serves this one too: it is built without workers, which
+        would only start, prefetch and take cores from the worker sweep's clones (and a
+        persistent loader's workers may have been stopped for them)."""
+        workers = getattr(loader, "num_workers", 0)
+        if not workers or id(loader.dataset) not in self._ended:
+            return make(loader)
+        self._ended.discard(id(loader.dataset))
+        loader.num_workers = 0
+        try:
+            return make(loader)
+        finally:
+            loader.num_workers = workers
+
+
+def _pass_over(it: Any) -> bool:
+    """Whether ``it`` has yielded the batches of a whole pass (never, without a length: an
+    ``IterableDataset``'s iterator has none, its loader's ``len`` is only an estimate)."""
+    try:
+        return int(getattr(it, "_num_yielded", 0)) >= len(it)
+    except TypeError:
+        return False

@@ -44,7 +44,7 @@ from ._device import DeviceClock
 from ._hooks import patch_torch
 from ._inputs import BuiltInputs
 from ._labels import LabelledParts
-from ._loaders import LoaderTracker, ReplayStore
+from ._loaders import LoaderTracker, ReplayStore, ServedPasses
 from ._optimizers import OptimizerTracker
 from ._parallel import ParallelWatch
 from ._patch import Patcher
@@ -96,6 +96,7 @@ class CaptureSession(LabelledParts):
         self.clock = DeviceClock(self.timeline)
         self.loaders = LoaderTracker(self.data.seen)
         self.replay = ReplayStore(max_batches=options.steps)
+        self.passes = ServedPasses()
         self.inputs = BuiltInputs(max_kept=options.steps, notes=self.data.notes)
         self.sampler = SystemSampler()
         #: This process's rank in a job launched by torchrun, and the job's own gloo group.

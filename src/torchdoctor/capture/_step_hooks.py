@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from ._data import CaptureData
     from ._device import DeviceClock
     from ._inputs import BuiltInputs
-    from ._loaders import LoaderTracker, ReplayStore
+    from ._loaders import LoaderTracker, ReplayStore, ServedPasses
     from ._optimizers import OptimizerTracker
     from ._parallel import ParallelWatch
     from ._patch import Patcher
@@ -78,6 +78,7 @@ class StepHooks:
     clock_ns: Callable[[], int]
     loaders: LoaderTracker
     replay: ReplayStore
+    passes: ServedPasses
     inputs: BuiltInputs
     optimizers: OptimizerTracker
     state: ScriptState
@@ -148,6 +149,7 @@ class StepHooks:
         self.clock_ns = session.clock_ns
         self.loaders = session.loaders
         self.replay = session.replay
+        self.passes = session.passes
         self.inputs = session.inputs
         self.optimizers = session.optimizers
         self.state = session.state
@@ -392,7 +394,10 @@ class StepHooks:
             return self._own(orig_next, it)  # torchdoctor's clones (loader-alone, loader doctor)
         dataset_key = loader_key(it)
         batch = phase.next_batch(self.session, dataset_key)
-        if batch is NOT_SERVED:
+        if batch is not NOT_SERVED:
+            self.passes.serving(it)  # the pass ends where the loader's would (timm's len())
+        else:
+            self.passes.loading(it)
             whole = self.whole
             whole.batch_requested(dataset_key)
             self.push("data_wait")

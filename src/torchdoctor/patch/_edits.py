@@ -10,6 +10,8 @@ Torch-free: this runs in the parent process, on text.
 
 from __future__ import annotations
 
+import io
+import tokenize
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,7 +77,12 @@ class _Edit:
 
 @dataclass
 class SourceFile:
-    """One of the user's files, parsed once, with the edits planned on it."""
+    """One of the user's files, parsed once, with the edits planned on it.
+
+    Read as Python reads it: in the encoding its PEP 263 cookie or BOM names (UTF-8 without
+    one), its line endings kept as they are (libcst keeps them, and writes the lines it adds with
+    the file's own), so a patched file differs from the original only on the lines it changes.
+    """
 
     path: Path
     text: str
@@ -83,12 +90,16 @@ class SourceFile:
     wrapper: MetadataWrapper
     positions: dict
     edits: list[_Edit] = field(default_factory=list)
+    #: The codec that turns ``text`` back into the file's bytes (``utf-8-sig`` keeps a BOM).
+    encoding: str = "utf-8"
 
     @classmethod
     def read(cls, path: Path) -> SourceFile:
         try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
+            data = path.read_bytes()
+            encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+            text = data.decode(encoding)  # no newline translation: CRLF stays CRLF
+        except (OSError, SyntaxError, UnicodeDecodeError) as exc:
             raise PatchError(f"{path}: cannot be read ({exc})") from None
         try:
             module = cst.parse_module(text)
@@ -98,7 +109,11 @@ class SourceFile:
             ) from None
         wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
         positions = wrapper.resolve(PositionProvider)
-        return cls(path, text, module, wrapper, positions)
+        return cls(path, text, module, wrapper, positions, encoding=encoding)
+
+    def encoded(self, text: str) -> bytes:
+        """``text`` (this file, or its patched version) as the file's bytes."""
+        return text.encode(self.encoding)
 
     # --- finding nodes -------------------------------------------------------------------------
 

@@ -316,9 +316,9 @@ def _variant(project: Project, folder: Path, name: str, remedies: frozenset[str]
     """The patched files of ``remedies`` written under ``folder``; the variant that runs them."""
     where = folder / "-".join(sorted(remedies))
     overrides = {}
-    for path, text in project.rendered(remedies).items():
+    for path, data in project.patched(remedies).items():
         copy = where / project.rel(path)
         copy.parent.mkdir(parents=True, exist_ok=True)
-        copy.write_text(text, encoding="utf-8")
+        copy.write_bytes(data)
         overrides[str(path)] = str(copy)
     return Variant(name, remedies, overrides)

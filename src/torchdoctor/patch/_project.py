@@ -9,6 +9,7 @@ are relative to that root with git's ``a/`` and ``b/`` prefixes, so ``git apply`
 from __future__ import annotations
 
 import difflib
+import os
 import subprocess
 from collections.abc import Iterable
 from pathlib import Path
@@ -88,28 +89,64 @@ class Project:
                 out[path] = text
         return out
 
+    def patched(self, remedies: Iterable[str]) -> dict[Path, bytes]:
+        """The files ``remedies`` change, as the bytes to write: each in its own encoding and
+        line endings, every line the patch does not change as it was."""
+        return {
+            path: self.files[path].encoded(text) for path, text in self.rendered(remedies).items()
+        }
+
     def diff(self, remedies: Iterable[str]) -> str:
-        """The unified diff of ``remedies``' changes (empty when they change nothing)."""
+        """The unified diff of ``remedies``' changes as text, for the record and the report
+        (empty when they change nothing): each file's part read in its own encoding. The file
+        to apply is :meth:`diff_bytes`."""
         return "".join(
-            file_diff(self.rel(path), self.files[path].text, text)
-            for path, text in self.rendered(remedies).items()
+            part.decode(_text_codec(self.files[path].encoding), errors="replace")
+            for path, part in self._file_diffs(remedies).items()
         )
 
+    def diff_bytes(self, remedies: Iterable[str]) -> bytes:
+        """The unified diff of ``remedies``' changes as ``git diff`` writes it: each file's lines
+        in its own encoding and with its own line endings, so ``git apply`` and ``patch -p1``
+        take it whatever the files are (CRLF, a latin-1 coding cookie)."""
+        return b"".join(self._file_diffs(remedies).values())
 
-def file_diff(rel: str, before: str, after: str) -> str:
-    """One file's unified diff, as ``git diff`` writes it (a last line without its newline is
-    marked, so ``git apply`` and ``patch`` restore it exactly)."""
-    lines = difflib.unified_diff(
-        before.splitlines(keepends=True),
-        after.splitlines(keepends=True),
-        f"a/{rel}",
-        f"b/{rel}",
-        n=3,
+    def _file_diffs(self, remedies: Iterable[str]) -> dict[Path, bytes]:
+        out = {}
+        for path, text in self.rendered(remedies).items():
+            source = self.files[path]
+            out[path] = file_diff(self.rel(path), source.encoded(source.text), source.encoded(text))
+        return out
+
+
+def file_diff(rel: str, before: bytes, after: bytes) -> bytes:
+    """One file's unified diff of its bytes, as ``git diff`` writes it: lines split at ``\n``
+    only, each keeping what ends it (a CRLF file's lines keep their ``\r``), and a last line
+    without its newline marked, so ``git apply`` and ``patch`` restore it exactly."""
+    name = os.fsencode(rel)
+    lines = difflib.diff_bytes(
+        difflib.unified_diff, _lines(before), _lines(after), b"a/" + name, b"b/" + name, n=3
     )
     out = []
     for line in lines:
-        if line.endswith("\n"):
+        if line.endswith(b"\n"):
             out.append(line)
         else:
-            out.append(line + "\n\\ No newline at end of file\n")
-    return "".join(out)
+            out.append(line + b"\n\\ No newline at end of file\n")
+    return b"".join(out)
+
+
+def _lines(data: bytes) -> list[bytes]:
+    """``data``'s lines as git and patch see them: split after each ``\n``, nothing else (not
+    at a lone ``\r`` or a form feed, as ``splitlines`` would)."""
+    lines = data.split(b"\n")
+    out = [line + b"\n" for line in lines[:-1]]
+    if lines[-1]:
+        out.append(lines[-1])
+    return out
+
+
+def _text_codec(encoding: str) -> str:
+    """The codec that shows a diff part of a file in ``encoding`` (a BOM is a character of the
+    first line there, not a mark to strip from the part's start)."""
+    return "utf-8" if encoding == "utf-8-sig" else encoding

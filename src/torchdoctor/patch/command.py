@@ -33,7 +33,7 @@ from ..record import (
     PatchSkip,
     RunRecord,
     Trial,
-    write_text_atomic,
+    write_bytes_atomic,
 )
 from ..record.lever_names import FOREACH
 from ._edits import PatchError, Skipped
@@ -129,7 +129,7 @@ def patch_record(
         status = measure_patch(project, patch, active, run, rounds)
     if patch.diff:
         patch.path = str(Path(out).resolve())
-        write_text_atomic(out, patch.diff)
+        write_bytes_atomic(out, project.diff_bytes(r.key for r in patch.remedies if r.kept))
     elif Path(out).exists():
         patch.notes.append(f"{out} is left as it was: it is an earlier run's, not this one's")
     return status, project
@@ -240,7 +240,7 @@ def _runner(target, options: RunOptions, record: RunRecord, quiet: bool):
 
 def _apply(project: Project, remedies: Sequence[str]) -> Path:
     """Write the patch into the user's files, each first copied to a backup folder (returned)."""
-    changed = project.rendered(remedies)
+    changed = project.patched(remedies)
     backup = project.root / BACKUP_DIR / time.strftime("%Y%m%d-%H%M%S")
     backup.mkdir(parents=True, exist_ok=True)
     ignore = project.root / BACKUP_DIR / ".gitignore"
@@ -250,8 +250,8 @@ def _apply(project: Project, remedies: Sequence[str]) -> Path:
         copy = backup / project.rel(path)
         copy.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(path, copy)
-    for path, text in changed.items():
-        write_text_atomic(path, text, mode=stat.S_IMODE(path.stat().st_mode))
+    for path, data in changed.items():
+        write_bytes_atomic(path, data, mode=stat.S_IMODE(path.stat().st_mode))
     return backup
 
 

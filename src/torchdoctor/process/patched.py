@@ -17,10 +17,18 @@ import importlib.util
 import linecache
 import os
 import sys
+import tokenize
 import types
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+
+
+def _source(patched: str) -> str:
+    """The patched file's text, decoded as Python decodes a script: in the encoding its coding
+    cookie or BOM names (``fix`` writes it in the user's file's own)."""
+    with tokenize.open(patched) as fh:
+        return fh.read()
 
 
 def _remember(path: str, source: str) -> None:
@@ -38,7 +46,7 @@ class _PatchedLoader(importlib.machinery.SourceFileLoader):
         self._patched = patched
 
     def get_code(self, fullname: str) -> types.CodeType:
-        source = Path(self._patched).read_text(encoding="utf-8")
+        source = _source(self._patched)
         _remember(self.path, source)
         return compile(source, self.path, "exec", dont_inherit=True)
 
@@ -81,7 +89,7 @@ def patched_imports(overrides: Mapping[str, str]) -> Iterator[None]:
 def run_patched_script(path: Path, patched: str) -> None:
     """Run the text of ``patched`` as the script ``path``, as ``runpy.run_path`` runs a script
     (a fresh ``__main__`` module, put back afterwards)."""
-    source = Path(patched).read_text(encoding="utf-8")
+    source = _source(patched)
     _remember(str(path), source)
     code = compile(source, str(path), "exec", dont_inherit=True)
     main = types.ModuleType("__main__")

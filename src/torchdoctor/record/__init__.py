@@ -81,7 +81,13 @@ from ._run import (
     SystemUsage,
     split_where,
 )
-from ._serial import SCHEMA_VERSION, RecordError, write_json_atomic, write_text_atomic
+from ._serial import (
+    SCHEMA_VERSION,
+    RecordError,
+    write_bytes_atomic,
+    write_json_atomic,
+    write_text_atomic,
+)
 from ._stats import Stat, StepSeries
 from ._trace import (
     CommOverlap,
@@ -215,5 +221,6 @@ __all__ = [
     "WorkerSweep",
     "split_where",
     "write_json_atomic",
+    "write_bytes_atomic",
     "write_text_atomic",
 ]

@@ -50,14 +50,20 @@ def write_json_atomic(path: str | os.PathLike[str], data: Any) -> Path:
 def write_text_atomic(path: str | os.PathLike[str], text: str, mode: int | None = None) -> Path:
     """Write ``text`` (UTF-8, its line endings as they are) to ``path`` through a temp file and
     a rename; with ``mode`` (a file's permission bits to keep), that mode."""
+    return write_bytes_atomic(path, text.encode("utf-8"), mode)
+
+
+def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, mode: int | None = None) -> Path:
+    """Write ``data`` to ``path`` through a temp file and a rename (a source file in its own
+    encoding, a diff of such files); with ``mode`` (permission bits to keep), that mode."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
     try:
         # mkstemp makes the file 0600; the record is the user's, with the mode their umask gives
         os.chmod(tmp, 0o666 & ~_umask() if mode is None else mode)
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
         os.replace(tmp, p)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

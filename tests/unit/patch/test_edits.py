@@ -237,7 +237,7 @@ def test_a_file_that_cannot_be_parsed_is_an_error_naming_it(tmp_path):
 
 
 def test_file_diff_is_empty_for_the_same_text():
-    assert file_diff("a.py", "x = 1\n", "x = 1\n") == ""
+    assert file_diff("a.py", b"x = 1\n", b"x = 1\n") == b""
 
 
 def test_the_optimizers_flag_is_added_at_its_construction(tmp_path):

@@ -35,6 +35,31 @@ def test_the_patched_script_and_module_run_under_the_originals_paths(tmp_path, m
     assert sys.modules["__main__"] is main_before
 
 
+def test_a_patched_script_and_module_in_latin1_run_as_python_reads_them(tmp_path, monkeypatch):
+    # fix writes a patched file in the user's file's own encoding (a PEP 263 cookie) and CRLF.
+    cookie = "# -*- coding: latin-1 -*-\r\n"
+    (tmp_path / "helper_latin_fix.py").write_text("VALUE = 'original'\n")
+    patched = tmp_path / "patched"
+    patched.mkdir()
+    (patched / "helper_latin_fix.py").write_bytes((cookie + "VALUE = 'café'\r\n").encode("latin-1"))
+    (patched / "main.py").write_bytes(
+        (cookie + "import sys, helper_latin_fix\r\n"
+         "sys.modules['latin_fix_result'] = (helper_latin_fix.VALUE, 'déjà')\r\n").encode("latin-1")
+    )  # fmt: skip
+    monkeypatch.syspath_prepend(str(tmp_path))
+    overrides = {str(tmp_path / "helper_latin_fix.py"): str(patched / "helper_latin_fix.py")}
+    main_before = sys.modules["__main__"]
+    try:
+        with patched_imports(overrides):
+            run_patched_script(tmp_path / "main.py", str(patched / "main.py"))
+        result = sys.modules["latin_fix_result"]
+    finally:
+        sys.modules.pop("latin_fix_result", None)
+        sys.modules.pop("helper_latin_fix", None)
+    assert result == ("café", "déjà")
+    assert sys.modules["__main__"] is main_before
+
+
 def _record(steps: list[float], status: str = "complete") -> RunRecord:
     record = RunRecord(status=status)
     for ms in steps:
