@@ -176,7 +176,9 @@ def flops_of(record: RunRecord, counted: dict[str, Any] | None, device_name: str
         flops.peak_flops_per_s = counted["measured_peak"]["flops_per_s"]
         flops.peak_source = counted["measured_peak"]["source"]
     if flops.achieved_flops_per_s and flops.peak_flops_per_s:
-        flops.utilisation = round(flops.achieved_flops_per_s / flops.peak_flops_per_s, 4)
+        # four significant figures, not four decimals: a small model's share of the peak on a
+        # busy CPU is under 0.005% and read 0.0 (tests/integration/test_trials.py's MLP)
+        flops.utilisation = float(f"{flops.achieved_flops_per_s / flops.peak_flops_per_s:.4g}")
     return flops
 
 

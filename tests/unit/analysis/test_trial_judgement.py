@@ -93,3 +93,17 @@ def test_a_failed_lever_keeps_its_reason():
     texts = {"changed": "compile", "code": "m = torch.compile(m)", "error": "built no graph"}
     trial = _trial(_runs(base, [10.0] * 8, base, name="compile", setting="", texts=texts))
     assert trial.status == "failed" and trial.reason == "built no graph"
+
+
+def test_a_small_models_utilisation_is_kept_however_small():
+    # 400 k FLOPs in a 100 ms step against a 50 TFLOP/s peak: 8e-8 of it. Rounded to four
+    # decimals it read 0.0, as if nothing were computed.
+    from torchdoctor.analysis.trials import flops_of
+    from torchdoctor.record import Stat
+
+    record = RunRecord(steps=StepSeries())
+    record.step_ms = Stat(median=100.0, p90=100.0, mean=100.0, min=100.0, max=100.0, count=3)
+    counted = {"per_step": 400_000, "measured_peak": {"flops_per_s": 5e13, "source": "measured"}}
+    flops = flops_of(record, counted, "cpu")
+    assert flops.utilisation == 8e-8
+    assert 0 < flops.utilisation < 1
