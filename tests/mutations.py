@@ -81,7 +81,7 @@ MUTATIONS = (
         "analysis/whole_run.py",
         "if loader is None or not loader.num_workers or loader.persistent_workers:",
         "if loader is None or not loader.num_workers:",
-        ("tests/unit/capture/test_whole_accounts.py", "tests/unit/analysis/test_whole_run.py"),
+        ("tests/unit/capture/test_whole_accounts.py", "tests/unit/analysis/test_whole_rules.py"),
     ),
     Mutation(
         "whole run: a drift found in a run too short to tell one",
