@@ -116,3 +116,26 @@ def test_the_earliest_cause_wins_and_a_complete_job_has_none():
     # Only followers (every rank lost its peer): no rank raised on its own.
     assert cause_of([rank(0, "script-error", 3.0, PEER_LOST),
                      rank(1, "script-error", 2.0, PEER_LOST)]) is None  # fmt: skip
+
+
+def test_a_whole_job_that_took_steps_but_measured_none_exits_0():
+    # run --whole with --nproc-per-node: fewer steps than --warmup, so none measured part by part,
+    # yet the job trained; each rank's own ending says 0, and so must the job's (it said 3).
+    from torchdoctor.options import RunOptions
+    from torchdoctor.process.launch import job_outcome
+    from torchdoctor.process.target import Target
+    from torchdoctor.record import RunRecord, StepSeries, WholeRun
+
+    def whole_rank(n: int) -> StreamState:
+        record = RunRecord(steps=StepSeries(), status="complete")
+        record.whole_run = WholeRun(wall_s=2.0, goodput=0.5, steps=3)
+        state = StreamState(hello=Hello(rank=n, local_rank=n, world_size=2, pid=1))
+        state.final = Final(record.to_dict(), exit_status=0, traceback=[])
+        state.final_at = 1.0
+        return state
+
+    options = RunOptions(whole=True, warmup=5, nproc_per_node=2)
+    outcome = job_outcome([whole_rank(0), whole_rank(1)], 0, Target(script="t.py"), options,
+                          timed_out=False, signalled=None)  # fmt: skip
+    assert outcome.record.status == "complete"
+    assert outcome.exit_status == 0

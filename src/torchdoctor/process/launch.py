@@ -60,6 +60,7 @@ from .ending import (
     decide_job,
     decide_launcher,
     exit_status,
+    measured_anything,
     settle,
     signal_name,
 )
@@ -331,7 +332,7 @@ def job_outcome(
     )
 
     def decide(job: RunRecord) -> Ending:  # the job's status, set before its verdict
-        return decide_job(evidence, bool(job.measured_steps))
+        return decide_job(evidence, measured_anything(job))  # run --whole: steps taken
 
     job = combine(records, world_size=world, ended=how, errors=errors, ending=decide)
     job.command = command
