@@ -202,8 +202,10 @@ class ServedPasses:
 
 def _pass_over(it: Any) -> bool:
     """Whether ``it`` has yielded the batches of a whole pass (never, without a length: an
-    ``IterableDataset``'s iterator has none, its loader's ``len`` is only an estimate)."""
+    ``IterableDataset``'s iterator has none, its loader's ``len`` is only an estimate; nor
+    when the script's sampler refuses one: an endless sampler's ``__len__`` may raise anything,
+    e.g. ``NotImplementedError``, and the script never asked for it)."""
     try:
         return int(getattr(it, "_num_yielded", 0)) >= len(it)
-    except TypeError:
+    except Exception:
         return False

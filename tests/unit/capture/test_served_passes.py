@@ -78,3 +78,21 @@ def test_the_pass_after_one_a_phase_ended_is_built_without_workers():
     passes.new_pass(loader, make)
     passes.new_pass(loader, make)  # a pass the loader began itself: its own workers
     assert built_with == [2, 0, 2] and loader.num_workers == 2
+
+
+class _EndlessSampler(torch.utils.data.Sampler):
+    """An endless sampler, as scripts that draw a fixed number of steps write one."""
+
+    def __iter__(self):
+        while True:
+            yield 0
+
+    def __len__(self):
+        raise NotImplementedError("endless")
+
+
+def test_a_pass_whose_sampler_refuses_a_length_is_never_ended():
+    loader = DataLoader(TensorDataset(torch.arange(4.0)), sampler=_EndlessSampler())
+    passes, it = ServedPasses(), iter(loader)
+    for _ in range(10):
+        passes.serving(it)  # raised the sampler's NotImplementedError into the script's next()
