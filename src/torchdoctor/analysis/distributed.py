@@ -49,13 +49,13 @@ from .job_findings import (
 from .verdict import _NEXT_COMPUTE, _NEXT_HOST, MIN_VERDICT_STEPS, _next_input, summarise
 from .whole_course import share_saves
 
-#: A rank whose own work per step is this many times the median of the other ranks' is a
+#: A rank whose own work in a typical (median) step is this many times the other ranks' is a
 #: straggler (and the others wait for it), ...
 STRAGGLER_RATIO = 1.25
 #: ... by at least this share of the job's step (what waiting for it costs every rank), ...
 STRAGGLER_STEP_SHARE = 0.20
-#: ... and the gap must hold at the low end of the 90% bootstrap interval of the ratio of its own
-#: work to the others' (each rank's own spread across its steps, as ``compare`` judges a change).
+#: ... and the gap must hold at the low end of the 90% bootstrap interval of the ratio of its
+#: median own work to the others' (each rank's own spread across its steps).
 #: Measured steps each rank needs before any is called a straggler.
 MIN_STEPS = MIN_VERDICT_STEPS
 
@@ -154,30 +154,37 @@ def rank_of(record: RunRecord) -> int:
 
 
 def find_straggler(ranks: list[RankRun]) -> Straggler | None:
-    """The rank whose own work is at least :data:`STRAGGLER_RATIO` times the others' median."""
+    """The rank whose own work in a typical step is at least :data:`STRAGGLER_RATIO` times the
+    others' median.
+
+    Judged on medians of each rank's own work step by step, not on means: a straggler is slow
+    step after step, while two slow steps of a balanced rank on a busy machine (a burst of other
+    work, a late warm-up) move a mean of eight by half and leave its median where it was.
+    """
     measured = [r for r in ranks if r.own_ms is not None and len(r.steps.step_ms) >= MIN_STEPS]
     if len(measured) < 2:
         return None
-    slow = max(measured, key=lambda r: r.own_ms or 0.0)
+    samples = {id(r): own_samples(r, measured) for r in measured}
+    typical = {id(r): statistics.median(samples[id(r)]) for r in measured}
+    slow = max(measured, key=lambda r: typical[id(r)])
     others = [r for r in measured if r is not slow]
-    median_own = statistics.median(r.own_ms or 0.0 for r in others)
-    if (slow.own_ms or 0.0) < STRAGGLER_RATIO * median_own or median_own <= 0:
+    median_own = statistics.median(typical[id(r)] for r in others)
+    if typical[id(slow)] < STRAGGLER_RATIO * median_own or median_own <= 0:
         return None
+    excess = typical[id(slow)] - median_own
     # A gap that costs the job little is no straggler (ranks sharing cores drift by a few %).
     job_step = max(r.step_ms.mean for r in measured if r.step_ms is not None)
-    if (slow.own_ms or 0.0) - median_own < STRAGGLER_STEP_SHARE * job_step:
+    if excess < STRAGGLER_STEP_SHARE * job_step:
         return None
-    # One slow step on a busy machine moves a mean of a few: the gap must stand out of the noise,
-    # judged against each rank's own spread across its steps.
-    pooled = [v for r in others for v in own_samples(r, measured)]
-    low, _ = interval(own_samples(slow, measured), pooled)
+    # The gap must stand out of the noise too, judged against each rank's own spread.
+    pooled = [v for r in others for v in samples[id(r)]]
+    low, _ = interval(samples[id(slow)], pooled, statistic=statistics.median)
     if low < STRAGGLER_RATIO:
         return None
     slow.role = STRAGGLER
     for r in others:
         r.role = WAITS
     waits = [_wait_ms(r) for r in others]
-    excess = (slow.own_ms or 0.0) - median_own
     return Straggler(
         rank=slow.rank,
         part=_slowest_part(slow, others, excess),

@@ -174,3 +174,18 @@ def test_collectives_the_script_times_itself_are_its_communication():
     for r in ranks:
         r.collectives = [0.0] * 10
     assert combine(ranks).verdict.kind != "COMMUNICATION-BOUND"
+
+
+def test_a_balanced_rank_slow_in_half_its_steps_is_no_straggler():
+    # CI, a busy machine: four of rank 0's eight no-sync steps took 3-5.4 ms among 0.6-0.8 ms
+    # ones. Its mean own work came out 3x rank 1's; half its steps are as fast as rank 1's, and
+    # a typical step's ratio is not above 1.25 at the low end of its interval.
+    a = rank_record(0, 0.1, 1.0, 2.209)
+    b = rank_record(1, 0.1, 1.0, 0.722)
+    a.no_sync = [5.4203, 3.2204, 0.733, 0.7754, 0.6187, 0.5884, 3.1, 3.21]
+    b.no_sync = [1.1295, 0.7922, 0.7554, 0.7017, 0.6536, 0.6087, 0.57, 0.57]
+    assert combine([a, b]).distributed.stragglers == []
+    # Slow in every step by the same margin: named, with a typical step's excess.
+    a.no_sync = [v + 2.0 for v in b.no_sync]
+    (straggler,) = combine([a, b]).distributed.stragglers
+    assert straggler.rank == 0 and straggler.excess_ms == pytest.approx(2.0, abs=0.01)
