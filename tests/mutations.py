@@ -42,6 +42,27 @@ class Mutation:
 
 MUTATIONS = (
     Mutation(
+        "lever bounds: the parts a lever leaves alone may move as far as they like",
+        "analysis/lever_bounds.py",
+        "if abs(trial_rest - base_rest) > max(UNTOUCHED_MARGIN, allowance) * base_step:",
+        "if False:",
+        ("tests/unit/analysis/test_lever_bounds.py",),
+    ),
+    Mutation(
+        "lever bounds: a gain past the lever's parts is allowed",
+        "analysis/lever_bounds.py",
+        "base_step / trial_step > ceiling * (1.0 + allowance)",
+        "base_step / trial_step > ceiling * 100.0",
+        ("tests/unit/analysis/test_lever_bounds.py",),
+    ),
+    Mutation(
+        "straggler: its interval is of means, not medians",
+        "analysis/distributed.py",
+        "low, _ = interval(samples[id(slow)], pooled, statistic=statistics.median)",
+        "low, _ = interval(samples[id(slow)], pooled)",
+        ("tests/unit/analysis/test_job_verdict.py",),
+    ),
+    Mutation(
         "compare: a gain judged from the largest pair, not the smallest",
         "analysis/compare.py",
         "faster = min(paired) >= 1.0 + allowance",

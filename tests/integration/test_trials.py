@@ -252,3 +252,29 @@ def test_the_model_the_trials_record_is_the_largest_one_trained(tmp_path):
     )
     detail = trial(out.record, "amp").detail
     assert (detail["model_at"], detail["model"]) == (f"{script}:9", "model"), detail
+
+
+@pytest.mark.timing
+@pytest.mark.parametrize(
+    "slow_while, said",
+    [("trial", "the load changed during the trial: forward"), ("baseline", "at most")],
+)
+def test_a_trial_the_load_moved_past_its_lever_is_could_not_tell(slow_while, said):
+    # The forward sleeps 40 ms while foreach is on (or off): the step moved 40x, its optimizer
+    # is a sliver of it. Judged on step time alone this was "slower" (or "worth it", 40x).
+    script = Target(
+        script=str(SCENARIOS / "trial_shapes" / "load_mid_trial.py"),
+        argv=["--slow-while", slow_while],
+    )
+    threads = torch.get_num_threads()
+    try:
+        out = run_target(script, RunOptions(steps=6, warmup=1, trials=("foreach",)))
+    finally:
+        torch.set_num_threads(threads)
+    t = trial(out.record, "foreach")
+    assert t.status == "measured", t
+    assert (t.judged.speedup < 0.2) if slow_while == "trial" else (t.judged.speedup > 5), t
+    assert t.judged.judgement == "UNCLEAR" and t.judged.word == "could not tell", t
+    assert t.judged.why.startswith(said) or said in t.judged.why, t.judged.why
+    assert t.pick is None
+    assert "foreach" in out.record.verdict.next and "could not tell" in out.record.verdict.next

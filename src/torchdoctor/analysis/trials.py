@@ -10,7 +10,8 @@ one or two outlier steps (a burst of load, a recompile) cannot swing them; steps
 A trial is **worth it** when the interval's low end is above 1 *and* the speedup clears the
 allowance: the larger of ``compare``'s run-to-run allowance and how far apart the baseline's
 blocks before and after the lever are (a burst of load in one of them). **Slower** is the same
-the other way; anything else is **no clear gain**, and only a trial worth it has a pick. The
+the other way; anything else is **no clear gain**, and only a trial worth it has a pick. A figure
+outside what the lever's parts allow is **could not tell** (:mod:`.lever_bounds`). The
 speedup, its interval, the allowance and the judgement are the trial's ``judged``
 (:class:`~torchdoctor.record.JudgedSpeedup`: the rule and the words every judgement shares).
 """
@@ -30,8 +31,10 @@ from ..record import (
     TrialPoint,
     judged_speedup,
 )
+from ..record.lever_names import LEVERS
 from .compare import RUN_TO_RUN, median_spread
 from .compare import interval as ratio_interval
+from .lever_bounds import bounded
 
 #: Bootstrap resamples of a speedup's interval (seeded: the same steps give the same interval).
 BOOTSTRAP_ROUNDS = 1000
@@ -99,7 +102,7 @@ def trials_of(record: RunRecord, runs: list[Any]) -> list[Trial]:
     per_step = statistics.fmean(batches) if batches else 1.0
     out: list[Trial] = []
     by_name: dict[str, list[Any]] = {}
-    neighbours: dict[str, list[list[float]]] = {}
+    neighbours: dict[str, list[Any]] = {}
     for i, run in enumerate(runs):
         name = run.lever.name
         if name == "baseline":
@@ -108,8 +111,10 @@ def trials_of(record: RunRecord, runs: list[Any]) -> list[Trial]:
         if name not in neighbours and run.steps_ms:
             neighbours[name] = _around(runs, i)
     for name, group in by_name.items():
-        blocks = neighbours.get(name) or [list(record.steps.step_ms)]
+        around = neighbours.get(name) or []
+        blocks = [list(r.steps_ms) for r in around] or [list(record.steps.step_ms)]
         base = [x for block in blocks for x in block]
+        base_parts = [p for r in around for p in r.parts_ms]
         allowance = max(RUN_TO_RUN, median_spread(blocks))
         texts = group[-1].texts
         measured = [r for r in group if r.steps_ms]
@@ -133,8 +138,14 @@ def trials_of(record: RunRecord, runs: list[Any]) -> list[Trial]:
             steps=[round(x, 4) for x in best.steps_ms],
             step_ms=Stat.of(best.steps_ms),
             warmup_ms=[round(x, 4) for x in best.warmup_ms],
-            judged=_judged_speedup(
-                _ratio(base, best.steps_ms), interval(base, best.steps_ms), allowance
+            judged=bounded(
+                _judged_speedup(
+                    _ratio(base, best.steps_ms), interval(base, best.steps_ms), allowance
+                ),
+                name,
+                LEVERS[name].parts if name in LEVERS else (),
+                base_parts,
+                best.parts_ms,
             ),
             pick=best.setting or None,
             code=t.get("code", ""),
@@ -194,12 +205,12 @@ def next_with_trials(record: RunRecord) -> str | None:
     return "measured trials, best first: " + ", ".join(parts)
 
 
-def _around(runs: list[Any], i: int) -> list[list[float]]:
-    """The baseline blocks taken right before and right after the lever whose first run is
+def _around(runs: list[Any], i: int) -> list[Any]:
+    """The baseline runs taken right before and right after the lever whose first run is
     ``i``."""
     before = next((r for r in reversed(runs[:i]) if r.lever.name == "baseline"), None)
     after = next((r for r in runs[i:] if r.lever.name == "baseline"), None)
-    return [list(r.steps_ms) for r in (before, after) if r is not None and r.steps_ms]
+    return [r for r in (before, after) if r is not None and r.steps_ms]
 
 
 def _judged_speedup(

@@ -232,7 +232,11 @@ class CaptureSession(LabelledParts):
 
     def step_ms(self, step: StepMarks, device_events: bool = True) -> float:
         """A step's total time in ms (from device events, when the run uses them)."""
-        return sum(parts_from_marks(step.marks, device_events and self.clock.uses_events).values())
+        return sum(self.step_parts(step, device_events).values())
+
+    def step_parts(self, step: StepMarks, device_events: bool = True) -> dict[str, float]:
+        """A step's time in ms by step part (from device events, when the run uses them)."""
+        return parts_from_marks(step.marks, device_events and self.clock.uses_events)
 
     def wants_loader_doctor(self) -> bool:
         mode = self.options.loader_doctor
@@ -410,7 +414,7 @@ class CaptureSession(LabelledParts):
         self.clock.synchronize()
         series = StepSeries()
         for step in self.data.measured:
-            series.add_step(parts_from_marks(step.marks, self.clock.uses_events), step.batches)
+            series.add_step(self.step_parts(step), step.batches)
         return series
 
     def model_alone_step_ms(self) -> list[float]:
@@ -418,14 +422,11 @@ class CaptureSession(LabelledParts):
 
     def measured_batches_per_step(self) -> float | None:
         measured = self.data.measured
-        if not measured:
-            return None
-        return sum(step.batches for step in measured) / len(measured)
+        return sum(step.batches for step in measured) / len(measured) if measured else None
 
     def _remove_global_forward_hooks(self) -> None:
-        hooks = self.hooks._global_forward_hooks
-        while hooks:
-            hooks.pop().remove()
+        while self.hooks._global_forward_hooks:
+            self.hooks._global_forward_hooks.pop().remove()
 
     def _stop_sampler(self) -> None:
         if self.data.system is None:

@@ -15,18 +15,26 @@ from types import MappingProxyType
 from typing import Literal
 
 #: What a speedup was judged: as ``compare`` prints it, and as the saved record spells it.
-JudgementWord = Literal["IMPROVED", "NO CHANGE", "REGRESSED"]
+JudgementWord = Literal["IMPROVED", "NO CHANGE", "REGRESSED", "UNCLEAR"]
 IMPROVED: JudgementWord = "IMPROVED"
 NO_CHANGE: JudgementWord = "NO CHANGE"
 REGRESSED: JudgementWord = "REGRESSED"
-JUDGEMENTS: tuple[JudgementWord, ...] = (IMPROVED, NO_CHANGE, REGRESSED)
+#: A figure that cannot be the change's: outside what the parts it changes allow (the load
+#: changed while it was measured; ``analysis.lever_bounds``). Its ``why`` says which bound.
+UNCLEAR: JudgementWord = "UNCLEAR"
+JUDGEMENTS: tuple[JudgementWord, ...] = (IMPROVED, NO_CHANGE, REGRESSED, UNCLEAR)
 
 #: Each judgement said of a lever or a remedy tried ("worth it") rather than of two runs.
 JUDGEMENT_WORDS = MappingProxyType(
-    {IMPROVED: "worth it", NO_CHANGE: "no clear gain", REGRESSED: "slower"}
+    {
+        IMPROVED: "worth it",
+        NO_CHANGE: "no clear gain",
+        REGRESSED: "slower",
+        UNCLEAR: "could not tell",
+    }
 )
 #: Each judgement's tone in a report: ``good``, ``bad`` or plain (``""``).
-JUDGEMENT_TONES = MappingProxyType({IMPROVED: "good", NO_CHANGE: "", REGRESSED: "bad"})
+JUDGEMENT_TONES = MappingProxyType({IMPROVED: "good", NO_CHANGE: "", REGRESSED: "bad", UNCLEAR: ""})
 
 
 @dataclass(frozen=True)
@@ -40,6 +48,7 @@ class JudgedSpeedup:
         allowance: the change two runs of one script may show here, which the speedup must
             clear (``None`` where an older record did not keep it).
         judgement: what it was judged (:func:`judged_speedup`).
+        why: for an :data:`UNCLEAR` figure, the bound it broke, in words (else ``""``).
     """
 
     speedup: float
@@ -47,6 +56,7 @@ class JudgedSpeedup:
     high: float | None = None
     allowance: float | None = None
     judgement: JudgementWord = NO_CHANGE
+    why: str = ""
 
     @property
     def interval(self) -> tuple[float, float] | None:
@@ -57,7 +67,8 @@ class JudgedSpeedup:
 
     @property
     def word(self) -> str:
-        """The judgement said of a lever or a remedy: ``worth it``, ``no clear gain``, ``slower``."""
+        """The judgement said of a lever or a remedy: ``worth it``, ``no clear gain``, ``slower``,
+        ``could not tell``."""
         return JUDGEMENT_WORDS[self.judgement]
 
     @property

@@ -249,13 +249,16 @@ def _ranks(record: RunRecord) -> str:
 
 
 def _trial_detail(t) -> str:
-    """Under a trial's row what the terminal says under it: compile time, graph breaks, the
-    settings tried, the code to paste and its caveats."""
-    from .trials import compile_line, graph_break_lines, points_line, worth_it
+    """Under a trial's row what the terminal says under it: why it could not tell, compile time,
+    graph breaks, the settings tried, the code to paste and its caveats."""
+    from .trials import compile_line, graph_break_lines, points_line, unclear_line, worth_it
 
     if t.status != "measured":
         return ""
     parts = []
+    unclear = unclear_line(t)
+    if unclear:
+        parts.append(f"<p>{escape(unclear)}</p>")
     compiled = compile_line(t)
     if compiled:
         parts.append(f"<p class='muted'>{escape(compiled)}</p>")

@@ -74,7 +74,8 @@ def worth_it(t: Trial) -> bool:
 
 
 def trial_word(t: Trial) -> str:
-    """A measured trial's judgement in words (``worth it``, ``no clear gain``, ``slower``)."""
+    """A measured trial's judgement in words (``worth it``, ``no clear gain``, ``slower``,
+    ``could not tell``)."""
     return t.judged.word if t.judged is not None else JUDGEMENT_WORDS[NO_CHANGE]
 
 
@@ -85,6 +86,13 @@ def _judgement(t: Trial) -> Text:
         return Text(f"failed: {t.reason}", style=BAD)
     tone = t.judged.tone if t.judged is not None else ""
     return Text(trial_word(t), style={"good": GOOD, "bad": BAD}.get(tone, ""))
+
+
+def unclear_line(t: Trial) -> str | None:
+    """Why a trial's figure cannot be its lever's (``could not tell``), and what to do."""
+    if t.judged is None or not t.judged.why:
+        return None
+    return f"{t.name}: could not tell: {t.judged.why}; try it again at a quieter moment"
 
 
 def compile_line(t: Trial) -> str | None:
@@ -125,6 +133,9 @@ def _details(t: Trial) -> list:
     if t.status != "measured":
         return []
     out: list = []
+    unclear = unclear_line(t)
+    if unclear:
+        out.append(Text(f"  {unclear}"))
     compiled = compile_line(t)
     if compiled:
         out.append(Text(compiled))

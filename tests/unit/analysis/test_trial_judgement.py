@@ -21,6 +21,7 @@ class Run:
     setting: str = ""
     steps_ms: list[float] = field(default_factory=list)
     batches: list[int] = field(default_factory=list)
+    parts_ms: list[dict[str, float]] = field(default_factory=list)
     warmup_ms: list[float] = field(default_factory=list)
     memory_mb: float | None = None
     skipped: str | None = None

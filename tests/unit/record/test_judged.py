@@ -48,8 +48,13 @@ def test_further_evidence_must_agree_for_a_change():
 def test_every_judgement_has_its_words_and_tone():
     assert set(typing.get_args(JudgementWord)) == set(JUDGEMENTS)
     assert set(JUDGEMENT_WORDS) == set(JUDGEMENT_TONES) == set(JUDGEMENTS)
-    assert [JUDGEMENT_WORDS[j] for j in JUDGEMENTS] == ["worth it", "no clear gain", "slower"]
-    assert [JUDGEMENT_TONES[j] for j in JUDGEMENTS] == ["good", "", "bad"]
+    assert [JUDGEMENT_WORDS[j] for j in JUDGEMENTS] == [
+        "worth it",
+        "no clear gain",
+        "slower",
+        "could not tell",
+    ]
+    assert [JUDGEMENT_TONES[j] for j in JUDGEMENTS] == ["good", "", "bad", ""]
 
 
 def test_a_judged_speedup_in_words():

@@ -53,6 +53,9 @@ class TrialRun:
     warmup_ms: list[float] = field(default_factory=list)
     steps_ms: list[float] = field(default_factory=list)
     batches: list[int] = field(default_factory=list)
+    #: Each measured step's parts (ms by step part): what the lever did not change must not
+    #: have moved (``analysis.lever_bounds``).
+    parts_ms: list[dict[str, float]] = field(default_factory=list)
     #: Its steps as cut, read into ``warmup_ms`` and ``steps_ms`` once the setting has run (on
     #: an accelerator, after the device has finished them: one wait per setting, none per step).
     marks: list[Any] = field(default_factory=list)
@@ -134,8 +137,10 @@ class TrialsPhase(Phase):
         if len(run.marks) < run.lever.warmup + run.steps:
             return False
         session.clock.synchronize()
-        times = [session.step_ms(s) for s in run.marks]
+        parts = [session.step_parts(s) for s in run.marks]
+        times = [sum(p.values()) for p in parts]
         run.warmup_ms, run.steps_ms = times[: run.lever.warmup], times[run.lever.warmup :]
+        run.parts_ms = parts[run.lever.warmup :]
         run.batches = [s.batches for s in run.marks[run.lever.warmup :]]
         run.marks = []
         self._finish_run(session)

@@ -1,0 +1,119 @@
+"""A lever changes only some of the step's parts: a trial whose figure those parts cannot explain
+is "could not tell" (``analysis.lever_bounds``), on the issue's figures, through ``trials_of``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from torchdoctor.analysis.lever_bounds import UNTOUCHED_MARGIN, bounded, outside_bounds
+from torchdoctor.analysis.trials import trials_of
+from torchdoctor.record import IMPROVED, UNCLEAR, JudgedSpeedup, RunRecord, StepSeries
+
+OPTIMIZER = ("optimizer",)
+
+
+@dataclass
+class Lever:
+    name: str
+
+
+@dataclass
+class Run:
+    """What ``trials_of`` reads of a setting's run (``capture.phases.trials.TrialRun``)."""
+
+    lever: Lever
+    setting: str = ""
+    steps_ms: list[float] = field(default_factory=list)
+    batches: list[int] = field(default_factory=list)
+    parts_ms: list[dict[str, float]] = field(default_factory=list)
+    warmup_ms: list[float] = field(default_factory=list)
+    memory_mb: float | None = None
+    skipped: str | None = None
+    texts: dict[str, Any] = field(default_factory=dict)
+
+
+BASE = Lever("baseline")
+
+
+def _step(optimizer: float, rest: float, wiggle: float = 0.0) -> dict[str, float]:
+    """One step: the optimizer's part, and the rest split over forward and backward."""
+    return {
+        "data_wait": 0.0,
+        "to_device": 0.0,
+        "forward": rest / 2 + wiggle,
+        "backward": rest / 2 - wiggle,
+        "optimizer": optimizer,
+        "other": 0.0,
+    }
+
+
+def _steps(optimizer: float, rest: float, n: int = 8) -> list[dict[str, float]]:
+    return [_step(optimizer, rest, wiggle=0.01 * i) for i in range(n)]
+
+
+def _run(lever: Lever, parts: list[dict[str, float]], setting: str = "") -> Run:
+    steps = [sum(p.values()) for p in parts]
+    return Run(lever, setting, steps_ms=steps, batches=[1] * len(steps), parts_ms=parts,
+               texts={"changed": lever.name, "code": "x"})  # fmt: skip
+
+
+def _trial(before, trial, after, name="foreach"):
+    record = RunRecord(steps=StepSeries())
+    runs = [_run(BASE, before), _run(Lever(name), trial), _run(BASE, after)]
+    (out,) = trials_of(record, runs)
+    return out
+
+
+def test_a_gain_beyond_the_optimizers_share_is_could_not_tell():
+    # The issue: foreach judged 14.04x on a step whose optimizer is 3% of it. The baseline ran
+    # loaded (about 200 ms a step), the trial once the load had gone (about 15 ms).
+    loaded = _steps(optimizer=6.0, rest=194.0)
+    quiet = _steps(optimizer=0.3, rest=14.2)
+    trial = _trial(loaded, quiet, loaded)
+    assert trial.judged.speedup > 10
+    assert trial.judged.judgement == UNCLEAR and trial.judged.word == "could not tell"
+    assert "at most 1.03x" in trial.judged.why and "the optimizer" in trial.judged.why
+    assert trial.pick is None
+
+
+def test_a_loss_from_load_that_came_mid_trial_is_could_not_tell():
+    # The issue: foreach 0.09x "slower" on a step whose optimizer is 4.5% of it: the load
+    # stopped mid-trial. Here it came: forward and backward took 13x as long in the trial.
+    quiet = _steps(optimizer=0.7, rest=14.8)
+    loaded = _steps(optimizer=9.0, rest=190.0)
+    trial = _trial(quiet, loaded, quiet)
+    assert trial.judged.speedup < 0.2
+    assert trial.judged.judgement == UNCLEAR
+    assert trial.judged.why.startswith("the load changed during the trial: ")
+    assert "forward and backward" in trial.judged.why
+
+
+def test_a_gain_the_optimizer_can_give_is_worth_it():
+    # The optimizer is 40% of the step and the trial halves it: 1.25x, within its 1.67x.
+    base = _steps(optimizer=4.0, rest=6.0)
+    trial = _trial(base, _steps(optimizer=2.0, rest=6.0), base)
+    assert trial.judged.judgement == IMPROVED and trial.judged.why == ""
+    assert trial.judged.speedup == pytest.approx(1.25, abs=0.01)
+
+
+def test_a_lever_that_changes_every_part_has_no_bound():
+    base = _steps(optimizer=0.3, rest=194.0)
+    trial = _trial(base, _steps(optimizer=0.3, rest=14.0), base, name="threads")
+    assert trial.judged.judgement == IMPROVED
+
+
+def test_the_untouched_margin_is_what_separates_these_two():
+    base = _steps(optimizer=5.0, rest=5.0)
+    near = _steps(optimizer=5.0, rest=5.0 + (UNTOUCHED_MARGIN - 0.02) * 10.0)
+    far = _steps(optimizer=5.0, rest=5.0 + (UNTOUCHED_MARGIN + 0.02) * 10.0)
+    assert outside_bounds("foreach", OPTIMIZER, base, near, 0.05) is None
+    assert outside_bounds("foreach", OPTIMIZER, base, far, 0.05) is not None
+
+
+def test_without_parts_a_judgement_is_kept():
+    judged = JudgedSpeedup(3.0, 2.5, 3.5, 0.05, IMPROVED)
+    assert bounded(judged, "foreach", OPTIMIZER, [], []) is judged
+    assert bounded(None, "foreach", OPTIMIZER, _steps(1, 1), _steps(1, 1)) is None
