@@ -1,4 +1,5 @@
-"""A process that busy-loops on one core: a loaded machine for the tests (``--cpu-hog``)."""
+"""A process that busy-loops on one core: a loaded machine for the tests (``--cpu-hog``); and
+CPU work injected into a thread (``spin``)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,15 @@ import os
 import signal
 import subprocess
 import sys
+import time
+
+
+def spin(seconds: float) -> None:
+    """Work on this thread's CPU for ``seconds`` of its CPU time (capture's cost is read on that
+    clock: a sleep would never show in it, whether it was taken out or not)."""
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
 
 
 def start_hog() -> int:

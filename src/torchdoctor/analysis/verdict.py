@@ -389,7 +389,8 @@ def capture_cost_words(record: RunRecord) -> str:
     if not cost or step <= 0 or cost < CAPTURE_COST_SHOWN * step:
         return ""
     return (
-        f"torchdoctor's hooks took {cost * 1000:.0f} us of each measured step ({_pct(cost / step)} "
+        f"torchdoctor's hooks took {cost * 1000:.0f} us of CPU time in each measured step "
+        f"({_pct(cost / step)} "
         "of it), included in the step times"
     )
 

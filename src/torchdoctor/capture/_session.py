@@ -25,7 +25,6 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from time import perf_counter_ns
 from typing import Any
 
 import torch
@@ -38,7 +37,7 @@ from ..analysis.verdict import INPUT_BOUND, summarise
 from ..options import RunOptions
 from ..record import RunRecord, StepSeries
 from ._boundary import StepBoundary
-from ._cost import CostSample
+from ._cost import CostSample, cost_clock_ns
 from ._data import CaptureData, StepMarks
 from ._device import DeviceClock
 from ._hooks import patch_torch
@@ -276,7 +275,7 @@ class CaptureSession(LabelledParts):
         running when this turns on (the step ended in it) times the rest of itself from here."""
         hooks = self.hooks
         if timed and not hooks._costing:
-            hooks._timed_from = perf_counter_ns()
+            hooks._timed_from = cost_clock_ns()
         hooks._costing = timed
 
     def hook_root_modules_only(self) -> None:
@@ -360,13 +359,13 @@ class CaptureSession(LabelledParts):
         # hook around them counts them only when it was timed as it started, and a new phase
         # times the rest of the hook from its start on: see _set_costing)
         hooks = self.hooks
-        timed, started = hooks._costing, perf_counter_ns()
+        timed, started = hooks._costing, cost_clock_ns()
         try:
             self._end(phase)
             self._enter(self.table.index(phase) + 1)
         finally:
             if timed:
-                hooks._cost_ns -= perf_counter_ns() - started
+                hooks._cost_ns -= cost_clock_ns() - started
 
     def _end(self, phase: Phase) -> None:
         phase.finish(self)

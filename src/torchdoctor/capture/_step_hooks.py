@@ -9,7 +9,6 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable
 from threading import get_ident
-from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -18,7 +17,7 @@ from .._batches import tensor_ids
 from ..loader import valid_loader_kwargs
 from ..record import phase_names
 from ._boundary import graph_leaves
-from ._cost import costed
+from ._cost import cost_clock_ns, costed
 from ._loop_shapes import forward_timed_by, never_updates_finding, trained_modules
 from ._patch import passes_through
 from ._script_state import call_site
@@ -213,11 +212,11 @@ class StepHooks:
         written in C: its errors are its own): its time is not capture's."""
         if not self._costing:
             return fn(*args, **kwargs)
-        started = perf_counter_ns()
+        started = cost_clock_ns()
         try:
             return fn(*args, **kwargs)
         finally:
-            self._cost_ns -= perf_counter_ns() - started
+            self._cost_ns -= cost_clock_ns() - started
 
     @costed
     def forward_pre(self, module, args) -> None:

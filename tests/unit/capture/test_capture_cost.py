@@ -3,18 +3,17 @@ script's work that runs inside them (the DataLoader's ``__next__``, a backward).
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
+from hog import spin
 from torchdoctor.capture._cost import COST_FIRST_STEPS, COST_PERIOD, CostSample, costs_step
 from torchdoctor.capture._session import CaptureSession
 from torchdoctor.options import RunOptions
 
-#: Injected into the script's own work: far above any hook's cost, even on a busy machine.
+#: CPU work injected into the script's own work: far above any hook's cost.
 SLEEP_S = 0.03
 #: Measured steps: past the first ones, into the sampled ones.
 STEPS = COST_PERIOD + 2
@@ -25,7 +24,7 @@ class SlowSamples(Dataset):
         return 64
 
     def __getitem__(self, i):
-        time.sleep(SLEEP_S)  # the loader's work, inside torchdoctor's __next__ wrapper
+        spin(SLEEP_S)  # the loader's work, inside torchdoctor's __next__ wrapper
         return torch.randn(4), i % 2
 
 
@@ -35,7 +34,7 @@ class SlowModel(nn.Module):
         self.layer = nn.Linear(4, 2)
 
     def forward(self, x):
-        time.sleep(SLEEP_S)  # the model's work, between torchdoctor's forward hooks
+        spin(SLEEP_S)  # the model's work, between torchdoctor's forward hooks
         return self.layer(x)
 
 
@@ -64,7 +63,7 @@ def test_the_cost_per_step_counts_our_hooks_and_not_the_scripts_work(slow_measur
     # the one before, so the steps counted run to the last one timed (COST_PERIOD here).
     assert session.data.capture_cost_steps == COST_PERIOD
     cost = overheads["capture_per_step_ms"]
-    # Each step slept 2 x 30 ms in the script's work, and the switch 90 ms: none of it is ours.
+    # Each step spun 2 x 30 ms in the script's work, and the switch 90 ms: none of it is ours.
     assert 0 < cost < SLEEP_S * 1000 / 3, overheads
 
 

@@ -35,7 +35,9 @@ def _terminal(rec: RunRecord) -> str:
 def test_a_cost_of_one_percent_of_the_step_is_said_in_both_places():
     rec = _record(0.1)  # 2% of 5 ms
     words = capture_cost_words(rec)
-    assert words.startswith("torchdoctor's hooks took 100 us of each measured step (2% of it)")
+    assert words.startswith(
+        "torchdoctor's hooks took 100 us of CPU time in each measured step (2% of it)"
+    )
     assert words in _terminal(rec)
     assert words.replace("'", "&#x27;") in render_html(rec)
 
