@@ -274,10 +274,12 @@ def demo(folder: Path) -> str:
         raise RuntimeError(out.stdout[-1500:] + out.stderr[-1500:])
     before = json.loads((folder / "demo-json" / "before.json").read_text())
     after = json.loads((folder / "demo-json" / "after.json").read_text())
+    side = json.loads((folder / "demo-json" / "speedup.json").read_text())["judged"]
     return (
         f"device {before['env']['device']}: before {before['verdict']['kind']} "
         f"{before['step_ms']['mean']:.2f} ms per step, after {after['verdict']['kind']} "
-        f"{after['step_ms']['mean']:.2f} ms ({before['step_ms']['mean'] / after['step_ms']['mean']:.2f}x)"
+        f"{after['step_ms']['mean']:.2f} ms; side by side {side['judgement']} "
+        f"{side['speedup']:.2f}x ({side['low']:.2f}-{side['high']:.2f})"
     )
 
 

@@ -134,11 +134,16 @@ def test_analyze_records_compare_too():
 def test_the_demo_writes_its_page_and_prints_where(tmp_path, capsys):
     pytest.importorskip("PIL")
     page = tmp_path / "demo.html"
-    assert main(["demo", "--steps", "6", "--html", str(page)]) == 0
+    assert main(["demo", "--steps", "6", "--html", str(page), "--json", str(tmp_path)]) == 0
+    side = json.loads((tmp_path / "speedup.json").read_text())
+    assert side["judged"]["judgement"] == "IMPROVED" and len(side["pairs"]) == 2, side
     out = " ".join(capsys.readouterr().out.split())
     assert str(page.resolve()) in out
     view = browser_view(page)
     assert_offline(view, page)
     assert "IMPROVED" in view["text"] and "COMPUTE-BOUND" in view["text"]
+    # its speedup is measured side by side, and the page does not warn against its own story
+    assert "measured side by side" in view["text"]
+    assert "like-for-like" not in view["text"] and "different scripts" not in view["text"]
     # step 2, `torchdoctor fix`: the seed-004 loss's three round-trips rewritten, each checked
     assert "patch" in view["ids"] and view["text"].count("same losses over 4 steps") == 3

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..analysis.compare import Comparison, WholeChange
+from ..analysis.compare import Comparison, Judgement, WholeChange
 from ..record import JUDGEMENT_TONES, RunRecord, write_text_atomic
 from ._style import BAD, GOOD
 from .html import page, record_body
@@ -86,11 +86,7 @@ def render_comparison(c: Comparison, console: Console | None = None) -> None:
 
 def comparison_html(c: Comparison, a: RunRecord, b: RunRecord) -> str:
     cls = c.judged.tone
-    rows = "".join(
-        f"<tr><td>{escape(p.part)}</td><td class='n'>{p.a_ms:.2f}</td>"
-        f"<td class='n'>{p.b_ms:.2f}</td><td class='n'>{p.change_ms:+.2f}</td></tr>"
-        for p in c.parts
-    )
+    rows = _part_rows(c)
     caution = warning(c)
     if caution:
         cls = "bad"
@@ -117,6 +113,14 @@ def comparison_html(c: Comparison, a: RunRecord, b: RunRecord) -> str:
     return page("compare", body)
 
 
+def _part_rows(c: Comparison) -> str:
+    return "".join(
+        f"<tr><td>{escape(p.part)}</td><td class='n'>{p.a_ms:.2f}</td>"
+        f"<td class='n'>{p.b_ms:.2f}</td><td class='n'>{p.change_ms:+.2f}</td></tr>"
+        for p in c.parts
+    )
+
+
 def _whole_html(c: Comparison) -> str:
     w = c.whole
     if w is None:
@@ -132,6 +136,49 @@ def _whole_html(c: Comparison) -> str:
         "<table><tr><th>kind</th><th class='n'>A, s</th><th class='n'>B, s</th>"
         f"<th class='n'>change</th></tr>{rows}</table></section>"
     )
+
+
+def demo_html(c: Comparison, side: Judgement | None, a: RunRecord, b: RunRecord) -> str:
+    """The demo's page: the speedup measured side by side first, then both diagnoses. The two
+    are different scripts on purpose (the fixed pipeline is the point), so the records'
+    comparison gives only its per-part table, never its judgement or its warning."""
+    if side is not None:
+        cls, kind = side.judged.tone, side.kind
+        said = (
+            f"{side.judged.figure('–', '()')}: the fixed pipeline against the script as written, "
+            "measured side by side (runs of each alternated, so load that comes and goes weighs "
+            "on both alike)"
+        )
+    else:
+        cls, kind, said = "", "NOT MEASURED", "a side-by-side run failed: no speedup measured"
+    notes = "".join(f"<p class='muted'>{escape(n)}</p>" for n in (side.notes if side else []))
+    rows = _part_rows(c)
+    body = (
+        "<h1>torchdoctor demo</h1>"
+        f'<section id="judgement" class="card"><div class="kind {cls}">{escape(kind)}</div>'
+        f"<p>{escape(said)}</p><p>verdict: {escape(c.a_verdict)} → {escape(c.b_verdict)}</p>"
+        f"{notes}</section>"
+        + (
+            "<section id='parts'><h2>Per part, from the two diagnoses (mean ms per step)</h2>"
+            "<table><tr><th>part</th><th class='n'>before</th><th class='n'>after</th>"
+            f"<th class='n'>change</th></tr>{rows}</table></section>"
+            if rows
+            else ""
+        )
+        + f"<div id='a'>{record_body(a, 'before: the script as written', level=2)}</div>"
+        + f"<div id='b'>{record_body(b, 'after: the fixed pipeline', level=2)}</div>"
+    )
+    return page("demo", body)
+
+
+def write_demo_html(
+    c: Comparison,
+    side: Judgement | None,
+    a: RunRecord,
+    b: RunRecord,
+    path: str | os.PathLike[str],
+) -> Path:
+    return write_text_atomic(path, demo_html(c, side, a, b))
 
 
 def write_comparison_html(
