@@ -42,6 +42,20 @@ class Mutation:
 
 MUTATIONS = (
     Mutation(
+        "firmness: resamples that disagree leave the verdict firm",
+        "analysis/firmness.py",
+        "if agreed < FIRM_AGREEMENT:",
+        "if False:",
+        ("tests/unit/analysis/test_firmness.py",),
+    ),
+    Mutation(
+        "firmness: torch's threads never wait for cores",
+        "analysis/firmness.py",
+        "if env.torch_threads <= free:",
+        "if True:",
+        ("tests/unit/analysis/test_firmness.py",),
+    ),
+    Mutation(
         "lever bounds: the parts a lever leaves alone may move as far as they like",
         "analysis/lever_bounds.py",
         "if abs(trial_rest - base_rest) > max(UNTOUCHED_MARGIN, allowance) * base_step:",

@@ -18,6 +18,7 @@ from ..record import (
     Verdict,
 )
 from ..record.part_names import PART_GROUPS
+from .firmness import firm
 from .short_run import MIN_VERDICT_STEPS, too_few
 
 #: Share of step time spent waiting for batches (and copying them) that makes a run input-bound.
@@ -92,6 +93,7 @@ def derive(record: RunRecord) -> Derived:
     busy = busy_words(view)
     if busy and verdict.kind != UNKNOWN:
         verdict.why += f"; {busy}"
+        verdict = firm(view, verdict, decide, busy)
     return Derived(step_ms, parts, model_alone, ceiling, ceiling_interval, needed, verdict)
 
 

@@ -20,3 +20,7 @@ class Verdict:
     next: str
     #: Share of the median step spent in each group: input, compute, host.
     shares: dict[str, float] = field(default_factory=dict)
+    #: False when the load on a busy machine could have flipped it (``analysis.firmness``): its
+    #: ``why`` then says why, and ``candidates`` lists the kinds it could be (its own first).
+    firm: bool = True
+    candidates: list[str] = field(default_factory=list)

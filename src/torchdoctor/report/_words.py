@@ -95,6 +95,15 @@ def share_words(verdict: Verdict) -> list[str]:
     return [f"{group} {share * 100:.0f}%" for group, share in verdict.shares.items()]
 
 
+def firm_words(verdict: Verdict) -> str:
+    """``not firm: ...`` for a verdict the load could have flipped; ``""`` for a firm one."""
+    if verdict.firm:
+        return ""
+    others = [k for k in verdict.candidates if k != verdict.kind]
+    could = f"; it could also be {' or '.join(others)}" if others else ""
+    return f"not firm: the load on this machine could have decided it{could} (see Why)"
+
+
 def environment_rows(record: RunRecord) -> list[tuple[str, str]]:
     """Where the run happened, as (name, words) rows: versions, device, clock, the capture's
     cost, cores, ranks, the DataLoader, CPU, memory and GPU use. Empty without an environment."""

@@ -22,6 +22,7 @@ from ._words import (
     NO_SYNC,
     command_words,
     environment_rows,
+    firm_words,
     part_header,
     part_label,
     role_words,
@@ -149,6 +150,9 @@ def _verdict(record: RunRecord) -> str:
         kind = f'<span class="{escape(v.kind)}">{escape(v.kind)}</span></p>'
     else:
         kind = f'<div class="kind {escape(v.kind)}">{escape(v.kind)}</div>'
+    doubt = firm_words(v)
+    if doubt:
+        kind += f'<p class="warn" id="not-firm">{escape(doubt)}</p>'
     return (
         f'<section id="verdict" class="{card}">{first}{kind}'
         f"<p><b>Why</b> {escape(v.why)}</p>"

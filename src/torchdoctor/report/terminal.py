@@ -27,7 +27,14 @@ from ..record import (
 )
 from ..record.part_names import PART_LABELS
 from ._style import BAD, GOOD, PART_COLOURS, ending_look, severity_look, verdict_look
-from ._words import AS_RUN, MODEL_ALONE, command_words, environment_rows, share_words
+from ._words import (
+    AS_RUN,
+    MODEL_ALONE,
+    command_words,
+    environment_rows,
+    firm_words,
+    share_words,
+)
 from .distributed import breakdown_title, ranks_section
 from .loader import loader_section
 from .patch import patch_section
@@ -231,7 +238,11 @@ def _verdict_panel(record: RunRecord) -> Panel:
             "Ended", Text.assemble((ending.label, ending.style), " ", ending_words(record))
         )
     look = verdict_look(v.kind)
-    grid.add_row("Verdict", Text(look.label, style=look.style))
+    doubt = firm_words(v)
+    grid.add_row(
+        "Verdict",
+        Text.assemble((look.label, look.style), (f"  {doubt}", "yellow") if doubt else ""),
+    )
     grid.add_row("Why", v.why)
     grid.add_row("Next", v.next)
     if v.shares:

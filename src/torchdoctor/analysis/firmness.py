@@ -1,0 +1,113 @@
+"""Whether a verdict is firm, or one that the load on a busy machine could have flipped (pure).
+
+On a quiet machine the verdict stands as decided. On a busy one (other processes took
+:data:`~torchdoctor.analysis.verdict.BUSY_CORES` or more while the steps were measured) two
+things can make it a product of the load rather than of the script:
+
+- **The steps disagree.** The measured steps are resampled (:data:`RESAMPLES` bootstrap
+  resamples, seeded) and the verdict decided again on each. When fewer than
+  :data:`FIRM_AGREEMENT` of them give the verdict, load that came and went during the steps
+  moved the shares across a boundary; every kind given by :data:`CANDIDATE_SHARE` of them or
+  more is a candidate.
+- **Torch's threads waited for cores.** When torch's threads and what the other processes took
+  need more cores than the machine has, forward and backward ran in part waiting for a core;
+  beside other jobs, one loop's forward and backward went from about 4 ms to 220 ms a step
+  that way. A verdict that the model's compute leads is then not firm: the same script on a
+  quieter machine may be bound by something else.
+
+A verdict that is not firm keeps its kind (what was measured), says so in its ``why`` with the
+evidence, lists its ``candidates``, and its ``next`` starts with what to do about the doubt
+(a quieter moment, more steps, fewer threads); "input fixes will not help" is never said.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import replace
+
+from ..record import COMPUTE_BOUND, RunRecord, Stat, StepSeries, Verdict
+from ..record.part_names import STEP_PARTS
+from .short_run import MIN_VERDICT_STEPS
+
+#: Bootstrap resamples of the measured steps.
+RESAMPLES = 200
+#: Share of the resamples that must give the verdict for it to be firm on a busy machine.
+FIRM_AGREEMENT = 0.9
+#: Share of the resamples that makes a kind a candidate.
+CANDIDATE_SHARE = 0.1
+#: What a compute-bound verdict said of input that is not said when it is not firm.
+NO_INPUT_HELP = "; input fixes will not help"
+
+
+def resampled_kinds(
+    record: RunRecord, decide: Callable[[RunRecord], Verdict], rounds: int = RESAMPLES
+) -> Counter[str]:
+    """How often each verdict kind is decided on resamples of the measured steps."""
+    steps = record.steps
+    n = len(steps.step_ms)
+    rng = random.Random(0)
+    parts = {p: steps.part(p) for p in STEP_PARTS}
+    counts: Counter[str] = Counter()
+    for _ in range(rounds):
+        series = StepSeries()
+        for i in (rng.randrange(n) for _ in range(n)):
+            series.add_step({p: parts[p][i] for p in STEP_PARTS}, steps.batches[i])
+        view = replace(record, steps=series, step_ms=Stat.of(series.step_ms))
+        counts[decide(view).kind] += 1
+    return counts
+
+
+def waiting_for_cores(record: RunRecord) -> str:
+    """Words for torch's threads needing more cores than other processes left free, or ``""``."""
+    env, system = record.env, record.system
+    others = system.others_cpu_cores if system is not None else None
+    if env is None or others is None or not env.cpu_logical or not env.torch_threads:
+        return ""
+    free = env.cpu_logical - others
+    if env.torch_threads <= free:
+        return ""
+    return (
+        f"torch's {env.torch_threads} threads shared {env.cpu_logical} cores with other "
+        f"processes that took {others:.1f}, so forward and backward ran in part waiting for a "
+        "core"
+    )
+
+
+def firm(
+    record: RunRecord, verdict: Verdict, decide: Callable[[RunRecord], Verdict], busy: str
+) -> Verdict:
+    """``verdict``, or the same kind marked not firm (the module's docstring). ``busy`` is the
+    busy machine's words (``""`` on a quiet machine: the verdict stands). A run with too few
+    steps for a verdict already says so, and what to do."""
+    if not busy or len(record.steps.step_ms) < MIN_VERDICT_STEPS:
+        return verdict
+    counts = resampled_kinds(record, decide)
+    total = sum(counts.values())
+    agreed = counts[verdict.kind] / total if total else 1.0
+    candidates = [k for k, c in counts.most_common() if c >= CANDIDATE_SHARE * total]
+    doubts = []
+    if agreed < FIRM_AGREEMENT:
+        others = [k for k in candidates if k != verdict.kind]
+        doubts.append(
+            f"resampled, the measured steps give {verdict.kind} in {agreed:.0%} of draws"
+            + (f" and {' or '.join(others)} in the rest" if others else "")
+        )
+    waiting = waiting_for_cores(record) if verdict.kind == COMPUTE_BOUND else ""
+    if waiting:
+        doubts.append(waiting)
+    if not doubts:
+        return verdict
+    if verdict.kind not in candidates:
+        candidates.insert(0, verdict.kind)
+    advice = "run it again at a quieter moment, or with more --steps"
+    if waiting:
+        advice += ", or with fewer threads (torchdoctor run --try threads measures them)"
+    return replace(
+        verdict,
+        why=f"{verdict.why}; not a firm answer: {'; '.join(doubts)}",
+        next=f"{advice}; then {verdict.next.replace(NO_INPUT_HELP, '')}",
+        firm=False,
+        candidates=candidates,
+    )
