@@ -42,6 +42,8 @@ class CaptureData:
 
     measured: list[StepMarks] = field(default_factory=list)
     model_alone: list[StepMarks] = field(default_factory=list)
+    #: The script's steps again, right after the model-alone ones (the ceiling's second bracket).
+    measured_after: list[StepMarks] = field(default_factory=list)
     #: Steps under DDP's ``no_sync()`` (communication made free).
     no_sync: list[StepMarks] = field(default_factory=list)
     #: Values of the first tensors ``backward`` was called on (``options.loss_values``).

@@ -169,6 +169,8 @@ class ServedPasses:
         self._served: weakref.WeakSet = weakref.WeakSet()
         #: Datasets (by id) whose pass a phase ended: their next pass is built without workers.
         self._ended: set[int] = set()
+        #: Datasets (by id) whose current pass was built that way.
+        self.without_workers: set[int] = set()
 
     def serving(self, it: Any) -> None:
         """A phase serves ``it``'s next batch: count it, or end the pass (``StopIteration``)."""
@@ -191,8 +193,10 @@ class ServedPasses:
         persistent loader's workers may have been stopped for them)."""
         workers = getattr(loader, "num_workers", 0)
         if not workers or id(loader.dataset) not in self._ended:
+            self.without_workers.discard(id(loader.dataset))
             return make(loader)
         self._ended.discard(id(loader.dataset))
+        self.without_workers.add(id(loader.dataset))
         loader.num_workers = 0
         try:
             return make(loader)

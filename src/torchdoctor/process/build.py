@@ -49,6 +49,7 @@ def build_record(
     record.losses = list(session.data.losses)
     record.threads_override = opts.threads_override
     record.no_sync = [round(session.step_ms(step), 4) for step in session.data.no_sync]
+    record.measured_after = [round(session.step_ms(s), 4) for s in session.data.measured_after]
     _attach_trials(record, session)
     # Noted after the measured steps; a snapshot before then (a job that fails early) reads the
     # process group's backend and the DDP settings as they are now.

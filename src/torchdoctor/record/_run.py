@@ -183,6 +183,9 @@ class RunRecord:
     step_ms: Stat | None = None
     parts_ms: dict[str, Stat] = field(default_factory=dict)
     model_alone: list[float] = field(default_factory=list)
+    #: The script's steps again right after the model-alone ones (ms): the ceiling's second
+    #: bracket (its interval spans both).
+    measured_after: list[float] = field(default_factory=list)
     model_alone_step_ms: Stat | None = None
     loader_alone: LoaderAlone | None = None
     ceiling_speedup: float | None = None

@@ -11,6 +11,7 @@ SYNC_SAMPLE = "sync-sample"
 TRACE = "trace"
 MEASURE = "measure"
 MODEL_ALONE = "model-alone"
+MEASURE_AGAIN = "measure-again"
 NO_SYNC = "no-sync"
 FLOPS = "flops"
 TRIALS = "trials"
@@ -29,6 +30,7 @@ PHASE_WORDS: dict[str, str] = {
     TRACE: "recording a profiler trace (untimed)",
     MEASURE: "measuring steps",
     MODEL_ALONE: "model alone (data made free)",
+    MEASURE_AGAIN: "measuring steps again (after the model alone)",
     NO_SYNC: "no gradient all-reduce (communication made free)",
     FLOPS: "counting one step's FLOPs",
     TRIALS: "trying levers in the loop (--try)",

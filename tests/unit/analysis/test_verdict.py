@@ -72,6 +72,22 @@ def test_ceiling_with_workers_makes_input_bound():
     assert _record(0.5, 10, 1, model_alone=15, workers=0).verdict.kind == COMPUTE_BOUND
 
 
+def test_a_ceiling_the_load_made_is_not_taken():
+    # Measured steps of 22.5 ms beside a busy process, the model alone at 15.7 ms once it had
+    # gone (1.43x: input-bound with workers). The script's steps right after the model-alone
+    # ones, as quiet, took 16 ms: the ceiling was the load's, and its interval now spans 1.0.
+    rec = _record(0.5, 10, 1, model_alone=22.5 / INPUT_BOUND_CEILING / 1.1, workers=2)
+    assert rec.verdict.kind == INPUT_BOUND
+    rec.measured_after = [16.0, 16.2, 15.9, 16.1]
+    summarise(rec)
+    assert rec.ceiling_interval[0] < 1.05 < INPUT_BOUND_CEILING < rec.ceiling_interval[1]
+    assert rec.verdict.kind == COMPUTE_BOUND
+    # The same steps after as before: the bracket agrees, and the ceiling stands.
+    rec.measured_after = [22.5, 22.4, 22.6, 22.5]
+    summarise(rec)
+    assert rec.ceiling_interval[0] > INPUT_BOUND_CEILING and rec.verdict.kind == INPUT_BOUND
+
+
 def test_ceiling_without_workers_decides_when_the_loop_waits():
     # 22% of the step in the wait (below the share threshold), and a 1.48x ceiling: the input
     # bounds the run (a loop decoding large JPEGs in the main process), and the words say why.

@@ -8,6 +8,7 @@ from .flops import FlopsPhase
 from .loader_alone import LoaderAlonePhase, measure_loader_alone
 from .loader_doctor import LoaderDoctorPhase
 from .measure import MeasurePhase
+from .measure_again import MeasureAgainPhase
 from .model_alone import ModelAlonePhase
 from .no_sync import NoSyncPhase
 from .sync_sample import SyncSamplePhase
@@ -27,6 +28,7 @@ PHASES: tuple[type[Phase], ...] = (
     TracePhase,
     MeasurePhase,
     ModelAlonePhase,
+    MeasureAgainPhase,
     NoSyncPhase,
     FlopsPhase,
     TrialsPhase,
@@ -43,6 +45,7 @@ __all__ = [
     "FlopsPhase",
     "LoaderAlonePhase",
     "LoaderDoctorPhase",
+    "MeasureAgainPhase",
     "MeasurePhase",
     "ModelAlonePhase",
     "NoSyncPhase",

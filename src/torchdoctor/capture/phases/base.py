@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from .._data import CaptureData, StepMarks
     from .._device import DeviceClock
     from .._inputs import BuiltInputs
-    from .._loaders import LoaderTracker, ReplayStore
+    from .._loaders import LoaderTracker, ReplayStore, ServedPasses
     from .._parallel import ParallelWatch
     from .._patch import Patcher
     from .._ranks import Ranks
@@ -55,6 +55,7 @@ class PhaseSession(Protocol):
     clock_ns: Callable[[], int]
     loaders: LoaderTracker
     replay: ReplayStore
+    passes: ServedPasses
     inputs: BuiltInputs
     patcher: Patcher
     ranks: Ranks

@@ -1,0 +1,65 @@
+"""The script's steps again, right after the model-alone ones: the ceiling's second bracket.
+
+Data made free is measured after the measured steps, so load that came or went between the two
+would move the ceiling (the measured steps ÷ the model-alone ones). A few more of the script's
+own steps right after the model-alone ones bracket them: ``analysis.verdict`` takes the ceiling's
+interval over both brackets, so a ceiling the load moved reads as uncertain instead of firm.
+
+With DataLoader workers the first steps after the model-alone ones find the batches the workers
+prefetched meanwhile and barely wait: as many steps as the loader keeps ready (workers x
+prefetch factor) are taken first and not kept.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ...record import phase_names
+from .base import Phase, PhaseSession
+
+if TYPE_CHECKING:
+    from .._data import StepMarks
+
+#: The bracket's steps: this share of ``--steps``, and at least :data:`MIN_STEPS`.
+SHARE_OF_STEPS = 0.25
+MIN_STEPS = 3
+
+
+class MeasureAgainPhase(Phase):
+    name = phase_names.MEASURE_AGAIN
+    writes = ("measured_after",)
+    reads = ("model_alone",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._skip = 0
+
+    def wanted(self, session: PhaseSession) -> bool:
+        if not session.data.model_alone:
+            return False
+        if session.loaders.main_dataset_key() in session.passes.without_workers:
+            session.data.notes.append(
+                "the script's steps after the model-alone ones were not measured: the loader's "
+                "pass after the replayed one runs without its workers (docs/how-it-works.md)"
+            )
+            return False
+        return True
+
+    def start(self, session: PhaseSession) -> None:
+        self._skip = prefetched(session.loaders.main_loader())
+
+    def total(self, session: PhaseSession) -> int:
+        return self._skip + max(MIN_STEPS, int(session.options.steps * SHARE_OF_STEPS))
+
+    def on_step(self, session: PhaseSession, step: StepMarks) -> bool:
+        if self.steps_done >= self._skip:
+            session.data.measured_after.append(step)
+        return super().on_step(session, step)
+
+
+def prefetched(loader: object) -> int:
+    """Batches a DataLoader keeps ready beyond the one asked for: workers x prefetch factor."""
+    workers = getattr(loader, "num_workers", 0) or 0
+    if workers <= 0:
+        return 0
+    return workers * (getattr(loader, "prefetch_factor", None) or 2)
