@@ -11,7 +11,10 @@ turn; the next round runs them in the reverse order (ABBA), so a drift of the ma
 on both sides. Each variant's steps from every round are pooled and judged against the
 original's by :func:`torchdoctor.analysis.compare.judge` (a bootstrap interval, the run-to-run
 allowance, and each round's own speedup, which must agree). A timed remedy is kept only when
-``IMPROVED``.
+``IMPROVED``. A remedy that writes a lever (the optimizer's multi-tensor step, autocast,
+channels_last, compile) changes only some of the step's parts: its figure is also held to what
+those parts allow (:mod:`torchdoctor.analysis.lever_bounds`), and one outside is "could not
+tell" and not kept.
 """
 
 from __future__ import annotations
@@ -34,7 +37,18 @@ from ..analysis.compare import (
     pair_words,
     step_times,
 )
-from ..record import COMPLETE, INTERRUPTED, Patch, PatchRemedy, RunRecord
+from ..analysis.lever_bounds import bounded
+from ..record import (
+    COMPLETE,
+    INTERRUPTED,
+    STEP_PARTS,
+    UNCLEAR,
+    JudgedSpeedup,
+    Patch,
+    PatchRemedy,
+    RunRecord,
+)
+from ..record.lever_names import LEVERS
 from ._project import Project
 from ._remedies import Remedy
 
@@ -45,6 +59,8 @@ LOSS_RTOL = 1e-5
 #: A noise allowance beyond this, when it kept a patch from being judged faster, says the
 #: machine was too busy for the figures to mean much.
 TOO_NOISY = 0.5
+#: The step parts each remedy that writes a lever can change (its lever's, by remedy key).
+REMEDY_PARTS = {f.fix_remedy: f.parts for f in LEVERS.values() if f.fix_remedy is not None}
 
 
 class RunVariant(Protocol):
@@ -66,6 +82,8 @@ class Variant:
     #: Each measured run's steps by its round (:func:`alternate`'s call and round number): runs
     #: of two variants in one round were taken side by side.
     runs: dict[tuple[int, int], list[float]] = field(default_factory=dict)
+    #: The same runs' steps, each as ms by step part.
+    parts: dict[tuple[int, int], list[dict[str, float]]] = field(default_factory=dict)
     #: How runs of it failed (the script raised, no step measured), in words.
     failures: list[str] = field(default_factory=list)
 
@@ -264,6 +282,16 @@ def alternate(variants: Sequence[Variant], run: RunVariant, rounds: int) -> None
             else:
                 v.steps.extend(steps)
                 v.runs[(call, r)] = steps
+                v.parts[(call, r)] = _step_parts(record)
+
+
+def _step_parts(record: RunRecord) -> list[dict[str, float]]:
+    """Each measured step of ``record`` as ms by step part."""
+    columns = {p: record.steps.part(p) for p in STEP_PARTS}
+    return [
+        {p: columns[p][i] if i < len(columns[p]) else 0.0 for p in STEP_PARTS}
+        for i in range(len(record.steps.step_ms))
+    ]
 
 
 def _failure(record: RunRecord) -> str:
@@ -290,11 +318,13 @@ def _judge_remedy(remedy: PatchRemedy, original: Variant, variant: Variant) -> N
     if verdict is None:
         remedy.reason = "too few steps were measured to judge it"
         return
-    result = remedy.judged = verdict.judged
+    result = remedy.judged = _bounded(remedy, original, variant, verdict.judged)
     remedy.kept = result.judgement == IMPROVED
     measured = f"measured {result.figure('–', '()')}"
     allowance = result.allowance or 0.0
-    if result.judgement == REGRESSED:
+    if result.judgement == UNCLEAR:
+        remedy.reason = f"{measured}: {result.word}: {result.why}"
+    elif result.judgement == REGRESSED:
         remedy.reason = f"{measured}: {result.word}"
     elif not remedy.kept and verdict.pairs:
         remedy.reason = (
@@ -306,6 +336,18 @@ def _judge_remedy(remedy: PatchRemedy, original: Variant, variant: Variant) -> N
             f"{measured}: not faster beyond the {allowance:.0%} two runs of one script may "
             "differ by"
         )
+
+
+def _bounded(remedy: PatchRemedy, original: Variant, variant: Variant, judged: JudgedSpeedup):
+    """``judged``, held to what the parts of the remedy's lever allow (the module's docstring);
+    only the rounds both variants ran are compared."""
+    changed = REMEDY_PARTS.get(remedy.key)
+    if changed is None:
+        return judged
+    rounds = [r for r in original.parts if r in variant.parts]
+    base = [step for r in rounds for step in original.parts[r]]
+    trial = [step for r in rounds for step in variant.parts[r]]
+    return bounded(judged, remedy.title, changed, base, trial)
 
 
 def _speedup(remedy: PatchRemedy) -> float:

@@ -360,3 +360,48 @@ def test_remedies_that_fail_together_are_not_written_together(tmp_path):
     patch = check(each_fails=True)
     assert patch.diff == "" and not any(r.kept for r in patch.remedies)
     assert any(n.startswith("the whole patch failed when run") for n in patch.notes), patch.notes
+
+
+def _optimizer_run(parts: dict[bool, list[tuple[float, float]]]):
+    """Runs whose steps are ``(forward, optimizer)`` ms by whether the patch is in."""
+
+    def run(overrides, label, losses=0):
+        patched = any("fused=True" in Path(p).read_text() for p in overrides.values())
+        record = RunRecord(status="complete")
+        for forward, optimizer in parts[patched]:
+            record.steps.add_step({"forward": forward, "optimizer": optimizer}, 1)
+        return record
+
+    return run
+
+
+def _optimizer_patch(tmp_path: Path):
+    from torchdoctor.patch import plan_optimizer
+
+    script = tmp_path / "train.py"
+    script.write_text("import torch\nopt = torch.optim.Adam([torch.zeros(1)], lr=1e-3)\n")
+    project = Project(script, root=tmp_path)
+    active = [plan_optimizer(project, f"{script}:2", "Adam", "fused", [], "many parameters")]
+    patch = Patch(root=str(tmp_path))
+    patch.remedies = [PatchRemedy(r.key, r.title, r.because) for r in active]
+    return project, patch, active
+
+
+def test_a_gain_past_what_the_optimizer_allows_is_could_not_tell_and_not_written(tmp_path):
+    # The optimizer is 3% of the step; the patched runs came out 14x faster in every round
+    # (the load left whenever they ran): not the fused optimizer's doing.
+    project, patch, active = _optimizer_patch(tmp_path)
+    slow = [(194.0 + i % 3, 6.0) for i in range(10)]
+    fast = [(13.8 + 0.1 * (i % 3), 0.4) for i in range(10)]
+    measure_patch(project, patch, active, _optimizer_run({False: slow, True: fast}), rounds=2)
+    (optimizer,) = patch.remedies
+    assert optimizer.judged.judgement == "UNCLEAR" and not optimizer.kept, optimizer
+    assert "could not tell" in optimizer.reason and "at most 1.03x" in optimizer.reason
+    assert patch.diff == ""
+    # The same patch halving an optimizer that is 40% of the step: kept.
+    project, patch, active = _optimizer_patch(tmp_path)
+    before = [(6.0 + 0.1 * (i % 3), 4.0) for i in range(10)]
+    after = [(6.0 + 0.1 * (i % 3), 2.0) for i in range(10)]
+    measure_patch(project, patch, active, _optimizer_run({False: before, True: after}), rounds=2)
+    (optimizer,) = patch.remedies
+    assert optimizer.kept and optimizer.judged.judgement == "IMPROVED", optimizer.reason
