@@ -3,39 +3,14 @@ is "could not tell" (``analysis.lever_bounds``), on the issue's figures, through
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
-
 import pytest
 
 from torchdoctor.analysis.lever_bounds import UNTOUCHED_MARGIN, bounded, outside_bounds
 from torchdoctor.analysis.trials import trials_of
 from torchdoctor.record import IMPROVED, UNCLEAR, JudgedSpeedup, RunRecord, StepSeries
+from trialruns import BASE, Lever, Run
 
 OPTIMIZER = ("optimizer",)
-
-
-@dataclass
-class Lever:
-    name: str
-
-
-@dataclass
-class Run:
-    """What ``trials_of`` reads of a setting's run (``capture.phases.trials.TrialRun``)."""
-
-    lever: Lever
-    setting: str = ""
-    steps_ms: list[float] = field(default_factory=list)
-    batches: list[int] = field(default_factory=list)
-    parts_ms: list[dict[str, float]] = field(default_factory=list)
-    warmup_ms: list[float] = field(default_factory=list)
-    memory_mb: float | None = None
-    skipped: str | None = None
-    texts: dict[str, Any] = field(default_factory=dict)
-
-
-BASE = Lever("baseline")
 
 
 def _step(optimizer: float, rest: float, wiggle: float = 0.0) -> dict[str, float]:

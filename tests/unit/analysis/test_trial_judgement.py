@@ -3,32 +3,9 @@ compare's, no pick unless worth it, failures and skips kept with their reason.""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
-
 from torchdoctor.analysis.trials import RUN_TO_RUN, trials_of
 from torchdoctor.record import RunRecord, StepSeries
-
-
-@dataclass
-class Lever:
-    name: str
-
-
-@dataclass
-class Run:
-    lever: Lever
-    setting: str = ""
-    steps_ms: list[float] = field(default_factory=list)
-    batches: list[int] = field(default_factory=list)
-    parts_ms: list[dict[str, float]] = field(default_factory=list)
-    warmup_ms: list[float] = field(default_factory=list)
-    memory_mb: float | None = None
-    skipped: str | None = None
-    texts: dict[str, Any] = field(default_factory=dict)
-
-
-BASE = Lever("baseline")
+from trialruns import BASE, Lever, Run
 
 
 def _runs(before, trial, after, name="threads", setting="2", texts=None):
