@@ -12,7 +12,7 @@ from typing import Any
 from torch.utils.data import DataLoader
 
 from .._batches import batch_nbytes, leading_dim
-from ..loader import loader_settings, shutdown_workers
+from ..loader import is_clone, loader_settings, shutdown_workers
 from ..record import BATCH_SIZE_MEASURED, LoaderSettings
 
 #: Batches kept in memory for the model-alone replay, at most this many bytes (and ``steps``).
@@ -192,6 +192,8 @@ class ServedPasses:
         would only start, prefetch and take cores from the worker sweep's clones (and a
         persistent loader's workers may have been stopped for them)."""
         workers = getattr(loader, "num_workers", 0)
+        if is_clone(loader):  # torchdoctor's own clone of the loader: its workers as asked
+            return make(loader)
         if not workers or id(loader.dataset) not in self._ended:
             self.without_workers.discard(id(loader.dataset))
             return make(loader)

@@ -28,6 +28,7 @@ from ._advice import sweep_advice
 from ._children import ChildrenMemory, WorkerMemorySampler, sample_children, sample_worker_memory
 from ._clone import (
     clone_loader,
+    is_clone,
     loader_kwargs,
     loader_settings,
     no_worker_count_warning,
@@ -126,6 +127,7 @@ __all__ = [
     "available_cpus",
     "batch_size_of",
     "clone_loader",
+    "is_clone",
     "copy_on_read_finding",
     "counted_batches",
     "describe_batch",

@@ -23,6 +23,11 @@ from ..record import LoaderSettings
 from ._rules import valid_loader_kwargs
 from ._samplers import batch_size_of, sampler_chain
 
+#: The attribute that marks a DataLoader :func:`clone_loader` built: a clone shares the
+#: script's dataset, and what the capture does to the script's passes over it must not touch
+#: the clone's (a clone with 4 workers was iterated without any after a served pass ended).
+CLONE_MARK = "_torchdoctor_clone"
+
 
 def clone_loader(loader: Any, **overrides: Any) -> Any:
     """A new DataLoader built with ``loader``'s construction settings, some overridden.
@@ -60,7 +65,14 @@ def clone_loader(loader: Any, **overrides: Any) -> Any:
     if not (isinstance(loader, DataLoader) and cls.__init__ is DataLoader.__init__):
         cls = DataLoader
     with no_worker_count_warning():
-        return cls(**kwargs)
+        clone = cls(**kwargs)
+    setattr(clone, CLONE_MARK, True)
+    return clone
+
+
+def is_clone(loader: Any) -> bool:
+    """Whether ``loader`` is one :func:`clone_loader` built (torchdoctor's, not the script's)."""
+    return bool(getattr(loader, CLONE_MARK, False))
 
 
 def loader_kwargs(loader: Any) -> dict[str, Any]:

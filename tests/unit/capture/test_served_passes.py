@@ -96,3 +96,25 @@ def test_a_pass_whose_sampler_refuses_a_length_is_never_ended():
     passes, it = ServedPasses(), iter(loader)
     for _ in range(10):
         passes.serving(it)  # raised the sampler's NotImplementedError into the script's next()
+
+
+def test_a_clone_of_the_loader_keeps_its_workers_after_a_served_pass():
+    # The worker sweep's clones share the script's dataset: a clone with 2 workers, iterated
+    # after a served pass ended, was built without any (its figure was the in-process loader's).
+    from torchdoctor.loader import clone_loader
+
+    loader = DataLoader(TensorDataset(torch.arange(12.0)), batch_size=4, num_workers=2)
+    passes, built_with = ServedPasses(), []
+
+    def make(lo):
+        built_with.append(lo.num_workers)
+        return iter(DataLoader(lo.dataset, batch_size=4))
+
+    it = passes.new_pass(loader, make)
+    for _ in range(3):
+        passes.serving(it)
+    with pytest.raises(StopIteration):
+        passes.serving(it)
+    passes.new_pass(clone_loader(loader, num_workers=2), make)  # the clone: its own workers
+    passes.new_pass(loader, make)  # the script's next pass: served, without workers
+    assert built_with == [2, 2, 0]
