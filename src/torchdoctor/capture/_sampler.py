@@ -94,6 +94,20 @@ class SystemSampler:
             pass
         return self.summary()
 
+    def others_cores_since_start(self) -> float | None:
+        """Cores' worth of CPU other processes took from the start of sampling to now (after
+        ``stop`` too), or ``None`` when that is too short a window for the counters."""
+        if self._t0 is None:
+            return None
+        wall = time.monotonic() - self._t0
+        if wall < MIN_CPU_WINDOW_S:
+            return None
+        try:
+            others = (busy_cpu_s() - self._busy0) - (self._own_cpu_s() - self._own0)
+        except psutil.Error:
+            return None
+        return round(max(others, 0.0) / wall, 2)
+
     def _own_cpu_s(self) -> float:
         """CPU seconds of the script: this process with its reaped children and its live ones
         (the workers); in a rank launched by torchrun, every local rank's (the others are the

@@ -3,6 +3,8 @@ after the batches the loader's workers prefetched meanwhile, and kept as ``measu
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 from torch import nn
@@ -62,3 +64,37 @@ def test_no_model_alone_steps_no_second_bracket():
     finally:
         session.uninstall()
     assert session.data.model_alone == [] and session.data.measured_after == []
+
+
+class _Slow(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = nn.Linear(4, 1)
+
+    def forward(self, x):
+        time.sleep(0.03)
+        return self.layer(x)
+
+
+def test_a_window_too_short_for_the_cpu_counters_is_widened_to_the_bracket():
+    # 8 measured steps of 30 ms: 0.24 s, under the counters' half second. With the model-alone
+    # steps and the bracket after them, the window is about 0.6 s: the machine's load is told.
+    loader = DataLoader(TensorDataset(torch.randn(4096, 4), torch.randn(4096, 1)), batch_size=4)
+    session = CaptureSession(
+        RunOptions(steps=8, warmup=2, sync_steps=0, loader_doctor="never", stop=True)
+    )
+    session.install()
+    try:
+        model = _Slow()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, y in loader:
+            opt.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+    except StopRun:
+        pass
+    finally:
+        session.uninstall()
+    system = session.data.system
+    assert system is not None and system.cpu_percent_per_core == []  # the measured window's
+    assert system.others_cpu_cores is not None and system.others_cpu_cores >= 0.0

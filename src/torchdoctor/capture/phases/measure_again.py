@@ -8,6 +8,10 @@ interval over both brackets, so a ceiling the load moved reads as uncertain inst
 With DataLoader workers the first steps after the model-alone ones find the batches the workers
 prefetched meanwhile and barely wait: as many steps as the loader keeps ready (workers x
 prefetch factor) are taken first and not kept.
+
+Measured steps that took under half a second are too short for the CPU counters to tell how
+busy the machine was (``system.others_cpu_cores``); at this phase's end the window from their
+start, over the model-alone steps and these, often is not, and the figure is taken over it.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ MIN_STEPS = 3
 
 class MeasureAgainPhase(Phase):
     name = phase_names.MEASURE_AGAIN
-    writes = ("measured_after",)
+    writes = ("measured_after", "system")
     reads = ("model_alone",)
 
     def __init__(self) -> None:
@@ -55,6 +59,13 @@ class MeasureAgainPhase(Phase):
         if self.steps_done >= self._skip:
             session.data.measured_after.append(step)
         return super().on_step(session, step)
+
+    def finish(self, session: PhaseSession) -> None:
+        # Measured steps too short for the CPU counters told nothing of the machine's load:
+        # from their start to here (both brackets and the model-alone steps) may be long enough.
+        system = session.data.system
+        if system is not None and system.others_cpu_cores is None:
+            system.others_cpu_cores = session.sampler.others_cores_since_start()
 
 
 def prefetched(loader: object) -> int:
