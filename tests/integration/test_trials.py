@@ -278,3 +278,16 @@ def test_a_trial_the_load_moved_past_its_lever_is_could_not_tell(slow_while, sai
     assert t.judged.why.startswith(said) or said in t.judged.why, t.judged.why
     assert t.pick is None
     assert "foreach" in out.record.verdict.next and "could not tell" in out.record.verdict.next
+
+
+def test_the_foreach_paste_is_the_line_that_built_the_stepped_optimizer():
+    # A GAN: the discriminator's optimizer steps first and ends the step; the paste once read
+    # `opt_d = torch.optim.Adam(G.parameters(), ..., fused=True)`, which pasted would train G.
+    script = Target(script=str(SCENARIOS / "trial_shapes" / "gan.py"))
+    threads = torch.get_num_threads()
+    try:
+        out = run_target(script, RunOptions(steps=4, warmup=1, trials=("foreach",)))
+    finally:
+        torch.set_num_threads(threads)
+    t = trial(out.record, "foreach")
+    assert t.code == "opt_d = torch.optim.Adam(D.parameters(), 1e-3, fused=True)", t.code

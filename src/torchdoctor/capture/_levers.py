@@ -18,7 +18,9 @@ warm-up and measured steps, and is undone before the next one. What each changes
 
 from __future__ import annotations
 
+import io
 import os
+import tokenize
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +29,7 @@ import torch
 from .._batches import map_tensors
 from .._devices import bf16_supported
 from ..record import lever_names
+from ._frames import statement_at
 from ._patch import Patcher
 
 #: Batch size multipliers tried, in order, until samples/s stop growing.
@@ -264,13 +267,53 @@ class Foreach(Lever):
         }
 
     def code(self, session, setting) -> str:
+        """The script's own line that built the optimizer, with only the flag added; else a
+        sketch that names no parameters (a GAN's discriminator optimizer was once shown over
+        the generator's, the model the loop calls most)."""
         optimizer = session.optimizers.primary
         if optimizer is None:
             return ""
         kind = type(optimizer).__name__
         flag = getattr(self, "used", "fused" if self._fused(optimizer) else "foreach")
-        name, model = session.state.optimizer_name(), session.state.model_name()
-        return f"{name} = torch.optim.{kind}({model}.parameters(), ..., {flag}=True)"
+        own = with_flag(session.optimizers.site_of(optimizer), kind, flag)
+        if own is not None:
+            return own
+        return f"{session.state.optimizer_name()} = torch.optim.{kind}(..., {flag}=True)"
+
+
+def with_flag(where: str | None, kind: str, flag: str) -> str | None:
+    """The statement at ``where`` (``file:line``) with ``flag=True`` as the last argument of the
+    call that ends it (``opt = Adam(D.parameters(), 1e-3)`` becomes ``opt = Adam(D.parameters(),
+    1e-3, fused=True)``); ``None`` unless the statement ends with one call of the optimizer's
+    class ``kind`` (a comment after it is dropped)."""
+    file, _, line = (where or "").rpartition(":")
+    if not file or not line.isdigit():
+        return None
+    code = _without_comment(statement_at(file, int(line)))
+    if not code.endswith(")"):
+        return None
+    depth, opener = 0, -1
+    for i in range(len(code) - 1, -1, -1):
+        depth += {")": 1, "(": -1}.get(code[i], 0)
+        if depth == 0:
+            opener = i
+            break
+    callee = code[:opener].rpartition("=")[2].strip() if opener > 0 else ""
+    if callee.rpartition(".")[2] != kind:
+        return None  # not a plain call of the optimizer's class: a wrapper, a factory
+    inner = code[opener + 1 : -1].rstrip()
+    sep = "" if not inner else " " if inner.endswith(",") else ", "
+    return f"{code[: opener + 1]}{inner}{sep}{flag}=True)"
+
+
+def _without_comment(code: str) -> str:
+    """One logical line without its comment (a ``#`` in a string stays)."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return code.rstrip()
+    comment = next((t for t in tokens if t.type == tokenize.COMMENT), None)
+    return (code[: comment.start[1]] if comment is not None else code).rstrip()
 
 
 class Threads(Lever):
