@@ -291,3 +291,24 @@ def test_the_foreach_paste_is_the_line_that_built_the_stepped_optimizer():
         torch.set_num_threads(threads)
     t = trial(out.record, "foreach")
     assert t.code == "opt_d = torch.optim.Adam(D.parameters(), 1e-3, fused=True)", t.code
+
+
+def test_a_script_that_ends_during_the_trials_keeps_every_lever_with_its_reason():
+    # Two epochs of 16 steps: the script ends while the levers are being tried. Each lever of
+    # --try all is in the record, measured or skipped with why (compile, threads and batch-size
+    # once left the table without a word).
+    script = Target(
+        script=str(SCENARIOS / "train_loop.py"), argv=["--epochs", "2", "--dataset-len", "64"]
+    )
+    threads = torch.get_num_threads()
+    try:
+        out = run_target(
+            script, RunOptions(steps=4, warmup=1, trials=trial_list("all"), loader_doctor="never")
+        )
+    finally:
+        torch.set_num_threads(threads)
+    trials = {t.name: t for t in out.record.trials}
+    assert set(trials) == set(TRIAL_NAMES), sorted(trials)
+    ended = [t for t in trials.values() if t.reason.startswith("the script ended")]
+    assert ended, [(t.name, t.status, t.reason) for t in trials.values()]
+    assert all(t.status == "skipped" for t in ended)

@@ -148,6 +148,23 @@ class TrialsPhase(Phase):
         return self._next(session)
 
     def close(self, session: PhaseSession) -> None:
+        """On every ending: the lever being measured and those not tried yet (the script ended
+        before them) are kept as skipped, each with why: none leaves the table silently."""
+        cut = self._run
+        self._release()
+        tried = {r.lever.name for r in session.data.trials}
+        for run in ([cut] if cut is not None else []) + self._queue:
+            if run.lever.name == "baseline" or run.lever.name in tried:
+                continue
+            tried.add(run.lever.name)
+            why = "while it was measured" if run is cut else "before it was tried"
+            session.data.trials.append(
+                TrialRun(run.lever, "", skipped=f"the script ended {why}", texts={})
+            )
+        self._queue = []
+
+    def _release(self) -> None:
+        """Undo the lever being measured."""
         patcher, self._patcher = self._patcher, None
         if patcher is not None:
             patcher.restore()
@@ -183,7 +200,7 @@ class TrialsPhase(Phase):
         run.memory_mb = self._memory.peak_mb() if self._memory is not None else None
         run.texts = _texts(session, run.lever, run.setting)
         session.data.trials.append(run)
-        self.close(session)
+        self._release()
 
     def _plateaued(self, session: PhaseSession, run: TrialRun) -> bool:
         """Batch sizes stop growing once samples/s stop growing, or before the next size would
