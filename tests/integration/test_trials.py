@@ -23,6 +23,16 @@ pytestmark = pytest.mark.integration
 MLP = str(SCENARIOS / "tiny_mlp.py")
 
 
+def run_keeping_threads(target, options):
+    """``run_target`` in this process, the process's torch threads given back after (the
+    scripts set their own)."""
+    threads = torch.get_num_threads()
+    try:
+        return run_target(target, options)
+    finally:
+        torch.set_num_threads(threads)
+
+
 def trial(record, name):
     (found,) = [t for t in record.trials if t.name == name]
     return found
@@ -36,11 +46,7 @@ def test_a_tiny_batch_gains_clearly_from_a_larger_one():
     # One torch thread: beside a hog, a larger batch's ops ran on two threads and one of them
     # was preempted now and then (steps of 116 ms among 5 ms ones, an interval down to 0.37x).
     script = Target(script=MLP, argv=["--step-cost-ms", "4", "--threads", "1"])
-    threads = torch.get_num_threads()
-    try:
-        out = run_target(script, RunOptions(steps=10, warmup=2, trials=("batch-size",)))
-    finally:
-        torch.set_num_threads(threads)  # the script's own setting, in this process
+    out = run_keeping_threads(script, RunOptions(steps=10, warmup=2, trials=("batch-size",)))
     t = trial(out.record, "batch-size")
     assert t.status == "measured"
     assert t.judged.speedup > 2.0 and t.judged.low > 1.0, t
@@ -266,11 +272,7 @@ def test_a_trial_the_load_moved_past_its_lever_is_could_not_tell(slow_while, sai
         script=str(SCENARIOS / "trial_shapes" / "load_mid_trial.py"),
         argv=["--slow-while", slow_while],
     )
-    threads = torch.get_num_threads()
-    try:
-        out = run_target(script, RunOptions(steps=6, warmup=1, trials=("foreach",)))
-    finally:
-        torch.set_num_threads(threads)
+    out = run_keeping_threads(script, RunOptions(steps=6, warmup=1, trials=("foreach",)))
     t = trial(out.record, "foreach")
     assert t.status == "measured", t
     assert (t.judged.speedup < 0.2) if slow_while == "trial" else (t.judged.speedup > 5), t
@@ -284,11 +286,7 @@ def test_the_foreach_paste_is_the_line_that_built_the_stepped_optimizer():
     # A GAN: the discriminator's optimizer steps first and ends the step; the paste once read
     # `opt_d = torch.optim.Adam(G.parameters(), ..., fused=True)`, which pasted would train G.
     script = Target(script=str(SCENARIOS / "trial_shapes" / "gan.py"))
-    threads = torch.get_num_threads()
-    try:
-        out = run_target(script, RunOptions(steps=4, warmup=1, trials=("foreach",)))
-    finally:
-        torch.set_num_threads(threads)
+    out = run_keeping_threads(script, RunOptions(steps=4, warmup=1, trials=("foreach",)))
     t = trial(out.record, "foreach")
     assert t.code == "opt_d = torch.optim.Adam(D.parameters(), 1e-3, fused=True)", t.code
 
@@ -300,13 +298,9 @@ def test_a_script_that_ends_during_the_trials_keeps_every_lever_with_its_reason(
     script = Target(
         script=str(SCENARIOS / "train_loop.py"), argv=["--epochs", "2", "--dataset-len", "64"]
     )
-    threads = torch.get_num_threads()
-    try:
-        out = run_target(
-            script, RunOptions(steps=4, warmup=1, trials=trial_list("all"), loader_doctor="never")
-        )
-    finally:
-        torch.set_num_threads(threads)
+    out = run_keeping_threads(
+        script, RunOptions(steps=4, warmup=1, trials=trial_list("all"), loader_doctor="never")
+    )
     trials = {t.name: t for t in out.record.trials}
     assert set(trials) == set(TRIAL_NAMES), sorted(trials)
     ended = [t for t in trials.values() if t.reason.startswith("the script ended")]
