@@ -38,9 +38,11 @@ def snapshot() -> dict[str, object]:
     import multiprocessing.process as mp_process
 
     import torch
+    import torch.distributed.checkpoint as dcp
     import torch.nn.modules.module as module_mod
     import torch.optim.optimizer as optimizer_mod
     import torch.utils.data.dataloader as dataloader_mod
+    from torch.distributed.algorithms.join import Join
     from torch.overrides import _get_current_function_mode_stack
     from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
@@ -60,6 +62,9 @@ def snapshot() -> dict[str, object]:
         "DistributedDataParallel": torch.nn.parallel.DistributedDataParallel,
         "DataParallel": torch.nn.parallel.DataParallel,
         "multiprocessing.BaseProcess": mp_process.BaseProcess,
+        # a launched rank's guards (capture._job_guards)
+        "Join": Join,
+        "torch.distributed.checkpoint": dcp,
     }
     out: dict[str, object] = {}
     for owner_name, owner in owners.items():

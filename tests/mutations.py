@@ -77,6 +77,20 @@ MUTATIONS = (
         ("tests/unit/analysis/test_job_verdict.py",),
     ),
     Mutation(
+        "join: ranks that ran out together read as uneven inputs",
+        "capture/_ranks.py",
+        "if some and (not every or first != last):",
+        "if some:",
+        ("tests/unit/capture/test_job_guard_rules.py",),
+    ),
+    Mutation(
+        "saves: a checkpoint written while the replicas drift",
+        "capture/_job_guards.py",
+        "if ranks.drifting and (",
+        "if False and (",
+        ("tests/unit/capture/test_job_guard_rules.py",),
+    ),
+    Mutation(
         "compare: a gain judged from the largest pair, not the smallest",
         "analysis/compare.py",
         "faster = min(paired) >= 1.0 + allowance",

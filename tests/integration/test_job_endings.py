@@ -183,7 +183,7 @@ def test_a_stalled_rank_is_named_with_its_line_and_step(tmp_path):
                 if "time.sleep(3600)" in text)  # fmt: skip
     stall = record["notes"][0]
     assert stall.startswith("the job stalled: rank 1 stopped stepping at step 8, at "), stall
-    assert f"ddp_train.py:{line} in <module>" in stall and "rank(s) 0 waited" in stall
+    assert f"ddp_train.py:{line} in one_epoch" in stall and "rank(s) 0 waited" in stall
     assert (
         record["verdict"]["why"].startswith("the job stalled")
         and "balanced" not in (record["verdict"]["why"])

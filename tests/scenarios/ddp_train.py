@@ -4,6 +4,10 @@ Costs and mistakes are injected per rank so each case is unambiguous on a 2-core
 ``--slow-rank R --getitem-ms X`` makes rank R's samples slow (a straggler); ``--raise-on-rank R``
 makes rank R raise at step ``--raise-at``; the other switches make the mistakes the diagnosis
 names (no DistributedSampler, accumulation without ``no_sync()``, ``find_unused_parameters``).
+``--join`` runs each epoch under ``torch.distributed.algorithms.Join`` (with ``--rank1-samples``:
+uneven inputs, handled); ``--save-every N --save-dir D`` saves a checkpoint every N steps (each
+rank through ``torch.distributed.checkpoint``, or rank 0 alone with ``torch.save``) and appends
+``step checksum`` of its parameters to ``D/saves.RANK``: every save's line must agree across ranks.
 """
 
 import argparse
@@ -40,6 +44,10 @@ parser.add_argument("--epochs", type=int, default=100)
 parser.add_argument("--hidden", type=int, default=256)
 parser.add_argument("--timing-file", help="each rank appends its step times (ms) to PATH.RANK")
 parser.add_argument("--module-keyword", action="store_true", help="DDP(module=model), as Lightning")
+parser.add_argument("--join", action="store_true", help="each epoch under Join([ddp])")
+parser.add_argument("--save-every", type=int, default=0, help="a checkpoint every N steps")
+parser.add_argument("--save-with", choices=("dcp", "torch"), default="dcp")
+parser.add_argument("--save-dir", help="where the checkpoints and saves.RANK go")
 parser.add_argument("--tag", default="", help="ignored; lets a test find this run's processes")
 args = parser.parse_args()
 
@@ -84,9 +92,23 @@ opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
 step = 0
 timing = open(f"{args.timing_file}.{rank}", "w") if args.timing_file else None  # noqa: SIM115
 last = time.perf_counter()
-for epoch in range(args.epochs):
-    if sampler is not None:
-        sampler.set_epoch(epoch)
+
+
+def save(step):
+    """A checkpoint of the replicas, and their checksum in saves.RANK (the replicas must agree)."""
+    if args.save_with == "dcp":
+        import torch.distributed.checkpoint as dcp
+
+        dcp.save({"model": ddp.state_dict()}, checkpoint_id=f"{args.save_dir}/ckpt-{step}")
+    elif rank == 0:
+        torch.save(ddp.state_dict(), f"{args.save_dir}/ckpt-{step}.pt")
+    total = sum(float(p.detach().double().sum()) for p in ddp.parameters())
+    with open(f"{args.save_dir}/saves.{rank}", "a") as log:
+        log.write(f"{step} {total:.9f}\n")
+
+
+def one_epoch():
+    global step, last
     for i, (x, y) in enumerate(loader):
         if step == args.raise_at and rank == args.raise_on_rank:
             raise RuntimeError(f"rank {rank} failed on purpose at step {step}")
@@ -111,4 +133,18 @@ for epoch in range(args.epochs):
                 timing.write(f"{(now - last) * 1000:.4f}\n")
                 timing.flush()
                 last = now
+            if args.save_every and step % args.save_every == 0:
+                save(step)
+
+
+for epoch in range(args.epochs):
+    if sampler is not None:
+        sampler.set_epoch(epoch)
+    if args.join:
+        from torch.distributed.algorithms import Join
+
+        with Join([ddp]):
+            one_epoch()
+    else:
+        one_epoch()
 dist.destroy_process_group()

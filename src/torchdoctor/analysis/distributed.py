@@ -43,6 +43,7 @@ from .job_findings import (
     COMM_BOUND_SHARE,
     bucket_finding,
     comm_share,
+    join_finding,
     part_bound,
     straggler_finding,
 )
@@ -132,6 +133,9 @@ def combine(
     job.notes = _merged_notes(by_rank, bounding)
     if straggler is not None:
         job.findings.insert(0, straggler_finding(straggler))
+    joined = _join_finding(by_rank)
+    if joined is not None:
+        job.findings.insert(0, joined)
     if world > 1 and not report.backend and any(r.steps.step_ms for r in by_rank):
         job.notes.insert(
             0,
@@ -147,6 +151,14 @@ def combine(
     summarise(job)  # the bounding rank's own figures; the job's verdict follows
     job.verdict = job_verdict(job, report)
     return job
+
+
+def _join_finding(records: list[RunRecord]) -> Finding | None:
+    joined = {rank_of(r): r.joined_at for r in records if r.joined_at is not None}
+    samples = {rank_of(r): r.loader.dataset_len for r in records
+               if r.loader is not None and isinstance(r.loader.dataset_len, int)}  # fmt: skip
+    loader = next((r.loader for r in records if r.loader is not None), None)
+    return join_finding(joined, samples, loader.created_at if loader is not None else None)  # type: ignore[arg-type]
 
 
 def rank_of(record: RunRecord) -> int:

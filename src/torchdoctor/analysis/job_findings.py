@@ -98,3 +98,34 @@ def comm_share(report: DistributedReport) -> float | None:
         if r.comm_ms is not None and r.step_ms is not None and r.step_ms.mean > 0
     ]
     return sum(shares) / len(shares) if shares else None
+
+
+def join_finding(
+    joined: dict[int, int], samples: dict[int, int], where: str | None
+) -> Finding | None:
+    """Ranks whose data ran out at different steps under ``Join`` (``joined``: rank -> the step
+    its data ran out; ``samples``: rank -> its loader's samples, where known): the job went on,
+    and the ranks that ran out first waited in Join, their share of each gradient a zero."""
+    if len(joined) < 2 or len(set(joined.values())) < 2:
+        return None
+    first = min(joined, key=lambda r: (joined[r], r))
+    last = max(joined, key=lambda r: (joined[r], -r))
+    idle = joined[last] - joined[first]
+    sizes = ""
+    if first in samples and last in samples:
+        sizes = f" ({samples[first]} samples against {samples[last]})"
+    title = (
+        f"uneven inputs under Join: rank {first}'s data ran out after {joined[first]} steps, "
+        f"rank {last}'s after {joined[last]}{sizes}; Join kept the job from hanging, but rank "
+        f"{first} waited in Join for the last {idle} steps ({idle / joined[last]:.0%} of the "
+        "job's), its share of each of their gradients a zero"
+    )
+    fix = (
+        "where every rank may see the same amount of data, DataLoader(dataset, "
+        "sampler=DistributedSampler(dataset)) gives each rank as many batches and keeps every "
+        "rank working to the end; where the amounts must differ, Join is the right tool and "
+        "this is its cost"
+    )
+    file, line = split_where(where)
+    return Finding(kind="ddp.uneven-inputs", title=title, fix=fix, file=file, line=line,
+                   severity="warning", detail={"joined_at": {str(r): s for r, s in joined.items()}})  # fmt: skip

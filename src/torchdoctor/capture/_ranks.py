@@ -7,6 +7,20 @@ that takes steps, the ranks agree on it with one all-reduce on a gloo group of t
 made beside the script's the first time it is needed (all ranks are then at the same step). At
 the end, every rank's record is gathered on rank 0 over the same group. The coordination runs
 between two steps, outside every timed part.
+
+Two things break the lockstep, and each agreement carries them (one all-reduce of a few
+integers, each reduced with MIN):
+
+- **A rank whose data ran out under** ``torch.distributed.algorithms.Join``: it waits in Join's
+  loop, shadowing the others' collectives, and takes no step, so it would never join an
+  agreement. As it enters that loop (:meth:`Ranks.joined`) it posts its answer *asynchronously*:
+  the next agreement of the ranks that go on completes with it. From then on no rank starts a
+  phase or calls torchdoctor's group again until the gather, and no rank stops the script inside
+  Join (the rank in its loop would wait for ever): the job is stopped where Join lets every rank
+  go (:meth:`Ranks.after_join`). Ranks that run out at the same step are even inputs: nothing
+  changes.
+- **A rank that must stop now** (it was about to save a checkpoint of drifted replicas,
+  ``capture._job_guards``): its vote makes every rank stop at its next agreement.
 """
 
 from __future__ import annotations
@@ -22,6 +36,11 @@ from ._step_hooks import StopRun
 
 #: ``torch.distributed`` has no group to coordinate on (never initialised, or one process).
 _NO_GROUP: Any = object()
+#: A join step no rank has taken (MIN over the ranks leaves it only where none joined).
+_NEVER = 2**62
+#: An agreement's vote, each element reduced with MIN: [wanted, not joined, joined, first join
+#: step, minus the last join step, not stopping].
+_WANTED, _NOT_JOINED, _JOINED, _FIRST, _LAST, _GOING_ON = range(6)
 
 
 class Ranks:
@@ -41,6 +60,21 @@ class Ranks:
         #: The first line of the error of torchdoctor's collective that lost a peer rank (the
         #: rank then stops, following the one that left).
         self.peer_lost = ""
+        #: The optimizer step at which this rank's data ran out under Join, where the job's
+        #: inputs were uneven (the ranks ran out at different steps); else None.
+        self.joined_at: int | None = None
+        #: A rank's data ran out under Join before another's: no phase starts any more, and
+        #: the job stops where Join lets every rank go.
+        self.uneven_join = False
+        #: The first step at which a rank's data ran out under Join, where the inputs were uneven.
+        self.first_join_step: int | None = None
+        #: Another rank voted to stop the job (it was about to save drifted replicas).
+        self.peer_stopped = False
+        #: The replicas drift apart now (the communication-free phase): no checkpoint may be
+        #: written (``capture._job_guards``).
+        self.drifting = False
+        self._join_step: int | None = None
+        self._answer: Any = None  # (work, vote) of the asynchronous answer of a rank that joined
 
     @property
     def launched(self) -> bool:
@@ -66,20 +100,108 @@ class Ranks:
         return self.launched and self.group() is not None
 
     def agree(self, wanted: bool) -> bool:
-        """True only when every rank wants it (one all-reduce); alone, ``wanted`` itself."""
+        """True only when every rank wants it (one all-reduce); alone, ``wanted`` itself.
+        False, without a collective, once a rank's data ran out under Join before another's.
+
+        Raises:
+            StopRun: another rank left the job, or voted to stop it.
+        """
         group = self.group() if self.launched else None
         if group is None:
             return wanted
+        if self.uneven_join:
+            return False
+        vote = self._vote(wanted=wanted)
+        self._all_reduce(vote, group)
+        self._read(vote)
+        if not int(vote[_GOING_ON]):
+            self.peer_stopped = True
+            raise StopRun()
+        return bool(vote[_WANTED]) and not self.uneven_join
+
+    def may_stop(self) -> bool:
+        """Whether the script may be stopped now its phases are done: not in a job where a rank
+        waits in Join's loop (it would wait for ever; ``capture._job_guards`` stops the job where
+        Join lets every rank go). Every rank of a job asks at the same step."""
+        if self.launched:
+            self.agree(True)
+        return not self.uneven_join
+
+    def why_not_agreed(self) -> str:
+        """Why a phase this rank wanted did not run."""
+        if self.uneven_join:
+            return (
+                "a rank's data ran out under Join (uneven inputs), and a rank waiting in Join "
+                "takes no step"
+            )
+        return "another rank of the job could not run it, and every rank must take the same steps"
+
+    def stop_now(self) -> None:
+        """This rank must stop (a save of drifted replicas): every rank stops at its next
+        agreement; this one at once.
+
+        Raises:
+            StopRun: always.
+        """
+        group = self.group() if self.launched else None
+        if group is not None and not self.uneven_join:
+            vote = self._vote(wanted=False)
+            vote[_GOING_ON] = 0
+            self._all_reduce(vote, group)
+        raise StopRun()
+
+    def joined(self, step: int) -> None:
+        """This rank's data ran out inside Join (at optimizer step ``step``): it answers the
+        other ranks' next agreement now, without waiting for it."""
+        self._join_step = step
+        group = self._group if self._group is not _NO_GROUP else None  # never made here: a
+        if group is None or self.uneven_join or self._answer is not None:  # collective too
+            return
+        vote = self._vote(wanted=False)
+        self._answer = (_dist().all_reduce(vote, op=_dist().ReduceOp.MIN, group=group,
+                                           async_op=True), vote)  # fmt: skip
+
+    def after_join(self) -> bool:
+        """Join let every rank go: whether the job's inputs were uneven (a rank ran out first),
+        after which it is stopped here, on every rank at once. Even inputs change nothing."""
+        answer, self._answer = self._answer, None
+        if answer is not None:
+            work, vote = answer
+            work.wait()
+            self._read(vote)
+        step, self._join_step = self._join_step, None
+        if self.uneven_join and self.joined_at is None:
+            self.joined_at = step
+        return self.uneven_join
+
+    def _vote(self, wanted: bool) -> torch.Tensor:
+        step = self._join_step
+        joined = step is not None
+        return torch.tensor(
+            [int(wanted), int(not joined), int(joined), step if joined else _NEVER,
+             -step if joined else _NEVER, 1],
+            dtype=torch.int64,
+        )  # fmt: skip
+
+    def _read(self, vote: torch.Tensor) -> None:
+        """What an agreement said of the ranks that joined."""
+        some, every = not int(vote[_NOT_JOINED]), bool(int(vote[_JOINED]))
+        first, last = int(vote[_FIRST]), -int(vote[_LAST])
+        if some and (not every or first != last):
+            self.uneven_join = True
+            self.first_join_step = first
+            if self._join_step is not None:
+                self.joined_at = self._join_step
+
+    def _all_reduce(self, vote: torch.Tensor, group: Any) -> None:
         dist = _dist()
-        flag = torch.tensor([1 if wanted else 0], dtype=torch.int32)
         try:
-            dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)
+            dist.all_reduce(vote, op=dist.ReduceOp.MIN, group=group)
         except Exception as exc:  # noqa: BLE001 - another rank left: this one stops as well
             if not lost_peer(str(exc)):
                 raise
             self.peer_lost = str(exc).strip().splitlines()[0][:300]
             raise StopRun() from exc
-        return bool(flag.item())
 
     def gather(self, payload: Any) -> list[Any] | None:
         """Every rank's ``payload`` on rank 0 (``None`` elsewhere, or with no group)."""
@@ -87,12 +209,15 @@ class Ranks:
         if group is None:
             return None
         dist = _dist()
+        self._settle_answer()
         out: list[Any] | None = [None] * self.world_size if self.rank == 0 else None
         dist.gather_object(payload, out, dst=0, group=group)
         return out
 
     def close(self) -> None:
         """Destroy torchdoctor's group (the script's own groups are the script's)."""
+        if self._answer is not None and not self._answer[0].is_completed():
+            return  # a joined rank's answer nobody took (the job ended otherwise): left to exit
         group, self._group = self._group, None
         if group in (None, _NO_GROUP):
             return
@@ -102,6 +227,11 @@ class Ranks:
                 dist.destroy_process_group(group)
         except (RuntimeError, ValueError):  # the script destroyed every group already
             pass
+
+    def _settle_answer(self) -> None:
+        answer, self._answer = self._answer, None
+        if answer is not None:
+            answer[0].wait()
 
 
 def _dist() -> Any:

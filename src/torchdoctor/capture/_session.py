@@ -42,6 +42,7 @@ from ._data import CaptureData, StepMarks
 from ._device import DeviceClock
 from ._hooks import patch_torch
 from ._inputs import BuiltInputs
+from ._job_guards import guard_job
 from ._labels import LabelledParts
 from ._loaders import LoaderTracker, ReplayStore, ServedPasses
 from ._optimizers import OptimizerTracker
@@ -176,6 +177,8 @@ class CaptureSession(LabelledParts):
         patch_torch(self)
         self.patcher.keep_modules_picklable()
         self.parallel.install(self.patcher, collectives=self.ranks.launched)
+        if self.ranks.launched:
+            guard_job(self)  # Join's uneven inputs, and no save of drifted replicas
         # Global module hooks put every module call on torch's slow path (measured: 22% on an
         # 81-module MLP, benchmarks/capture_overhead.py). They find the outermost modules during
         # warmup; from the first measured step only those few carry hooks.
@@ -306,8 +309,9 @@ class CaptureSession(LabelledParts):
                 self.restart_cost_sample()
                 return
             self._end(phase)
-        self.phase = Done()
-        if self.options.stop:
+        stop = self.options.stop and self.ranks.may_stop()  # not while a rank waits in Join
+        self.phase, self.hooks.stop_when_done = Done(), stop  # Done once the ranks agreed
+        if stop:
             raise StopRun()
 
     def _agreed(self, phase: Phase, wanted: bool) -> bool:
@@ -317,10 +321,7 @@ class CaptureSession(LabelledParts):
         agreed = self.ranks.agree(wanted)  # StopRun when another rank has left the job
         if wanted and not agreed:
             phase.close(self)
-            self.data.notes.append(
-                f"{phase.name} phase skipped: another rank of the job could not run it, and "
-                "every rank must take the same steps"
-            )
+            self.data.notes.append(f"{phase.name} phase skipped: {self.ranks.why_not_agreed()}")
         return agreed
 
     def _on_step_end(self) -> None:

@@ -95,6 +95,7 @@ class StepHooks:
     sync_watcher: SyncWatcher | None
     #: ``run --whole`` after its measured steps: batches are only counted (no batch kept).
     lean: bool
+    stop_when_done: bool  # stop once the phases are done (not while a rank waits in Join)
     #: A step's part starts and ends: the timeline's own, or the session's labelling ones while
     #: the trace phase lends a profiler (:class:`._labels.LabelledParts`).
     push: Callable[[str], None]
@@ -140,6 +141,7 @@ class StepHooks:
     def __init__(self, session: CaptureSession, whole: WholeRunWatch | NoWholeRun) -> None:
         self.session = session
         self.options = session.options
+        self.stop_when_done = session.options.stop
         self.data = session.data
         self.boundary = session.boundary
         self.parallel = session.parallel
@@ -193,7 +195,7 @@ class StepHooks:
 
     @costed
     def time_part(self, part: str, fn: Callable, *args, **kwargs):
-        if isinstance(self.phase, Done) and self.options.stop:
+        if isinstance(self.phase, Done) and self.stop_when_done:
             raise StopRun()
         self.push(part)
         try:
@@ -230,7 +232,7 @@ class StepHooks:
         if self._module_depth == 0:
             if self._step_pending:
                 self.settle()
-            if isinstance(self.phase, Done) and self.options.stop:
+            if isinstance(self.phase, Done) and self.stop_when_done:
                 raise StopRun()
             if self._global_forward_hooks and module not in self._root_modules:
                 self._root_modules.add(module)
@@ -284,7 +286,7 @@ class StepHooks:
     def _optimizer_pre(self, optimizer, args, kwargs) -> None:
         if get_ident() != self._owner_thread:  # foreign(), inlined: hooks run every step
             return
-        if isinstance(self.phase, Done) and self.options.stop:  # check_done(), inlined
+        if isinstance(self.phase, Done) and self.stop_when_done:  # check_done(), inlined
             raise StopRun()
         self.optimizers.seen(optimizer)
         self.whole.training()
@@ -319,7 +321,7 @@ class StepHooks:
     def backward_starting(self) -> None:
         if self._step_pending:
             self.settle()
-        if isinstance(self.phase, Done) and self.options.stop:  # check_done(), inlined
+        if isinstance(self.phase, Done) and self.stop_when_done:  # check_done(), inlined
             raise StopRun()
         self.whole.backward_started()
         boundary = self.boundary
@@ -386,7 +388,7 @@ class StepHooks:
     def serve_batch(self, it, orig_next):
         if self._step_pending:
             self.settle()
-        if isinstance(self.phase, Done) and self.options.stop:  # check_done(), inlined
+        if isinstance(self.phase, Done) and self.stop_when_done:  # check_done(), inlined
             raise StopRun()
         phase = self.phase
         if not phase.takes_steps:
@@ -444,5 +446,5 @@ class StepHooks:
             )
 
     def check_done(self) -> None:
-        if isinstance(self.phase, Done) and self.options.stop:
+        if isinstance(self.phase, Done) and self.stop_when_done:
             raise StopRun()

@@ -47,6 +47,12 @@ def build_record(
         record.backwards_per_step = session.boundary.backwards_per_step
     record.built_inputs = session.inputs.described()
     record.losses = list(session.data.losses)
+    record.joined_at = session.ranks.joined_at
+    if session.ranks.peer_stopped:
+        record.notes.append(
+            "stopped: another rank was about to save a checkpoint while the replicas had "
+            "drifted apart in the communication-free phase (nothing was saved)"
+        )
     record.threads_override = opts.threads_override
     record.no_sync = [round(session.step_ms(step), 4) for step in session.data.no_sync]
     record.measured_after = [round(session.step_ms(s), 4) for s in session.data.measured_after]
@@ -108,6 +114,7 @@ def script_end(
         error=type(error).__name__ if error is not None else "",
         internal_error=f"{type(internal).__name__}: {internal}" if internal is not None else "",
         peer_lost=str(session.ranks.peer_lost or ""),
+        uneven_join=session.ranks.uneven_join,
         whole_steps=session.whole.steps if session.whole is not None else None,
         model_alone_steps=len(record.model_alone),
     )

@@ -146,6 +146,8 @@ def _run(spec: dict[str, Any], writer: StreamWriter, log_path: str) -> int:
             writer.send(Seen(dict(session.data.seen)))
             if session.phase_name != phase_names.DONE or not session.installed:
                 continue  # still measuring, or the script has ended (a job gathers its ranks)
+            if not session.hooks.stop_when_done:
+                continue  # not told to stop: a job held until Join lets its ranks go
             done_at = done_at or time.monotonic()
             if time.monotonic() - done_at >= SWALLOWED_STOP_GRACE_S:
                 _end_swallowed(session)

@@ -121,7 +121,11 @@ def _rank_end(state: StreamState, exitcodes: dict[int, int], stopped: str | None
     # its own collective lost a peer, or torchdoctor's did (its ending says so)
     if lost_peer("".join(lines)) or cause == "peer-lost":
         end.ending = "follower"
-    elif status in (TIMED_OUT, INTERRUPTED) or stopped is not None and not lines:
+    elif (
+        status in (TIMED_OUT, INTERRUPTED)
+        or cause == "uneven-join"
+        or (stopped is not None and not lines)
+    ):
         end.ending = "stopped"
     elif status == SCRIPT_ERROR and lines:
         end.ending, end.error = "raised", lines

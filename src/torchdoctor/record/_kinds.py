@@ -151,6 +151,7 @@ EndingCause = Literal[
     "late-signal",  # a signal that arrived as the script ended (the record is whole)
     "process-died",  # the process ended without a last word
     "peer-lost",  # another rank of the job ended (a follower, never the cause)
+    "uneven-join",  # a rank's data ran out under Join first: stopped where Join let all go
     "rank-ended",  # a rank of the job ended it (raised, exited, was killed)
     "other-node",  # a rank of another node ended the job
     "torchdoctor",  # torchdoctor's own failure

@@ -238,6 +238,9 @@ class RunRecord:
     stopped_threads: list[list[str]] = field(default_factory=list)
     #: Whether it was then waiting in a collective (a torch.distributed call, or backward).
     stopped_in_collective: bool = False
+    #: A rank of a job whose ranks' data ran out at different steps under
+    #: ``torch.distributed.algorithms.Join``: the optimizer step at which this rank's ran out.
+    joined_at: int | None = None
     #: Per measured step, ms in the ``torch.distributed`` collectives the script calls itself
     #: (``dist.all_reduce`` by hand; not DDP's, which run inside backward); empty when none.
     collectives: list[float] = field(default_factory=list)

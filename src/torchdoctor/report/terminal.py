@@ -190,6 +190,11 @@ def stop_line(record: RunRecord) -> str:
         if record.loader_alone:
             text += f" and {record.loader_alone.batches} loader-alone batches"
         return text + "."
+    if record.ending is not None and record.ending.cause == "uneven-join":
+        return (
+            "torchdoctor stopped the job where Join let every rank go (a rank's data ran out "
+            f"first); {_steps(measured)} measured."
+        )
     return {
         PARTIAL: f"the script ended on its own; {_steps(measured)} measured.",
         INTERRUPTED: f"interrupted; partial report of {_steps(measured, 'measured ')}.",

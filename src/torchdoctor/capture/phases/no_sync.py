@@ -60,6 +60,7 @@ class NoSyncPhase(Phase):
         for module in _ddp_modules(session):
             self._patcher.set(module, "require_backward_grad_sync", False)
         session.parallel.collectives.free = True  # the script's own collectives return at once
+        session.ranks.drifting = True  # no checkpoint of the drifting replicas (_job_guards)
         session.progress(self.name, 0, self.total(session))
 
     def on_step(self, session: PhaseSession, step: StepMarks) -> bool:
@@ -69,6 +70,7 @@ class NoSyncPhase(Phase):
     def close(self, session: PhaseSession) -> None:
         patcher, self._patcher = self._patcher, None
         session.parallel.collectives.free = False
+        session.ranks.drifting = False
         if patcher is not None:
             patcher.restore()
 

@@ -60,6 +60,9 @@ class ScriptEnd:
     internal_error: str = ""
     #: What said another rank of the job left (torchdoctor's own collective lost it), if so.
     peer_lost: str = ""
+    #: A rank's data ran out under Join before another's (uneven inputs): the job was stopped
+    #: where Join let every rank go.
+    uneven_join: bool = False
     #: ``run --whole``: the steps the whole run took (None: not a whole run).
     whole_steps: int | None = None
     model_alone_steps: int = 0
@@ -83,6 +86,9 @@ def decide_script(end: ScriptEnd) -> Ending:
     if end.peer_lost:
         note = f"{PEER_LEFT_NOTE} after {_measured(measured)} ({end.peer_lost})"
         return _ending(end, PARTIAL, "peer-lost", [note])
+    if end.uneven_join and end.ended == STOPPED and end.phase != phase_names.DONE:
+        # its notes say where Join let the ranks go; the phases after it did not run
+        return _ending(end, PARTIAL, "uneven-join", [])
     if end.ended == STOPPED or end.phase == phase_names.DONE:
         return _ending(end, COMPLETE, "measured", [])
     if end.whole_steps and end.ended in WHOLE_ENDED:
