@@ -64,6 +64,7 @@ def snapshot() -> dict[str, object]:
         "multiprocessing.BaseProcess": mp_process.BaseProcess,
         # a launched rank's guards (capture._job_guards)
         "Join": Join,
+        "Work": torch.distributed.distributed_c10d.Work,  # FSDP2's waits, timed
         "torch.distributed.checkpoint": dcp,
     }
     out: dict[str, object] = {}

@@ -91,6 +91,20 @@ MUTATIONS = (
         ("tests/unit/capture/test_job_guard_rules.py",),
     ),
     Mutation(
+        "fsdp2: the collectives torch issued not counted as communication",
+        "analysis/distributed.py",
+        "return (r.collectives_ms or 0.0) + (r.torch_collectives_ms or 0.0)",
+        "return r.collectives_ms",
+        ("tests/unit/analysis/test_job_verdict.py",),
+    ),
+    Mutation(
+        "fsdp2: an asynchronous call timed where it is queued, not waited for",
+        "capture/_issued.py",
+        "        if kwargs.get(\"async_op\") and result is not None:",
+        "        if False:",
+        ("tests/unit/capture/test_issued_collectives.py",),
+    ),
+    Mutation(
         "compare: a gain judged from the largest pair, not the smallest",
         "analysis/compare.py",
         "faster = min(paired) >= 1.0 + allowance",

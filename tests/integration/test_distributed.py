@@ -156,6 +156,40 @@ def test_torchrun_running_torchdoctor_gives_one_report_for_fsdp2(tmp_path):
     assert_no_orphans(tag)
 
 
+@pytest.mark.timing
+def test_a_sharded_job_is_communication_bound_with_the_collectives_fsdp2_issued(tmp_path):
+    """FSDP2 (two fully_shard units, gloo): no no-sync phase, its all-gathers and reduce-scatters
+    timed where the step waits for them, by kind and bytes."""
+    res, record, tag = job(tmp_path, "--fsdp")
+    assert res.returncode == 0, res.stderr[-3000:]
+    kinds = record["torch_collective_kinds"]
+    # each unit: one all-gather before its forward, one before its backward (resharded after
+    # forward), one reduce-scatter after its backward
+    assert (kinds["all_gather"]["calls"], kinds["reduce_scatter"]["calls"]) == (4.0, 2.0)
+    assert kinds["all_gather"]["bytes"] == 4 * kinds["reduce_scatter"]["bytes"] / 2
+    for rank in record["distributed"]["ranks"]:
+        assert rank["no_sync"] == [] and rank["comm_ms"] == pytest.approx(
+            rank["torch_collectives_ms"], abs=1e-3)  # fmt: skip
+    assert record["verdict"]["kind"] == "COMMUNICATION-BOUND", record["verdict"]
+    assert "all-gathers" in record["verdict"]["why"]
+    assert "reshard_after_forward=False" in record["verdict"]["next"]
+    assert_no_orphans(tag)
+
+
+@pytest.mark.timing
+def test_ddps_all_reduce_is_made_free_beside_an_all_gather_the_script_reads(tmp_path):
+    """A loss all-gathered every step to log it cannot return at once: it runs for real in the
+    no-sync steps, timed and taken out of each; DDP's all-reduce is made free as always."""
+    res, record, tag = job(tmp_path, "--gather-loss")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert any("all_gather cannot return at once" in n for n in record["notes"]), record["notes"]
+    for rank in record["distributed"]["ranks"]:
+        assert len(rank["no_sync"]) == 6, rank
+        # communication: DDP's all-reduce and the all-gather, not the all-gather alone
+        assert rank["comm_ms"] > rank["collectives_ms"] > 0, rank
+    assert_no_orphans(tag)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -44,6 +44,9 @@ parser.add_argument("--epochs", type=int, default=100)
 parser.add_argument("--hidden", type=int, default=256)
 parser.add_argument("--timing-file", help="each rank appends its step times (ms) to PATH.RANK")
 parser.add_argument("--module-keyword", action="store_true", help="DDP(module=model), as Lightning")
+parser.add_argument(
+    "--gather-loss", action="store_true", help="all-gathers the loss every step, to log its mean"
+)
 parser.add_argument("--join", action="store_true", help="each epoch under Join([ddp])")
 parser.add_argument("--save-every", type=int, default=0, help="a checkpoint every N steps")
 parser.add_argument("--save-with", choices=("dcp", "torch"), default="dcp")
@@ -94,6 +97,9 @@ timing = open(f"{args.timing_file}.{rank}", "w") if args.timing_file else None  
 last = time.perf_counter()
 
 
+logged = []  # --gather-loss: the mean loss of every step, as a logger keeps it
+
+
 def save(step):
     """A checkpoint of the replicas, and their checksum in saves.RANK (the replicas must agree)."""
     if args.save_with == "dcp":
@@ -120,6 +126,10 @@ def one_epoch():
             time.sleep(3600)  # the stall: the other ranks wait for it in the all-reduce
         loss = nn.functional.cross_entropy(ddp(x), y) / args.accumulate
         loss.backward()
+        if args.gather_loss:  # a common logging line: its output is read
+            losses = [torch.zeros(()) for _ in range(dist.get_world_size())]
+            dist.all_gather(losses, loss.detach())
+            logged.append(float(sum(losses)) / len(losses))
         if args.manual_allreduce:
             for p in model.parameters():
                 dist.all_reduce(p.grad)

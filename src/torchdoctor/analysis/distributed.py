@@ -41,8 +41,12 @@ from ..record.part_names import PART_WORDS
 from .compare import interval
 from .job_findings import (
     COMM_BOUND_SHARE,
+    NEXT_COMMUNICATION,
+    NEXT_MANUAL,
+    NEXT_SHARDED,
     bucket_finding,
     comm_share,
+    issued_words,
     join_finding,
     part_bound,
     straggler_finding,
@@ -59,21 +63,6 @@ STRAGGLER_STEP_SHARE = 0.20
 #: median own work to the others' (each rank's own spread across its steps).
 #: Measured steps each rank needs before any is called a straggler.
 MIN_STEPS = MIN_VERDICT_STEPS
-
-#: Where a balanced job's communication can be hidden or shrunk.
-NEXT_COMMUNICATION = (
-    "hide or shrink the all-reduce: a larger batch per rank (fewer all-reduces per sample), "
-    "gradient accumulation under DDP's no_sync() for all but the last micro-step, "
-    "DDP(bucket_cap_mb=...) tuned so buckets overlap backward, gradient_as_bucket_view=True, and "
-    "a compression hook (ddp_comm_hooks.default_hooks.bf16_compress_hook) on slow links"
-)
-
-
-#: Where a job that all-reduces by hand (no DDP) can hide or shrink its communication.
-NEXT_MANUAL = (
-    "let DistributedDataParallel all-reduce the gradients (in buckets, overlapping backward), or "
-    "all-reduce them by hand in one flattened tensor per step instead of one call per parameter"
-)
 
 
 def combine(
@@ -239,9 +228,11 @@ def job_verdict(job: RunRecord, report: DistributedReport) -> Verdict:
         shares["compute"] = round(max(shares.get("compute", 0.0) - share, 0.0), 4)
         shares["communication"] = round(share, 4)
         manual = any(r.collectives_ms for r in report.ranks) and "ddp_at" not in job.seen
-        return Verdict(
-            COMMUNICATION_BOUND, why, NEXT_MANUAL if manual else NEXT_COMMUNICATION, shares
-        )
+        sharded = any(r.torch_collectives_ms for r in report.ranks)
+        if sharded:
+            why += f"; {issued_words(job.torch_collective_kinds)}"
+        next_ = NEXT_SHARDED if sharded else NEXT_MANUAL if manual else NEXT_COMMUNICATION
+        return Verdict(COMMUNICATION_BOUND, why, next_, shares)
     if own is None or not any(r.steps.step_ms for r in report.ranks):
         return Verdict(
             "UNKNOWN",
@@ -285,6 +276,9 @@ def _rank_run(rec: RunRecord, ended: str, errors: dict[int, list[str]] | None) -
         collectives_ms=round(statistics.fmean(rec.collectives), 4)
         if any(rec.collectives)
         else None,
+        torch_collectives_ms=round(statistics.fmean(rec.torch_collectives), 4)
+        if any(rec.torch_collectives)
+        else None,
         verdict=rec.verdict,
         ended=ended,
         error=list((errors or {}).get(rank_of(rec), [])),
@@ -312,11 +306,12 @@ def _own_work(ranks: list[RankRun]) -> None:
             r.own_ms = round(r.no_sync_step_ms.mean, 3)
             r.comm_ms = round(max(r.step_ms.mean - r.no_sync_step_ms.mean, 0.0), 3)
         return
-    if measured and all(r.collectives_ms is not None for r in measured):
-        # The script's own collectives, timed where it calls them: its communication.
+    if measured and all(_timed_comm(r) is not None for r in measured):
+        # The collectives timed where they are called (the script's own, FSDP2's): the
+        # communication the step waited for.
         for r in measured:
-            assert r.step_ms is not None and r.collectives_ms is not None
-            r.comm_ms = round(min(r.collectives_ms, r.step_ms.mean), 3)
+            assert r.step_ms is not None
+            r.comm_ms = round(min(_timed_comm(r) or 0.0, r.step_ms.mean), 3)
             r.own_ms = round(r.step_ms.mean - r.comm_ms, 3)
         return
     # No communication-free steps: the wait shows as backward (and forward, with buffers) time
@@ -328,6 +323,14 @@ def _own_work(ranks: list[RankRun]) -> None:
         assert r.step_ms is not None
         wait = sum(_part(r, p) - floor[p] for p in floor)
         r.own_ms = round(r.step_ms.mean - wait, 3)
+
+
+def _timed_comm(r: RankRun) -> float | None:
+    """The rank's collectives timed where they were called, per step: the script's own and
+    those torch's parallel code issued (None: no such call was timed)."""
+    if r.collectives_ms is None and r.torch_collectives_ms is None:
+        return None
+    return (r.collectives_ms or 0.0) + (r.torch_collectives_ms or 0.0)
 
 
 def own_samples(r: RankRun, ranks: list[RankRun]) -> list[float]:

@@ -1,5 +1,6 @@
-"""The findings a distributed job's record gets from its ranks together: the straggler, and
-DDP's bucket settings where communication is exposed (docs/distributed.md)."""
+"""The findings a distributed job's record gets from its ranks together (the straggler, DDP's
+bucket settings where communication is exposed, uneven inputs under Join), and the words of its
+communication-bound verdicts (docs/distributed.md)."""
 
 from __future__ import annotations
 
@@ -129,3 +130,48 @@ def join_finding(
     file, line = split_where(where)
     return Finding(kind="ddp.uneven-inputs", title=title, fix=fix, file=file, line=line,
                    severity="warning", detail={"joined_at": {str(r): s for r, s in joined.items()}})  # fmt: skip
+
+
+#: Where a balanced job's communication can be hidden or shrunk.
+NEXT_COMMUNICATION = (
+    "hide or shrink the all-reduce: a larger batch per rank (fewer all-reduces per sample), "
+    "gradient accumulation under DDP's no_sync() for all but the last micro-step, "
+    "DDP(bucket_cap_mb=...) tuned so buckets overlap backward, gradient_as_bucket_view=True, and "
+    "a compression hook (ddp_comm_hooks.default_hooks.bf16_compress_hook) on slow links"
+)
+
+
+#: Where a sharded job (FSDP2) can hide or shrink the collectives torch issues for it.
+NEXT_SHARDED = (
+    "issue fewer or smaller collectives: fewer, larger fully_shard units (each is one "
+    "all-gather before its forward and, resharded, one more before its backward); "
+    "fully_shard(..., reshard_after_forward=False) keeps a unit's parameters gathered until its "
+    "backward (one all-gather fewer per unit, more memory); MixedPrecisionPolicy(param_dtype="
+    "torch.bfloat16, reduce_dtype=torch.bfloat16) halves their bytes; a model that fits one "
+    "device trains with DDP, one all-reduce per bucket overlapping backward"
+)
+
+
+#: Where a job that all-reduces by hand (no DDP) can hide or shrink its communication.
+NEXT_MANUAL = (
+    "let DistributedDataParallel all-reduce the gradients (in buckets, overlapping backward), or "
+    "all-reduce them by hand in one flattened tensor per step instead of one call per parameter"
+)
+
+
+#: The report's words for each kind of collective torch issues.
+_KIND_WORDS = {"all_gather": "all-gathers", "reduce_scatter": "reduce-scatters",
+               "all_reduce": "all-reduces", "all_to_all": "all-to-alls"}  # fmt: skip
+
+
+def issued_words(kinds: dict[str, dict[str, float]]) -> str:
+    """``torch's collectives (FSDP2's), timed where the step waited for them: all-gathers
+    19.1 ms a step (14 calls, 11.6 MB), ...``"""
+    parts = [
+        f"{_KIND_WORDS.get(kind, kind)} {k['ms']:.1f} ms a step ({k['calls']:g} calls, "
+        f"{k['bytes'] / 1e6:.1f} MB)"
+        for kind, k in kinds.items()
+    ]
+    return "the collectives torch issued (FSDP2's), timed where the step waited for them: " + (
+        ", ".join(parts) if parts else "none in the bounding rank's steps"
+    )

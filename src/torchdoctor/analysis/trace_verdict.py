@@ -32,8 +32,7 @@ from ..record import (
     RankSkew,
     Verdict,
 )
-from .distributed import NEXT_COMMUNICATION
-from .job_findings import STRAGGLER_FIX
+from .job_findings import NEXT_COMMUNICATION, STRAGGLER_FIX
 from .trace_comm import STRAGGLER_RATIO, TRACE_PART_WORDS
 from .trace_gpu import CONSECUTIVE_KERNEL_DELAY_US
 from .trace_host import (

@@ -5,9 +5,10 @@ DDP all-reduces gradients inside backward, from C++; the no-sync phase tells tha
 script that synchronises by hand (``dist.all_reduce(p.grad)`` for each parameter, a barrier, a
 broadcast of a metric) calls ``torch.distributed``'s Python functions from its own lines: each
 such call is timed on the host clock, its time summed per measured step, and its line kept.
-Calls made by torch itself (DDP's construction, FSDP's collectives, torchdoctor's own group)
-pass through untimed: only a call whose caller is the user's code counts (one frame lookup more
-per call; nothing else is patched).
+Calls made by torch's parallel code (FSDP2's all-gathers and reduce-scatters) are timed apart
+(``capture._issued``); other calls made by torch itself (DDP's construction, Join's flags) and
+torchdoctor's own group pass through untimed: only a call whose caller is the user's code counts
+as the script's (one frame lookup more per call).
 
 In the communication-free phase (``free``), the script's blocking all-reduce, reduce, broadcast
 and barrier return at once: each rank keeps its own tensor, as under DDP's ``no_sync()`` (the
@@ -25,6 +26,7 @@ from typing import Any
 
 from ..record import Finding, RunRecord, split_where
 from ._frames import is_user_file
+from ._issued import IssuedCollectives, issued_by_torch, timed_wait
 from ._patch import Patcher
 
 #: The collectives timed when the user's code calls them.
@@ -35,8 +37,10 @@ TIMED = (
     "barrier",
     "all_gather",
     "all_gather_into_tensor",
+    "all_gather_single",
     "reduce_scatter",
     "reduce_scatter_tensor",
+    "reduce_scatter_single",
     "all_to_all",
     "all_to_all_single",
     "gather",
@@ -66,6 +70,9 @@ class CollectiveWatch:
         self.not_freeable: set[str] = set()
         #: Where the script calls them: ``file:line`` -> (name, calls).
         self.sites: dict[str, list[Any]] = {}
+        #: The collectives torch's own parallel code issues (FSDP2's), timed apart.
+        self.issued = IssuedCollectives()
+        self.last_step_ms = 0.0
 
     def install(self, patcher: Patcher) -> None:
         import torch.distributed as dist
@@ -82,6 +89,9 @@ class CollectiveWatch:
             patcher.set(c10d, name, wrapped)
             if getattr(dist, name, None) is original:
                 patcher.set(dist, name, wrapped)
+        work = getattr(c10d, "Work", None)
+        if work is not None:  # an asynchronous FSDP2 call's time is where it is waited for
+            patcher.set(work, "wait", timed_wait(self.issued, work.wait))
 
     def _wrap(self, name: str, original: Any) -> Any:
         freeable = name in FREEABLE
@@ -89,8 +99,11 @@ class CollectiveWatch:
         @functools.wraps(original)
         def collective(*args: Any, **kwargs: Any) -> Any:
             caller = sys._getframe(1)
-            if not is_user_file(caller.f_code.co_filename):
-                return original(*args, **kwargs)  # torch's own (DDP, FSDP) or torchdoctor's
+            filename = caller.f_code.co_filename
+            if not is_user_file(filename):
+                if issued_by_torch(filename):  # FSDP2's all-gathers, reduce-scatters...
+                    return self.issued.call(name, original, args, kwargs)
+                return original(*args, **kwargs)  # torch's other own calls, or torchdoctor's
             asynchronous = bool(kwargs.get("async_op"))
             if self.free:
                 if freeable and not asynchronous:
@@ -113,6 +126,9 @@ class CollectiveWatch:
 
     def step_ended(self, measuring: bool) -> None:
         """A step ended: its collectives' time kept when the step is a measured one."""
+        self.issued.step_ended(measuring)
+        #: The step that just ended: ms in the script's own collectives (the no-sync phase's).
+        self.last_step_ms = round(self._step_ns / 1e6, 4)
         if measuring:
             # most scripts call no collective of their own: no arithmetic then
             self.step_ms.append(round(self._step_ns / 1e6, 4) if self._step_ns else 0.0)

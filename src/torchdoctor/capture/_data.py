@@ -46,6 +46,9 @@ class CaptureData:
     measured_after: list[StepMarks] = field(default_factory=list)
     #: Steps under DDP's ``no_sync()`` (communication made free).
     no_sync: list[StepMarks] = field(default_factory=list)
+    #: Per no-sync step, ms in the script's collectives that could not return at once (an
+    #: all-gather whose output it reads): they ran for real, and are taken out of the step.
+    no_sync_collectives_ms: list[float] = field(default_factory=list)
     #: Values of the first tensors ``backward`` was called on (``options.loss_values``).
     losses: list[float] = field(default_factory=list)
     #: torchdoctor's own work in its hooks during the measured steps (ns), and those steps.

@@ -54,7 +54,10 @@ def build_record(
             "drifted apart in the communication-free phase (nothing was saved)"
         )
     record.threads_override = opts.threads_override
-    record.no_sync = [round(session.step_ms(step), 4) for step in session.data.no_sync]
+    # each no-sync step less its own collectives that ran for real (an all-gather it reads)
+    taken = session.data.no_sync_collectives_ms
+    record.no_sync = [round(max(session.step_ms(step) - (taken[i] if i < len(taken) else 0.0), 0.0), 4)
+                      for i, step in enumerate(session.data.no_sync)]  # fmt: skip
     record.measured_after = [round(session.step_ms(s), 4) for s in session.data.measured_after]
     _attach_trials(record, session)
     # Noted after the measured steps; a snapshot before then (a job that fails early) reads the
@@ -66,6 +69,8 @@ def build_record(
         record.seen["backend"] = session.ranks.backend  # the script destroyed its group since
     watch = session.parallel.collectives
     record.collectives = list(watch.step_ms) if watch.measured_calls else []
+    record.torch_collectives = list(watch.issued.step_ms)
+    record.torch_collective_kinds = watch.issued.per_step()
     manual = manual_collectives_finding(session.parallel.collectives, record)
     if manual is not None:
         record.findings.append(manual)

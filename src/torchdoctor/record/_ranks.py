@@ -32,6 +32,8 @@ class RankRun:
     no_sync_step_ms: Stat | None = None
     #: Mean ms per step in the collectives the script calls itself (none: it calls none).
     collectives_ms: float | None = None
+    #: Mean ms per step in the collectives torch's parallel code issued (FSDP2's; none: none).
+    torch_collectives_ms: float | None = None
     #: Mean step less mean no-sync step: time in communication or waiting in it for other ranks.
     comm_ms: float | None = None
     #: The rank's own work per step: its mean no-sync step, or, without that phase, its mean step

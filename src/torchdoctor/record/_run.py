@@ -244,6 +244,13 @@ class RunRecord:
     #: Per measured step, ms in the ``torch.distributed`` collectives the script calls itself
     #: (``dist.all_reduce`` by hand; not DDP's, which run inside backward); empty when none.
     collectives: list[float] = field(default_factory=list)
+    #: Per measured step, ms the step spent in the collectives torch's own parallel code issued
+    #: (FSDP2's all-gathers and reduce-scatters: their blocking calls, and the waits on their
+    #: works); empty when none.
+    torch_collectives: list[float] = field(default_factory=list)
+    #: Those collectives by kind (``all_gather``, ``reduce_scatter``...): ``calls``, ``bytes``
+    #: (of each call's largest buffer) and ``ms``, per measured step.
+    torch_collective_kinds: dict[str, dict[str, float]] = field(default_factory=dict)
     #: A distributed job: every rank, stragglers, communication (docs/distributed.md).
     distributed: DistributedReport | None = None
     #: ``run --try``: each lever measured in the script's loop, best first (docs/trials.md).

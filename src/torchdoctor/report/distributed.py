@@ -108,6 +108,9 @@ class _RanksTable:
         estimated = "comm" in keys and any(
             r.comm_ms is None and r.own_ms is not None for r in self.job.ranks
         )
+        timed = "comm" in keys and any(
+            not r.no_sync and (r.torch_collectives_ms or r.collectives_ms) for r in self.job.ranks
+        )
         table = Table(
             title=title,
             title_justify="left",
@@ -118,6 +121,9 @@ class _RanksTable:
                 "comm/wait without a no-sync phase: backward and forward time beyond the "
                 "fastest rank's"
                 if estimated
+                else "comm/wait: the collectives timed where the step waited for them (FSDP2's, "
+                "the script's own)"
+                if timed
                 else None
             ),
             caption_justify="left",

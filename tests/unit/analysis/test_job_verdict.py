@@ -189,3 +189,29 @@ def test_a_balanced_rank_slow_in_half_its_steps_is_no_straggler():
     a.no_sync = [v + 2.0 for v in b.no_sync]
     (straggler,) = combine([a, b]).distributed.stragglers
     assert straggler.rank == 0 and straggler.excess_ms == pytest.approx(2.0, abs=0.01)
+
+
+def test_the_collectives_fsdp2_issues_are_the_sharded_jobs_communication():
+    # FSDP2, no DDP and no no-sync steps: all-gathers and reduce-scatters inside forward and
+    # backward, 30 of a 33.7 ms step, timed where the step waited for them.
+    ranks = [rank_record(0, 0.1, 30.0, None), rank_record(1, 0.1, 30.0, None)]
+    kinds = {
+        "all_gather": {"calls": 14.0, "bytes": 11.6e6, "ms": 18.0},
+        "reduce_scatter": {"calls": 7.0, "bytes": 5.8e6, "ms": 12.0},
+    }
+    for r in ranks:
+        r.torch_collectives = [30.0] * 10
+        r.torch_collective_kinds = kinds
+    job = combine(ranks)
+    assert [r.comm_ms for r in job.distributed.ranks] == [30.0, 30.0]
+    assert job.verdict.kind == "COMMUNICATION-BOUND"
+    assert "all-gathers 18.0 ms a step (14 calls, 11.6 MB)" in job.verdict.why
+    assert "reduce-scatters 12.0 ms a step (7 calls" in job.verdict.why
+    assert (
+        "reshard_after_forward=False" in job.verdict.next
+        and "bucket_cap_mb" not in job.verdict.next
+    )
+    # Without them timed, the wait is read from backward beyond the fastest rank's: none here.
+    for r in ranks:
+        r.torch_collectives = []
+    assert combine(ranks).verdict.kind == "COMPUTE-BOUND"

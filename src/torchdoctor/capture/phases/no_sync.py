@@ -1,5 +1,7 @@
 """Communication made free: the same steps under DDP's ``no_sync()``, gradients not all-reduced,
-and the script's own blocking collectives returning at once (``capture._collectives``).
+and the script's own blocking collectives returning at once (``capture._collectives``); beside
+DDP, a blocking collective whose output the script reads (an all-gather of the loss, to log it)
+runs for real and its time is taken out of its step.
 
 Each DDP module the script calls gets ``require_backward_grad_sync = False`` (what ``no_sync()``
 sets) for ``--steps`` steps: no bucket is all-reduced in backward and, from the second step, no
@@ -25,7 +27,7 @@ if TYPE_CHECKING:
 
 class NoSyncPhase(Phase):
     name = phase_names.NO_SYNC
-    writes = ("no_sync",)
+    writes = ("no_sync", "no_sync_collectives_ms")
 
     def __init__(self) -> None:
         super().__init__()
@@ -37,18 +39,29 @@ class NoSyncPhase(Phase):
         collectives = session.parallel.collectives
         if collectives.calls and not collectives.freeable:
             names = ", ".join(sorted(collectives.not_freeable))
+            if _ddp_modules(session) and not any("async_op" in n for n in names.split(", ")):
+                # DDP's all-reduce is made free; the script's blocking calls run for real, and
+                # their time is taken out of each step
+                note = (
+                    f"communication-free phase: the script's own {names} cannot return at once "
+                    "(the script reads the output): each call ran for real, and its time is "
+                    "taken out of its no-sync step"
+                )
+                if note not in session.data.notes:
+                    session.data.notes.append(note)
+                return True
             return _skipped(
                 session,
                 f"communication-free phase skipped: the script calls {names} itself, whose "
                 "output it reads (only blocking all_reduce, reduce, broadcast and barrier can "
-                "return at once)",
+                "return at once, and, beside DDP, blocking calls of other kinds run for real)",
             )
         if not _ddp_modules(session) and not collectives.calls:
             return _skipped(
                 session,
                 "communication-free phase skipped: the script calls no DistributedDataParallel "
-                "module and no collective of its own (FSDP's and others' communication is told "
-                "apart only from the ranks' steps)",
+                "module and no collective of its own (FSDP2's collectives are timed where the "
+                "step waits for them instead)",
             )
         return True
 
@@ -65,6 +78,7 @@ class NoSyncPhase(Phase):
 
     def on_step(self, session: PhaseSession, step: StepMarks) -> bool:
         session.data.no_sync.append(step)
+        session.data.no_sync_collectives_ms.append(session.parallel.collectives.last_step_ms)
         return super().on_step(session, step)
 
     def close(self, session: PhaseSession) -> None:
