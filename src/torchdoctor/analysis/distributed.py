@@ -41,11 +41,11 @@ from ..record.part_names import PART_WORDS
 from .compare import interval
 from .job_findings import (
     COMM_BOUND_SHARE,
-    NEXT_COMMUNICATION,
     NEXT_MANUAL,
     NEXT_SHARDED,
     bucket_finding,
     comm_share,
+    communication_next,
     issued_words,
     join_finding,
     part_bound,
@@ -231,7 +231,8 @@ def job_verdict(job: RunRecord, report: DistributedReport) -> Verdict:
         sharded = any(r.torch_collectives_ms for r in report.ranks)
         if sharded:
             why += f"; {issued_words(job.torch_collective_kinds)}"
-        next_ = NEXT_SHARDED if sharded else NEXT_MANUAL if manual else NEXT_COMMUNICATION
+        ddp = communication_next(job.seen)
+        next_ = NEXT_SHARDED if sharded else NEXT_MANUAL if manual else ddp
         return Verdict(COMMUNICATION_BOUND, why, next_, shares)
     if own is None or not any(r.steps.step_ms for r in report.ranks):
         return Verdict(

@@ -132,13 +132,30 @@ def join_finding(
                    severity="warning", detail={"joined_at": {str(r): s for r, s in joined.items()}})  # fmt: skip
 
 
-#: Where a balanced job's communication can be hidden or shrunk.
-NEXT_COMMUNICATION = (
-    "hide or shrink the all-reduce: a larger batch per rank (fewer all-reduces per sample), "
-    "gradient accumulation under DDP's no_sync() for all but the last micro-step, "
-    "DDP(bucket_cap_mb=...) tuned so buckets overlap backward, gradient_as_bucket_view=True, and "
-    "a compression hook (ddp_comm_hooks.default_hooks.bf16_compress_hook) on slow links"
-)
+def communication_next(seen: dict) -> str:
+    """Where a balanced DDP job's communication can be hidden or shrunk, leaving out what the job
+    does already (``seen``: accumulation under ``no_sync()``, a comm hook, bucket views)."""
+    ways = ["a larger batch per rank (fewer all-reduces per sample)"]
+    if not seen.get("ddp_no_sync_forwards"):
+        ways.append("gradient accumulation under DDP's no_sync() for all but the last micro-step")
+    ways.append("DDP(bucket_cap_mb=...) tuned so buckets overlap backward")
+    if not seen.get("ddp_gradient_as_bucket_view"):
+        ways.append("gradient_as_bucket_view=True")
+    if not seen.get("ddp_comm_hook"):
+        ways.append(
+            "a compression hook (ddp_comm_hooks.default_hooks.bf16_compress_hook) on slow links"
+        )
+    text = f"hide or shrink the all-reduce: {', '.join(ways[:-1])}, and {ways[-1]}"
+    already = []
+    if seen.get("ddp_no_sync_forwards"):
+        already.append("accumulates under no_sync()")
+    if seen.get("ddp_comm_hook"):
+        already.append(f"all-reduces through {seen['ddp_comm_hook']}")
+    return text + (f" (the job already {' and '.join(already)})" if already else "")
+
+
+#: Where a balanced job's communication can be hidden or shrunk (nothing known of the job).
+NEXT_COMMUNICATION = communication_next({})
 
 
 #: Where a sharded job (FSDP2) can hide or shrink the collectives torch issues for it.

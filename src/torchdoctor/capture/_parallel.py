@@ -32,6 +32,8 @@ class ParallelWatch:
         self._sites: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         #: Measured steps' DDP forwards that prepared an all-reduce (not under ``no_sync()``).
         self.synced_forwards = 0
+        #: Measured steps' DDP forwards under ``no_sync()`` (the script accumulates already).
+        self.unsynced_forwards = 0
         #: After the first measured backward of a DDP with ``find_unused_parameters=True``:
         #: whether every parameter got a gradient.
         self.all_params_used: bool | None = None
@@ -56,13 +58,11 @@ class ParallelWatch:
         return init
 
     def forward_starting(self, module: Any, measuring: bool) -> None:
-        if (
-            measuring
-            and isinstance(module, DistributedDataParallel)
-            and module.require_backward_grad_sync
-            and torch.is_grad_enabled()
-        ):
-            self.synced_forwards += 1
+        if measuring and isinstance(module, DistributedDataParallel) and torch.is_grad_enabled():
+            if module.require_backward_grad_sync:
+                self.synced_forwards += 1
+            else:
+                self.unsynced_forwards += 1
 
     def optimizer_stepping(self, roots: Callable[[], list[Any]]) -> None:
         """Once, in a measured step: do the gradients show unused parameters? (``roots`` is
@@ -92,6 +92,12 @@ class ParallelWatch:
                     "ddp_at": self.site(module) or "",
                     "ddp_bucket_cap_mb": round(module.bucket_bytes_cap / 2**20, 3),
                     "ddp_gradient_as_bucket_view": bool(module.gradient_as_bucket_view),
+                    # what the job does already, so no advice repeats it
+                    "ddp_comm_hook": ", ".join(
+                        getattr(hook, "__qualname__", str(hook))
+                        for hook, _ in getattr(module, "_comm_hooks", [])
+                    ),
+                    "ddp_no_sync_forwards": self.unsynced_forwards,
                 }
         return out
 

@@ -215,3 +215,19 @@ def test_the_collectives_fsdp2_issues_are_the_sharded_jobs_communication():
     for r in ranks:
         r.torch_collectives = []
     assert combine(ranks).verdict.kind == "COMPUTE-BOUND"
+
+
+def test_the_advice_for_exposed_communication_leaves_out_what_the_job_does_already():
+    plain = combine([rank_record(0, 0.1, 30.0, 5.0), rank_record(1, 0.1, 30.0, 5.0)])
+    assert "accumulation under DDP's no_sync()" in plain.verdict.next
+    assert "bf16_compress_hook) on slow links" in plain.verdict.next
+    ranks = [rank_record(0, 0.1, 30.0, 5.0), rank_record(1, 0.1, 30.0, 5.0)]
+    for r in ranks:  # it accumulates under no_sync(), and all-reduces through a bf16 hook
+        r.seen.update(ddp_no_sync_forwards=30, ddp_comm_hook="bf16_compress_hook")
+    job = combine(ranks)
+    assert job.verdict.kind == "COMMUNICATION-BOUND"
+    assert "accumulation under" not in job.verdict.next
+    assert "compression hook" not in job.verdict.next
+    assert job.verdict.next.endswith(
+        "(the job already accumulates under no_sync() and all-reduces through bf16_compress_hook)"
+    )
