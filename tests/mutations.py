@@ -100,7 +100,7 @@ MUTATIONS = (
     Mutation(
         "fsdp2: an asynchronous call timed where it is queued, not waited for",
         "capture/_issued.py",
-        "        if kwargs.get(\"async_op\") and result is not None:",
+        '        if kwargs.get("async_op") and result is not None:',
         "        if False:",
         ("tests/unit/capture/test_issued_collectives.py",),
     ),
