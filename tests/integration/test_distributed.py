@@ -176,6 +176,20 @@ def test_a_sharded_job_is_communication_bound_with_the_collectives_fsdp2_issued(
     assert_no_orphans(tag)
 
 
+def test_a_sharded_job_that_keeps_its_parameters_gathered_is_not_told_to(tmp_path):
+    """FSDP2 units with reshard_after_forward=False and a bf16 MixedPrecisionPolicy: one
+    all-gather per unit a step, and the settings read off the units for the advice."""
+    res, record, tag = job(tmp_path, "--fsdp", "--fsdp-keep", "--fsdp-bf16")
+    assert res.returncode == 0, res.stderr[-3000:]
+    seen = record["seen"]
+    assert (seen["fsdp_units"], seen["fsdp_kept_after_forward"]) == (2, 2)
+    assert seen["fsdp_param_dtype"] == "bfloat16"
+    assert record["torch_collective_kinds"]["all_gather"]["calls"] == 2.0
+    assert "reshard_after_forward=False" not in record["verdict"]["next"]
+    assert "MixedPrecisionPolicy" not in record["verdict"]["next"]
+    assert_no_orphans(tag)
+
+
 @pytest.mark.timing
 def test_ddps_all_reduce_is_made_free_beside_an_all_gather_the_script_reads(tmp_path):
     """A loss all-gathered every step to log it cannot return at once: it runs for real in the

@@ -28,6 +28,10 @@ parser.add_argument("--no-sampler", action="store_true")
 parser.add_argument("--accumulate", type=int, default=1)
 parser.add_argument("--find-unused", action="store_true")
 parser.add_argument("--fsdp", action="store_true", help="FSDP2's fully_shard instead of DDP")
+parser.add_argument(
+    "--fsdp-keep", action="store_true", help="fully_shard(..., reshard_after_forward=False)"
+)
+parser.add_argument("--fsdp-bf16", action="store_true", help="a bf16 MixedPrecisionPolicy")
 parser.add_argument("--raise-on-rank", type=int, default=-1)
 parser.add_argument("--raise-at", type=int, default=3)
 parser.add_argument("--exit-on-rank", type=int, default=-1, help="os._exit(3) at --raise-at")
@@ -73,12 +77,16 @@ class Samples(Dataset):
 
 model = nn.Sequential(nn.Linear(32, args.hidden), nn.ReLU(), nn.Linear(args.hidden, 4))
 if args.fsdp:
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16) if args.fsdp_bf16 else None
+    settings = {"reshard_after_forward": not args.fsdp_keep}
+    if policy is not None:
+        settings["mp_policy"] = policy
     for layer in model:
         if isinstance(layer, nn.Linear):
-            fully_shard(layer)
-    ddp = fully_shard(model)
+            fully_shard(layer, **settings)
+    ddp = fully_shard(model, **settings)
 elif args.manual_allreduce:
     ddp = model
     for p in model.parameters():

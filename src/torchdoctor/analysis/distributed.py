@@ -42,13 +42,13 @@ from .compare import interval
 from .job_findings import (
     COMM_BOUND_SHARE,
     NEXT_MANUAL,
-    NEXT_SHARDED,
     bucket_finding,
     comm_share,
     communication_next,
     issued_words,
     join_finding,
     part_bound,
+    sharded_next,
     straggler_finding,
 )
 from .verdict import _NEXT_COMPUTE, _NEXT_HOST, MIN_VERDICT_STEPS, _next_input, summarise
@@ -232,7 +232,7 @@ def job_verdict(job: RunRecord, report: DistributedReport) -> Verdict:
         if sharded:
             why += f"; {issued_words(job.torch_collective_kinds)}"
         ddp = communication_next(job.seen)
-        next_ = NEXT_SHARDED if sharded else NEXT_MANUAL if manual else ddp
+        next_ = sharded_next(job.seen) if sharded else NEXT_MANUAL if manual else ddp
         return Verdict(COMMUNICATION_BOUND, why, next_, shares)
     if own is None or not any(r.steps.step_ms for r in report.ranks):
         return Verdict(

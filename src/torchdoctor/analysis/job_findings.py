@@ -158,15 +158,34 @@ def communication_next(seen: dict) -> str:
 NEXT_COMMUNICATION = communication_next({})
 
 
-#: Where a sharded job (FSDP2) can hide or shrink the collectives torch issues for it.
-NEXT_SHARDED = (
-    "issue fewer or smaller collectives: fewer, larger fully_shard units (each is one "
-    "all-gather before its forward and, resharded, one more before its backward); "
-    "fully_shard(..., reshard_after_forward=False) keeps a unit's parameters gathered until its "
-    "backward (one all-gather fewer per unit, more memory); MixedPrecisionPolicy(param_dtype="
-    "torch.bfloat16, reduce_dtype=torch.bfloat16) halves their bytes; a model that fits one "
-    "device trains with DDP, one all-reduce per bucket overlapping backward"
-)
+def sharded_next(seen: dict) -> str:
+    """Where a sharded job (FSDP2) can hide or shrink the collectives torch issues for it,
+    leaving out what its units do already (``seen``: ``fsdp_units``, ``fsdp_kept_after_forward``,
+    ``fsdp_param_dtype``)."""
+    units, kept = seen.get("fsdp_units", 0), seen.get("fsdp_kept_after_forward", 0)
+    ways = [
+        "fewer, larger fully_shard units (each is one all-gather before its forward and, "
+        "resharded, one more before its backward)"
+    ]
+    if not units or kept < units:
+        ways.append(
+            "fully_shard(..., reshard_after_forward=False) keeps a unit's parameters gathered "
+            "until its backward (one all-gather fewer per unit, more memory)"
+        )
+    if not seen.get("fsdp_param_dtype"):
+        ways.append(
+            "MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16) "
+            "halves their bytes"
+        )
+    ways.append("a model that fits one device trains with DDP, one all-reduce per bucket "
+                "overlapping backward")  # fmt: skip
+    already = []
+    if units and kept == units:
+        already.append("keeps every unit's parameters gathered after forward")
+    if seen.get("fsdp_param_dtype"):
+        already.append(f"gathers its parameters in {seen['fsdp_param_dtype']}")
+    text = "issue fewer or smaller collectives: " + "; ".join(ways)
+    return text + (f" (the job already {' and '.join(already)})" if already else "")
 
 
 #: Where a job that all-reduces by hand (no DDP) can hide or shrink its communication.
@@ -186,9 +205,16 @@ def issued_words(kinds: dict[str, dict[str, float]]) -> str:
     19.1 ms a step (14 calls, 11.6 MB), ...``"""
     parts = [
         f"{_KIND_WORDS.get(kind, kind)} {k['ms']:.1f} ms a step ({k['calls']:g} calls, "
-        f"{k['bytes'] / 1e6:.1f} MB)"
+        f"{_size(k['bytes'])})"
         for kind, k in kinds.items()
     ]
     return "the collectives torch issued (FSDP2's), timed where the step waited for them: " + (
         ", ".join(parts) if parts else "none in the bounding rank's steps"
     )
+
+
+def _size(n: float) -> str:
+    """``11.6 MB``, ``37.9 kB``, ``512 B``."""
+    if n >= 1e6:
+        return f"{n / 1e6:.1f} MB"
+    return f"{n / 1e3:.1f} kB" if n >= 1e3 else f"{n:.0f} B"

@@ -85,6 +85,7 @@ class ParallelWatch:
         dist = torch.distributed
         if dist.is_available() and dist.is_initialized():
             out["backend"] = str(dist.get_backend())
+        out.update(fsdp_settings(roots))
         for module in roots:
             if isinstance(module, DistributedDataParallel):
                 return {
@@ -213,3 +214,32 @@ _FIND_UNUSED = (
     "graph after each forward for nothing",
     "DDP(model, find_unused_parameters=False) (the default)",
 )
+
+
+def fsdp_settings(roots: list[Any]) -> dict[str, Any]:
+    """What FSDP2's units do already (``fully_shard``'s settings), so no advice repeats it: how
+    many units reshard after forward, and the parameters' dtype in their mixed-precision policy.
+    Read off torch's private state: an attribute torch renamed leaves them out."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:
+        return {}
+    units = kept = 0
+    dtypes: set[str] = set()
+    for root in roots:
+        for module in root.modules() if isinstance(root, torch.nn.Module) else []:
+            if not isinstance(module, FSDPModule):
+                continue
+            try:
+                groups = module._get_fsdp_state()._fsdp_param_groups  # type: ignore[attr-defined]
+                for group in groups:
+                    units += 1
+                    kept += not group._reshard_after_forward
+                    if group.mp_policy.param_dtype is not None:
+                        dtypes.add(str(group.mp_policy.param_dtype).replace("torch.", ""))
+            except AttributeError:
+                return {}
+    if not units:
+        return {}
+    return {"fsdp_units": units, "fsdp_kept_after_forward": kept,
+            "fsdp_param_dtype": ", ".join(sorted(dtypes))}  # fmt: skip

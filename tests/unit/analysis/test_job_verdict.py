@@ -231,3 +231,23 @@ def test_the_advice_for_exposed_communication_leaves_out_what_the_job_does_alrea
     assert job.verdict.next.endswith(
         "(the job already accumulates under no_sync() and all-reduces through bf16_compress_hook)"
     )
+
+
+def test_the_advice_for_a_sharded_job_leaves_out_what_its_units_do_already():
+    ranks = [rank_record(0, 0.1, 30.0, None), rank_record(1, 0.1, 30.0, None)]
+    for r in ranks:
+        r.torch_collectives = [30.0] * 10
+        r.torch_collective_kinds = {"all_gather": {"calls": 2.0, "bytes": 37904.0, "ms": 18.0}}
+        r.seen.update(fsdp_units=2, fsdp_kept_after_forward=2, fsdp_param_dtype="bfloat16")
+    job = combine(ranks)
+    assert "all-gathers 18.0 ms a step (2 calls, 37.9 kB)" in job.verdict.why
+    assert "reshard_after_forward=False" not in job.verdict.next
+    assert "MixedPrecisionPolicy" not in job.verdict.next
+    assert job.verdict.next.endswith(
+        "(the job already keeps every unit's parameters gathered after forward and gathers its "
+        "parameters in bfloat16)"
+    )
+    for r in ranks:  # one unit of two reshards after forward: worth keeping it gathered
+        r.seen.update(fsdp_kept_after_forward=1, fsdp_param_dtype="")
+    next_ = combine(ranks).verdict.next
+    assert "reshard_after_forward=False" in next_ and "MixedPrecisionPolicy" in next_
