@@ -3,6 +3,8 @@ what it measured on the patched code, and whether the diff keeps it."""
 
 from __future__ import annotations
 
+import shlex
+
 from rich.console import Group, RenderableType
 from rich.panel import Panel
 from rich.text import Text
@@ -103,9 +105,11 @@ def patch_lines(patch: Patch) -> list[str]:
             f"are in {patch.backup}"
         )
     elif patch.path:
+        # the commands quoted for a shell: a folder with a space in its name pastes as it is
+        root, path = shlex.quote(patch.root), shlex.quote(patch.path)
         lines.append(
-            f"patch written to {patch.path} (apply it from {patch.root}: git apply {patch.path}, "
-            f"or patch -p1 < {patch.path})"
+            f"patch written to {patch.path} (apply it: cd {root} && git apply {path}, or "
+            f"patch -p1 < {path})"
         )
     return lines
 

@@ -58,3 +58,22 @@ def test_the_page_shows_the_diff_escaped_and_coloured():
         "<span class='good'>kept</span>" in section and "dropped</span> measured 1.02x" in section
     )
     assert "git apply /proj/fix.diff" in section
+
+
+def test_the_apply_commands_run_as_pasted_from_a_folder_with_a_space(tmp_path):
+    import shlex
+    import subprocess
+
+    from torchdoctor.report.patch import patch_lines
+
+    root = tmp_path / "my project"
+    root.mkdir()
+    (root / "train.py").write_text("x = 1\n")
+    diff = root / "fix it.diff"
+    diff.write_text("--- a/train.py\n+++ b/train.py\n@@ -1 +1 @@\n-x = 1\n+x = 2\n")
+    (line,) = patch_lines(Patch(root=str(root), path=str(diff)))
+    command = line.split("(apply it: ", 1)[1].split(", or ", 1)[0]
+    assert command == f"cd {shlex.quote(str(root))} && git apply {shlex.quote(str(diff))}"
+    done = subprocess.run(["sh", "-c", command], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert (root / "train.py").read_text() == "x = 2\n"
