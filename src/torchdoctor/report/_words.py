@@ -184,6 +184,14 @@ def batch_size_words(loader: LoaderSettings) -> str:
     return text
 
 
+def rank_label(r: RankRun, job: DistributedReport) -> str:
+    """``0``, or on many nodes ``0 node-a:0`` (the machine's short name, the local rank)."""
+    if job.nnodes > 1:
+        host = r.host.split(".", 1)[0] or "?"  # the machine's short name
+        return f"{r.rank} {host}:{r.local_rank}"
+    return str(r.rank)
+
+
 def role_words(r: RankRun, job: DistributedReport) -> str:
     """A rank's role in a job (``straggler``, ``waits for rank 1``)."""
     if r.role == STRAGGLER:

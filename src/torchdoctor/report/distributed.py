@@ -17,7 +17,7 @@ from rich.text import Text
 from ..record import COMPLETE, STEP_PARTS, STRAGGLER, DistributedReport, RankRun, RunRecord, Stat
 from ..record.part_names import PART_HEADERS, PART_WORDS
 from ._style import BAD, verdict_look
-from ._words import role_words, waiting_words
+from ._words import rank_label, role_words, waiting_words
 
 #: Lines of a failed rank's traceback that are shown (its end, where the error is).
 TRACEBACK_LINES = 15
@@ -144,7 +144,7 @@ class _RanksTable:
 
 def _row(r: RankRun, job: DistributedReport) -> dict[str, str | Text]:
     return {
-        "rank": _rank_label(r, job),
+        "rank": rank_label(r, job),
         "status": Text(r.status, style="" if r.status == COMPLETE else BAD),
         "step": _mean(r.step_ms),
         **{part: _mean(r.parts_ms.get(part)) for part in STEP_PARTS},
@@ -154,13 +154,6 @@ def _row(r: RankRun, job: DistributedReport) -> dict[str, str | Text]:
         "role": role_text(r, job),
         "verdict": _verdict(r),
     }
-
-
-def _rank_label(r: RankRun, job: DistributedReport) -> str:
-    if job.nnodes > 1:
-        host = r.host.split(".", 1)[0] or "?"  # the machine's short name
-        return f"{r.rank} {host}:{r.local_rank}"
-    return str(r.rank)
 
 
 def _mean(stat: Stat | None) -> str:

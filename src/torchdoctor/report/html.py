@@ -25,6 +25,7 @@ from ._words import (
     firm_words,
     part_header,
     part_label,
+    rank_label,
     role_words,
     share_words,
     trace_headline,
@@ -212,9 +213,10 @@ def _ranks(record: RunRecord) -> str:
             for p in STEP_PARTS
         )
         rows.append(
-            f"<tr><td>{r.rank}</td><td>{escape(r.status)}</td>"
+            f"<tr><td>{escape(rank_label(r, d))}</td><td>{escape(r.status)}</td>"
             f"<td class='n'>{r.step_ms.mean if r.step_ms else 0:.2f}</td>{parts}"
             f"<td class='n'>{_num(r.no_sync_step_ms.mean if r.no_sync_step_ms else None)}</td>"
+            f"<td class='n'>{_num(r.comm_ms)}</td>"
             f"<td class='n'>{_num(r.own_ms)}</td>"
             f"<td class='{'bad' if r.role == 'straggler' else ''}'>"
             f"{escape(role_words(r, d))}</td>"
@@ -244,8 +246,9 @@ def _ranks(record: RunRecord) -> str:
         if r.error:
             lines.append(f"<p>rank {r.rank} raised:</p><pre>{escape(''.join(r.error[-15:]))}</pre>")
     table = (
-        f"<table><tr><th>rank</th><th>status</th><th class='n'>step</th>{head}"
-        f"<th class='n'>no-sync</th><th class='n'>own work</th><th>role</th>"
+        f"<table><tr><th>{'rank (host:local)' if d.nnodes > 1 else 'rank'}</th><th>status</th>"
+        f"<th class='n'>step</th>{head}<th class='n'>no-sync</th><th class='n'>comm/wait</th>"
+        f"<th class='n'>own work</th><th>role</th>"
         "<th>own verdict</th></tr>"
         f"{''.join(rows)}</table>"
     )

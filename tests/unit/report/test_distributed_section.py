@@ -93,3 +93,21 @@ def test_a_single_process_record_has_no_job_section():
     text = rendered(record)
     assert "job:" not in text and "ranks (mean ms per step)" not in text
     assert "step breakdown (ms per step)" in text
+
+
+def test_the_page_names_each_nodes_ranks_and_their_communication():
+    from torchdoctor.report.html import render_html
+
+    job = combine(
+        [
+            rank_record(0, 0.1, 3.0, 6.8, host="node-a.cluster"),
+            rank_record(1, 0.2, 3.0, 6.9, host="node-b.cluster"),
+        ],
+        nnodes=2,
+    )
+    page = render_html(job)
+    assert "2 ranks on 2 node(s)" in page and "<th>rank (host:local)</th>" in page
+    assert "<td>0 node-a:0</td>" in page and "<td>1 node-b:1</td>" in page
+    assert "<th class='n'>comm/wait</th>" in page
+    comm = job.distributed.ranks[0].comm_ms
+    assert f"<td class='n'>{comm:.2f}</td>" in page
