@@ -73,7 +73,10 @@ def test_the_patch_of_a_loader_in_another_module_is_measured_and_applies(tmp_pat
     assert "patch" in view["ids"] and f"{loader.judged.speedup:.2f}x" in view["text"]
     assert any(line.startswith("+WORKERS = ") for line in view["extra"])
     assert view["width"] <= 1280
-    assert f"patch written to {project / 'fix.diff'} (apply it: cd {project} && git apply" in out.stdout
+    assert (
+        f"patch written to {project / 'fix.diff'} (apply it: cd {project} && git apply"
+        in out.stdout
+    )
 
 
 @pytest.mark.timing

@@ -165,6 +165,9 @@ def test_an_autocast_script_is_not_told_to_add_autocast_and_its_names_are_used()
     assert rec.status == "complete", rec.notes
     amp = trial(rec, "amp")
     assert amp.status == "skipped" and amp.reason.startswith("already in use"), amp
+    # nor by the verdict's Next (issue 40 item 9), whatever bounds the run here
+    assert rec.seen["autocast_dtype"] == "bfloat16"
+    assert "mixed precision (torch.autocast)" not in rec.verdict.next, rec.verdict.next
     assert rec.flops.dtype == "bfloat16"  # autocast's, not the parameters' float32
     foreach = trial(rec, "foreach")
     assert foreach.code.startswith("opt = torch.optim.AdamW(m.parameters()"), foreach.code

@@ -51,7 +51,7 @@ from .job_findings import (
     sharded_next,
     straggler_finding,
 )
-from .verdict import _NEXT_COMPUTE, _NEXT_HOST, MIN_VERDICT_STEPS, _next_input, summarise
+from .verdict import _NEXT_HOST, MIN_VERDICT_STEPS, _next_input, next_compute, summarise
 from .whole_course import share_saves
 
 #: A rank whose own work in a typical (median) step is this many times the other ranks' is a
@@ -397,7 +397,7 @@ def _next_for(kind: str, job: RunRecord, own: Verdict | None) -> str:
         return own.next
     if kind == INPUT_BOUND:
         return _next_input(job)
-    return _NEXT_HOST if kind == HOST_BOUND else _NEXT_COMPUTE
+    return _NEXT_HOST if kind == HOST_BOUND else next_compute(job)
 
 
 def worst_status(statuses: list[Status]) -> Status:

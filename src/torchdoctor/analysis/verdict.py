@@ -197,7 +197,7 @@ def decide(record: RunRecord) -> Verdict:
         why = _why_host(record, shares, step, has_loader)
         return Verdict(HOST_BOUND, why, _with_trials(record, _NEXT_HOST), shares)
     why = _why_compute(record, shares, step)
-    return Verdict(COMPUTE_BOUND, why, _with_trials(record, _NEXT_COMPUTE), shares)
+    return Verdict(COMPUTE_BOUND, why, _with_trials(record, next_compute(record)), shares)
 
 
 def _no_step(record: RunRecord) -> Verdict:
@@ -425,6 +425,15 @@ _NEXT_COMPUTE = (
     "make the model's work cheaper: mixed precision (torch.autocast), torch.compile, a batch "
     "size that fills the device, fused optimizers (foreach/fused=True); input fixes will not help"
 )
+
+
+def next_compute(record: RunRecord) -> str:
+    """Where the model's work can be made cheaper; no autocast where the script has it."""
+    dtype = record.seen.get("autocast_dtype")
+    if not dtype:
+        return _NEXT_COMPUTE
+    return _NEXT_COMPUTE.replace(": mixed precision (torch.autocast),",
+                                 f" (its forward already runs under torch.autocast, {dtype}):")  # fmt: skip
 
 
 def _mean_part(record: RunRecord, part: str) -> float:

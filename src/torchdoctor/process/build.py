@@ -48,6 +48,8 @@ def build_record(
     record.built_inputs = session.inputs.described()
     record.losses = list(session.data.losses)
     record.joined_at = session.ranks.joined_at
+    if session.state.autocast_dtype:  # what the script does already: no advice repeats it
+        record.seen["autocast_dtype"] = session.state.autocast_dtype
     if session.ranks.peer_stopped:
         record.notes.append(
             "stopped: another rank was about to save a checkpoint while the replicas had "

@@ -205,3 +205,20 @@ def test_the_trials_asked_for_follow_the_advice_whatever_bounds_the_loop():
         assert "batch-size 2.60x" in rec.verdict.next and "--try" not in rec.verdict.next
     rec = _record(30.0, 10.0, 1.0)  # no trial asked for: the input advice alone
     assert "measured trials" not in rec.verdict.next and "--try" not in rec.verdict.next
+
+
+def test_a_script_already_under_autocast_is_not_advised_autocast():
+    plain = _record(0.1, 20, 0.5)
+    assert plain.verdict.kind == COMPUTE_BOUND
+    assert "mixed precision (torch.autocast)" in plain.verdict.next
+    steps = plain.steps
+    rec = RunRecord(
+        steps=steps, loader=_loader(), seen={"batches": 5, "autocast_dtype": "bfloat16"}
+    )
+    summarise(rec)
+    assert rec.verdict.kind == COMPUTE_BOUND
+    assert "mixed precision" not in rec.verdict.next
+    assert rec.verdict.next.startswith(
+        "make the model's work cheaper (its forward already runs under torch.autocast, "
+        "bfloat16): torch.compile"
+    )
