@@ -204,6 +204,34 @@ def test_ddps_all_reduce_is_made_free_beside_an_all_gather_the_script_reads(tmp_
     assert_no_orphans(tag)
 
 
+def test_what_the_projection_takes_from_a_job_is_the_same_on_2_and_4_ranks(tmp_path):
+    """The projection to more ranks keeps each step's collectives, calls and bytes, as measured:
+    the same FSDP2 job on 2 and on 4 ranks issues the same (compared here: counts and bytes,
+    not times; 4 ranks on 2 cores are slow)."""
+    records = {}
+    for n in (2, 4):
+        tag = uuid.uuid4().hex
+        res = run(torchdoctor_cmd("run", "--nproc-per-node", str(n), *QUICK, "--json",
+                                  f"r{n}.json", "--", JOB, "--fsdp", "--tag", tag), tmp_path)  # fmt: skip
+        assert res.returncode == 0, res.stderr[-3000:]
+        records[n] = json.loads((tmp_path / f"r{n}.json").read_text())
+        assert_no_orphans(tag)
+    two, four = (records[n]["torch_collective_kinds"] for n in (2, 4))
+    assert set(two) == set(four) == {"all_gather", "reduce_scatter"}
+    for kind in two:
+        assert two[kind]["calls"] == four[kind]["calls"], (two, four)
+        assert two[kind]["bytes"] == pytest.approx(four[kind]["bytes"], rel=0.01), (two, four)
+    projected = [records[n]["distributed"]["projection"] for n in (2, 4)]
+    assert projected[0]["collectives"] == projected[1]["collectives"]
+    assert [s["ranks"] for s in projected[0]["scales"]] == [8, 64, 512]
+    # on another link, from the saved record
+    again = run(torchdoctor_cmd("report", "r2.json", "--link", "200:8"), tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "projected to more ranks on 200:8 (given)" in " ".join(again.stdout.split())
+    bad = run(torchdoctor_cmd("report", "r2.json", "--link", "fast"), tmp_path)
+    assert bad.returncode == 2 and "nvlink, infiniband, ethernet" in bad.stderr, bad.stderr
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

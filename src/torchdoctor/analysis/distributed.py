@@ -51,6 +51,7 @@ from .job_findings import (
     sharded_next,
     straggler_finding,
 )
+from .projection import DEFAULT_LINK, LINKS, project
 from .verdict import _NEXT_HOST, MIN_VERDICT_STEPS, _next_input, next_compute, summarise
 from .whole_course import share_saves
 
@@ -139,6 +140,7 @@ def combine(
         job.status = job.ending.status
     summarise(job)  # the bounding rank's own figures; the job's verdict follows
     job.verdict = job_verdict(job, report)
+    report.projection = project(job, LINKS[DEFAULT_LINK])
     return job
 
 

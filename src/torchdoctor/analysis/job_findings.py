@@ -205,7 +205,7 @@ def issued_words(kinds: dict[str, dict[str, float]]) -> str:
     19.1 ms a step (14 calls, 11.6 MB), ...``"""
     parts = [
         f"{_KIND_WORDS.get(kind, kind)} {k['ms']:.1f} ms a step ({k['calls']:g} calls, "
-        f"{_size(k['bytes'])})"
+        f"{size_words(k['bytes'])})"
         for kind, k in kinds.items()
     ]
     return "the collectives torch issued (FSDP2's), timed where the step waited for them: " + (
@@ -213,7 +213,7 @@ def issued_words(kinds: dict[str, dict[str, float]]) -> str:
     )
 
 
-def _size(n: float) -> str:
+def size_words(n: float) -> str:
     """``11.6 MB``, ``37.9 kB``, ``512 B``."""
     if n >= 1e6:
         return f"{n / 1e6:.1f} MB"

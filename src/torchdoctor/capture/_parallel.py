@@ -99,6 +99,10 @@ class ParallelWatch:
                         for hook, _ in getattr(module, "_comm_hooks", [])
                     ),
                     "ddp_no_sync_forwards": self.unsynced_forwards,
+                    # the gradients it all-reduces a step (the projection to more ranks)
+                    "ddp_grad_bytes": sum(
+                        p.numel() * p.element_size() for p in module.parameters() if p.requires_grad
+                    ),
                 }
         return out
 

@@ -14,6 +14,13 @@ def add_report(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--html", metavar="PATH", help="write it as one self-contained HTML page to PATH instead"
     )
+    p.add_argument(
+        "--link",
+        metavar="NAME|GBPS:US",
+        help="a job's step projected to more ranks on this link: nvlink, infiniband (the "
+        "default), ethernet, or bandwidth per rank in Gb/s and latency in µs, e.g. 200:8 "
+        "(docs/distributed.md)",
+    )
     p.set_defaults(handler=_cmd_report)
 
 
@@ -35,6 +42,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
             f"{args.path}: the record has {bad}",
             "re-run the diagnosis with --json; report and compare only records of measured runs",
         )
+    if args.link is not None:
+        _reproject(record, args.link)
     if args.html is not None:
         check_output_file(args.html, "--html", example="run.html")
     try:
@@ -55,3 +64,20 @@ def _cmd_report(args: argparse.Namespace) -> int:
             "unedited, is a torchdoctor bug: send it to the maintainers)",
         ) from None
     return 0
+
+
+def _reproject(record: object, text: str) -> None:
+    """``--link``: the job's projection again, on the link given."""
+    from ..analysis.projection import parse_link, project
+
+    try:
+        link = parse_link(text)
+    except ValueError as exc:
+        raise TorchdoctorError(str(exc), "e.g. --link ethernet, or --link 200:8") from None
+    job = record.distributed  # type: ignore[attr-defined]
+    if job is None:
+        raise TorchdoctorError(
+            "--link: this record is not a distributed job's",
+            "pass a record of `torchdoctor run --nproc-per-node N --json PATH`",
+        )
+    job.projection = project(record, link)  # type: ignore[arg-type]

@@ -69,7 +69,15 @@ from ._loader import (
 )
 from ._patch import Patch, PatchChange, PatchRemedy, PatchSkip
 from ._rank_env import RankEnv
-from ._ranks import STRAGGLER, WAITS, DistributedReport, RankRun, Straggler
+from ._ranks import (
+    STRAGGLER,
+    WAITS,
+    DistributedReport,
+    ProjectedScale,
+    Projection,
+    RankRun,
+    Straggler,
+)
 from ._run import (
     BATCH_SIZE_ARGUMENT,
     BATCH_SIZE_MEASURED,
@@ -147,6 +155,8 @@ __all__ = [
     "TrialPoint",
     "RankRun",
     "Straggler",
+    "ProjectedScale",
+    "Projection",
     "COMPUTE_BOUND",
     "DISTRIBUTED_FINDING_KINDS",
     "LOOP_FINDING_KINDS",

@@ -74,6 +74,31 @@ class Straggler:
 
 
 @dataclass
+class ProjectedScale:
+    """The job's step projected to ``ranks`` ranks (``analysis.projection``)."""
+
+    ranks: int
+    #: The step's collectives over that many ranks, modelled (ms).
+    comm_ms: float
+    #: Own work plus those collectives (ms).
+    step_ms: float
+    comm_share: float
+
+
+@dataclass
+class Projection:
+    """The measured job projected to more ranks on a link, and what the model assumes."""
+
+    #: The link: its name, bandwidth and latency, in words.
+    link: str
+    own_ms: float
+    #: The collectives of one step that are modelled (``all-gather 14 x 0.8 MB``).
+    collectives: list[str] = field(default_factory=list)
+    scales: list[ProjectedScale] = field(default_factory=list)
+    assumptions: list[str] = field(default_factory=list)
+
+
+@dataclass
 class DistributedReport:
     """The job: every rank's measurements and what they say together."""
 
@@ -97,3 +122,5 @@ class DistributedReport:
     scaling_efficiency: float | None = None
     #: Ranks the record has nothing from (their process ended before they sent anything).
     missing_ranks: list[int] = field(default_factory=list)
+    #: The step projected to more ranks (``analysis.projection``; default link InfiniBand).
+    projection: Projection | None = None

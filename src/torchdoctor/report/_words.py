@@ -205,3 +205,19 @@ def role_words(r: RankRun, job: DistributedReport) -> str:
 def waiting_words(r: RankRun) -> str:
     """`` (waiting in a collective)`` for a rank that was when stopped, else nothing."""
     return " (waiting in a collective)" if r.in_collective else ""
+
+
+def projection_lines(job: DistributedReport) -> list[str]:
+    """The job's step projected to more ranks, with the link and what the model assumes."""
+    p = job.projection
+    if p is None:
+        return []
+    scales = "; ".join(
+        f"{s.ranks} ranks: step {s.step_ms:.1f} ms, {s.comm_share:.0%} communication"
+        for s in p.scales
+    )
+    return [
+        f"projected to more ranks on {p.link} (change it: torchdoctor report RUN.json --link): "
+        f"{scales}",
+        f"  modelled per step: {', '.join(p.collectives)}; assumed: {'; '.join(p.assumptions)}",
+    ]

@@ -17,7 +17,7 @@ from rich.text import Text
 from ..record import COMPLETE, STEP_PARTS, STRAGGLER, DistributedReport, RankRun, RunRecord, Stat
 from ..record.part_names import PART_HEADERS, PART_WORDS
 from ._style import BAD, verdict_look
-from ._words import rank_label, role_words, waiting_words
+from ._words import projection_lines, rank_label, role_words, waiting_words
 
 #: Lines of a failed rank's traceback that are shown (its end, where the error is).
 TRACEBACK_LINES = 15
@@ -210,6 +210,7 @@ def _summary_lines(job: DistributedReport) -> list[Text]:
                 f"ranks' own work"
             )
         )
+    lines.extend(Text(line) for line in projection_lines(job))
     if job.missing_ranks:
         missing = ", ".join(str(m) for m in job.missing_ranks)
         lines.append(

@@ -25,6 +25,7 @@ from ._words import (
     firm_words,
     part_header,
     part_label,
+    projection_lines,
     rank_label,
     role_words,
     share_words,
@@ -234,6 +235,7 @@ def _ranks(record: RunRecord) -> str:
         )
     if d.comm_ceiling is not None:
         lines.append(f"<p>communication made free: {d.comm_ceiling:.2f}x ceiling</p>")
+    lines.extend(f"<p>{escape(line)}</p>" for line in projection_lines(d))
     for r in d.ranks:
         if r.ended and r.status != COMPLETE:  # as the terminal says it
             lines.append(f"<p class='bad'>rank {r.rank}: {escape(r.ended)}</p>")
