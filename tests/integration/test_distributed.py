@@ -222,7 +222,7 @@ def test_what_the_projection_takes_from_a_job_is_the_same_on_2_and_4_ranks(tmp_p
         assert two[kind]["calls"] == four[kind]["calls"], (two, four)
         assert two[kind]["bytes"] == pytest.approx(four[kind]["bytes"], rel=0.01), (two, four)
     projected = [records[n]["distributed"]["projection"] for n in (2, 4)]
-    assert projected[0]["collectives"] == projected[1]["collectives"]
+    assert sorted(projected[0]["collectives"]) == sorted(projected[1]["collectives"])
     assert [s["ranks"] for s in projected[0]["scales"]] == [8, 64, 512]
     # on another link, from the saved record
     again = run(torchdoctor_cmd("report", "r2.json", "--link", "200:8"), tmp_path)
