@@ -233,8 +233,10 @@ def job_verdict(job: RunRecord, report: DistributedReport) -> Verdict:
         sharded = any(r.torch_collectives_ms for r in report.ranks)
         if sharded:
             why += f"; {issued_words(job.torch_collective_kinds)}"
-        ddp = communication_next(job.seen)
-        next_ = sharded_next(job.seen) if sharded else NEXT_MANUAL if manual else ddp
+        if sharded:
+            next_ = sharded_next(job.seen)
+        else:
+            next_ = NEXT_MANUAL if manual else communication_next(job.seen)
         return Verdict(COMMUNICATION_BOUND, why, next_, shares)
     if own is None or not any(r.steps.step_ms for r in report.ranks):
         return Verdict(

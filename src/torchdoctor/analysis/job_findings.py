@@ -195,16 +195,16 @@ NEXT_MANUAL = (
 )
 
 
-#: The report's words for each kind of collective torch issues.
-_KIND_WORDS = {"all_gather": "all-gathers", "reduce_scatter": "reduce-scatters",
-               "all_reduce": "all-reduces", "all_to_all": "all-to-alls"}  # fmt: skip
+def kind_words(kind: str, plural: bool = False) -> str:
+    """A collective's kind in the report's words: ``all_gather`` is ``all-gather(s)``."""
+    return kind.replace("_", "-") + ("s" if plural else "")
 
 
 def issued_words(kinds: dict[str, dict[str, float]]) -> str:
     """``torch's collectives (FSDP2's), timed where the step waited for them: all-gathers
     19.1 ms a step (14 calls, 11.6 MB), ...``"""
     parts = [
-        f"{_KIND_WORDS.get(kind, kind)} {k['ms']:.1f} ms a step ({k['calls']:g} calls, "
+        f"{kind_words(kind, plural=True)} {k['ms']:.1f} ms a step ({k['calls']:g} calls, "
         f"{size_words(k['bytes'])})"
         for kind, k in kinds.items()
     ]

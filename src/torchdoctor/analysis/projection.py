@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass
 
 from ..record import DistributedReport, ProjectedScale, Projection, RunRecord
-from .job_findings import size_words
+from .job_findings import kind_words, size_words
 
 #: The ranks each job is projected to.
 SCALES = (8, 64, 512)
@@ -115,8 +115,7 @@ def project(job: RunRecord, link: Link, scales: tuple[int, ...] = SCALES) -> Pro
         step = own + comm
         out.append(ProjectedScale(ranks, round(comm, 3), round(step, 3), round(comm / step, 4)))
     modelled = [
-        f"{_KIND.get(kind, kind)} {calls:g} x {size_words(size)}"
-        for kind, calls, size in collectives
+        f"{kind_words(kind)} {calls:g} x {size_words(size)}" for kind, calls, size in collectives
     ]
     assumptions = [
         f"each rank's own work stays {own:.1f} ms a step (the measured ranks' mean; every rank "
@@ -132,6 +131,3 @@ def project(job: RunRecord, link: Link, scales: tuple[int, ...] = SCALES) -> Pro
 def _own_ms(report: DistributedReport) -> float | None:
     owns = [r.own_ms for r in report.ranks if r.own_ms is not None]
     return sum(owns) / len(owns) if owns else None
-
-
-_KIND = {"all_gather": "all-gather", "reduce_scatter": "reduce-scatter", "all_reduce": "all-reduce"}

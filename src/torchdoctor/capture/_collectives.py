@@ -127,11 +127,11 @@ class CollectiveWatch:
     def step_ended(self, measuring: bool) -> None:
         """A step ended: its collectives' time kept when the step is a measured one."""
         self.issued.step_ended(measuring)
+        # most scripts call no collective of their own: no arithmetic then
         #: The step that just ended: ms in the script's own collectives (the no-sync phase's).
-        self.last_step_ms = round(self._step_ns / 1e6, 4)
+        self.last_step_ms = round(self._step_ns / 1e6, 4) if self._step_ns else 0.0
         if measuring:
-            # most scripts call no collective of their own: no arithmetic then
-            self.step_ms.append(round(self._step_ns / 1e6, 4) if self._step_ns else 0.0)
+            self.step_ms.append(self.last_step_ms)
             self.measured_calls += self._step_calls
         self._step_ns = self._step_calls = 0
 

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from time import perf_counter_ns
 from typing import Any
 
+import torch
+
 from ._frames import _TORCH_DIR, _norm
 
 #: The folders of torch's parallel code under ``torch/distributed`` whose collectives count.
@@ -109,7 +111,9 @@ class IssuedCollectives:
         self._step_ns += spent_ns
 
     def step_ended(self, measuring: bool) -> None:
-        if measuring and self._seen:
+        if not self._seen:
+            return  # torch's parallel code issued nothing yet (a DDP job): nothing to reset
+        if measuring:
             self.step_ms.append(round(self._step_ns / 1e6, 4))
             for kind, tally in self._step.items():
                 total = self.kinds.setdefault(kind, KindTally())
@@ -150,8 +154,6 @@ def timed_wait(issued: IssuedCollectives, original: Any) -> Any:
 
 
 def _largest_bytes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
-    import torch
-
     sizes = [
         t.numel() * t.element_size()
         for t in (*args, *kwargs.values())

@@ -2,11 +2,11 @@
 (docs/distributed.md, "Uneven inputs under Join" and "Checkpoints").
 
 - **Join.** torchdoctor's gloo group is made right after the script's ``init_process_group``
-  (every rank is at that call), and ``torch.distributed.algorithms.Join.__exit__`` is wrapped: a rank whose data ran out
-  tells :class:`~torchdoctor.capture._ranks.Ranks` before it enters Join's loop (its answer to
-  the other ranks' next agreement goes out then), and when Join lets every rank go, a job whose
-  ranks ran out at different steps is stopped there, on every rank at once: the only place where
-  no rank waits in Join for another.
+  (every rank is at that call), and ``torch.distributed.algorithms.Join.__exit__`` is wrapped:
+  a rank whose data ran out tells :class:`~torchdoctor.capture._ranks.Ranks` before it enters
+  Join's loop (its answer to the other ranks' next agreement goes out then), and when Join lets
+  every rank go, a job whose ranks ran out at different steps is stopped there, on every rank at
+  once: the only place where no rank waits in Join for another.
 - **Saves of drifted replicas.** While the replicas drift apart (the communication-free phase:
   each rank applies its own gradients), a call that would write a checkpoint — ``torch.save`` to
   a file, ``torch.distributed.checkpoint``'s ``save``/``async_save``/``save_state_dict`` — stops

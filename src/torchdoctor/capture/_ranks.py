@@ -154,8 +154,9 @@ class Ranks:
         """This rank's data ran out inside Join (at optimizer step ``step``): it answers the
         other ranks' next agreement now, without waiting for it."""
         self._join_step = step
-        group = self._group if self._group is not _NO_GROUP else None  # never made here: a
-        if group is None or self.uneven_join or self._answer is not None:  # collective too
+        # the group is never made here: making it is a collective the other ranks are not in
+        group = self._group if self._group is not _NO_GROUP else None
+        if group is None or self.uneven_join or self._answer is not None:
             return
         vote = self._vote(wanted=False)
         self._answer = (_dist().all_reduce(vote, op=_dist().ReduceOp.MIN, group=group,

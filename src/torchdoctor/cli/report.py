@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from .._errors import TorchdoctorError
 from .._paths import check_output_file
+
+if TYPE_CHECKING:
+    from ..record import RunRecord
 
 
 def add_report(sub: argparse._SubParsersAction) -> None:
@@ -66,7 +70,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _reproject(record: object, text: str) -> None:
+def _reproject(record: RunRecord, text: str) -> None:
     """``--link``: the job's projection again, on the link given."""
     from ..analysis.projection import parse_link, project
 
@@ -74,10 +78,10 @@ def _reproject(record: object, text: str) -> None:
         link = parse_link(text)
     except ValueError as exc:
         raise TorchdoctorError(str(exc), "e.g. --link ethernet, or --link 200:8") from None
-    job = record.distributed  # type: ignore[attr-defined]
+    job = record.distributed
     if job is None:
         raise TorchdoctorError(
             "--link: this record is not a distributed job's",
             "pass a record of `torchdoctor run --nproc-per-node N --json PATH`",
         )
-    job.projection = project(record, link)  # type: ignore[arg-type]
+    job.projection = project(record, link)

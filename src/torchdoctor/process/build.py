@@ -57,9 +57,11 @@ def build_record(
         )
     record.threads_override = opts.threads_override
     # each no-sync step less its own collectives that ran for real (an all-gather it reads)
-    taken = session.data.no_sync_collectives_ms
-    record.no_sync = [round(max(session.step_ms(step) - (taken[i] if i < len(taken) else 0.0), 0.0), 4)
-                      for i, step in enumerate(session.data.no_sync)]  # fmt: skip
+    # (the phase appends a step and its collectives' ms together)
+    record.no_sync = [
+        round(max(session.step_ms(step) - taken, 0.0), 4)
+        for step, taken in zip(session.data.no_sync, session.data.no_sync_collectives_ms)
+    ]
     record.measured_after = [round(session.step_ms(s), 4) for s in session.data.measured_after]
     _attach_trials(record, session)
     # Noted after the measured steps; a snapshot before then (a job that fails early) reads the

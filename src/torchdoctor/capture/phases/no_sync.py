@@ -39,16 +39,16 @@ class NoSyncPhase(Phase):
         collectives = session.parallel.collectives
         if collectives.calls and not collectives.freeable:
             names = ", ".join(sorted(collectives.not_freeable))
-            if _ddp_modules(session) and not any("async_op" in n for n in names.split(", ")):
+            blocking = not any("async_op" in n for n in collectives.not_freeable)
+            if _ddp_modules(session) and blocking:
                 # DDP's all-reduce is made free; the script's blocking calls run for real, and
                 # their time is taken out of each step
-                note = (
+                _note(
+                    session,
                     f"communication-free phase: the script's own {names} cannot return at once "
                     "(the script reads the output): each call ran for real, and its time is "
-                    "taken out of its no-sync step"
+                    "taken out of its no-sync step",
                 )
-                if note not in session.data.notes:
-                    session.data.notes.append(note)
                 return True
             return _skipped(
                 session,
@@ -90,9 +90,14 @@ class NoSyncPhase(Phase):
 
 
 def _skipped(session: PhaseSession, note: str) -> bool:
+    _note(session, note)
+    return False
+
+
+def _note(session: PhaseSession, note: str) -> None:
+    """Once: ``wanted`` is asked again at each agreement."""
     if note not in session.data.notes:
         session.data.notes.append(note)
-    return False
 
 
 def _ddp_modules(session: PhaseSession) -> list[DistributedDataParallel]:
