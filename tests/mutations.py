@@ -84,6 +84,20 @@ MUTATIONS = (
         ("tests/unit/capture/test_job_guard_rules.py",),
     ),
     Mutation(
+        "join: a rank held for Join whose heartbeat still counts steps read as stalled",
+        "process/rank_endings.py",
+        "return state.stepped_at is not None and at - state.stepped_at < stacks.STALL_S",
+        "return False",
+        ("tests/unit/test_launch_faults.py",),
+    ),
+    Mutation(
+        "join: Ctrl-C of a job held after an uneven join read as the measurement done",
+        "process/ending/_script.py",
+        "(end.phase == phase_names.DONE and not end.uneven_join)",
+        "(end.phase == phase_names.DONE)",
+        ("tests/unit/process/test_ending.py",),
+    ),
+    Mutation(
         "saves: a checkpoint written while the replicas drift",
         "capture/_job_guards.py",
         "if ranks.drifting and (",

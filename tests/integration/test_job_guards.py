@@ -4,9 +4,23 @@ with uneven and even inputs, and saving checkpoints through the communication-fr
 
 from __future__ import annotations
 
+import json
+import signal
+import subprocess
+import time
+import uuid
+
 import pytest
 
-from distjobs import QUICK, assert_no_orphans, job
+from distjobs import (
+    JOB,
+    QUICK,
+    assert_no_orphans,
+    default_sigint,
+    env_with_src,
+    job,
+    torchdoctor_cmd,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -43,6 +57,50 @@ def test_a_whole_run_of_a_join_job_with_uneven_inputs_goes_on_to_its_end(tmp_pat
     finding = record["findings"][0]
     assert finding["kind"] == "ddp.uneven-inputs" and finding["detail"]["joined_at"] == {
         "0": 32, "1": 6}  # fmt: skip
+    assert_no_orphans(tag)
+
+
+def test_ctrl_c_while_a_rank_waits_in_join_is_an_interruption_with_the_join_finding(tmp_path):
+    # Rank 1 runs out at step 6 and waits in Join's loop; rank 0 (320000 samples) steps on,
+    # its steps no longer logged. Ctrl-C comes after the stall rule's span (5 s) has passed
+    # since either rank's last logged step: the job was held, not stalled.
+    tag = uuid.uuid4().hex
+    timing = tmp_path / "t"
+    with open(tmp_path / "out", "w") as out, open(tmp_path / "err", "w") as err:
+        proc = subprocess.Popen(
+            torchdoctor_cmd(
+                "run", "--nproc-per-node", "2", *BOUNDED, "--json", "r.json", "--", JOB,
+                "--join", "--rank1-samples", "96", "--samples", "640000", "--epochs", "1",
+                "--timing-file", str(timing), "--tag", tag,
+            ),
+            cwd=tmp_path, env=env_with_src(), stdout=out, stderr=err, text=True,
+            preexec_fn=default_sigint,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and proc.poll() is None:
+                done = timing.with_suffix(".0")
+                if done.exists() and len(done.read_text().split()) >= 40:
+                    break
+                time.sleep(0.2)
+            time.sleep(6.5)
+            assert proc.poll() is None, (tmp_path / "err").read_text()[-3000:]
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=60)
+        finally:
+            proc.kill()
+    stdout = " ".join((tmp_path / "out").read_text().split())
+    assert proc.returncode == 130, (tmp_path / "err").read_text()[-3000:]
+    record = json.loads((tmp_path / "r.json").read_text())
+    assert record["status"] == "interrupted", (record["ending"], record["notes"])
+    assert {r["rank"]: r["status"] for r in record["distributed"]["ranks"]} == {
+        0: "interrupted", 1: "interrupted"}  # fmt: skip
+    assert not [n for n in record["notes"] if "stalled" in n], record["notes"]
+    finding = next(f for f in record["findings"] if f["kind"] == "ddp.uneven-inputs")
+    assert finding["detail"]["joined_at"] == {"1": 6}
+    assert finding["detail"]["going_at"]["0"] >= 40
+    assert "rank 1's data ran out after 6 steps while rank 0 went on" in finding["title"]
+    assert "stalled" not in stdout and "uneven inputs under Join" in stdout
     assert_no_orphans(tag)
 
 

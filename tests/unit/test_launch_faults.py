@@ -139,3 +139,36 @@ def test_a_whole_job_that_took_steps_but_measured_none_exits_0():
                           timed_out=False, signalled=None)  # fmt: skip
     assert outcome.record.status == "complete"
     assert outcome.exit_status == 0
+
+
+def test_a_rank_whose_heartbeat_still_counts_steps_is_not_stalled():
+    # A job held for Join after its phases: rank 1 waits in Join's loop, rank 0 steps on with its
+    # steps unlogged; both logs ended 30 s before the stop. Only the heartbeat says rank 0 steps.
+    from torchdoctor.process.rank_endings import stalled
+    from torchdoctor.process.stacks import StoppedAt
+    from torchdoctor.process.stream import LoggedStep
+    from torchdoctor.record import DistributedReport, RankRun, RunRecord
+
+    def job_and_states(rank0_stepped_at):
+        job = RunRecord(notes=[])
+        job.distributed = DistributedReport(world_size=2, ranks=[RankRun(rank=0), RankRun(rank=1)])
+        states = []
+        for n in (0, 1):
+            state = rank(n, None, 0.0)
+            state.logged = [
+                LoggedStep("measure", {"forward": 2.0}, 1, int(i * 2e6)) for i in range(8)
+            ]
+            states.append(state)
+        states[0].stepped_at = rank0_stepped_at
+        where = {0: StoppedAt("train.py:30", "one_epoch", "loss.backward()", True),
+                 1: StoppedAt("train.py:44", "<module>", "with Join([ddp]):", True)}  # fmt: skip
+        return job, states, where
+
+    job, states, where = job_and_states(rank0_stepped_at=29.5)
+    stalled(job, states, where, at=30.0)
+    assert not [n for n in job.notes if "stalled" in n], job.notes
+    assert job.distributed.ranks[1].stopped_at.startswith("train.py:44")
+    # the same job whose heartbeat stopped counting long before: every rank waited, a stall
+    job, states, where = job_and_states(rank0_stepped_at=10.0)
+    stalled(job, states, where, at=30.0)
+    assert job.notes[0].startswith("the job stalled: every rank was waiting in a collective")

@@ -149,7 +149,11 @@ def _join_finding(records: list[RunRecord]) -> Finding | None:
     samples = {rank_of(r): r.loader.dataset_len for r in records
                if r.loader is not None and isinstance(r.loader.dataset_len, int)}  # fmt: skip
     loader = next((r.loader for r in records if r.loader is not None), None)
-    return join_finding(joined, samples, loader.created_at if loader is not None else None)  # type: ignore[arg-type]
+    # a job stopped while a rank waited in Join: the ranks still stepping, with their steps
+    going = {rank_of(r): int(r.seen.get("optimizer_steps", 0)) for r in records
+             if r.joined_at is None} if joined else {}  # fmt: skip
+    where = loader.created_at if loader is not None else None
+    return join_finding(joined, samples, where, going)  # type: ignore[arg-type]
 
 
 def rank_of(record: RunRecord) -> int:

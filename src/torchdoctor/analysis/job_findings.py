@@ -102,24 +102,39 @@ def comm_share(report: DistributedReport) -> float | None:
 
 
 def join_finding(
-    joined: dict[int, int], samples: dict[int, int], where: str | None
+    joined: dict[int, int],
+    samples: dict[int, int],
+    where: str | None,
+    going: dict[int, int] | None = None,
 ) -> Finding | None:
     """Ranks whose data ran out at different steps under ``Join`` (``joined``: rank -> the step
     its data ran out; ``samples``: rank -> its loader's samples, where known): the job went on,
-    and the ranks that ran out first waited in Join, their share of each gradient a zero."""
-    if len(joined) < 2 or len(set(joined.values())) < 2:
+    and the ranks that ran out first waited in Join, their share of each gradient a zero.
+    ``going``: rank -> the steps of a rank still stepping when the job was stopped (Ctrl-C, the
+    bound) while another waited in Join's loop."""
+    last_joined = max(joined.values(), default=0)
+    going = {r: s for r, s in (going or {}).items() if s > last_joined}
+    ends = {**joined, **going}
+    if not joined or len(ends) < 2 or len(set(ends.values())) < 2:
         return None
     first = min(joined, key=lambda r: (joined[r], r))
-    last = max(joined, key=lambda r: (joined[r], -r))
-    idle = joined[last] - joined[first]
+    last = max(ends, key=lambda r: (ends[r], -r))
+    idle = ends[last] - joined[first]
     sizes = ""
     if first in samples and last in samples:
         sizes = f" ({samples[first]} samples against {samples[last]})"
+    if last in going:
+        ran = (
+            f"rank {first}'s data ran out after {joined[first]} steps while rank {last} went on: "
+            f"it was at step {going[last]} when the job was stopped"
+        )
+        waited = f"at least the last {idle} steps ({idle / ends[last]:.0%} of the job's so far)"
+    else:
+        ran = f"rank {first}'s data ran out after {joined[first]} steps, rank {last}'s after {joined[last]}"
+        waited = f"the last {idle} steps ({idle / ends[last]:.0%} of the job's)"
     title = (
-        f"uneven inputs under Join: rank {first}'s data ran out after {joined[first]} steps, "
-        f"rank {last}'s after {joined[last]}{sizes}; Join kept the job from hanging, but rank "
-        f"{first} waited in Join for the last {idle} steps ({idle / joined[last]:.0%} of the "
-        "job's), its share of each of their gradients a zero"
+        f"uneven inputs under Join: {ran}{sizes}; Join kept the job from hanging, but rank "
+        f"{first} waited in Join for {waited}, its share of each of their gradients a zero"
     )
     fix = (
         "where every rank may see the same amount of data, DataLoader(dataset, "
@@ -127,9 +142,12 @@ def join_finding(
         "rank working to the end; where the amounts must differ, Join is the right tool and "
         "this is its cost"
     )
+    detail: dict = {"joined_at": {str(r): s for r, s in joined.items()}}
+    if going:
+        detail["going_at"] = {str(r): s for r, s in going.items()}
     file, line = split_where(where)
     return Finding(kind="ddp.uneven-inputs", title=title, fix=fix, file=file, line=line,
-                   severity="warning", detail={"joined_at": {str(r): s for r, s in joined.items()}})  # fmt: skip
+                   severity="warning", detail=detail)  # fmt: skip
 
 
 def communication_next(seen: dict) -> str:

@@ -23,6 +23,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
+from ..record import SEEN_IN_JOIN
 from ._frames import user_site
 from ._step_hooks import StopRun
 
@@ -84,9 +85,12 @@ def _join_exit(original: Any, session: CaptureSession) -> Any:
     def __exit__(join: Any, exc_type: Any, exc: Any, tb: Any) -> Any:
         ranks = session.ranks
         ran_out = exc_type is None and bool(getattr(join, "_enable", True))
+        seen = session.data.seen
         if ran_out:
-            ranks.joined(int(session.data.seen.get("optimizer_steps", 0)))
+            seen[SEEN_IN_JOIN] = int(seen.get("optimizer_steps", 0))  # told by the heartbeat
+            ranks.joined(seen[SEEN_IN_JOIN])
         result = original(join, exc_type, exc, tb)
+        seen.pop(SEEN_IN_JOIN, None)
         stops = session.options.stop and not session.options.whole  # a whole run goes on
         if ran_out and ranks.after_join() and stops:
             session.data.notes.append(join_note(ranks.first_join_step, ranks.joined_at))

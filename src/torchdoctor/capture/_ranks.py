@@ -162,6 +162,13 @@ class Ranks:
         self._answer = (_dist().all_reduce(vote, op=_dist().ReduceOp.MIN, group=group,
                                            async_op=True), vote)  # fmt: skip
 
+    @property
+    def ran_out_at(self) -> int | None:
+        """The step at which this rank's data ran out under Join, where the job's inputs were
+        uneven or where the rank still waits in Join's loop (the job was stopped there: the
+        other ranks were still stepping, or its loop would have ended)."""
+        return self.joined_at if self.joined_at is not None else self._join_step
+
     def after_join(self) -> bool:
         """Join let every rank go: whether the job's inputs were uneven (a rank ran out first),
         after which it is stopped here, on every rank at once. Even inputs change nothing."""

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..analysis.verdict import summarise
 from ..options import RunOptions
-from ..record import RecordError, RunRecord, phase_names
+from ..record import SEEN_IN_JOIN, RecordError, RunRecord, phase_names
 from .ending import decide_not_started, settle
 from .stream import StreamState
 
@@ -191,6 +191,8 @@ def record_from_stream(state: StreamState, command: list[str], options: RunOptio
             record.no_sync.append(round(sum(parts.values()), 4))
     if state.seen is not None:  # the latest counts, beside what the snapshot says (the backend)
         record.seen.update(state.seen)
+        if record.joined_at is None and SEEN_IN_JOIN in state.seen:  # stopped in Join's loop
+            record.joined_at = state.seen[SEEN_IN_JOIN]
     if state.whole is not None:  # run --whole: the accounts last sent; the time since is tail
         from ..analysis.whole_run import attach_whole
 

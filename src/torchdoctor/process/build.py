@@ -47,7 +47,7 @@ def build_record(
         record.backwards_per_step = session.boundary.backwards_per_step
     record.built_inputs = session.inputs.described()
     record.losses = list(session.data.losses)
-    record.joined_at = session.ranks.joined_at
+    record.joined_at = session.ranks.ran_out_at
     if session.state.autocast_dtype:  # what the script does already: no advice repeats it
         record.seen["autocast_dtype"] = session.state.autocast_dtype
     if session.ranks.peer_stopped:

@@ -270,7 +270,8 @@ def stalled(
         if rank.rank in where:
             rank.stopped_at = where[rank.rank].words()
             rank.in_collective = where[rank.rank].in_collective
-    gaps = {s.hello.rank: stacks.stalled_for(s.logged, at) for s in states if s.hello}
+    gaps = {s.hello.rank: None if _stepped_lately(s, at) else stacks.stalled_for(s.logged, at)
+            for s in states if s.hello}  # fmt: skip
     if not where or not gaps or any(g is None for g in gaps.values()):
         return  # some rank was still stepping: the job was stopped, not stalled
     steps = {e.rank: e.steps for e in rank_ends(states, {}, "stopped")}
@@ -294,3 +295,9 @@ def stalled(
         before = re.sub(r"^the \d+ ranks are balanced[^;]*; ", "", job.verdict.why)
         job.verdict.why = f"{text}; in the steps measured before: {before}"
         job.verdict.next = f"{fix}; then run torchdoctor again"
+
+
+def _stepped_lately(state: StreamState, at: float) -> bool:
+    """Its heartbeat said it stepped on within the stall's span before ``at``: it was stepping,
+    its steps unlogged (a rank held until Join lets the job go, its phases cut)."""
+    return state.stepped_at is not None and at - state.stepped_at < stacks.STALL_S

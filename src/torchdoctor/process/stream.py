@@ -279,6 +279,9 @@ class StreamState:
     closed_at: float | None = None
     #: ``time.monotonic()`` when the reader started (the process was just started).
     started_at: float = field(default_factory=time.monotonic)
+    #: ``time.monotonic()`` when a heartbeat last said the optimizer stepped on: a rank whose
+    #: steps are not logged (a job held for Join after its phases) still steps.
+    stepped_at: float | None = None
 
 
 class StreamReader:
@@ -323,6 +326,9 @@ class StreamReader:
         elif isinstance(message, StepLogAt):
             state.step_log = message.path
         elif isinstance(message, Seen):
+            before = (state.seen or {}).get("optimizer_steps", 0)
+            if message.seen.get("optimizer_steps", 0) != before:
+                state.stepped_at = time.monotonic()
             state.seen = message.seen
         elif isinstance(message, Final):
             state.final = message

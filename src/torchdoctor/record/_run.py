@@ -118,6 +118,11 @@ class Environment:
     host: str = ""
 
 
+#: A ``seen`` count of a launched rank waiting in Join's loop: the step its data ran out at (gone
+#: when Join lets it go). The heartbeat carries it, so a job stopped there keeps where each rank
+#: stood even from a rank that sent no last word.
+SEEN_IN_JOIN = "in_join_since_step"
+
 #: The shortest window of measured steps whose CPU shares are told. The system's CPU counters
 #: (/proc/stat, a process's cpu_times) advance in clock ticks of 10 ms, so over a 3 ms window a
 #: busy machine reads 0% as easily as 100%; over 0.5 s the ticks lost at the two ends of the
@@ -239,7 +244,8 @@ class RunRecord:
     #: Whether it was then waiting in a collective (a torch.distributed call, or backward).
     stopped_in_collective: bool = False
     #: A rank of a job whose ranks' data ran out at different steps under
-    #: ``torch.distributed.algorithms.Join``: the optimizer step at which this rank's ran out.
+    #: ``torch.distributed.algorithms.Join``: the optimizer step at which this rank's ran out
+    #: (also where the job was stopped while this rank waited in Join's loop).
     joined_at: int | None = None
     #: Per measured step, ms in the ``torch.distributed`` collectives the script calls itself
     #: (``dist.all_reduce`` by hand; not DDP's, which run inside backward); empty when none.

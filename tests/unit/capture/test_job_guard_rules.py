@@ -75,6 +75,23 @@ def test_the_join_finding_names_who_ran_out_first_and_for_how_long_it_waited():
     assert join_finding({1: 30}, {}, None) is None
 
 
+def test_a_job_stopped_while_a_rank_waited_in_join_is_told_with_the_steps_of_the_rank_going_on():
+    # Ctrl-C or the bound while rank 1 waited in Join's loop and rank 0 still stepped
+    finding = join_finding({1: 6}, {0: 320000, 1: 48}, "train.py:14", going={0: 806})
+    assert finding is not None and finding.severity == "warning"
+    assert (
+        "rank 1's data ran out after 6 steps while rank 0 went on: it was at step 806 when the "
+        "job was stopped (48 samples against 320000)" in finding.title
+    )
+    assert "waited in Join for at least the last 800 steps (99% of the job's so far)" in (
+        finding.title
+    )
+    assert finding.detail == {"joined_at": {"1": 6}, "going_at": {"0": 806}}
+    # a rank stopped at or before the step the other ran out at tells nothing
+    assert join_finding({1: 6}, {}, None, going={0: 6}) is None
+    assert join_finding({}, {}, None, going={0: 806}) is None
+
+
 @pytest.mark.parametrize(
     ("ended", "phase", "status", "cause"),
     [

@@ -72,6 +72,20 @@ def test_the_measurement_done_is_complete_whatever_the_script_did_after():
     assert after_error.status == COMPLETE and after_error.exit_status == EXIT_SCRIPT_ERROR
 
 
+def test_a_rank_held_for_join_after_an_uneven_join_ends_as_it_was_stopped():
+    # Its phases were cut, not done: the job was held until Join let its ranks go.
+    done = phase_names.DONE
+    where_join_let_go = script(STOPPED, phase=phase_names.MEASURE, uneven_join=True)
+    assert (where_join_let_go.status, where_join_let_go.cause) == (PARTIAL, "uneven-join")
+    ctrl_c = script(CTRL_C, phase=done, uneven_join=True)
+    assert (ctrl_c.status, ctrl_c.exit_status, ctrl_c.cause) == (
+        INTERRUPTED,
+        EXIT_INTERRUPTED,
+        "ctrl-c",
+    )
+    assert script(FINISHED, phase=done, uneven_join=True).status == PARTIAL
+
+
 def test_a_script_that_ended_on_its_own_early_is_partial_or_trained_none():
     ran_out = script(FINISHED, measured=4)
     assert (ran_out.status, ran_out.exit_status, ran_out.cause) == (PARTIAL, EXIT_OK, "script-end")

@@ -85,3 +85,15 @@ def test_a_script_that_could_not_run_is_the_users_error_not_a_record():
     state.error = Failed("no such file: train.py", "check the path")
     with pytest.raises(TorchdoctorError, match="no such file"):
         _outcome(state, 2, TARGET, OPTIONS, False, None)
+
+
+def test_a_rank_stopped_in_joins_loop_keeps_where_its_data_ran_out_from_its_heartbeat():
+    # Killed at the bound with no last word: only its heartbeat said it waited in Join's loop.
+    from torchdoctor.process._processes import record_from_stream
+    from torchdoctor.record import SEEN_IN_JOIN
+
+    state = snapshot_only()
+    state.seen = {"optimizer_steps": 6, SEEN_IN_JOIN: 6}
+    assert record_from_stream(state, ["train.py"], OPTIONS).joined_at == 6
+    state.seen = {"optimizer_steps": 806}  # a rank still stepping
+    assert record_from_stream(state, ["train.py"], OPTIONS).joined_at is None

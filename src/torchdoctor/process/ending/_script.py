@@ -89,7 +89,9 @@ def decide_script(end: ScriptEnd) -> Ending:
     if end.uneven_join and end.ended == STOPPED and end.phase != phase_names.DONE:
         # its notes say where Join let the ranks go; the phases after it did not run
         return _ending(end, PARTIAL, "uneven-join", [])
-    if end.ended == STOPPED or end.phase == phase_names.DONE:
+    if end.ended == STOPPED or (end.phase == phase_names.DONE and not end.uneven_join):
+        # (after an uneven join the phases were cut, not done: the job was held until Join let
+        # its ranks go, and Ctrl-C or the bound there ends it as anywhere else)
         return _ending(end, COMPLETE, "measured", [])
     if end.whole_steps and end.ended in WHOLE_ENDED:
         # a whole run ends with the script; its steps' verdict covers the measured window
