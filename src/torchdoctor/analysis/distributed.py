@@ -46,7 +46,7 @@ from .job_findings import (
     comm_share,
     communication_next,
     issued_words,
-    join_finding,
+    join_finding_of,
     part_bound,
     sharded_next,
     straggler_finding,
@@ -123,7 +123,7 @@ def combine(
     job.notes = _merged_notes(by_rank, bounding)
     if straggler is not None:
         job.findings.insert(0, straggler_finding(straggler))
-    joined = _join_finding(by_rank)
+    joined = join_finding_of(by_rank)
     if joined is not None:
         job.findings.insert(0, joined)
     if world > 1 and not report.backend and any(r.steps.step_ms for r in by_rank):
@@ -142,18 +142,6 @@ def combine(
     job.verdict = job_verdict(job, report)
     report.projection = project(job, LINKS[DEFAULT_LINK])
     return job
-
-
-def _join_finding(records: list[RunRecord]) -> Finding | None:
-    joined = {rank_of(r): r.joined_at for r in records if r.joined_at is not None}
-    samples = {rank_of(r): r.loader.dataset_len for r in records
-               if r.loader is not None and isinstance(r.loader.dataset_len, int)}  # fmt: skip
-    loader = next((r.loader for r in records if r.loader is not None), None)
-    # a job stopped while a rank waited in Join: the ranks still stepping, with their steps
-    going = {rank_of(r): int(r.seen.get("optimizer_steps", 0)) for r in records
-             if r.joined_at is None} if joined else {}  # fmt: skip
-    where = loader.created_at if loader is not None else None
-    return join_finding(joined, samples, where, going)  # type: ignore[arg-type]
 
 
 def rank_of(record: RunRecord) -> int:
