@@ -217,24 +217,28 @@ def _child_of(proc: subprocess.Popen, timeout_s: float = 60) -> psutil.Process:
 LONG = ["--epochs", "200", "--batches", "20", "--step-s", "0.01"]
 
 
-@pytest.mark.parametrize("ending", ["ctrl-c", "sigkill"])
+@pytest.mark.parametrize("ending", ["ctrl-c", "sigterm", "sigkill"])
 def test_a_whole_run_cut_short_keeps_its_accounts(tmp_path, ending):
-    cmd, record = _command(tmp_path, script_args=LONG)
+    counted = tmp_path / "steps"
+    cmd, record = _command(tmp_path, script_args=[*LONG, "--count-file", str(counted)])
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     child = _child_of(proc)
     # Into the steps, and one accounts message after the first (they stream every 5 s): a fixed
     # 9 s from the start was still in the startup beside a busy process (make test-load).
     wait_for_phase(proc, "watching the whole run")
     time.sleep(WHOLE_INTERVAL_S + 2.0)
-    if ending == "ctrl-c":
-        proc.send_signal(signal.SIGINT)
-    else:
+    if ending == "sigkill":
         child.send_signal(signal.SIGKILL)
+    else:  # SIGTERM: a scheduler's preemption of torchdoctor's command
+        proc.send_signal(signal.SIGINT if ending == "ctrl-c" else signal.SIGTERM)
     out, err = proc.communicate(timeout=60)
     data = json.loads(record.read_text())
-    assert data["status"] == ("interrupted" if ending == "ctrl-c" else "killed"), data["notes"]
+    assert data["status"] == ("killed" if ending == "sigkill" else "interrupted"), data["notes"]
     run = data["whole_run"]
     assert run["ending"] == "cut" and run["steps"] > 0
+    if ending != "sigkill":  # the accounts go to the last step, not to the last sent (every 5 s)
+        taken = int(counted.read_text())
+        assert taken - 2 <= run["steps"] <= taken + 1, (run["steps"], taken)
     assert sum(k["seconds"] for k in run["categories"]) == pytest.approx(run["wall_s"], rel=0.01)
     assert run["projected_goodput"] is not None and run["projection"]
     assert "Traceback" not in err

@@ -27,6 +27,7 @@ parser.add_argument("--flush-every", type=int, default=0)
 parser.add_argument("--flush-s", type=float, default=0.0)
 parser.add_argument("--step-s", type=float, default=0.004)
 parser.add_argument("--out", default=os.devnull)
+parser.add_argument("--count-file", help="the steps taken so far, rewritten at each step")
 args = parser.parse_args()
 
 
@@ -94,6 +95,9 @@ def main():
             time.sleep(args.step_s)  # the rest of a real step
             metrics.append(loss.detach())
             step += 1
+            if args.count_file:
+                with open(args.count_file, "w") as counted:
+                    counted.write(str(step))
             if args.flush_every and step % args.flush_every == 0:
                 flush_metrics(metrics)
         if args.eval_batches:

@@ -48,6 +48,8 @@ WHOLE_INTERVAL_S = 5.0
 #: Seconds a script may keep running after torchdoctor stopped it (it swallowed the stop with
 #: ``except BaseException``) before this process sends the record and ends itself.
 SWALLOWED_STOP_GRACE_S = 3.0
+#: Seconds a whole run's SIGTERM handler waits for its last accounts to go out before it ends.
+SIGTERM_SEND_S = 2.0
 
 
 def main(argv: list[str]) -> int:
@@ -168,6 +170,8 @@ def _run(spec: dict[str, Any], writer: StreamWriter, log_path: str) -> int:
 
     heartbeat = threading.Thread(target=report_seen, name="torchdoctor-seen", daemon=True)
     heartbeat.start()
+    if options.whole:
+        _accounts_on_sigterm(live, writer)
     try:
         outcome = run_target(target, options, progress=progress, listener=listen)
     except TorchdoctorError as exc:
@@ -184,6 +188,32 @@ def _run(spec: dict[str, Any], writer: StreamWriter, log_path: str) -> int:
         sys.stderr.write("".join(lines) + "\n")
     writer.send(Final(outcome.record.to_dict(), outcome.exit_status, lines))
     return outcome.exit_status
+
+
+def _accounts_on_sigterm(live: dict[str, Any], writer: StreamWriter) -> None:
+    """``run --whole``: on SIGTERM (a scheduler's preemption, torchdoctor's stop, torchrun's
+    shutdown of a job) send the whole run's accounts as they are, then end by SIGTERM as the
+    script would have: without it the accounts since the last sent (up to
+    :data:`WHOLE_INTERVAL_S`) were lost as tail. A script that handles SIGTERM itself replaces
+    this handler and ends its own way (its accounts then end with it)."""
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        try:
+            session = live.get("session")
+            whole = getattr(session, "whole", None)
+            if whole is not None:
+                accounts = Whole(whole.summary(final=False))
+                # sent from another thread: this one may hold the writer's lock (a send cut)
+                sender = threading.Thread(target=writer.send, args=(accounts,), daemon=True)
+                sender.start()
+                sender.join(SIGTERM_SEND_S)
+        finally:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
 
 
 def _connect(path: str) -> int:
