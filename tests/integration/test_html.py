@@ -131,6 +131,7 @@ def test_analyze_records_compare_too():
     assert result.kind == NO_CHANGE and result.judged.speedup == 1.0 and result.a_steps >= 2
 
 
+@pytest.mark.timing  # its headline must be IMPROVED, measured side by side
 def test_the_demo_writes_its_page_and_prints_where(tmp_path, capsys):
     pytest.importorskip("PIL")
     page = tmp_path / "demo.html"

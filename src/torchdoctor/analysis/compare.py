@@ -295,18 +295,23 @@ def judge(
     side in pairs (A then B, B then A, ...). Load on a shared machine moves whole runs: beside a
     busy-looping process, single runs of one script came out up to 2.1x slower than the others,
     so how far one side's runs are apart says more about the machine than about the change. A
-    pair's two runs share the moment instead. The allowance is then :data:`RUN_TO_RUN`, and a
-    change counts only when **every** pair agrees beyond it, as well as the pooled speedup and
-    its interval: one run slowed by load can make the change unclear, not make it.
+    pair's two runs share the moment instead, so the speedup is then the pairs' geometric mean
+    and its range runs from the smallest pair to the largest (pooled steps mix the moments: one
+    loaded run's steps weigh on the pooled mean of its side alone, and a 6x change measured in
+    pairs of 6.0x and 1.6x pooled to 1.17x). The allowance is :data:`RUN_TO_RUN`, and a change
+    counts only when **every** pair agrees beyond it: one run slowed by load can make the change
+    unclear, not make it.
     """
-    speedup = scale * statistics.fmean(a_steps) / statistics.fmean(b_steps)
-    lo, hi = (scale * x for x in interval(a_steps, b_steps))
     paired = [scale * x for x in pairs] if pairs is not None and len(pairs) >= 2 else []
     if paired:
+        speedup = math.exp(statistics.fmean(math.log(x) for x in paired))
+        lo, hi = min(paired), max(paired)
         allowance = max(RUN_TO_RUN, spread)
-        faster = min(paired) >= 1.0 + allowance
-        slower = max(paired) <= 1.0 / (1.0 + allowance)
+        faster = lo >= 1.0 + allowance
+        slower = hi <= 1.0 / (1.0 + allowance)
     else:
+        speedup = scale * statistics.fmean(a_steps) / statistics.fmean(b_steps)
+        lo, hi = (scale * x for x in interval(a_steps, b_steps))
         allowance = max(RUN_TO_RUN, block_spread(a_steps), block_spread(b_steps), spread)
         faster = slower = True
     judgement = judged_speedup(speedup, lo, hi, allowance, faster, slower).judgement
@@ -314,11 +319,14 @@ def judge(
         round(speedup, 3), round(lo, 3), round(hi, 3), round(allowance, 3), judgement
     )
     notes: list[str] = []
-    unclear = judgement == NO_CHANGE and (lo > 1.0 or hi < 1.0)  # beyond the steps' noise
+    if paired:  # some pair saw a change, not every one
+        unclear = judgement == NO_CHANGE and (hi >= 1.0 + allowance or lo <= 1 / (1 + allowance))
+    else:
+        unclear = judgement == NO_CHANGE and (lo > 1.0 or hi < 1.0)  # beyond the steps' noise
     if unclear and paired:
         notes.append(
-            f"the change ({speedup:.2f}x) is beyond the steps' noise but the pairs of runs "
-            f"disagree ({pair_words(paired)}): run it again"
+            f"a pair of runs saw a change ({speedup:.2f}x overall) but the pairs disagree "
+            f"({pair_words(paired)}): run it again"
         )
     elif unclear:
         notes.append(
