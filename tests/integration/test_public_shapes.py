@@ -197,3 +197,15 @@ def test_fix_runs_through_a_script_that_trusts_len_loader(tmp_path):
     rec = json.loads((tmp_path / "fix.json").read_text())
     assert rec["status"] == "complete" and rec["model_alone"], rec["notes"]
     assert not any("stopped the script" in n for n in rec["patch"]["notes"]), rec["patch"]
+
+
+def test_the_training_data_read_again_under_no_grad_is_an_evaluation_not_an_epoch():
+    # every 5 steps, a few batches of the training loader under no_grad, then the validation's:
+    # 2 epochs of 20 steps were 17 epoch boundaries, now 1 (between the two epochs)
+    out, rec = run("eval_on_train_data.py", whole=True)
+    assert out.error is None and rec.status == "complete", rec.notes
+    whole = rec.whole_run
+    assert whole is not None and whole.steps == 40 and whole.epochs == 2
+    kinds = {k.kind: k for k in whole.categories}
+    assert kinds["epoch-boundary"].count == 1
+    assert kinds["evaluation"].count == 8

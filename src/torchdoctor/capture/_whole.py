@@ -162,16 +162,16 @@ class WholeRunWatch:
         now = self.clock_ns() if now is None else now
         self.loading = True
         self._commit_forward()
-        if key == self.train_key:
+        if key == self.train_key and torch.is_grad_enabled():
             self.training(now)
-        elif self.train_key is not None:
+        elif self.train_key is not None:  # another loader, or the training data evaluated
             self._eval_activity(now, now)
 
     def batch_returned(self, key: int, now: int | None = None) -> None:
         now = self.clock_ns() if now is None else now
         self.loading = False
         self._last_key = key
-        if key == self.train_key:
+        if key == self.train_key and torch.is_grad_enabled():
             if self._boundary_from is not None:
                 self._save_samples()
                 # the script's own work in it (an end-of-epoch report) is its own place's
@@ -187,7 +187,7 @@ class WholeRunWatch:
     def loader_exhausted(self, key: int, now: int | None = None) -> None:
         now = self.clock_ns() if now is None else now
         self.loading = False
-        if key == self.train_key:
+        if key == self.train_key and torch.is_grad_enabled():
             self.epochs += 1
             if self._stepping:
                 self._boundary_deferred = True
@@ -197,9 +197,11 @@ class WholeRunWatch:
             self._eval_end = now
 
     def iterator_made(self, key: int, now: int) -> None:
-        """A new iterator of the training loader, the old one not run out (a limit on the
-        batches of an epoch, Lightning's ``limit_train_batches``): a new epoch."""
-        if key == self.train_key and self.steps and self._boundary_from is None:
+        """A new iterator of the training loader, the old one not run out (Lightning's
+        ``limit_train_batches``): a new epoch; not with grad off (a helper reading the training
+        data under ``torch.no_grad()`` for a loss to report: an evaluation, its batches too)."""
+        new_epoch = key == self.train_key and self.steps and self._boundary_from is None
+        if new_epoch and torch.is_grad_enabled():
             self.epochs += 1
             self._boundary_start(now)
 

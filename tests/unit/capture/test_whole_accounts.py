@@ -175,6 +175,34 @@ def test_an_epoch_boundary_less_the_evaluation_in_it(run):
     sums_to_wall(whole)
 
 
+def test_a_few_batches_of_the_training_data_read_under_no_grad_are_an_evaluation(run):
+    # LLMs-from-scratch's evaluate_model: every few steps, under torch.no_grad(), a new iterator
+    # of the *training* loader, a few batches, break (or read to its end). Each re-iteration was
+    # taken for a new epoch: 59 epoch boundaries in a run of 2 epochs.
+    import torch
+
+    clock = run.clock
+    for _ in range(3):
+        train_step(run)
+        train_step(run)
+        run.mode_set(False, clock.advance(1))
+        with torch.no_grad():
+            run.iterator_made(TRAIN, clock.advance(2))
+            for _batch in range(3):
+                run.batch_requested(TRAIN, clock.now)
+                run.batch_returned(TRAIN, clock.advance(1))
+                run.forward(clock.now, clock.advance(4), grad=False, training=False, find=no_site)
+            run.loader_exhausted(TRAIN, clock.advance(1))  # read to its end, once
+        run.mode_set(True, clock.now)
+    train_step(run)
+    whole, kinds, _ = accounts(run)
+    assert whole.epochs == 0 and "epoch-boundary" not in kinds, kinds
+    assert kinds["evaluation"].count == 3
+    # from model.eval() to the loader run out: 2 + 3 x (1 + 4) + 1 ms each time
+    assert kinds["evaluation"].seconds == pytest.approx(3 * 0.018, abs=1e-6)
+    sums_to_wall(whole)
+
+
 def loader_of(workers: int, persistent: bool) -> LoaderSettings:
     return LoaderSettings(
         dataset="D",
