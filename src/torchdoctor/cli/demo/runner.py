@@ -97,7 +97,12 @@ def run_demo(
             result.after,
             html,
         )
-        Console().print(f"HTML report (both diagnoses and the speedup): {path.resolve()}")
+        # one line whatever the terminal's width: a path broken in two does not paste
+        Console().print(
+            f"HTML report (both diagnoses and the speedup): {path.resolve()}",
+            soft_wrap=True,
+            markup=False,
+        )
     return EXIT_OK if result.ok else 1
 
 
