@@ -98,6 +98,20 @@ MUTATIONS = (
         ("tests/unit/process/test_ending.py",),
     ),
     Mutation(
+        "whole: a rebuilt training loader's batches read as an evaluation's",
+        "capture/_whole.py",
+        "if rebuilt is not None and rebuilt[0] == self._last_key != self.train_key:",
+        "if False:",
+        ("tests/unit/capture/test_whole_accounts.py",),
+    ),
+    Mutation(
+        "whole: the training data read under no_grad taken for a new epoch",
+        "capture/_whole.py",
+        "if new_epoch and torch.is_grad_enabled():",
+        "if new_epoch:",
+        ("tests/unit/capture/test_whole_accounts.py",),
+    ),
+    Mutation(
         "saves: a checkpoint written while the replicas drift",
         "capture/_job_guards.py",
         "if ranks.drifting and (",

@@ -209,3 +209,15 @@ def test_the_training_data_read_again_under_no_grad_is_an_evaluation_not_an_epoc
     kinds = {k.kind: k for k in whole.categories}
     assert kinds["epoch-boundary"].count == 1
     assert kinds["evaluation"].count == 8
+
+
+def test_a_loader_rebuilt_each_epoch_is_training_not_evaluation():
+    # its steps were called evaluation passes (one a step), with the advice to run them under
+    # inference_mode: advice that would break training
+    out, rec = run("loader_rebuilt_each_epoch.py", whole=True)
+    assert out.error is None and rec.status == "complete", rec.notes
+    whole = rec.whole_run
+    assert whole is not None and whole.steps == 36 and whole.epochs == 3
+    kinds = {k.kind: k for k in whole.categories}
+    assert "evaluation" not in kinds, kinds
+    assert kinds["epoch-boundary"].count == 2

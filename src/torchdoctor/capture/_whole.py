@@ -16,14 +16,12 @@ are one number each.
 
 from __future__ import annotations
 
-import os
-import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from ..record import SampledPlace, TimedCost, WholeEvent, WholeSummary
+from ..record import SampledPlace, WholeEvent, WholeSummary
 from ._stacks import (
     BOUNDARY,
     EVALUATING,
@@ -33,27 +31,10 @@ from ._stacks import (
     add,
     drop_boundary_keys,
 )
-from ._whole_steps import SteadySteps
+from ._whole_steps import SteadySteps, Tally, process_start_ns
 
 #: Events kept for the timelines (evaluations, saves, boundaries, slow steps); later ones counted.
 MAX_EVENTS = 5000
-
-
-class Tally:
-    """One exactly timed cost as it adds up (the summary's :class:`~torchdoctor.record.TimedCost`)."""
-
-    __slots__ = ("ns", "count", "where", "sampled_ns")
-
-    def __init__(self) -> None:
-        self.ns = 0
-        self.count = 0
-        #: The user's line of the first one.
-        self.where: str | None = None
-        #: What the stack samples saw around it (a save function's own work), in ``ns`` too.
-        self.sampled_ns = 0
-
-    def cost(self) -> TimedCost:
-        return TimedCost(self.ns / 1e9, self.count, self.where, self.sampled_ns / 1e9)
 
 
 def loader_key(it: Any) -> int:
@@ -61,25 +42,6 @@ def loader_key(it: Any) -> int:
     script that builds its loader anew each epoch keeps its training loader; a training and an
     evaluation loader over one Dataset object are taken as one)."""
     return id(getattr(it, "_dataset", it))
-
-
-def process_start_ns(clock_ns: Callable[[], int] = time.perf_counter_ns) -> int:
-    """When this process started, on ``clock_ns``'s scale: its age, to 10 ms, from the kernel's
-    clock ticks since boot (``/proc``; psutil's start time is wall-clock, to the second)."""
-    try:
-        with open("/proc/self/stat", "rb") as fh:
-            ticks = int(fh.read().rpartition(b")")[2].split()[19])
-        with open("/proc/uptime", "rb") as fh:
-            uptime = float(fh.read().split()[0])
-        age_s = uptime - ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        try:
-            import psutil
-
-            age_s = time.time() - psutil.Process(os.getpid()).create_time()
-        except Exception:  # noqa: BLE001 - no start time: the run counts from now
-            age_s = 0.0
-    return clock_ns() - int(max(age_s, 0.0) * 1e9)
 
 
 class WholeRunWatch:
@@ -121,6 +83,10 @@ class WholeRunWatch:
         self.events_dropped = 0
         self.judged = SteadySteps(self.t0_ns, self._event)
         self._eval_open: int | None = None
+        #: [key, returned at] of the batch (of a loader other than the training one, drawn with
+        #: grad on) that opened the evaluation pass: a rebuilt training loader's first, if a
+        #: backward follows.
+        self._batch_eval: list[int] | None = None
         self._eval_end = 0
         self._eval_mode_ns: int | None = None
         self._save_depth = 0
@@ -165,6 +131,8 @@ class WholeRunWatch:
         if key == self.train_key and torch.is_grad_enabled():
             self.training(now)
         elif self.train_key is not None:  # another loader, or the training data evaluated
+            if self._eval_open is None and torch.is_grad_enabled():
+                self._batch_eval = [key, now]
             self._eval_activity(now, now)
 
     def batch_returned(self, key: int, now: int | None = None) -> None:
@@ -172,17 +140,11 @@ class WholeRunWatch:
         self.loading = False
         self._last_key = key
         if key == self.train_key and torch.is_grad_enabled():
-            if self._boundary_from is not None:
-                self._save_samples()
-                # the script's own work in it (an end-of-epoch report) is its own place's
-                own = drop_boundary_keys(self.sampler.gap)
-                elapsed = now - self._boundary_from - (self.known_ns - self._boundary_known)
-                self.boundary.ns += self._known(elapsed - own)
-                self.boundary.count += 1
-                self._event("epoch-boundary", self._boundary_from, now)
-                self._boundary_from = None
+            self._close_boundary(now)
         elif self._eval_open is not None:
             self._eval_end = now
+            if self._batch_eval is not None and self._batch_eval[0] == key:
+                self._batch_eval[1] = now
 
     def loader_exhausted(self, key: int, now: int | None = None) -> None:
         now = self.clock_ns() if now is None else now
@@ -235,8 +197,14 @@ class WholeRunWatch:
         self._eval_activity(start, end)
 
     def backward_started(self, now: int | None = None) -> None:
-        """A backward: the held call was a training step's (the model trains in eval mode)."""
+        """A backward: the held call was a training step's (the model trains in eval mode).
+        After a batch of another loader than the training one, that loader is the training
+        loader, rebuilt (each epoch's Dataset and DataLoader anew): not an evaluation."""
         now = self.clock_ns() if now is None else now
+        rebuilt = self._batch_eval
+        if rebuilt is not None and rebuilt[0] == self._last_key != self.train_key:
+            self.train_key, self._eval_open, self._batch_eval = rebuilt[0], None, None
+            self._close_boundary(rebuilt[1])
         if self._held_forward is not None:
             self.trains_in_eval_mode |= self._held_forward[2]
             self._held_forward = None
@@ -336,7 +304,21 @@ class WholeRunWatch:
             self._eval_open = min(start, mode_at) if mode_at is not None else start
         self._eval_end = max(self._eval_end, end)
 
+    def _close_boundary(self, now: int) -> None:
+        """The next epoch's first batch came at ``now``: an epoch boundary under way ends."""
+        if self._boundary_from is None:
+            return
+        self._save_samples()
+        # the script's own work in it (an end-of-epoch report) is its own place's
+        own = drop_boundary_keys(self.sampler.gap)
+        elapsed = now - self._boundary_from - (self.known_ns - self._boundary_known)
+        self.boundary.ns += self._known(elapsed - own)
+        self.boundary.count += 1
+        self._event("epoch-boundary", self._boundary_from, now)
+        self._boundary_from = None
+
     def _close_eval(self) -> None:
+        self._batch_eval = None
         if self._eval_open is None:
             return
         self._eval_end = self.sampler.evaluated(self._eval_end)

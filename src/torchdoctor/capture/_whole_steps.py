@@ -6,15 +6,17 @@ A block's steps are judged against its median: a step whose work is beyond
 median, and its excess is shared among what the stack samples of its stretch saw. Per step this
 is one list append; a block is judged (a sort of its steps) every ``block_size`` steps, and the
 series merges its blocks in pairs past :data:`MAX_BLOCKS` (the block then doubles), so a run of
-days keeps bounded memory.
+days keeps bounded memory. Also the exactly timed costs' tally and the process's start.
 """
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Callable
 from typing import Any
 
-from ..record import SampledPlace, WholeBlock
+from ..record import SampledPlace, TimedCost, WholeBlock
 from ._stacks import MAX_PLACES, add, fold
 
 #: Steps judged together (and one point of the series, until blocks merge).
@@ -158,3 +160,39 @@ def _rss_mb() -> float | None:
         return round(psutil.Process().memory_info().rss / 2**20, 1)
     except Exception:  # noqa: BLE001 - memory is a detail of the series
         return None
+
+
+class Tally:
+    """One exactly timed cost as it adds up (the summary's :class:`~torchdoctor.record.TimedCost`)."""
+
+    __slots__ = ("ns", "count", "where", "sampled_ns")
+
+    def __init__(self) -> None:
+        self.ns = 0
+        self.count = 0
+        #: The user's line of the first one.
+        self.where: str | None = None
+        #: What the stack samples saw around it (a save function's own work), in ``ns`` too.
+        self.sampled_ns = 0
+
+    def cost(self) -> TimedCost:
+        return TimedCost(self.ns / 1e9, self.count, self.where, self.sampled_ns / 1e9)
+
+
+def process_start_ns(clock_ns: Callable[[], int] = time.perf_counter_ns) -> int:
+    """When this process started, on ``clock_ns``'s scale: its age, to 10 ms, from the kernel's
+    clock ticks since boot (``/proc``; psutil's start time is wall-clock, to the second)."""
+    try:
+        with open("/proc/self/stat", "rb") as fh:
+            ticks = int(fh.read().rpartition(b")")[2].split()[19])
+        with open("/proc/uptime", "rb") as fh:
+            uptime = float(fh.read().split()[0])
+        age_s = uptime - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        try:
+            import psutil
+
+            age_s = time.time() - psutil.Process(os.getpid()).create_time()
+        except Exception:  # noqa: BLE001 - no start time: the run counts from now
+            age_s = 0.0
+    return clock_ns() - int(max(age_s, 0.0) * 1e9)

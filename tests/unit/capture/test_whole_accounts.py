@@ -203,6 +203,31 @@ def test_a_few_batches_of_the_training_data_read_under_no_grad_are_an_evaluation
     sums_to_wall(whole)
 
 
+def test_a_training_loader_rebuilt_each_epoch_is_still_the_training_loader(run):
+    # Each epoch builds its Dataset and DataLoader anew (a new key): its batches were taken for an
+    # evaluation's, one pass a step (301 passes), with the advice to run them under
+    # inference_mode, and the boundary never closed.
+    clock = run.clock
+    for _ in range(3):
+        train_step(run)
+    run.loader_exhausted(TRAIN, clock.advance(1))
+    rebuilt = 3
+    run.iterator_made(rebuilt, clock.advance(5))
+    for first in (True, False, False):
+        run.batch_requested(rebuilt, clock.now)
+        run.batch_returned(rebuilt, clock.advance(300 if first else 1))  # workers start first
+        run.forward(clock.now, clock.advance(4), grad=True, training=True, find=no_site)
+        run.backward_started(clock.advance(1))
+        run.step_ended(clock.advance(4))
+    whole, kinds, _ = accounts(run)
+    assert "evaluation" not in kinds, kinds
+    assert kinds["epoch-boundary"].count == 1
+    # from the last batch of the first loader to the first of the rebuilt one: 1 + 5 + 300 ms
+    assert kinds["epoch-boundary"].seconds == pytest.approx(0.305, abs=1e-6)
+    assert whole.epochs == 1 and whole.steps == 6
+    sums_to_wall(whole)
+
+
 def loader_of(workers: int, persistent: bool) -> LoaderSettings:
     return LoaderSettings(
         dataset="D",

@@ -1,0 +1,41 @@
+"""The shape of a loop that builds its Dataset and DataLoader anew every epoch (a curriculum, a
+re-shuffled file list), with workers. Written here, for torchdoctor's tests."""
+
+import argparse
+
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, Dataset
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--epochs", type=int, default=3)
+parser.add_argument("--batches", type=int, default=12)
+args = parser.parse_args()
+
+torch.manual_seed(0)
+torch.set_num_threads(1)
+
+
+class Points(Dataset):
+    def __init__(self, n, epoch):
+        g = torch.Generator().manual_seed(epoch)
+        self.x = torch.randn(n, 16, generator=g)
+        self.y = torch.randint(0, 4, (n,), generator=g)
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        return self.x[i], self.y[i]
+
+
+model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 4))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+for epoch in range(args.epochs):
+    loader = DataLoader(
+        Points(16 * args.batches, epoch), batch_size=16, shuffle=True, num_workers=1
+    )
+    for x, y in loader:
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
