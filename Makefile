@@ -18,13 +18,11 @@ demo: $(STAMP)
 	$(VENV)/bin/torchdoctor demo
 
 # --durations=15: CI's output names the slowest tests, so a test that grows is seen (issue 38).
-# Two workers (pytest-xdist): the suite waits on its scripts' processes more than it computes
-# (0.8 of a core on average, serial). First the end-to-end tests that no load changes, two at a
-# time; then the timing-marked ones, one after another on one worker (one xdist group:
-# tests/conftest.py), beside the unit tests on the other: one busy core, as in test-load.
+# Two workers (pytest-xdist) for the tests no load changes: serial, the suite used 0.8 of a core
+# on average (it waits on its scripts' processes). Then the timing-marked ones, one at a time.
 test: $(STAMP)
-	$(PY) -m pytest -n 2 -m "integration and not timing" --durations=15
-	$(PY) -m pytest -n 2 --dist loadgroup -m "timing or not integration" --durations=15
+	$(PY) -m pytest -n 2 -m "not timing" --durations=15
+	$(PY) -m pytest -m timing --durations=15
 
 # The edit-test loop: unit tests only, under a minute.
 test-fast: $(STAMP)

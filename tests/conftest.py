@@ -73,12 +73,3 @@ def cpu_hog(request: pytest.FixtureRequest):
 @pytest.fixture
 def scenarios_dir() -> Path:
     return HERE / "scenarios"
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under xdist (``make test`` runs two workers), the tests that assert on measured durations
-    are one group, run one after another on one worker, each beside the other worker's tests
-    only: as ``make test-load`` runs them beside one busy process."""
-    for item in items:
-        if item.get_closest_marker("timing") is not None:
-            item.add_marker(pytest.mark.xdist_group("timing"))
