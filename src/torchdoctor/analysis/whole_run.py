@@ -28,6 +28,7 @@ from ..record import (
     WholeRun,
     WholeSummary,
 )
+from ..record.part_names import PART_WORDS
 from .whole_course import course_findings, eval_mode_finding, mark_cut
 
 #: Added to a sampled place's function name when the time was spent importing modules from it.
@@ -38,6 +39,8 @@ PLACE_SHARE = 0.005
 MAX_PLACES = 6
 #: A cost is given its fix when it takes at least this share of the run.
 FIX_SHARE = 0.02
+#: The first step's parts in the startup's words, where a part's own would mislead.
+FIRST_STEP_WORDS = {"data_wait": "wait for its first batch (a DataLoader's workers starting)"}
 
 
 def attach_whole(
@@ -63,11 +66,17 @@ def whole_run_of(
     s = summary
     wall = max(s.wall_s, wall_s or 0.0)
     tail = s.tail_s + (wall - s.wall_s)
-    between, slow, slow_parts = _excess(s.excess, wall, s.in_step)
+    between, slow, slow_parts, slow_where = _excess(s.excess, wall, s.in_step)
     kinds = [
         _startup(s, wall),
         WholeKind("steps", s.steps_s, max(s.steps - 1, 0), detail=_steps_detail(s)),
-        WholeKind("slow-steps", slow, s.slow_steps, detail=slow_parts, fix=_slow_fix(slow, wall)),
+        WholeKind(
+            "slow-steps",
+            slow,
+            s.slow_steps,
+            detail=slow_parts,
+            fix=_slow_fix(slow, wall, slow_where),
+        ),
         *(rule.kind_of(s, loader, wall) for rule in TIMED_RULES),
         *between,
         WholeKind("tail", max(tail, 0.0), detail=_places_words(s.tail_places, 3)),
@@ -190,9 +199,14 @@ def _startup(summary: WholeSummary, wall: float) -> WholeKind:
     sampled = sum(p.seconds for p in summary.startup_places)
     kind = WholeKind("startup", seconds, 1 if summary.steps else 0)
     parts = [f"{place_words(p.key)} {p.seconds:.2f} s" for p in places[:3] if p.seconds >= 0.05]
-    first = sum(p.seconds for p in summary.startup_places if p.part is not None)
-    if first >= 0.05:
-        parts.append(f"the first step's forward, backward and optimizer {first:.2f} s")
+    first: dict[str, float] = {}  # the first step's parts, each in its words
+    for place in summary.startup_places:
+        if place.part is not None:
+            first[place.part] = first.get(place.part, 0.0) + place.seconds
+    for part, part_s in sorted(first.items(), key=lambda kv: kv[1], reverse=True):
+        if part_s >= 0.05:
+            words = FIRST_STEP_WORDS.get(part, PART_WORDS.get(part, part))
+            parts.append(f"the first step's {words} {part_s:.2f} s")
     before = seconds - sampled
     if before >= 0.05:
         parts.append(f"before the script's first line (Python, torch's import) {before:.2f} s")
@@ -214,7 +228,7 @@ def _startup(summary: WholeSummary, wall: float) -> WholeKind:
 
 def _excess(
     excess: tuple[SampledPlace, ...], wall: float, in_step: tuple[PlaceKey, ...]
-) -> tuple[list[WholeKind], float, str]:
+) -> tuple[list[WholeKind], float, str, str]:
     """The slow steps' excess: the user's functions it went to (between steps, biggest first),
     and the rest (slow steps) with the parts of the step it was in, in words. A place the steady
     steps run as much (``in_step``: the loss, the script's own step function) is the step's own
@@ -238,8 +252,9 @@ def _excess(
     slow = max(total - sum(k.seconds for k in between), 0.0)
     parts: dict[str, float] = {}
     for place in excess:
-        if place.part is not None:
-            label = place.part
+        if place.part is not None:  # at the user's line inside it, when the samples saw one
+            site = place.site
+            label = place.part if site is None else f"{place.part} at {place_words(site)}"
         elif len(place.key) == 1:
             label = "not sampled" if place.key[0] == "unsampled" else "torch or a library"
         else:
@@ -253,7 +268,10 @@ def _excess(
         for name, seconds in sorted(parts.items(), key=lambda kv: kv[1], reverse=True)
         if seconds >= 0.01
     )
-    return between, slow, f"their excess over the steady step went to: {words}" if words else ""
+    top = max(parts.items(), key=lambda kv: kv[1], default=("", 0.0))
+    where = top[0] if " at " in top[0] and top[1] * 2 >= slow > 0 else ""
+    said = f"their excess over the steady step went to: {words}" if words else ""
+    return between, slow, said, where
 
 
 def _between(place: SampledPlace, wall: float) -> WholeKind:
@@ -273,9 +291,18 @@ def _between(place: SampledPlace, wall: float) -> WholeKind:
     )
 
 
-def _slow_fix(slow: float, wall: float) -> str | None:
+def _slow_fix(slow: float, wall: float, where: str = "") -> str | None:
+    """What to look for in slow steps; ``where``: the part and the user's line that most of
+    their excess went to, when one did (a stall inside the model's ``forward``)."""
     if slow < FIX_SHARE * wall:
         return None
+    if where:
+        part, _, line = where.partition(" at ")
+        return (
+            f"most of the slow steps' excess was in {PART_WORDS.get(part, part)} at {line}: what "
+            "that line waits on now and then (a file read, a lock, a device sync, a cache "
+            "refilled every N calls)"
+        )
     return (
         "steps beyond 1.5x the steady step: look for recompiles (TORCH_LOGS=recompiles), "
         "garbage collection (gc.freeze() after the model is built) and allocator stalls"

@@ -6,7 +6,9 @@ steps, a save function's own work) down to the user's function that held it: eve
 for 40 frames) and adds the time since its previous look to one key of the current *gap* (the
 time since the last step ended):
 
-- ``("part", name)``: the thread was inside a timed part of the step (forward, backward, ...);
+- ``("part", name, place)``: the thread was inside a timed part of the step (forward,
+  backward, ...), at ``place``, the innermost frame of the user's code (a stall inside the
+  model's ``forward`` is named at its line); ``("part", name)`` where no frame is the user's;
 - ``SAVE``: inside a function of the user's that has called ``torch.save`` (its own work, around
   the save, counts as checkpoint time);
 - ``(file, line, function, first line)``: otherwise, the innermost frame of the user's code;
@@ -145,7 +147,8 @@ class StackSampler:
                 self._evaluating.append((now, key, elapsed, codes))
             return
         if context is not None and context != BOUNDARY:
-            key: tuple = ("part", context)
+            place, _ = self._where(sys._current_frames().get(self._tid))
+            key: tuple = ("part", context, place) if len(place) == 4 else ("part", context)
         else:
             key, codes = self._where(sys._current_frames().get(self._tid))
             if context == BOUNDARY and key is not SAVE:

@@ -18,7 +18,8 @@ from typing import Any
 from ._whole import WholeBlock, WholeEvent
 
 #: What a sampled place's key is: ``(file, line, function, first line)`` for a function of the
-#: user's; ``("part", name)`` for a part of the step; ``("unsampled",)``, ``("elsewhere",)`` (torch
+#: user's; ``("part", name)`` for a part of the step (``("part", name, place)`` at a place of the
+#: user's inside it); ``("unsampled",)``, ``("elsewhere",)`` (torch
 #: or a library), or ``("in-boundary", key)`` (sampled in an epoch boundary not yet sorted out).
 PlaceKey = tuple[Any, ...]
 
@@ -40,7 +41,12 @@ class SampledPlace:
     @property
     def part(self) -> str | None:
         """The part of the step (``forward``, ...) when the place is one."""
-        return str(self.key[1]) if len(self.key) == 2 and self.key[0] == "part" else None
+        return str(self.key[1]) if len(self.key) in (2, 3) and self.key[0] == "part" else None
+
+    @property
+    def site(self) -> PlaceKey | None:
+        """Inside a part of the step, the place of the user's it was at, when one was."""
+        return self.key[2] if len(self.key) == 3 and self.key[0] == "part" else None
 
 
 @dataclass(frozen=True)

@@ -102,3 +102,37 @@ def test_the_slow_steps_excess_in_a_function_of_the_script_is_time_between_steps
     assert kinds["between-steps"].where == "train.py:30 (flush)"
     assert kinds["slow-steps"].seconds == 1.0
     assert "forward 1.00 s" in kinds["slow-steps"].detail
+
+
+def test_a_stall_inside_the_models_forward_is_named_at_its_line():
+    # a 0.25 s stall every 50 forwards inside the user's forward: "slow steps: forward" with
+    # advice about recompiles and GC, and no line; the samples inside the part name the line
+    stall = SampledPlace(("part", "forward", ("model.py", 42, "forward", 30)), 5.0, gaps=20)
+    rest = SampledPlace(("part", "backward"), 0.4, gaps=20)
+    summary = WholeSummary(
+        wall_s=WALL_S, steps=1000, steps_s=50.0, slow_steps=20, excess=(stall, rest)
+    )
+    slow = kinds_of(summary)["slow-steps"]
+    assert "forward at model.py:42 (forward) 5.00 s, backward 0.40 s" in slow.detail
+    assert slow.fix is not None and "forward at model.py:42 (forward)" in slow.fix
+    assert "recompiles" not in slow.fix
+    # no line holds most of it: the general advice
+    spread = SampledPlace(("part", "forward"), 5.0, gaps=20)
+    plain = kinds_of(dataclasses.replace(summary, excess=(spread, rest)))["slow-steps"]
+    assert plain.fix is not None and "recompiles" in plain.fix
+
+
+def test_the_first_steps_wait_for_its_first_batch_is_not_called_its_forward():
+    # a 1 s worker_init_fn: the first batch's wait was "the first step's forward, backward and
+    # optimizer"
+    waited = SampledPlace(("part", "data_wait", ("train.py", 50, "main", 40)), 1.0)
+    forward = SampledPlace(("part", "forward"), 0.06)
+    summary = WholeSummary(
+        wall_s=WALL_S, startup_s=3.0, steps=10, steps_s=5.0, startup_places=(waited, forward)
+    )
+    detail = kinds_of(summary)["startup"].detail
+    assert "the first step's wait for its first batch (a DataLoader's workers starting) 1.00 s" in (
+        detail
+    )
+    assert "the first step's forward 0.06 s" in detail
+    assert "forward, backward and optimizer" not in detail

@@ -343,6 +343,27 @@ def test_a_forward_between_epochs_is_an_evaluation(run):
     assert "autograd on" in kinds["evaluation"].fix
 
 
+def stall_in_forward(watch):
+    """The 'user's' forward, where a stall now and then is sampled."""
+    watch.sampler.sample()
+
+
+def test_a_slow_steps_stall_inside_a_part_is_named_at_the_users_line(run):
+    for i in range(BLOCK + 1):
+        if i == 10:  # 250 ms stalled inside the model's forward
+            run.sampler._last_ns = run.clock.now
+            run.clock.advance(250)
+            run.part[0] = "forward"
+            stall_in_forward(run)
+            run.part[0] = None
+        train_step(run)
+    whole, kinds, _ = accounts(run)
+    slow = kinds["slow-steps"]
+    assert "forward at " in slow.detail and "(stall_in_forward) 0.25 s" in slow.detail, slow
+    assert "stall_in_forward" in slow.fix and "recompiles" not in slow.fix
+    sums_to_wall(whole)
+
+
 def step_of_the_script(watch):
     """A function of the 'user' run in every step (its loss, say), sampled."""
     watch.sampler.sample()
