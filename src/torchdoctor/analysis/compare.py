@@ -269,7 +269,7 @@ class Judgement:
 
     judged: JudgedSpeedup
     notes: list[str] = field(default_factory=list)
-    #: Runs taken in pairs: each pair's own speedup (its ratio of median steps).
+    #: Runs taken in pairs: each pair's own speedup (its ratio of mean steps).
     pairs: list[float] = field(default_factory=list)
 
     @property
@@ -354,12 +354,13 @@ def block_spread(steps: list[float]) -> float:
 
 
 def pair_speedups(a_runs: list[list[float]], b_runs: list[list[float]]) -> list[float]:
-    """Each pair of runs' own speedup: A's median step ÷ B's (pairs with a run without steps are
-    left out)."""
+    """Each pair of runs' own speedup: A's mean step ÷ B's, a ratio of throughput (with a
+    loader's workers, batches arrive in rounds and a median step misses the waits: medians made
+    a 4.8x fix 14x). Pairs with a run without steps are left out."""
     return [
-        statistics.median(a) / statistics.median(b)
+        statistics.fmean(a) / statistics.fmean(b)
         for a, b in zip(a_runs, b_runs)
-        if a and b and statistics.median(b) > 0
+        if a and b and statistics.fmean(b) > 0
     ]
 
 

@@ -39,7 +39,7 @@ class FixTrial:
     #: it (``compare``'s run-to-run allowance), and the judgement, as ``compare`` judges. An
     #: older record's, verified before re-runs were judged, has no interval nor allowance.
     verified: JudgedSpeedup | None = None
-    #: Each pair of re-runs' own speedup (the original's median step ÷ the fixed one's).
+    #: Each pair of re-runs' own speedup (the original's mean step ÷ the fixed one's).
     pairs: list[float] = field(default_factory=list)
     #: Pairs of re-runs measured (original, then fixed).
     rounds: int = 0
