@@ -253,8 +253,8 @@ def _excess(
     parts: dict[str, float] = {}
     for place in excess:
         if place.part is not None:  # at the user's line inside it, when the samples saw one
-            site = place.site
-            label = place.part if site is None else f"{place.part} at {place_words(site)}"
+            site, name = place.site, PART_WORDS.get(place.part, place.part)
+            label = name if site is None else f"{name} at {place_words(site)}"
         elif len(place.key) == 1:
             label = "not sampled" if place.key[0] == "unsampled" else "torch or a library"
         else:
@@ -299,7 +299,7 @@ def _slow_fix(slow: float, wall: float, where: str = "") -> str | None:
     if where:
         part, _, line = where.partition(" at ")
         return (
-            f"most of the slow steps' excess was in {PART_WORDS.get(part, part)} at {line}: what "
+            f"most of the slow steps' excess was in {part} at {line}: what "
             "that line waits on now and then (a file read, a lock, a device sync, a cache "
             "refilled every N calls)"
         )
