@@ -199,14 +199,19 @@ def test_fix_runs_through_a_script_that_trusts_len_loader(tmp_path):
     assert not any("stopped the script" in n for n in rec["patch"]["notes"]), rec["patch"]
 
 
-def test_the_training_data_read_again_under_no_grad_is_an_evaluation_not_an_epoch():
-    # every 5 steps, a few batches of the training loader under no_grad, then the validation's:
-    # 2 epochs of 20 steps were 17 epoch boundaries, now 1 (between the two epochs)
-    out, rec = run("eval_on_train_data.py", whole=True)
+def whole_of(script: str, steps: int, epochs: int):
+    """``run --whole`` of a shape to its end: its accounts' kinds by name."""
+    out, rec = run(script, whole=True)
     assert out.error is None and rec.status == "complete", rec.notes
     whole = rec.whole_run
-    assert whole is not None and whole.steps == 40 and whole.epochs == 2
-    kinds = {k.kind: k for k in whole.categories}
+    assert whole is not None and (whole.steps, whole.epochs) == (steps, epochs), whole
+    return {k.kind: k for k in whole.categories}
+
+
+def test_the_training_data_read_again_under_no_grad_is_an_evaluation_not_an_epoch():
+    # every 5 steps, a few batches of the training loader under no_grad, then the validation's:
+    # 2 epochs of 20 steps were counted as 10 epochs
+    kinds = whole_of("eval_on_train_data.py", steps=40, epochs=2)
     assert kinds["epoch-boundary"].count == 1
     assert kinds["evaluation"].count == 8
 
@@ -214,10 +219,6 @@ def test_the_training_data_read_again_under_no_grad_is_an_evaluation_not_an_epoc
 def test_a_loader_rebuilt_each_epoch_is_training_not_evaluation():
     # its steps were called evaluation passes (one a step), with the advice to run them under
     # inference_mode: advice that would break training
-    out, rec = run("loader_rebuilt_each_epoch.py", whole=True)
-    assert out.error is None and rec.status == "complete", rec.notes
-    whole = rec.whole_run
-    assert whole is not None and whole.steps == 36 and whole.epochs == 3
-    kinds = {k.kind: k for k in whole.categories}
+    kinds = whole_of("loader_rebuilt_each_epoch.py", steps=36, epochs=3)
     assert "evaluation" not in kinds, kinds
     assert kinds["epoch-boundary"].count == 2
