@@ -199,9 +199,9 @@ def test_fix_runs_through_a_script_that_trusts_len_loader(tmp_path):
     assert not any("stopped the script" in n for n in rec["patch"]["notes"]), rec["patch"]
 
 
-def whole_of(script: str, steps: int, epochs: int):
+def whole_of(script: str, *argv: str, steps: int, epochs: int):
     """``run --whole`` of a shape to its end: its accounts' kinds by name."""
-    out, rec = run(script, whole=True)
+    out, rec = run(script, *argv, whole=True)
     assert out.error is None and rec.status == "complete", rec.notes
     whole = rec.whole_run
     assert whole is not None and (whole.steps, whole.epochs) == (steps, epochs), whole
@@ -222,3 +222,13 @@ def test_a_loader_rebuilt_each_epoch_is_training_not_evaluation():
     kinds = whole_of("loader_rebuilt_each_epoch.py", steps=36, epochs=3)
     assert "evaluation" not in kinds, kinds
     assert kinds["epoch-boundary"].count == 2
+
+
+def test_a_dataloader_built_anew_each_epoch_over_one_dataset_is_told_to_be_built_once():
+    # its boundaries were right, with no fix (persistent_workers dies with its loader)
+    kinds = whole_of("loader_rebuilt_each_epoch.py", "--same-dataset", "--init-s", "0.3",
+                     steps=36, epochs=3)  # fmt: skip
+    boundary = kinds["epoch-boundary"]
+    assert boundary.count == 2 and boundary.fix is not None, boundary
+    assert "built anew every epoch (3 times, over the same Dataset)" in boundary.fix
+    assert "loader_rebuilt_each_epoch.py:" in boundary.fix

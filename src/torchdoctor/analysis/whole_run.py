@@ -351,9 +351,17 @@ class TimedRule:
 
 def _boundary_fix(summary: WholeSummary, loader: LoaderSettings | None, wall: float) -> Fix | None:
     seconds = summary.boundary.seconds
-    if loader is None or not loader.num_workers or loader.persistent_workers:
+    if loader is None or not loader.num_workers or seconds < FIX_SHARE * wall:
         return None
-    if seconds < FIX_SHARE * wall:
+    if summary.loaders_built > 1:  # persistent workers die with their loader
+        where = f" at {short_where(loader.created_at)}" if loader.created_at else ""
+        return (
+            f"the DataLoader{where} is built anew every epoch ({summary.loaders_built} times, "
+            "over the same Dataset): build it once, before the epoch loop, with "
+            f"persistent_workers=True, and its {loader.num_workers} workers start once",
+            seconds,
+        )
+    if loader.persistent_workers:
         return None
     return (
         f"DataLoader(..., persistent_workers=True): its {loader.num_workers} workers are "

@@ -65,6 +65,9 @@ def patch_torch(session: CaptureSession) -> None:
             site = user_site(sys._getframe(1))
             if site is not None:
                 session.loaders.created(loader, f"{site.file}:{site.line}")
+            built = orig_init(loader, *args, **kwargs)
+            hooks.whole.loader_built(id(getattr(loader, "dataset", loader)))  # loader_key's
+            return built
         return orig_init(loader, *args, **kwargs)
 
     @functools.wraps(orig_iter)

@@ -75,6 +75,8 @@ class WholeRunWatch:
         self.checkpoint = Tally()
         self.boundary = Tally()
         self.epochs = 0
+        #: DataLoaders built over each dataset (by loader key).
+        self.built: dict[int, int] = {}
         self.eval_with_grad = False
         self.startup_places: dict[tuple, int] = {}
         self.tail_places: dict[tuple, int] = {}
@@ -166,6 +168,10 @@ class WholeRunWatch:
         if new_epoch and torch.is_grad_enabled():
             self.epochs += 1
             self._boundary_start(now)
+
+    def loader_built(self, key: int) -> None:
+        """A DataLoader was built over the dataset ``key``: one built anew every epoch."""
+        self.built[key] = self.built.get(key, 0) + 1
 
     def forward_started(self, training: bool) -> None:
         """An outermost module call starts (the hooks'; ``training``: the module's mode)."""
@@ -390,6 +396,7 @@ class WholeRunWatch:
             eval_with_grad=self.eval_with_grad,
             trains_in_eval_mode=self.trains_in_eval_mode,
             epochs=self.epochs,
+            loaders_built=self.built.get(self.train_key, 0) if self.train_key is not None else 0,
             excess=judged.excess_places(),
             in_step=judged.in_step(),
             blocks=judged.series(),

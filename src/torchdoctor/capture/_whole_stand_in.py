@@ -35,6 +35,9 @@ class NoWholeRun:
     def iterator_made(self, key: int, now: int) -> None:
         pass
 
+    def loader_built(self, key: int) -> None:
+        pass
+
     def forward_started(self, training: bool) -> None:
         pass
 

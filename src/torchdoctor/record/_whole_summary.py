@@ -90,6 +90,9 @@ class WholeSummary:
     trains_in_eval_mode: bool = False
     #: Epochs of the training loader that ended.
     epochs: int = 0
+    #: DataLoaders built over the training loader's dataset (more than one: built anew each
+    #: epoch, its workers started with it).
+    loaders_built: int = 0
     #: Where the slow steps' excess over their block's median went.
     excess: tuple[SampledPlace, ...] = ()
     #: Places the steady steps run as much as the slow ones: the step's own code.

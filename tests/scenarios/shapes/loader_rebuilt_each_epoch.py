@@ -1,7 +1,9 @@
 """The shape of a loop that builds its Dataset and DataLoader anew every epoch (a curriculum, a
-re-shuffled file list), with workers. Written here, for torchdoctor's tests."""
+re-shuffled file list), or only its DataLoader over one Dataset (``--same-dataset``), with
+workers. Written here, for torchdoctor's tests."""
 
 import argparse
+import time
 
 import torch
 import torch.nn as nn
@@ -10,6 +12,8 @@ from torch.utils.data import DataLoader, Dataset
 parser = argparse.ArgumentParser()
 parser.add_argument("--epochs", type=int, default=3)
 parser.add_argument("--batches", type=int, default=12)
+parser.add_argument("--same-dataset", action="store_true", help="only the DataLoader built anew")
+parser.add_argument("--init-s", type=float, default=0.0, help="each worker's start takes this")
 args = parser.parse_args()
 
 torch.manual_seed(0)
@@ -29,11 +33,17 @@ class Points(Dataset):
         return self.x[i], self.y[i]
 
 
+def slow_init(worker_id):
+    time.sleep(args.init_s)
+
+
 model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 4))
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+data = Points(16 * args.batches, 0)
 for epoch in range(args.epochs):
+    dataset = data if args.same_dataset else Points(16 * args.batches, epoch)
     loader = DataLoader(
-        Points(16 * args.batches, epoch), batch_size=16, shuffle=True, num_workers=1
+        dataset, batch_size=16, shuffle=True, num_workers=1, worker_init_fn=slow_init
     )
     for x, y in loader:
         optimizer.zero_grad()

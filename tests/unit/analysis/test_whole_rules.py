@@ -136,3 +136,15 @@ def test_the_first_steps_wait_for_its_first_batch_is_not_called_its_forward():
     )
     assert "the first step's forward 0.06 s" in detail
     assert "forward, backward and optimizer" not in detail
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_a_loader_built_anew_every_epoch_is_told_to_be_built_once(persistent):
+    # persistent workers die with their loader: the fix is to build it once
+    summary = WholeSummary(wall_s=WALL_S, boundary=TimedCost(10.0, 9), epochs=10, loaders_built=10)
+    fix = kinds_of(summary, loader(2, persistent))["epoch-boundary"].fix
+    assert fix is not None and "is built anew every epoch (10 times" in fix
+    assert "at train.py:7" in fix
+    once = dataclasses.replace(summary, loaders_built=1)
+    told = kinds_of(once, loader(2, persistent))["epoch-boundary"].fix
+    assert (told is None) == persistent  # built once: persistent_workers, unless it persists
