@@ -18,19 +18,11 @@ demo: $(STAMP)
 	$(VENV)/bin/torchdoctor demo
 
 # --durations=15: CI's output names the slowest tests, so a test that grows is seen (issue 38).
-# Two streams at once, one test each at a time: the end-to-end tests no load changes, and beside
-# them the timing-marked ones (each beside one other test, about one busy core, as in test-load)
-# and the unit tests. Serial, the suite used 0.8 of a core on average: it waits on its scripts'
-# processes. The second stream's output follows the first's.
+# Two workers (pytest-xdist) for the tests no load changes: serial, the suite used 0.8 of a core
+# on average (it waits on its scripts' processes). Then the timing-marked ones, one at a time.
 test: $(STAMP)
-	@tmp=$$(mktemp -d "$${TMPDIR:-/tmp}/torchdoctor-tests.XXXXXX"); \
-	$(PY) -m pytest -m "timing or not integration" --durations=15 -p no:cacheprovider \
-		--basetemp="$$tmp/timing" > "$$tmp/timing.log" 2>&1 & timing=$$!; \
-	$(PY) -m pytest -m "integration and not timing" --durations=15 --basetemp="$$tmp/e2e"; e2e=$$?; \
-	wait $$timing; timed=$$?; \
-	echo; echo "=== beside them: the timing-marked tests and the unit tests ==="; \
-	cat "$$tmp/timing.log"; rm -rf "$$tmp"; \
-	test $$e2e -eq 0 && test $$timed -eq 0
+	$(PY) -m pytest -n 2 -m "not timing" --durations=15
+	$(PY) -m pytest -m timing --durations=15
 
 # The edit-test loop: unit tests only, under a minute.
 test-fast: $(STAMP)

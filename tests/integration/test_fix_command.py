@@ -245,5 +245,6 @@ def test_a_measured_amp_trial_is_written_around_the_forward_and_loss_with_its_ca
             ["git", "apply", "--check", "torchdoctor-fix.diff"], cwd=tmp_path, capture_output=True
         )
         assert check.returncode == 0, check.stderr
-    else:
-        assert "not faster" in remedy.reason or "slower" in remedy.reason, remedy.reason
+    else:  # not kept: measured no faster, or the load moved the parts amp leaves alone
+        words = ("not faster", "slower", "could not tell")
+        assert any(w in remedy.reason for w in words), remedy.reason
