@@ -112,6 +112,20 @@ MUTATIONS = (
         ("tests/unit/capture/test_whole_accounts.py",),
     ),
     Mutation(
+        "whole: a DataLoader built anew each epoch told persistent_workers, which dies with it",
+        "analysis/whole_run.py",
+        "if summary.loaders_built > 1:",
+        "if False:",
+        ("tests/unit/analysis/test_whole_rules.py",),
+    ),
+    Mutation(
+        "whole: a slow step's stall at one line of the user's not named there",
+        "analysis/whole_run.py",
+        'where = top[0] if " at " in top[0] and top[1] * 2 >= slow > 0 else ""',
+        'where = ""',
+        ("tests/unit/analysis/test_whole_rules.py",),
+    ),
+    Mutation(
         "saves: a checkpoint written while the replicas drift",
         "capture/_job_guards.py",
         "if ranks.drifting and (",
@@ -170,8 +184,8 @@ MUTATIONS = (
     Mutation(
         "whole run: persistent workers told to persist at the epoch boundary",
         "analysis/whole_run.py",
-        "if loader is None or not loader.num_workers or loader.persistent_workers:",
-        "if loader is None or not loader.num_workers:",
+        "    if loader.persistent_workers:\n        return None\n",
+        "",
         ("tests/unit/capture/test_whole_accounts.py", "tests/unit/analysis/test_whole_rules.py"),
     ),
     Mutation(
