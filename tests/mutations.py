@@ -121,8 +121,8 @@ MUTATIONS = (
     Mutation(
         "whole: a slow step's stall at one line of the user's not named there",
         "analysis/whole_run.py",
-        'where = top[0] if " at " in top[0] and top[1] * 2 >= slow > 0 else ""',
-        'where = ""',
+        "where = top if top[1] and top_s * 2 >= slow > 0 else None",
+        "where = None",
         ("tests/unit/analysis/test_whole_rules.py",),
     ),
     Mutation(

@@ -48,6 +48,7 @@ from .job_findings import (
     issued_words,
     join_finding_of,
     part_bound,
+    rank_of,
     sharded_next,
     straggler_finding,
 )
@@ -142,10 +143,6 @@ def combine(
     job.verdict = job_verdict(job, report)
     report.projection = project(job, LINKS[DEFAULT_LINK])
     return job
-
-
-def rank_of(record: RunRecord) -> int:
-    return record.env.rank if record.env is not None else 0
 
 
 def find_straggler(ranks: list[RankRun]) -> Straggler | None:

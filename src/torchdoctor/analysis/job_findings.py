@@ -102,15 +102,18 @@ def comm_share(report: DistributedReport) -> float | None:
     return sum(shares) / len(shares) if shares else None
 
 
+def rank_of(record: RunRecord) -> int:
+    return record.env.rank if record.env is not None else 0
+
+
 def join_finding_of(records: list[RunRecord]) -> Finding | None:
     """:func:`join_finding` from the ranks' records."""
-    rank = {id(r): r.env.rank if r.env is not None else 0 for r in records}
-    joined = {rank[id(r)]: r.joined_at for r in records if r.joined_at is not None}
-    samples = {rank[id(r)]: r.loader.dataset_len for r in records
+    joined = {rank_of(r): r.joined_at for r in records if r.joined_at is not None}
+    samples = {rank_of(r): r.loader.dataset_len for r in records
                if r.loader is not None and isinstance(r.loader.dataset_len, int)}  # fmt: skip
     loader = next((r.loader for r in records if r.loader is not None), None)
     # a job stopped while a rank waited in Join: the ranks still stepping, with their steps
-    going = {rank[id(r)]: int(r.seen.get("optimizer_steps", 0)) for r in records
+    going = {rank_of(r): int(r.seen.get("optimizer_steps", 0)) for r in records
              if r.joined_at is None} if joined else {}  # fmt: skip
     return join_finding(joined, samples, loader.created_at if loader else None, going)
 

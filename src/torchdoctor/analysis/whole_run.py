@@ -228,7 +228,7 @@ def _startup(summary: WholeSummary, wall: float) -> WholeKind:
 
 def _excess(
     excess: tuple[SampledPlace, ...], wall: float, in_step: tuple[PlaceKey, ...]
-) -> tuple[list[WholeKind], float, str, str]:
+) -> tuple[list[WholeKind], float, str, tuple[str, str] | None]:
     """The slow steps' excess: the user's functions it went to (between steps, biggest first),
     and the rest (slow steps) with the parts of the step it was in, in words. A place the steady
     steps run as much (``in_step``: the loss, the script's own step function) is the step's own
@@ -250,26 +250,27 @@ def _excess(
             )
         )
     slow = max(total - sum(k.seconds for k in between), 0.0)
-    parts: dict[str, float] = {}
+    # (what it was, the user's line in it or ""): seconds
+    parts: dict[tuple[str, str], float] = {}
     for place in excess:
         if place.part is not None:  # at the user's line inside it, when the samples saw one
-            site, name = place.site, PART_WORDS.get(place.part, place.part)
-            label = name if site is None else f"{name} at {place_words(site)}"
+            site = place.site
+            label = (PART_WORDS.get(place.part, place.part), place_words(site) if site else "")
         elif len(place.key) == 1:
-            label = "not sampled" if place.key[0] == "unsampled" else "torch or a library"
+            label = ("not sampled" if place.key[0] == "unsampled" else "torch or a library", "")
         else:
             continue
         parts[label] = parts.get(label, 0.0) + place.seconds
     for place in _grouped(own):
-        label = f"the step's own code at {place_words(place.key)}"
+        label = ("the step's own code", place_words(place.key))
         parts[label] = parts.get(label, 0.0) + place.seconds
     words = ", ".join(
-        f"{name} {seconds:.2f} s"
-        for name, seconds in sorted(parts.items(), key=lambda kv: kv[1], reverse=True)
+        f"{name} at {line} {seconds:.2f} s" if line else f"{name} {seconds:.2f} s"
+        for (name, line), seconds in sorted(parts.items(), key=lambda kv: kv[1], reverse=True)
         if seconds >= 0.01
     )
-    top = max(parts.items(), key=lambda kv: kv[1], default=("", 0.0))
-    where = top[0] if " at " in top[0] and top[1] * 2 >= slow > 0 else ""
+    top, top_s = max(parts.items(), key=lambda kv: kv[1], default=(("", ""), 0.0))
+    where = top if top[1] and top_s * 2 >= slow > 0 else None
     said = f"their excess over the steady step went to: {words}" if words else ""
     return between, slow, said, where
 
@@ -291,13 +292,13 @@ def _between(place: SampledPlace, wall: float) -> WholeKind:
     )
 
 
-def _slow_fix(slow: float, wall: float, where: str = "") -> str | None:
+def _slow_fix(slow: float, wall: float, where: tuple[str, str] | None = None) -> str | None:
     """What to look for in slow steps; ``where``: the part and the user's line that most of
     their excess went to, when one did (a stall inside the model's ``forward``)."""
     if slow < FIX_SHARE * wall:
         return None
-    if where:
-        part, _, line = where.partition(" at ")
+    if where is not None:
+        part, line = where
         return (
             f"most of the slow steps' excess was in {part} at {line}: what "
             "that line waits on now and then (a file read, a lock, a device sync, a cache "

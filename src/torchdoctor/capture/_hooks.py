@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader
 from ._frames import is_user_file, user_site
 from ._patch import passes_through
 from ._script_state import call_site
-from ._whole import loader_key
+from ._whole import built_key, loader_key
 
 if TYPE_CHECKING:
     from ._session import CaptureSession
@@ -66,7 +66,7 @@ def patch_torch(session: CaptureSession) -> None:
             if site is not None:
                 session.loaders.created(loader, f"{site.file}:{site.line}")
             built = orig_init(loader, *args, **kwargs)
-            hooks.whole.loader_built(id(getattr(loader, "dataset", loader)))  # loader_key's
+            hooks.whole.loader_built(built_key(loader))
             return built
         return orig_init(loader, *args, **kwargs)
 

@@ -44,6 +44,11 @@ def loader_key(it: Any) -> int:
     return id(getattr(it, "_dataset", it))
 
 
+def built_key(loader: Any) -> int:
+    """:func:`loader_key` of a DataLoader's iterators, from the DataLoader itself."""
+    return id(getattr(loader, "dataset", loader))
+
+
 class WholeRunWatch:
     """The accountant of a whole run (see the module docstring). Called from the script's thread."""
 
@@ -130,10 +135,11 @@ class WholeRunWatch:
         now = self.clock_ns() if now is None else now
         self.loading = True
         self._commit_forward()
-        if key == self.train_key and torch.is_grad_enabled():
+        grad = torch.is_grad_enabled()
+        if key == self.train_key and grad:
             self.training(now)
         elif self.train_key is not None:  # another loader, or the training data evaluated
-            if self._eval_open is None and torch.is_grad_enabled():
+            if self._eval_open is None and grad:
                 self._batch_eval = [key, now]
             self._eval_activity(now, now)
 
