@@ -70,7 +70,8 @@ class Flops:
     utilisation: float | None = None
     dtype: str = ""
     #: Ops with arithmetic the counter has no formula for (recurrent layers, extensions'
-    #: ops): ``[{"op", "share"}]``, share of the step's op time (``None`` on an accelerator).
+    #: ops): ``[{"op", "share", "recurrent"}]``, share of the step's op time (``None`` on an
+    #: accelerator).
     uncounted: list[dict[str, Any]] = field(default_factory=list)
     #: The count misses arithmetic that matters (:data:`analysis.trials.UNCOUNTED_SHARE`).
     partial: bool = False

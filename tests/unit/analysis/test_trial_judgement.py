@@ -85,3 +85,23 @@ def test_a_small_models_utilisation_is_kept_however_small():
     flops = flops_of(record, counted, "cpu")
     assert flops.utilisation == 8e-8
     assert 0 < flops.utilisation < 1
+
+
+def test_a_recurrent_kernel_makes_the_count_partial_whatever_its_time():
+    # An LSTM's matmuls, 88% of a small language model's arithmetic, took 8-16% of its step's
+    # op time (the rest: small ops' overhead); other uncounted ops count by their time together.
+    from torchdoctor.analysis.trials import flops_of
+    from torchdoctor.record import Stat
+
+    record = RunRecord(steps=StepSeries())
+    record.step_ms = Stat(median=10.0, p90=10.0, mean=10.0, min=10.0, max=10.0, count=3)
+
+    def partial(*uncounted):
+        ops = [{"op": op, "share": share, "recurrent": rec} for op, share, rec in uncounted]
+        return flops_of(record, {"per_step": 1e6, "uncounted": ops}, "cpu").partial
+
+    assert partial(("aten.mkldnn_rnn_layer", 0.03, True))
+    assert partial(("ext.a", 0.06, False), ("ext.b", 0.05, False))
+    assert not partial(("ext.a", 0.06, False))
+    assert partial(("ext.a", None, False))  # untimed (an accelerator): by name
+    assert not partial()

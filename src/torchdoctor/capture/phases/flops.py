@@ -5,7 +5,8 @@ script calls them); the count and the outermost modules' parameter count go to
 ``session.data.flops``. Ops with arithmetic that the counter has no formula for (recurrent
 layers: ``mkldnn_rnn_layer``, ``_cudnn_rnn``; ops of extensions) are listed with their share of
 the step's op time (on the CPU; by name only on an accelerator, where the host does not see
-their time): when they matter, the count is partial. The dtype is the one the model computes
+their time): a recurrent kernel is the layer's whole arithmetic, so it makes the count partial
+whatever its time; other ops do when they matter. The dtype is the one the model computes
 in: autocast's when the script's forward runs under it. The peak comes from a table of known accelerators
 (:mod:`torchdoctor.analysis.trials`); on any other device it is **measured**: the best of a few
 square matmuls in the model's dtype on the same device, done between two steps.
@@ -114,11 +115,12 @@ class _Uncounted(TorchDispatchMode):
         return out
 
     def listed(self) -> list[dict[str, Any]]:
-        """``[{op, share}]``, costliest first (share ``None`` where untimed)."""
+        """``[{op, share, recurrent}]``, costliest first (share ``None`` where untimed)."""
         out = [
             {
                 "op": op,
                 "share": round(s / self.total_s, 4) if self.time_part and self.total_s else None,
+                "recurrent": any(w in op.lower() for w in _HEAVY_WORDS),
             }
             for op, s in self.ops.items()
         ]
