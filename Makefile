@@ -18,10 +18,12 @@ demo: $(STAMP)
 	$(VENV)/bin/torchdoctor demo
 
 # --durations=15: CI's output names the slowest tests, so a test that grows is seen (issue 38).
-# Two workers (pytest-xdist) for the tests no load changes: serial, the suite used 0.8 of a core
-# on average (it waits on its scripts' processes). Then the timing-marked ones, one at a time.
+# Three workers (pytest-xdist) for the tests no load changes: serial, the suite used 0.8 of a
+# core on average (it waits on its scripts' processes: bounds, stalls, ranks meeting); on two
+# workers 1.3 of the 2 cores (392 s), on three 1.6 (345 s). Then the timing-marked ones, one at
+# a time.
 test: $(STAMP)
-	$(PY) -m pytest -n 2 -m "not timing" --durations=15
+	$(PY) -m pytest -n 3 -m "not timing" --durations=15
 	$(PY) -m pytest -m timing --durations=15
 
 # The edit-test loop: unit tests only, under a minute.

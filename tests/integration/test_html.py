@@ -26,6 +26,21 @@ RUN_SECTIONS = ("verdict", "steps", "counterfactuals", "sweep", "transforms", "m
                 "findings", "environment")  # fmt: skip
 
 
+def _run(path: Path, ms: str, *flags: str) -> Path:
+    status = main(["run", "--quiet", *flags, "--json", str(path), "--", LOOP, "--getitem-ms", ms])
+    assert status == 0
+    return path
+
+
+@pytest.fixture(scope="module")
+def drawn(tmp_path_factory) -> Path:
+    """The input-bound loop (20 ms per sample) measured in full, drawn on its page and its
+    ``--timeline``: nothing is compared with it, so it needs no quiet machine."""
+    tmp = tmp_path_factory.mktemp("drawn")
+    timeline = ["--timeline", str(tmp / "a.timeline.json")]
+    return _run(tmp / "a.json", "20", "--steps", "12", "--warmup", "2", *timeline)
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """The same input-bound loop twice (20 ms per sample), and once with samples twice as slow.
@@ -34,29 +49,21 @@ def runs(tmp_path_factory):
     dominates the step even beside a busy process (`make test-load`): at 2 ms per sample the
     model's step, slowed by a CPU hog to about 37 ms, left the injected 2x at 1.14x.
 
-    "a" is drawn in full (its page's sections and its timeline) and "a2" is the same command
-    again, as the no-change test says. The slow run is read for its measured steps and verdict,
-    which the counterfactuals and the loader doctor after them do not change, so it runs without
-    those; the cold start is over once the script has stepped (imports, file cache)."""
+    ``compare`` reads the measured steps and the verdicts, which the counterfactuals and the
+    loader doctor after them do not change: every run is the same command without them ("a2" is
+    "a" again, as the no-change test says); the cold start is over once the script has stepped
+    (imports, file cache)."""
     tmp = tmp_path_factory.mktemp("runs")
-    full = ["--steps", "12", "--warmup", "2"]
-    out = {}
-    for name, ms, flags in (
-        ("cold", "20", ["--steps", "2", "--warmup", "1", "--no-counterfactuals"]),
-        ("a", "20", [*full, "--timeline", str(tmp / "a.timeline.json")]),
-        ("a2", "20", full),
-        ("slow", "40", [*full, "--no-counterfactuals"]),
-    ):
-        path = tmp / f"{name}.json"
-        status = main(["run", "--quiet", *flags, "--json", str(path), "--",
-                       LOOP, "--getitem-ms", ms])  # fmt: skip
-        assert status == 0
-        out[name] = path
-    return out
+    steps = ["--steps", "12", "--warmup", "2", "--no-counterfactuals"]
+    _run(tmp / "cold.json", "20", "--steps", "2", "--warmup", "1", "--no-counterfactuals")
+    return {
+        name: _run(tmp / f"{name}.json", ms, *steps)
+        for name, ms in (("a", "20"), ("a2", "20"), ("slow", "40"))
+    }
 
 
-def test_a_run_page_has_every_section_and_asks_for_nothing(runs, tmp_path):
-    record = RunRecord.load(runs["a"])
+def test_a_run_page_has_every_section_and_asks_for_nothing(drawn, tmp_path):
+    record = RunRecord.load(drawn)
     page = write_html(record, tmp_path / "run.html")
     assert page.stat().st_size < 3_000_000
     view = browser_view(page)
@@ -66,9 +73,9 @@ def test_a_run_page_has_every_section_and_asks_for_nothing(runs, tmp_path):
     assert view["charts"] >= 4  # steps, counterfactuals, sweep, transforms (and memory)
 
 
-def test_report_html_from_the_command_line(runs, tmp_path, capsys):
+def test_report_html_from_the_command_line(drawn, tmp_path, capsys):
     out = tmp_path / "from_cli.html"
-    assert main(["report", "--html", str(out), str(runs["a"])]) == 0
+    assert main(["report", "--html", str(out), str(drawn)]) == 0
     assert str(out) in capsys.readouterr().out
     assert "INPUT-BOUND" in out.read_text()
 
@@ -98,9 +105,9 @@ def test_an_injected_2x_change_is_improved_one_way_and_regressed_the_other(runs,
     assert view["text"].count("INPUT-BOUND") >= 2  # both diagnoses on the page
 
 
-def test_the_timeline_holds_every_measured_part(runs):
-    record = RunRecord.load(runs["a"])
-    trace = json.loads(Path(str(runs["a"]).replace(".json", ".timeline.json")).read_text())
+def test_the_timeline_holds_every_measured_part(drawn):
+    record = RunRecord.load(drawn)
+    trace = json.loads(Path(str(drawn).replace(".json", ".timeline.json")).read_text())
     events = trace["traceEvents"]
     tracks = {e["args"]["name"] for e in events if e["ph"] == "M"}
     assert {"phases", "steps", "data wait", "forward", "backward", "optimizer"} <= tracks
