@@ -147,6 +147,27 @@ MUTATIONS = (
         ("tests/unit/capture/test_issued_collectives.py",),
     ),
     Mutation(
+        "compare: a gain the load's direction explains given anyway",
+        "analysis/firmness.py",
+        "{IMPROVED: a_busier, REGRESSED: not a_busier, NO_CHANGE: True}",
+        "{IMPROVED: not a_busier, REGRESSED: not a_busier, NO_CHANGE: True}",
+        ("tests/unit/analysis/test_compare.py",),
+    ),
+    Mutation(
+        "compare: an unmeasured load read as the busier",
+        "analysis/firmness.py",
+        "a_busier = b_others is None or",
+        "a_busier = a_others is None or",
+        ("tests/unit/analysis/test_compare.py",),
+    ),
+    Mutation(
+        "flops: a recurrent kernel judged by its time alone",
+        "analysis/trials.py",
+        'any(u.get("share") is None or u.get("recurrent") for u in flops.uncounted)',
+        'any(u.get("share") is None for u in flops.uncounted)',
+        ("tests/unit/analysis/test_trial_judgement.py",),
+    ),
+    Mutation(
         "compare: a gain judged from the largest pair, not the smallest",
         "analysis/compare.py",
         "faster = lo >= 1.0 + allowance",

@@ -15,6 +15,10 @@ when the interval clears 1 **and** the speedup clears the allowance either way:
 
 (:func:`torchdoctor.record.judged_speedup`, the rule every judged speedup follows).
 
+``UNCLEAR`` (could not tell) instead, when the two runs' steps were measured beside loads
+that differ by :data:`~torchdoctor.analysis.firmness.BUSY_CORES` or more and the load's
+direction explains the judgement (:func:`~torchdoctor.analysis.firmness.load_doubt`).
+
 ``analyze`` records compare the same way, from their first rank's per-step wall times.
 
 **What is compared** comes first: when the two records differ in script, arguments, device,
@@ -31,7 +35,7 @@ import os
 import random
 import statistics
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ..record import (
@@ -39,11 +43,13 @@ from ..record import (
     NO_CHANGE,
     REGRESSED,
     STEP_PARTS,
+    UNCLEAR,
     JudgedSpeedup,
     JudgementWord,
     RunRecord,
     judged_speedup,
 )
+from .firmness import load_doubt, others_cores
 
 #: Run-to-run change that a single pair of runs cannot tell from noise, at the least.
 RUN_TO_RUN = 0.10
@@ -160,8 +166,13 @@ def compare(a: RunRecord, b: RunRecord) -> Comparison:
     scale, measure, notes = _scale(a, b)
     verdict = judge(a_steps, b_steps, scale)
     notes.extend(verdict.notes)
+    judged = verdict.judged
+    why = load_doubt(judged.judgement, others_cores(a), others_cores(b))
+    if why:
+        judged = replace(judged, judgement=UNCLEAR, why=why)
+        notes.append(why)
     return Comparison(
-        judged=verdict.judged,
+        judged=judged,
         measure=measure,
         a_step_ms=round(statistics.fmean(a_steps), 3),
         b_step_ms=round(statistics.fmean(b_steps), 3),
@@ -193,6 +204,9 @@ def whole_change(a: RunRecord, b: RunRecord) -> WholeChange | None:
         kind = IMPROVED
     elif speedup <= 1 / (1 + RUN_TO_RUN):
         kind = REGRESSED
+    doubt = load_doubt(kind, others_cores(a), others_cores(b))
+    if doubt:
+        kind, note = UNCLEAR, doubt
     order: dict[str, list[float]] = {}
     for side, run in ((0, wa), (1, wb)):
         for c in run.categories:

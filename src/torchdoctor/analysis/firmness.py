@@ -1,7 +1,7 @@
 """Whether a verdict is firm, or one that the load on a busy machine could have flipped (pure).
 
 On a quiet machine the verdict stands as decided. On a busy one (other processes took
-:data:`~torchdoctor.analysis.verdict.BUSY_CORES` or more while the steps were measured) two
+:data:`BUSY_CORES` or more while the steps were measured) two
 things can make it a product of the load rather than of the script:
 
 - **The steps disagree.** The measured steps are resampled (:data:`RESAMPLES` bootstrap
@@ -18,6 +18,9 @@ things can make it a product of the load rather than of the script:
 A verdict that is not firm keeps its kind (what was measured), says so in its ``why`` with the
 evidence, lists its ``candidates``, and its ``next`` starts with what to do about the doubt
 (a quieter moment, more steps, fewer threads); "input fixes will not help" is never said.
+
+Two records compared (``analysis.compare``) were measured at two moments: :func:`load_doubt`
+says when the load on the machine differed between them enough to have made the judgement.
 """
 
 from __future__ import annotations
@@ -27,10 +30,22 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 
-from ..record import COMPUTE_BOUND, RunRecord, Stat, StepSeries, Verdict
+from ..record import (
+    COMPUTE_BOUND,
+    IMPROVED,
+    NO_CHANGE,
+    REGRESSED,
+    RunRecord,
+    Stat,
+    StepSeries,
+    Verdict,
+)
 from ..record.part_names import STEP_PARTS
 from .short_run import MIN_VERDICT_STEPS
 
+#: Cores' worth of CPU other processes must take while the steps are measured for the machine
+#: to be called busy (the figures then run slower and scatter more than on a quiet machine).
+BUSY_CORES = 0.25
 #: Bootstrap resamples of the measured steps.
 RESAMPLES = 200
 #: Share of the resamples that must give the verdict for it to be firm on a busy machine.
@@ -110,4 +125,44 @@ def firm(
         next=f"{advice}; then {verdict.next.replace(NO_INPUT_HELP, '')}",
         firm=False,
         candidates=candidates,
+    )
+
+
+def others_cores(record: RunRecord) -> float | None:
+    """Cores' worth of CPU other processes took while the record's steps were measured."""
+    return record.system.others_cpu_cores if record.system is not None else None
+
+
+def load_doubt(kind: str, a_others: float | None, b_others: float | None) -> str:
+    """Why the load on the machine could have made judgement ``kind``, or ``""``.
+
+    Two records are measured at two moments; other processes that took more of the machine
+    during one run's steps slowed that run alone (the same script twice, beside bursts of
+    another job's load, compared 1.24x; a small MLP beside two busy loops, against itself
+    quiet, 136x). When the two runs' loads (``others_cpu_cores``) differ by :data:`BUSY_CORES`
+    or more, or one is busy and the other's was not measured, a judgement the load's direction
+    explains is not given: ``IMPROVED`` when A ran the busier, ``REGRESSED`` when B did, ``NO
+    CHANGE`` either way (the load can hide a change as well as make one). A judgement against
+    the load stands: B faster although B ran the busier is, if anything, understated.
+    """
+    known = [x for x in (a_others, b_others) if x is not None]
+    if not known or max(known) < BUSY_CORES:
+        return ""  # no load seen on either side
+    if len(known) == 2 and abs(known[0] - known[1]) < BUSY_CORES:
+        return ""  # alike loads: a steady job beside both
+    a_busier = b_others is None or (a_others is not None and a_others > b_others)
+    if not {IMPROVED: a_busier, REGRESSED: not a_busier, NO_CHANGE: True}.get(kind, False):
+        return ""
+    busier, quieter = ("A", "B") if a_busier else ("B", "A")
+    low = min(known) if len(known) == 2 else None
+    during = (
+        f"{low:.1f} during {quieter}'s"
+        if low is not None
+        else f"an unmeasured share during {quieter}'s"
+    )
+    return (
+        f"could not tell: other processes took {max(known):.1f} cores while {busier}'s steps "
+        f"were measured and {during}, so the load moved {busier}'s steps as much as any change "
+        "could; compare runs taken side by side (`torchdoctor fix` alternates the two scripts) "
+        "or both at a quiet moment"
     )

@@ -18,7 +18,7 @@ from ..record import (
     Verdict,
 )
 from ..record.part_names import PART_GROUPS
-from .firmness import firm
+from .firmness import BUSY_CORES, firm
 from .short_run import MIN_VERDICT_STEPS, too_few
 
 #: Share of step time spent waiting for batches (and copying them) that makes a run input-bound.
@@ -121,11 +121,6 @@ def summarise(record: RunRecord) -> None:
     if record.loader_alone is not None and derived.needed_batches_per_s is not None:
         record.loader_alone.needed_batches_per_s = derived.needed_batches_per_s
     record.verdict = derived.verdict
-
-
-#: Cores' worth of CPU other processes must take while the steps are measured for the machine
-#: to be called busy (the figures then run slower and scatter more than on a quiet machine).
-BUSY_CORES = 0.25
 
 
 def busy_words(record: RunRecord) -> str:

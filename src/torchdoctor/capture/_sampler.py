@@ -61,8 +61,14 @@ class SystemSampler:
         #: CPU seconds the whole machine was busy, and this process and its children, at start.
         self._busy0 = self._own0 = 0.0
         self._others_cores: float | None = None
+        #: Seconds the others' figure was taken over (the measured steps' or, for steps too
+        #: short, the run's since capture began).
+        self._others_window_s: float | None = None
         #: Seconds from start to stop (``None`` while sampling, or when it never started).
         self._window_s: float | None = None
+        #: The machine's and the script's CPU seconds when capture began: measured steps too
+        #: short for the counters take the load from here instead (:meth:`stop`).
+        self._early = self._counters()
 
     def start(self) -> None:
         if self._thread is not None:
@@ -86,27 +92,30 @@ class SystemSampler:
             self._thread = None
         try:
             self._sample()  # the tail since the last sample (a short run gets its only one)
-            if self._t0 is not None:
-                wall = self._window_s = time.monotonic() - self._t0
-                others = (busy_cpu_s() - self._busy0) - (self._own_cpu_s() - self._own0)
-                self._others_cores = round(max(others, 0.0) / wall, 2) if wall > 0 else None
+            now = self._counters()
+            if self._t0 is not None and now is not None:
+                wall = self._window_s = now[0] - self._t0
+                start = (self._t0, self._busy0, self._own0)
+                if wall < MIN_CPU_WINDOW_S and self._early is not None:
+                    start = self._early  # steps too short for the counters: the run so far
+                self._others_cores, self._others_window_s = _others(start, now)
         except psutil.Error:
             pass
         return self.summary()
 
-    def others_cores_since_start(self) -> float | None:
-        """Cores' worth of CPU other processes took from the start of sampling to now (after
-        ``stop`` too), or ``None`` when that is too short a window for the counters."""
-        if self._t0 is None:
-            return None
-        wall = time.monotonic() - self._t0
-        if wall < MIN_CPU_WINDOW_S:
-            return None
+    def _counters(self) -> tuple[float, float, float] | None:
+        """``(time.monotonic(), the machine's busy CPU s, the script's CPU s)``."""
         try:
-            others = (busy_cpu_s() - self._busy0) - (self._own_cpu_s() - self._own0)
+            return time.monotonic(), busy_cpu_s(), self._own_cpu_s()
         except psutil.Error:
             return None
-        return round(max(others, 0.0) / wall, 2)
+
+    def others_cores_since_start(self) -> tuple[float | None, float | None]:
+        """Cores' worth of CPU other processes took from the start of sampling to now (after
+        ``stop`` too), and over how many seconds; ``(None, None)`` for too short a window."""
+        if self._t0 is None:
+            return None, None
+        return _others((self._t0, self._busy0, self._own0), self._counters())
 
     def _own_cpu_s(self) -> float:
         """CPU seconds of the script: this process with its reaped children and its live ones
@@ -190,8 +199,21 @@ class SystemSampler:
             if self._gpu_util
             else None,
             gpu_mem_mb_max=round(max(self._gpu_mem), 1) if self._gpu_mem else None,
-            others_cpu_cores=self._others_cores if per_core else None,
+            others_cpu_cores=self._others_cores,
+            others_window_s=self._others_window_s,
         )
+
+
+def _others(
+    start: tuple[float, float, float] | None, now: tuple[float, float, float] | None
+) -> tuple[float | None, float | None]:
+    """Cores' worth of CPU other processes took between two readings of :meth:`_counters`, and
+    over how many seconds; ``(None, None)`` for a window too short for the counters."""
+    if start is None or now is None or now[0] - start[0] < MIN_CPU_WINDOW_S:
+        return None, None
+    wall = now[0] - start[0]
+    others = (now[1] - start[1]) - (now[2] - start[2])
+    return round(max(others, 0.0) / wall, 2), round(wall, 3)
 
 
 def busy_cpu_s() -> float:

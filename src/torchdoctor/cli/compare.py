@@ -11,7 +11,10 @@ from .._paths import check_output_file
 def add_compare(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "compare",
-        help="compare two records: IMPROVED, REGRESSED or NO CHANGE, judged against the noise",
+        help=(
+            "compare two records: IMPROVED, REGRESSED or NO CHANGE, judged against the noise "
+            "(UNCLEAR when the machine's load differed between them and explains it)"
+        ),
         description=(
             "Compare record B with record A (from `run --json` or `analyze --json`): the "
             "speedup of the mean step (samples/s when batch sizes differ) with a 90% "

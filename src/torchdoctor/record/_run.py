@@ -151,8 +151,11 @@ class SystemUsage:
     gpu_mem_mb_max: float | None = None
     #: Cores' worth of CPU that other processes took while the steps were measured: the
     #: machine's busy time less the script's and its workers' (``None``: not measured, or
-    #: a window under :data:`MIN_CPU_WINDOW_S`).
+    #: a window under :data:`MIN_CPU_WINDOW_S`). Steps shorter than that take it over the run
+    #: so far, from capture's start (``others_window_s`` says over how long).
     others_cpu_cores: float | None = None
+    #: Seconds ``others_cpu_cores`` was taken over.
+    others_window_s: float | None = None
 
 
 @dataclass

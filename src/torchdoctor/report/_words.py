@@ -159,18 +159,23 @@ def environment_rows(record: RunRecord) -> list[tuple[str, str]]:
 
 def cpu_words(usage: SystemUsage) -> str:
     """The CPU shares of the measured steps, or why none is told."""
+    others = ""
+    if usage.others_cpu_cores is not None:
+        others = f"other processes took {usage.others_cpu_cores:.1f} cores"
     if not usage.cpu_percent_per_core:
+        told = (
+            f"; {others} over {usage.others_window_s:.1f} s of the run around them"
+            if others and usage.others_window_s is not None
+            else ""
+        )
         return (
-            f"not told: the measured steps took under {MIN_CPU_WINDOW_S:g} s, too short for the "
-            "system's CPU counters"
+            f"not told per core: the measured steps took under {MIN_CPU_WINDOW_S:g} s, too "
+            f"short for the system's CPU counters{told}"
         )
     cores = " ".join(f"{c:.0f}%" for c in usage.cpu_percent_per_core)
-    others = (
-        f"; other processes took {usage.others_cpu_cores:.1f} cores"
-        if usage.others_cpu_cores is not None
-        else ""
+    return f"per core {cores} (mean over {usage.samples} samples)" + (
+        f"; {others}" if others else ""
     )
-    return f"per core {cores} (mean over {usage.samples} samples){others}"
 
 
 def batch_size_words(loader: LoaderSettings) -> str:

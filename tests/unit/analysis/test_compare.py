@@ -131,3 +131,58 @@ def test_pairs_need_two_and_leave_out_runs_without_steps():
     assert pair_speedups([STEADY, []], [STEADY, STEADY]) == [1.0]
     one = judge(STEADY, STEADY, pairs=[1.0])  # one pair: judged as two records
     assert one.pairs == [] and one.kind == NO_CHANGE
+
+
+def loaded(steps: list[float], others: float | None) -> RunRecord:
+    """A record whose steps ran beside ``others`` cores of other processes' CPU."""
+    from torchdoctor.record import SystemUsage
+
+    r = record(steps)
+    r.system = SystemUsage(1.0, 4, [50.0, 50.0], 50.0, 100.0, 0, 0.0, others_cpu_cores=others)
+    return r
+
+
+def test_a_change_the_load_explains_could_not_be_told():
+    # The same script twice, beside bursts of another job's load, compared 1.24x.
+    slowed = [x * 1.24 for x in STEADY]
+    result = compare(loaded(slowed, 1.1), loaded(STEADY, 0.1))
+    assert result.kind == "UNCLEAR" and result.judged.speedup > 1.2
+    assert "other processes took 1.1 cores while A's steps were measured" in result.judged.why
+    assert result.judged.why in result.notes
+    assert compare(loaded(STEADY, 0.1), loaded(slowed, 1.1)).kind == "UNCLEAR"  # regressed
+    # no change beside loads this far apart: the load may have hidden one
+    assert compare(loaded(STEADY, 1.1), loaded(STEADY, 0.1)).kind == "UNCLEAR"
+
+
+def test_a_change_against_the_load_or_beside_alike_loads_stands():
+    slowed = [x * 1.24 for x in STEADY]
+    # B faster although B ran the busier: the load, if anything, hid part of it
+    assert compare(loaded(slowed, 0.1), loaded(STEADY, 1.1)).kind == IMPROVED
+    assert compare(loaded(STEADY, 1.1), loaded(slowed, 0.1)).kind == REGRESSED
+    # alike loads (a steady hog under both), a quiet machine, or a load not measured
+    assert compare(loaded(slowed, 1.0), loaded(STEADY, 0.9)).kind == IMPROVED
+    assert compare(loaded(slowed, 0.2), loaded(STEADY, 0.0)).kind == IMPROVED
+    assert compare(loaded(slowed, None), loaded(STEADY, 1.0)).kind == IMPROVED  # B busier
+
+
+def test_two_whole_runs_whose_loads_explain_their_wall_times_could_not_be_told():
+    from torchdoctor.analysis.compare import whole_change
+    from torchdoctor.record import WholeRun
+
+    def whole(wall_s: float, others: float) -> RunRecord:
+        r = loaded(STEADY, others)
+        r.whole_run = WholeRun(wall_s=wall_s, goodput=0.5, steps=12)
+        return r
+
+    change = whole_change(whole(13.0, 1.2), whole(10.0, 0.1))
+    assert change.kind == "UNCLEAR" and "A's steps were measured" in change.note
+    assert whole_change(whole(13.0, 0.1), whole(10.0, 1.2)).kind == IMPROVED
+
+
+def test_a_busy_run_against_one_whose_load_was_not_measured_could_not_be_told():
+    # An older record, or steps and a run too short for the CPU counters: no figure of its load.
+    slowed = [x * 1.24 for x in STEADY]
+    unclear = compare(loaded(slowed, 1.1), loaded(STEADY, None))
+    assert unclear.kind == "UNCLEAR" and "an unmeasured share during B's" in unclear.judged.why
+    assert compare(loaded(slowed, None), loaded(STEADY, 1.1)).kind == IMPROVED  # against it
+    assert compare(loaded(slowed, None), loaded(STEADY, None)).kind == IMPROVED  # nothing seen

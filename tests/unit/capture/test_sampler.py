@@ -58,9 +58,43 @@ def test_a_window_too_short_for_the_counters_says_so_in_the_report():
     render(record, console)
     text = console.export_text()
     (line,) = [x.strip() for x in text.splitlines() if x.startswith("cpu ")]
-    told = f"not told: the measured steps took under {MIN_CPU_WINDOW_S:g} s, too short for the"
-    assert line.split(maxsplit=1)[1].startswith(told)
-    assert "per core" not in text and "busy" not in record.verdict.why
+    told = (
+        f"not told per core: the measured steps took under {MIN_CPU_WINDOW_S:g} s, too short "
+        "for the system's CPU counters"
+    )
+    assert line.split(maxsplit=1)[1] == told  # and no load: none was measured
+    assert "(mean over" not in text and "busy" not in record.verdict.why
+    # the load taken over the run around them instead is said with its window
+    record.system = SystemUsage(
+        0.2, 1, [], None, 300.0, 0, 0.0, others_cpu_cores=1.2, others_window_s=3.4
+    )
+    text = render_text(record)
+    assert f"{told}; other processes took 1.2 cores over 3.4 s of the run around them" in text
+
+
+def render_text(record) -> str:
+    from torchdoctor.report.terminal import render
+
+    console = Console(width=250, file=io.StringIO(), record=True, color_system=None)
+    render(record, console)
+    return console.export_text()
+
+
+@pytest.mark.slow
+def test_steps_too_short_for_the_counters_take_the_load_over_the_run_so_far():
+    from hog import start_hog, stop_hog
+
+    hog = start_hog()
+    try:
+        sampler = SystemSampler(interval_s=0.1)  # capture begins
+        time.sleep(1.0)  # the script's start, beside the hog
+        sampler.start()
+        time.sleep(0.05)  # steps far too short for the counters
+        usage = sampler.stop()
+    finally:
+        stop_hog(hog)
+    assert usage.cpu_percent_per_core == []
+    assert usage.others_window_s >= 1.0 and usage.others_cpu_cores >= 0.6, usage
 
 
 @pytest.mark.slow

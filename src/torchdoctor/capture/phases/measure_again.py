@@ -10,8 +10,9 @@ prefetched meanwhile and barely wait: as many steps as the loader keeps ready (w
 prefetch factor) are taken first and not kept.
 
 Measured steps that took under half a second are too short for the CPU counters to tell how
-busy the machine was (``system.others_cpu_cores``); at this phase's end the window from their
-start, over the model-alone steps and these, often is not, and the figure is taken over it.
+busy the machine was (``system.others_cpu_cores``: the sampler then takes it over the run since
+capture began); at this phase's end the window from their start, over the model-alone steps and
+these, often is not, and the figure is taken over it, nearer the steps.
 """
 
 from __future__ import annotations
@@ -63,9 +64,12 @@ class MeasureAgainPhase(Phase):
     def finish(self, session: PhaseSession) -> None:
         # Measured steps too short for the CPU counters told nothing of the machine's load:
         # from their start to here (both brackets and the model-alone steps) may be long enough.
+        # (Until then the figure is the run's since capture began: a window farther from them.)
         system = session.data.system
-        if system is not None and system.others_cpu_cores is None:
-            system.others_cpu_cores = session.sampler.others_cores_since_start()
+        if system is not None and not system.cpu_percent_per_core:
+            others, window = session.sampler.others_cores_since_start()
+            if others is not None:
+                system.others_cpu_cores, system.others_window_s = others, window
 
 
 def prefetched(loader: object) -> int:
