@@ -22,6 +22,7 @@ import torch
 from paths import SCENARIOS
 from torchdoctor.options import RunOptions
 from torchdoctor.process import Target, run_target
+from torchdoctor.record import RunRecord
 
 #: The tests marked timing: their verdicts, speedups and picks come from measured durations
 #: (`make test-load` runs them beside a busy process); the rest assert what no load changes.
@@ -241,3 +242,26 @@ def test_a_dataloader_built_anew_each_epoch_over_one_dataset_is_told_to_be_built
     assert boundary["count"] == 2 and boundary["fix"] is not None, boundary
     assert "built anew every epoch (3 times, over the same Dataset)" in boundary["fix"]
     assert "loader_rebuilt_each_epoch.py:" in boundary["fix"]
+
+
+def test_fix_follows_the_loaders_kwargs_to_the_dict_the_run_took(tmp_path):
+    # pytorch/examples' mnist: `DataLoader(dataset1, **train_kwargs)`, merged with the
+    # accelerator's settings only on one. Left out ("passes **train_kwargs, which may hold it"),
+    # its workers were never written; on a CPU they go into train_kwargs itself.
+    shutil.copy(SHAPES / "kwargs_loader.py", tmp_path / "train.py")
+    res = subprocess.run(
+        [sys.executable, "-m", "torchdoctor", "fix", "--steps", "6", "--warmup", "2", "--quiet",
+         "--json", "fix.json", "--out", "fix.diff", "--", "train.py"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=400, check=False,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    patch = RunRecord.load(tmp_path / "fix.json").patch
+    loader = next(r for r in patch.remedies if r.key.startswith("loader"))
+    assert not loader.skipped, loader.skipped
+    added = [c.what for c in loader.changes if c.what.startswith("train_kwargs['num_workers'] = ")]
+    assert added and "(accel_kwargs at line 34 sets it to 1 where its update runs" in added[0]
+    if loader.kept:  # measured faster: the diff writes it where the run took its settings
+        diff = (tmp_path / "fix.diff").read_text()
+        assert "+    train_kwargs = {'batch_size': args.batch_size, 'num_workers': " in diff
+        check = subprocess.run(["git", "apply", "--check", "fix.diff"], cwd=tmp_path, check=False)
+        assert check.returncode == 0

@@ -8,9 +8,10 @@
 - **Threads** (``torch.set_num_threads``, from the sweep's pick): the script's own call is
   changed, or one is added after its imports.
 
-Whatever cannot be changed safely (a value computed at run time, ``**kwargs`` that may hold the
-setting, an option the command line sets, a file of an installed package) is left out, with the
-reason. Torch-free.
+A setting the call passes in ``**kwargs`` is followed to the dict literal it is written in
+(``patch._kwargs``). Whatever cannot be changed safely (a value computed at run time, ``*args``
+or ``**kwargs`` that cannot be followed, an option the command line sets, a file of an installed
+package) is left out, with the reason. Torch-free.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from ._edits import (
     remove_keywords,
     set_value,
 )
+from ._kwargs import plan_in_kwargs
 from ._project import Project
 
 #: Remedy keys, in the order they are planned and reported.
@@ -77,9 +79,16 @@ class Remedy:
 
 
 def plan_loader(
-    project: Project, where: str, settings: Mapping[str, object], argv: Sequence[str], because: str
+    project: Project,
+    where: str,
+    settings: Mapping[str, object],
+    argv: Sequence[str],
+    because: str,
+    current: Mapping[str, object] | None = None,
 ) -> Remedy:
-    """Plan the DataLoader arguments ``settings`` at the call at ``where`` (``file:line``)."""
+    """Plan the DataLoader arguments ``settings`` at the call at ``where`` (``file:line``);
+    ``current``: the run's loader settings, which tell the entry of a ``**kwargs`` dict the run
+    took from those it did not (``patch._kwargs``)."""
     remedy = Remedy(LOADER, because)
     found = _call_at(
         project,
@@ -90,7 +99,7 @@ def plan_loader(
         " (a subclass or a factory builds it): set the arguments where it is built",
     )
     if found is not None:
-        _plan_call(project, *found, dict(settings), argv, remedy)
+        _plan_call(project, *found, dict(settings), argv, remedy, current=current)
     return remedy
 
 
@@ -142,6 +151,7 @@ def _plan_call(
     argv: Sequence[str],
     remedy: Remedy,
     parameters: Sequence[str] = DATALOADER_POSITIONAL,
+    current: Mapping[str, object] | None = None,
 ) -> None:
     """Each of ``settings`` at ``call`` (``parameters``: the callee's positional parameters)."""
     where = source.line_of(call)
@@ -157,6 +167,7 @@ def _plan_call(
     star_args = next((a for a in call.args if a.star == "*"), None)
     star_kwargs = next((a for a in call.args if a.star == "**"), None)
     additions: list[tuple[str, object]] = []
+    in_kwargs: dict[str, object] = {}
     ordered = sorted(settings.items(), key=lambda item: item[0] != "num_workers")
     for name, value in ordered:
         if name in WORKER_ONLY and any(s.setting == "num_workers" for s in remedy.skipped):
@@ -174,6 +185,9 @@ def _plan_call(
         if arg is None:
             # a positional setting may sit in *args, any setting in **kwargs
             holder = (star_args if index is not None else None) or star_kwargs
+            if holder is star_kwargs and holder is not None:
+                in_kwargs[name] = value  # followed to the dict it is written in, below
+                continue
             if holder is not None:
                 remedy.skipped.append(
                     Skipped(
@@ -190,6 +204,8 @@ def _plan_call(
         _plan_value(project, source, arg, name, value, argv, remedy)
     if removals or additions:
         source.plan(remedy.key, call, chain(remove_keywords(removals), add_keywords(additions)))
+    if in_kwargs and star_kwargs is not None:
+        plan_in_kwargs(project, source, star_kwargs, in_kwargs, current, remedy)
 
 
 def _plan_value(

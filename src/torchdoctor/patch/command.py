@@ -151,7 +151,13 @@ def plan(record: RunRecord, project: Project, argv: Sequence[str]) -> list[Remed
     loader = None
     if settings:
         if where:
-            loader = plan_loader(project, where, settings, argv, because)
+            current = {
+                "num_workers": record.loader.num_workers,
+                "pin_memory": record.loader.pin_memory,
+                "persistent_workers": record.loader.persistent_workers,
+                "prefetch_factor": record.loader.prefetch_factor,
+            }
+            loader = plan_loader(project, where, settings, argv, because, current)
         else:
             loader = Remedy("loader", because)
             loader.skipped.append(

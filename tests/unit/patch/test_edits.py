@@ -140,7 +140,8 @@ def test_an_argparse_default_is_changed_unless_the_command_line_sets_it(tmp_path
 @pytest.mark.parametrize(
     ("code", "words"),
     [
-        ("loader = DataLoader(ds, **opts)\n", "the call at train.py:6 passes **opts"),
+        ("loader = DataLoader(ds, *extra)\n", "the call at train.py:6 passes *extra"),
+        ("loader = DataLoader(ds, **opts)\nopts = {'shuffle': True}\n", "opts is not assigned"),
         ("loader = DataLoader(ds, num_workers=os.cpu_count() // 2)\n", "is computed"),
         (
             "def make(n):\n    return DataLoader(ds, num_workers=n)\nloader = make(0)\n",
@@ -305,3 +306,86 @@ def test_a_changed_value_read_elsewhere_says_where(tmp_path):
     assert remedy.changes[0].what == (
         "W = 0 → 2 (num_workers); also read at train.py:6, train.py:7, which change too"
     )
+
+
+EXAMPLES_KWARGS = """\
+    train_kwargs = {'batch_size': 64}
+    test_kwargs = {'batch_size': 1000}
+    if use_accel:
+        accel_kwargs = {'num_workers': 1,
+                        'persistent_workers': True,
+                        'pin_memory': True,
+                        'shuffle': True}
+        train_kwargs.update(accel_kwargs)
+        test_kwargs.update(accel_kwargs)
+    train_loader = DataLoader(ds, **train_kwargs)
+    test_loader = DataLoader(ds, **test_kwargs)
+    """
+
+
+def test_a_setting_in_kwargs_is_added_to_the_dict_the_run_took(tmp_path):
+    # pytorch/examples' mnist on a CPU: the update with the accelerator's settings did not run
+    # (the run's loader had no workers), so the setting goes into train_kwargs itself.
+    code = HEADER + "use_accel = False\n" + textwrap.dedent(EXAMPLES_KWARGS)
+    project = _project(tmp_path, code)
+    current = {"num_workers": 0, "pin_memory": False, "persistent_workers": False}
+    settings = {"num_workers": 2, "persistent_workers": True}
+    where = _line(project, "train_loader =")
+    remedy = plan_loader(project, where, settings, [], "s", current)
+    assert not remedy.skipped, remedy.skipped
+    change, persistent = remedy.changes
+    assert persistent.what.startswith("train_kwargs['persistent_workers'] = True added")
+    assert change.line == 5 and change.what.startswith("train_kwargs['num_workers'] = 2 added")
+    assert "(accel_kwargs at line 8 sets it to 1 where its update runs; it did not" in change.what
+    diff = project.diff({"loader"})
+    changed = [x for x in diff.splitlines() if x[:1] in "+-" and x[:3] not in ("+++", "---")]
+    assert changed == [
+        "-train_kwargs = {'batch_size': 64}",
+        "+train_kwargs = {'batch_size': 64, 'num_workers': 2, 'persistent_workers': True}",
+    ]
+    assert_applies(project, diff)
+
+
+def test_a_setting_in_kwargs_is_changed_in_the_update_the_run_took(tmp_path):
+    # the same script on an accelerator: its loader had accel_kwargs' one worker
+    code = HEADER + "use_accel = True\n" + textwrap.dedent(EXAMPLES_KWARGS)
+    project = _project(tmp_path, code)
+    current = {"num_workers": 1, "pin_memory": True, "persistent_workers": True}
+    remedy = plan_loader(
+        project, _line(project, "train_loader ="), {"num_workers": 3}, [], "s", current
+    )
+    assert [c.what for c in remedy.changes] == ["accel_kwargs['num_workers'] = 1 → 3"]
+    diff = project.diff({"loader"})
+    assert (
+        "-    accel_kwargs = {'num_workers': 1,\n+    accel_kwargs = {'num_workers': 3,\n" in diff
+    )
+    assert_applies(project, diff)
+    # a dict written one entry per line gets the new one on a line of its own
+    added = plan_loader(
+        project, _line(project, "train_loader ="), {"prefetch_factor": 4}, [], "s", current
+    )
+    assert added.changes[0].what.startswith("train_kwargs['prefetch_factor'] = 4 added")
+
+
+@pytest.mark.parametrize(
+    ("code", "words"),
+    [
+        ("kw = {'num_workers': 0}\nkw['num_workers'] = 1\n", "kw[...] at line 7 may set it"),
+        ("kw = {'batch_size': 8}\nkw.update(make())\n", "kw is updated from make(), computed"),
+        ("kw = {**base}\n", "holds **base"),
+        ("kw = {'num_workers': os.cpu_count()}\n", "kw computes it"),
+        (
+            "kw = {'num_workers': 0}\nkw.update({'num_workers': 0})\n",
+            "it is set at kw (line 6) and",
+        ),
+    ],
+)
+def test_kwargs_that_cannot_be_followed_are_left_out_with_the_reason(tmp_path, code, words):
+    text = HEADER + "import os\nbase = {}\n" + code + "loader = DataLoader(ds, **kw)\n"
+    project = _project(tmp_path, text)
+    current = {"num_workers": 0}
+    remedy = plan_loader(project, _line(project, "loader ="), {"num_workers": 2}, [], "s", current)
+    assert not remedy.changes and project.diff({"loader"}) == "", remedy.changes
+    (skipped,) = remedy.skipped
+    assert skipped.reason.startswith("the call passes **kw: ") and words in skipped.reason, skipped
+    assert skipped.reason.endswith("set num_workers=2 there")

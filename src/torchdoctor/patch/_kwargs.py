@@ -1,0 +1,218 @@
+"""DataLoader settings passed in ``**kwargs``: followed to the dict literal they are written in.
+
+pytorch/examples builds its loaders as ``DataLoader(dataset1, **train_kwargs)`` from
+``train_kwargs = {'batch_size': args.batch_size}`` and, on an accelerator,
+``train_kwargs.update(accel_kwargs)`` with ``accel_kwargs = {'num_workers': 1, ...}``. A setting
+is written where the run's value came from:
+
+- the one literal entry for it that holds the value the run's loader had (in the dict itself or
+  in a dict an ``update`` merges into it) is changed there;
+- with no entry the run took (none at all, or only in an update whose branch did not run: its
+  value is not the run's), ``'name': value`` is added to the dict itself, and an entry the run
+  did not take is named beside the change (it still applies where its update runs).
+
+Anything else is left out with the reason: the name assigned more than once or to something
+other than a dict literal, a ``**`` or a computed key inside a dict, an update from a computed
+value, an item assignment (``kwargs['num_workers'] = ...``), a computed value, two entries the
+run could have taken. Torch-free.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Mapping
+
+import libcst as cst
+
+from ._edits import (
+    WORKER_ONLY,
+    Change,
+    Skipped,
+    SourceFile,
+    assignments,
+    is_literal,
+    literal,
+    set_value,
+)
+from ._project import Project
+
+
+def plan_in_kwargs(
+    project: Project,
+    source: SourceFile,
+    holder: cst.Arg,
+    settings: Mapping[str, object],
+    current: Mapping[str, object] | None,
+    remedy,
+) -> None:
+    """Each of ``settings`` (not among the call's own arguments) where the ``**`` argument
+    ``holder`` of the call gets it; each one that cannot be, in ``remedy.skipped``.
+    ``current``: the run's loader settings (``None``: not known, every entry may be the run's)."""
+    held = source.code(holder.value).strip()
+    dicts, reason = _dicts(source, holder.value)
+    additions: list[tuple[str, object]] = []
+    for name, value in settings.items():
+        if name in WORKER_ONLY and any(s.setting == "num_workers" for s in remedy.skipped):
+            reason_here = "it needs the workers, whose setting is left out: add it with them"
+        elif reason:
+            reason_here = reason
+        else:
+            reason_here = _plan_entry(source, dicts, name, value, current, remedy, additions)
+        if reason_here:
+            remedy.skipped.append(
+                Skipped(
+                    name, f"the call passes **{held}: {reason_here}; set {name}={value!r} there"
+                )
+            )
+    if additions:
+        base = dicts[0][1]
+        source.plan(remedy.key, base, add_entries(additions))
+
+
+def _plan_entry(
+    source: SourceFile,
+    dicts: list[tuple[str, cst.Dict]],
+    name: str,
+    value: object,
+    current: Mapping[str, object] | None,
+    remedy,
+    additions: list[tuple[str, object]],
+) -> str:
+    """One setting: its entry changed, or added to the base dict; the reason when neither."""
+    entries = [(label, el) for label, d in dicts for el in d.elements if _key(el) == name]
+    if any(not is_literal(el.value) for _, el in entries):
+        label = next(lb for lb, el in entries if not is_literal(el.value))
+        return f"{label} computes it"
+    if name == "num_workers" and value == 0:
+        worker_only = [k for _, d in dicts for el in d.elements if (k := _key(el)) in WORKER_ONLY]
+        if worker_only:
+            return f"{worker_only[0]} there needs workers"
+    taken = [
+        (label, el)
+        for label, el in entries
+        if current is None or name not in current or _value(el) == current[name]
+    ]
+    if len(taken) > 1:
+        return "it is set at " + " and ".join(
+            f"{lb} (line {source.line_of(el)})" for lb, el in taken
+        )
+    not_taken = [
+        f"{lb} at line {source.line_of(el)} sets it to {source.code(el.value).strip()} where "
+        "its update runs; it did not in this run"
+        for lb, el in entries
+        if (lb, el) not in taken
+    ]
+    also = f" ({'; '.join(not_taken)})" if not_taken else ""
+    if taken:
+        label, el = taken[0]
+        old = source.code(el.value).strip()
+        if old != repr(value):
+            source.plan(remedy.key, el, set_value(literal(value)))
+            remedy.changes.append(
+                Change(source.path, source.line_of(el), f"{label}[{name!r}] = {old} → {value!r}")
+            )
+        return ""
+    label, base = dicts[0]
+    additions.append((name, value))
+    remedy.changes.append(
+        Change(source.path, source.line_of(base), f"{label}[{name!r}] = {value!r} added{also}")
+    )
+    return ""
+
+
+def _dicts(source: SourceFile, expr: cst.BaseExpression) -> tuple[list[tuple[str, cst.Dict]], str]:
+    """The dict literal ``expr`` names and the dict literals its ``update`` calls merge into it,
+    each with its name; the reason when they cannot be followed."""
+    if not isinstance(expr, cst.Name):
+        return [], "it is computed"
+    variable = expr.value
+    base = _dict_assigned(source, variable)
+    if base is None:
+        return [], f"{variable} is not assigned one dict literal in {source.path.name}"
+    dicts = [(variable, base)]
+    for node in source.nodes(cst.Call):
+        func = node.func  # type: ignore[attr-defined]
+        if not (
+            isinstance(func, cst.Attribute)
+            and isinstance(func.value, cst.Name)
+            and func.value.value == variable
+            and func.attr.value in ("update", "setdefault", "__setitem__")
+        ):
+            continue
+        args = node.args  # type: ignore[attr-defined]
+        merged = args[0].value if len(args) == 1 and not args[0].keyword else None
+        if func.attr.value != "update" or merged is None:
+            return [], f"{variable}.{func.attr.value}(...) at line {source.line_of(node)} sets it"
+        if isinstance(merged, cst.Name):
+            found = _dict_assigned(source, merged.value)
+            label = merged.value
+        else:
+            found, label = (merged if isinstance(merged, cst.Dict) else None), f"{variable}.update"
+        if found is None:
+            return [], f"{variable} is updated from {source.code(merged).strip()}, computed"
+        dicts.append((label, found))
+    for node in source.nodes(cst.Subscript):
+        if isinstance(node.value, cst.Name) and node.value.value == variable:  # type: ignore[attr-defined]
+            return [], f"{variable}[...] at line {source.line_of(node)} may set it"
+    for _, d in dicts:
+        for el in d.elements:
+            if isinstance(el, cst.StarredDictElement) or _key(el) is None:
+                return [], f"a dict at line {source.line_of(d)} holds {source.code(el).strip(', ')}"
+    return dicts, ""
+
+
+def _dict_assigned(source: SourceFile, variable: str) -> cst.Dict | None:
+    assigns = assignments(source, variable)
+    if len(assigns) != 1 or not isinstance(assigns[0].value, cst.Dict):
+        return None
+    return assigns[0].value
+
+
+def _key(el: cst.BaseDictElement) -> str | None:
+    if isinstance(el, cst.DictElement) and isinstance(el.key, cst.SimpleString):
+        key = el.key.evaluated_value
+        return key if isinstance(key, str) else None
+    return None
+
+
+def _value(el: cst.DictElement) -> object:
+    try:
+        return ast.literal_eval(cst.Module([]).code_for_node(el.value))
+    except (ValueError, SyntaxError):
+        return object()
+
+
+def add_entries(names_values: list[tuple[str, object]]):
+    """An edit of a dict literal: ``'name': value`` entries appended, quoted as its keys are and
+    in its own layout (one per line in a dict written one entry per line)."""
+
+    def apply(node: cst.CSTNode) -> cst.CSTNode:
+        assert isinstance(node, cst.Dict)
+        elements = list(node.elements)
+        quote = '"'
+        if elements and isinstance(elements[0], cst.DictElement):
+            first = elements[0].key
+            if isinstance(first, cst.SimpleString) and first.value.startswith("'"):
+                quote = "'"
+        new = [
+            cst.DictElement(
+                key=cst.SimpleString(f"{quote}{n}{quote}"),
+                value=literal(v),
+                whitespace_after_colon=cst.SimpleWhitespace(" "),
+            )
+            for n, v in names_values
+        ]
+        between = (
+            elements[-2].comma
+            if len(elements) >= 2 and isinstance(elements[-2].comma, cst.Comma)
+            else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        )
+        trailing = elements[-1].comma if elements else cst.MaybeSentinel.DEFAULT
+        if elements:
+            elements[-1] = elements[-1].with_changes(comma=between)
+        new = [e.with_changes(comma=between) for e in new[:-1]] + [
+            new[-1].with_changes(comma=trailing)
+        ]
+        return node.with_changes(elements=[*elements, *new])
+
+    return apply
