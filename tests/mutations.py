@@ -168,6 +168,20 @@ MUTATIONS = (
         ("tests/unit/analysis/test_trial_judgement.py",),
     ),
     Mutation(
+        "fix: a **kwargs entry changed whatever value the run took",
+        "patch/_kwargs.py",
+        "if current is None or name not in current or _value(el) == current[name]",
+        "if True",
+        ("tests/unit/patch/test_edits.py",),
+    ),
+    Mutation(
+        "fix: an item assignment of the **kwargs dict not refused",
+        "patch/_kwargs.py",
+        "            return [], f\"{variable}[...] at line {source.line_of(node)} may set it\"",
+        "            pass",
+        ("tests/unit/patch/test_edits.py",),
+    ),
+    Mutation(
         "compare: a gain judged from the largest pair, not the smallest",
         "analysis/compare.py",
         "faster = lo >= 1.0 + allowance",

@@ -57,7 +57,7 @@ def plan_in_kwargs(
         elif reason:
             reason_here = reason
         else:
-            reason_here = _plan_entry(source, dicts, name, value, current, remedy, additions)
+            reason_here = _plan_entry(source, dicts, name, name, value, current, remedy, additions)
         if reason_here:
             remedy.skipped.append(
                 Skipped(
@@ -69,17 +69,46 @@ def plan_in_kwargs(
         source.plan(remedy.key, base, add_entries(additions))
 
 
-def _plan_entry(
+def plan_config_entry(
     source: SourceFile,
-    dicts: list[tuple[str, cst.Dict]],
+    expr: cst.Subscript,
     name: str,
     value: object,
     current: Mapping[str, object] | None,
     remedy,
-    additions: list[tuple[str, object]],
+) -> str | None:
+    """``num_workers=config['workers']``: the entry of the dict literal ``config`` is assigned
+    once (and of the dicts its ``update`` calls merge in) that the run took, changed; the reason
+    when there is none to change. ``None``: not such a subscript."""
+    elements = expr.slice
+    index = elements[0].slice if len(elements) == 1 else None
+    if not (
+        isinstance(expr.value, cst.Name)
+        and isinstance(index, cst.Index)
+        and isinstance(index.value, cst.SimpleString)
+    ):
+        return None
+    key = index.value.evaluated_value
+    dicts, reason = _dicts(source, expr.value)
+    if not reason:
+        reason = _plan_entry(source, dicts, str(key), name, value, current, remedy, None)
+    variable = expr.value.value
+    return f"{name} comes from {variable}[{key!r}]: {reason}; make it {value!r}" if reason else ""
+
+
+def _plan_entry(
+    source: SourceFile,
+    dicts: list[tuple[str, cst.Dict]],
+    key: str,
+    name: str,
+    value: object,
+    current: Mapping[str, object] | None,
+    remedy,
+    additions: list[tuple[str, object]] | None,
 ) -> str:
-    """One setting: its entry changed, or added to the base dict; the reason when neither."""
-    entries = [(label, el) for label, d in dicts for el in d.elements if _key(el) == name]
+    """One setting ``name``, under ``key`` in the dicts: its entry changed, or added to the base
+    dict (``additions``; ``None``: it cannot be, the key must be there); the reason when not."""
+    entries = [(label, el) for label, d in dicts for el in d.elements if _key(el) == key]
     if any(not is_literal(el.value) for _, el in entries):
         label = next(lb for lb, el in entries if not is_literal(el.value))
         return f"{label} computes it"
@@ -108,10 +137,13 @@ def _plan_entry(
         old = source.code(el.value).strip()
         if old != repr(value):
             source.plan(remedy.key, el, set_value(literal(value)))
-            remedy.changes.append(
-                Change(source.path, source.line_of(el), f"{label}[{name!r}] = {old} → {value!r}")
-            )
+            said = f"{label}[{key!r}] = {old} → {value!r}" + (f" ({name})" if key != name else "")
+            remedy.changes.append(Change(source.path, source.line_of(el), said))
         return ""
+    if additions is None:
+        return f"no entry {key!r} the run took" + (
+            f" ({'; '.join(not_taken)})" if not_taken else ""
+        )
     label, base = dicts[0]
     additions.append((name, value))
     remedy.changes.append(
@@ -151,8 +183,14 @@ def _dicts(source: SourceFile, expr: cst.BaseExpression) -> tuple[list[tuple[str
         if found is None:
             return [], f"{variable} is updated from {source.code(merged).strip()}, computed"
         dicts.append((label, found))
-    for node in source.nodes(cst.Subscript):
-        if isinstance(node.value, cst.Name) and node.value.value == variable:  # type: ignore[attr-defined]
+    targets = [t.target for a in source.nodes(cst.Assign) for t in a.targets]  # type: ignore[attr-defined]
+    targets += [a.target for a in source.nodes(cst.AugAssign)]  # type: ignore[attr-defined]
+    for node in targets:
+        if (
+            isinstance(node, cst.Subscript)
+            and isinstance(node.value, cst.Name)
+            and node.value.value == variable
+        ):
             return [], f"{variable}[...] at line {source.line_of(node)} may set it"
     for _, d in dicts:
         for el in d.elements:

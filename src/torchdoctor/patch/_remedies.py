@@ -41,7 +41,7 @@ from ._edits import (
     remove_keywords,
     set_value,
 )
-from ._kwargs import plan_in_kwargs
+from ._kwargs import plan_config_entry, plan_in_kwargs
 from ._project import Project
 
 #: Remedy keys, in the order they are planned and reported.
@@ -201,7 +201,7 @@ def _plan_call(
             additions.append((name, value))
             remedy.changes.append(Change(source.path, where, f"{name}={value!r} added"))
             continue
-        _plan_value(project, source, arg, name, value, argv, remedy)
+        _plan_value(project, source, arg, name, value, argv, remedy, current)
     if removals or additions:
         source.plan(remedy.key, call, chain(remove_keywords(removals), add_keywords(additions)))
     if in_kwargs and star_kwargs is not None:
@@ -216,6 +216,7 @@ def _plan_value(
     value: object,
     argv: Sequence[str],
     remedy: Remedy,
+    current: Mapping[str, object] | None = None,
 ) -> None:
     """A setting the call passes: changed where its value is written."""
     expr = arg.value
@@ -229,13 +230,18 @@ def _plan_value(
         return
     if isinstance(expr, cst.Name):
         reason = _plan_variable(project, source, arg, expr.value, name, value, remedy)
+    elif (
+        isinstance(expr, cst.Subscript)
+        and (reason := plan_config_entry(source, expr, name, value, current, remedy)) is not None
+    ):
+        pass  # a config dict's entry: changed, or why not
     elif isinstance(expr, cst.Attribute) and dotted(expr) is not None:
         reason = _plan_option(
             project, source, expr.attr.value, name, value, argv, remedy, source.line_of(arg)
         )
     else:
         reason = f"{name} is computed ({old}): make it {value!r}"
-    if reason is not None:
+    if reason:
         remedy.skipped.append(Skipped(name, reason))
 
 

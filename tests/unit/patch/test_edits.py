@@ -389,3 +389,22 @@ def test_kwargs_that_cannot_be_followed_are_left_out_with_the_reason(tmp_path, c
     (skipped,) = remedy.skipped
     assert skipped.reason.startswith("the call passes **kw: ") and words in skipped.reason, skipped
     assert skipped.reason.endswith("set num_workers=2 there")
+
+
+def test_a_setting_read_from_a_config_dict_is_changed_in_its_entry(tmp_path):
+    code = "config = {'workers': 0, 'lr': 0.1}\nloader = DataLoader(ds, num_workers=config['workers'])\n"
+    project = _project(tmp_path, HEADER + code)
+    current = {"num_workers": 0}
+    remedy = plan_loader(project, _line(project, "loader ="), {"num_workers": 2}, [], "s", current)
+    assert [c.what for c in remedy.changes] == ["config['workers'] = 0 → 2 (num_workers)"]
+    assert "+config = {'workers': 2, 'lr': 0.1}\n" in project.diff({"loader"})
+    # an entry the run did not take (its value is not the run's) is not changed
+    other = _project(_folder(tmp_path, "other"), HEADER + code)
+    skipped = plan_loader(
+        other, _line(other, "loader ="), {"num_workers": 2}, [], "s", {"num_workers": 3}
+    )
+    assert not skipped.changes
+    assert (
+        "num_workers comes from config['workers']: no entry 'workers' the run took"
+        in skipped.skipped[0].reason
+    )
