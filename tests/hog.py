@@ -18,12 +18,27 @@ def spin(seconds: float) -> None:
         pass
 
 
+#: The hog: a busy loop that ends when the process that started it is gone (a session killed
+#: before its teardown once left one spinning through a whole later `make test`).
+HOG = """
+import os, sys
+owner, n = int(sys.argv[1]), 0
+while True:
+    n += 1
+    if n % 2_000_000 == 0:
+        try:
+            os.kill(owner, 0)
+        except OSError:
+            break
+"""
+
+
 def start_hog() -> int:
     """Start the hog; its pid. It is no child of this process (a capture counts the script's
-    children, e.g. DataLoader workers, as the script's own)."""
+    children, e.g. DataLoader workers, as the script's own), and it ends with this process."""
     started = subprocess.run(
-        ["sh", "-c", f"'{sys.executable}' -c 'while True: pass' >/dev/null 2>&1 & echo $!"],
-        capture_output=True, text=True, check=True,
+        ["sh", "-c", f"'{sys.executable}' -c \"$HOG\" {os.getpid()} >/dev/null 2>&1 & echo $!"],
+        capture_output=True, text=True, check=True, env={**os.environ, "HOG": HOG},
     )  # fmt: skip
     return int(started.stdout.split()[0])
 

@@ -177,7 +177,7 @@ MUTATIONS = (
     Mutation(
         "fix: an item assignment of the **kwargs dict not refused",
         "patch/_kwargs.py",
-        "            return [], f\"{variable}[...] at line {source.line_of(node)} may set it\"",
+        '            return [], f"{variable}[...] at line {source.line_of(node)} may set it"',
         "            pass",
         ("tests/unit/patch/test_edits.py",),
     ),
