@@ -175,6 +175,13 @@ MUTATIONS = (
         ("tests/unit/patch/test_edits.py",),
     ),
     Mutation(
+        "fix: a branch of `{...} if c else {...}` taken whatever the run's values",
+        "patch/_kwargs.py",
+        "(_value(given[key]) if key in given else default) == current[key]",
+        "True",
+        ("tests/unit/patch/test_edits.py",),
+    ),
+    Mutation(
         "fix: an item assignment of the **kwargs dict not refused",
         "patch/_kwargs.py",
         '            return [], f"{variable}[...] at line {source.line_of(node)} may set it"',

@@ -260,7 +260,9 @@ def test_fix_follows_the_loaders_kwargs_to_the_dict_the_run_took(tmp_path):
     loader = next(r for r in patch.remedies if r.key.startswith("loader"))
     assert not loader.skipped, loader.skipped
     added = [c.what for c in loader.changes if c.what.startswith("train_kwargs['num_workers'] = ")]
-    assert added and "(accel_kwargs at line 34 sets it to 1 where its update runs" in added[0]
+    assert (
+        added and "(accel_kwargs at line 34 sets it to 1, which this run did not take)" in added[0]
+    )
     if loader.kept:  # measured faster: the diff writes it where the run took its settings
         diff = (tmp_path / "fix.diff").read_text()
         assert "+    train_kwargs = {'batch_size': args.batch_size, 'num_workers': " in diff

@@ -11,6 +11,9 @@ is written where the run's value came from:
   value is not the run's), ``'name': value`` is added to the dict itself, and an entry the run
   did not take is named beside the change (it still applies where its update runs).
 
+A name assigned ``{...} if use_accel else {}`` (vae's, mnist_rnn's ``kwargs``) is the branch
+whose entries hold the run's values, the other named beside the change.
+
 Anything else is left out with the reason: the name assigned more than once or to something
 other than a dict literal, a ``**`` or a computed key inside a dict, an update from a computed
 value, an item assignment (``kwargs['num_workers'] = ...``), a computed value, two entries the
@@ -49,7 +52,7 @@ def plan_in_kwargs(
     ``holder`` of the call gets it; each one that cannot be, in ``remedy.skipped``.
     ``current``: the run's loader settings (``None``: not known, every entry may be the run's)."""
     held = source.code(holder.value).strip()
-    dicts, reason = _dicts(source, holder.value)
+    dicts, reason = _dicts(source, holder.value, current)
     additions: list[tuple[str, object]] = []
     for name, value in settings.items():
         if name in WORKER_ONLY and any(s.setting == "num_workers" for s in remedy.skipped):
@@ -65,8 +68,9 @@ def plan_in_kwargs(
                 )
             )
     if additions:
-        base = dicts[0][1]
-        source.plan(remedy.key, base, add_entries(additions))
+        keys = [el.key for _, d in dicts for el in d.elements if isinstance(el, cst.DictElement)]
+        quoted = [k.value[0] for k in keys if isinstance(k, cst.SimpleString)]
+        source.plan(remedy.key, dicts[0][1], add_entries(additions, quoted[0] if quoted else '"'))
 
 
 def plan_config_entry(
@@ -89,7 +93,7 @@ def plan_config_entry(
     ):
         return None
     key = index.value.evaluated_value
-    dicts, reason = _dicts(source, expr.value)
+    dicts, reason = _dicts(source, expr.value, current)
     if not reason:
         reason = _plan_entry(source, dicts, str(key), name, value, current, remedy, None)
     variable = expr.value.value
@@ -126,8 +130,8 @@ def _plan_entry(
             f"{lb} (line {source.line_of(el)})" for lb, el in taken
         )
     not_taken = [
-        f"{lb} at line {source.line_of(el)} sets it to {source.code(el.value).strip()} where "
-        "its update runs; it did not in this run"
+        f"{lb} at line {source.line_of(el)} sets it to {source.code(el.value).strip()}, which "
+        "this run did not take"
         for lb, el in entries
         if (lb, el) not in taken
     ]
@@ -152,16 +156,19 @@ def _plan_entry(
     return ""
 
 
-def _dicts(source: SourceFile, expr: cst.BaseExpression) -> tuple[list[tuple[str, cst.Dict]], str]:
+def _dicts(
+    source: SourceFile, expr: cst.BaseExpression, current: Mapping[str, object] | None
+) -> tuple[list[tuple[str, cst.Dict]], str]:
     """The dict literal ``expr`` names and the dict literals its ``update`` calls merge into it,
     each with its name; the reason when they cannot be followed."""
     if not isinstance(expr, cst.Name):
         return [], "it is computed"
     variable = expr.value
-    base = _dict_assigned(source, variable)
-    if base is None:
+    branches = _dict_assigned(source, variable, current)
+    if not branches:
         return [], f"{variable} is not assigned one dict literal in {source.path.name}"
-    dicts = [(variable, base)]
+    dicts = [(variable, branches[0])]
+    dicts += [(f"the other branch of {variable}", other) for other in branches[1:]]
     for node in source.nodes(cst.Call):
         func = node.func  # type: ignore[attr-defined]
         if not (
@@ -176,7 +183,7 @@ def _dicts(source: SourceFile, expr: cst.BaseExpression) -> tuple[list[tuple[str
         if func.attr.value != "update" or merged is None:
             return [], f"{variable}.{func.attr.value}(...) at line {source.line_of(node)} sets it"
         if isinstance(merged, cst.Name):
-            found = _dict_assigned(source, merged.value)
+            found = next(iter(_dict_assigned(source, merged.value, current)), None)
             label = merged.value
         else:
             found, label = (merged if isinstance(merged, cst.Dict) else None), f"{variable}.update"
@@ -199,11 +206,44 @@ def _dicts(source: SourceFile, expr: cst.BaseExpression) -> tuple[list[tuple[str
     return dicts, ""
 
 
-def _dict_assigned(source: SourceFile, variable: str) -> cst.Dict | None:
+def _dict_assigned(
+    source: SourceFile, variable: str, current: Mapping[str, object] | None
+) -> list[cst.Dict]:
+    """The dict literal ``variable`` is assigned once; of ``{...} if cond else {...}`` (vae's and
+    mnist_rnn's ``kwargs``), the branch the run took first (the one whose entries hold the run's
+    values), then the other. Empty when there is no such literal, or no telling the branches."""
     assigns = assignments(source, variable)
-    if len(assigns) != 1 or not isinstance(assigns[0].value, cst.Dict):
-        return None
-    return assigns[0].value
+    value = assigns[0].value if len(assigns) == 1 else None
+    if isinstance(value, cst.Dict):
+        return [value]
+    if not (
+        isinstance(value, cst.IfExp)
+        and isinstance(value.body, cst.Dict)
+        and isinstance(value.orelse, cst.Dict)
+        and current is not None
+    ):
+        return []
+    taken = [d for d in (value.body, value.orelse) if _consistent(d, current)]
+    if len(taken) != 1:
+        return []
+    other = value.orelse if taken[0] is value.body else value.body
+    return [taken[0], other]
+
+
+#: The DataLoader's own defaults of the settings a run reports: a branch without an entry for
+#: one gives the default.
+_DEFAULTS = {"num_workers": 0, "pin_memory": False, "persistent_workers": False}
+
+
+def _consistent(d: cst.Dict, current: Mapping[str, object]) -> bool:
+    """Whether ``d`` gives every setting the run reports the run's value (its entry, else the
+    DataLoader's default)."""
+    given = {_key(el): el for el in d.elements if isinstance(el, cst.DictElement)}
+    return all(
+        (_value(given[key]) if key in given else default) == current[key]
+        for key, default in _DEFAULTS.items()
+        if key in current
+    )
 
 
 def _key(el: cst.BaseDictElement) -> str | None:
@@ -220,18 +260,14 @@ def _value(el: cst.DictElement) -> object:
         return object()
 
 
-def add_entries(names_values: list[tuple[str, object]]):
-    """An edit of a dict literal: ``'name': value`` entries appended, quoted as its keys are and
-    in its own layout (one per line in a dict written one entry per line)."""
+def add_entries(names_values: list[tuple[str, object]], quote: str = '"'):
+    """An edit of a dict literal: ``'name': value`` entries appended, their keys in ``quote``
+    (the script's dicts' own), in its own layout (one per line in a dict written one entry per
+    line)."""
 
     def apply(node: cst.CSTNode) -> cst.CSTNode:
         assert isinstance(node, cst.Dict)
         elements = list(node.elements)
-        quote = '"'
-        if elements and isinstance(elements[0], cst.DictElement):
-            first = elements[0].key
-            if isinstance(first, cst.SimpleString) and first.value.startswith("'"):
-                quote = "'"
         new = [
             cst.DictElement(
                 key=cst.SimpleString(f"{quote}{n}{quote}"),

@@ -336,7 +336,7 @@ def test_a_setting_in_kwargs_is_added_to_the_dict_the_run_took(tmp_path):
     change, persistent = remedy.changes
     assert persistent.what.startswith("train_kwargs['persistent_workers'] = True added")
     assert change.line == 5 and change.what.startswith("train_kwargs['num_workers'] = 2 added")
-    assert "(accel_kwargs at line 8 sets it to 1 where its update runs; it did not" in change.what
+    assert "(accel_kwargs at line 8 sets it to 1, which this run did not take)" in change.what
     diff = project.diff({"loader"})
     changed = [x for x in diff.splitlines() if x[:1] in "+-" and x[:3] not in ("+++", "---")]
     assert changed == [
@@ -408,3 +408,41 @@ def test_a_setting_read_from_a_config_dict_is_changed_in_its_entry(tmp_path):
         "num_workers comes from config['workers']: no entry 'workers' the run took"
         in skipped.skipped[0].reason
     )
+
+
+def test_kwargs_assigned_one_dict_or_another_take_the_branch_the_run_took(tmp_path):
+    # pytorch/examples' vae and mnist_rnn: `kwargs = {...} if use_accel else {}`
+    code = "kwargs = {'num_workers': 1, 'pin_memory': True} if use_accel else {}\n"
+    code += "loader = DataLoader(ds, shuffle=True, **kwargs)\n"
+    project = _project(tmp_path, HEADER + "use_accel = False\n" + code)
+    current = {"num_workers": 0, "pin_memory": False}
+    remedy = plan_loader(project, _line(project, "loader ="), {"num_workers": 2}, [], "s", current)
+    (change,) = remedy.changes
+    assert change.what == (
+        "kwargs['num_workers'] = 2 added (the other branch of kwargs at line 5 sets it to 1, "
+        "which this run did not take)"
+    )
+    new = "+kwargs = {'num_workers': 1, 'pin_memory': True} if use_accel else {'num_workers': 2}\n"
+    assert new in project.diff({"loader"})
+    # on an accelerator the run took the first branch: its entry is changed
+    on = _project(_folder(tmp_path, "on"), HEADER + "use_accel = True\n" + code)
+    taken = plan_loader(
+        on,
+        _line(on, "loader ="),
+        {"num_workers": 3},
+        [],
+        "s",
+        {"num_workers": 1, "pin_memory": True},
+    )
+    assert [c.what for c in taken.changes] == ["kwargs['num_workers'] = 1 → 3"]
+    # neither branch the run's (or no telling which): left out
+    neither = _project(_folder(tmp_path, "neither"), HEADER + "use_accel = True\n" + code)
+    left = plan_loader(
+        neither,
+        _line(neither, "loader ="),
+        {"num_workers": 3},
+        [],
+        "s",
+        {"num_workers": 1, "pin_memory": False},
+    )
+    assert not left.changes and "kwargs is not assigned one dict literal" in left.skipped[0].reason
