@@ -23,7 +23,7 @@ run could have taken. Torch-free.
 from __future__ import annotations
 
 import ast
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import libcst as cst
 
@@ -37,7 +37,7 @@ from ._edits import (
     literal,
     set_value,
 )
-from ._project import Project
+from ._project import Project, also_read, reads_of
 
 
 def plan_in_kwargs(
@@ -54,13 +54,27 @@ def plan_in_kwargs(
     held = source.code(holder.value).strip()
     dicts, reason = _dicts(source, holder.value, current)
     additions: list[tuple[str, object]] = []
+    base = holder.value.value if isinstance(holder.value, cst.Name) else ""
+    merging = _method_call_lines(source, base)
+
+    def also(label: str) -> str:
+        """Where else the dict ``label`` is read (another DataLoader given it changes too)."""
+        name = label.removeprefix("the other branch of ")
+        if not name.isidentifier():
+            return ""
+        skip = {source.line_of(holder.value), *merging}
+        skip |= {source.line_of(a) for a in assignments(source, name)}
+        return also_read(reads_of(project, source, cst.Name, name, skip))
+
     for name, value in settings.items():
         if name in WORKER_ONLY and any(s.setting == "num_workers" for s in remedy.skipped):
             reason_here = "it needs the workers, whose setting is left out: add it with them"
         elif reason:
             reason_here = reason
         else:
-            reason_here = _plan_entry(source, dicts, name, name, value, current, remedy, additions)
+            reason_here = _plan_entry(
+                source, dicts, name, name, value, current, remedy, additions, also
+            )
         if reason_here:
             remedy.skipped.append(
                 Skipped(
@@ -109,9 +123,11 @@ def _plan_entry(
     current: Mapping[str, object] | None,
     remedy,
     additions: list[tuple[str, object]] | None,
+    also: Callable[[str], str] = lambda label: "",
 ) -> str:
     """One setting ``name``, under ``key`` in the dicts: its entry changed, or added to the base
-    dict (``additions``; ``None``: it cannot be, the key must be there); the reason when not."""
+    dict (``additions``; ``None``: it cannot be, the key must be there); the reason when not.
+    ``also(label)``: the other places the dict named ``label`` is read, said beside a change."""
     entries = [(label, el) for label, d in dicts for el in d.elements if _key(el) == key]
     if any(not is_literal(el.value) for _, el in entries):
         label = next(lb for lb, el in entries if not is_literal(el.value))
@@ -135,13 +151,14 @@ def _plan_entry(
         for lb, el in entries
         if (lb, el) not in taken
     ]
-    also = f" ({'; '.join(not_taken)})" if not_taken else ""
+    note = f" ({'; '.join(not_taken)})" if not_taken else ""
     if taken:
         label, el = taken[0]
         old = source.code(el.value).strip()
         if old != repr(value):
             source.plan(remedy.key, el, set_value(literal(value)))
             said = f"{label}[{key!r}] = {old} → {value!r}" + (f" ({name})" if key != name else "")
+            said += also(label)
             remedy.changes.append(Change(source.path, source.line_of(el), said))
         return ""
     if additions is None:
@@ -151,7 +168,11 @@ def _plan_entry(
     label, base = dicts[0]
     additions.append((name, value))
     remedy.changes.append(
-        Change(source.path, source.line_of(base), f"{label}[{name!r}] = {value!r} added{also}")
+        Change(
+            source.path,
+            source.line_of(base),
+            f"{label}[{name!r}] = {value!r} added{note}" + also(label),
+        )
     )
     return ""
 
@@ -204,6 +225,17 @@ def _dicts(
             if isinstance(el, cst.StarredDictElement) or _key(el) is None:
                 return [], f"a dict at line {source.line_of(d)} holds {source.code(el).strip(', ')}"
     return dicts, ""
+
+
+def _method_call_lines(source: SourceFile, variable: str) -> set[int]:
+    """The lines of ``variable.<method>(...)`` calls (its updates: not other readers of it)."""
+    return {
+        source.line_of(node)
+        for node in source.nodes(cst.Call)
+        if isinstance(func := node.func, cst.Attribute)  # type: ignore[attr-defined]
+        and isinstance(func.value, cst.Name)
+        and func.value.value == variable
+    }
 
 
 def _dict_assigned(

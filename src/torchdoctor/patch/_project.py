@@ -14,6 +14,8 @@ import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 
+import libcst as cst
+
 from ._edits import PatchError, Skipped, SourceFile
 
 #: Folder names that mark an installed package: never patched.
@@ -150,3 +152,24 @@ def _text_codec(encoding: str) -> str:
     """The codec that shows a diff part of a file in ``encoding`` (a BOM is a character of the
     first line there, not a mark to strip from the part's start)."""
     return "utf-8" if encoding == "utf-8-sig" else encoding
+
+
+def reads_of(
+    project: Project, source: SourceFile, node_type: type, name: str, skip: set[int]
+) -> list[str]:
+    """``file:line`` of each other read of ``name`` (a Name, or an Attribute's last part)."""
+    lines = set()
+    for node in source.nodes(node_type):
+        found = node.value if isinstance(node, cst.Name) else node.attr.value  # type: ignore[union-attr]
+        if found == name and source.line_of(node) not in skip:
+            lines.add(source.line_of(node))
+    imports = {source.line_of(n) for n in source.nodes(cst.ImportFrom)}
+    return [f"{project.rel(source.path)}:{n}" for n in sorted(lines - imports)]
+
+
+def also_read(uses: list[str]) -> str:
+    """The other places a changed value is read, said (the change reaches them too)."""
+    if not uses:
+        return ""
+    shown = ", ".join(uses[:4]) + (f" and {len(uses) - 4} more" if len(uses) > 4 else "")
+    return f"; also read at {shown}, which change too"

@@ -42,7 +42,7 @@ from ._edits import (
     set_value,
 )
 from ._kwargs import plan_config_entry, plan_in_kwargs
-from ._project import Project
+from ._project import Project, also_read, reads_of
 
 #: Remedy keys, in the order they are planned and reported.
 LOADER, THREADS, OPTIMIZER = "loader", "threads", "optimizer"
@@ -279,39 +279,18 @@ def _plan_variable(
     old = source.code(assign.value)
     if old != repr(value):
         source.plan(remedy.key, assign, set_value(literal(value)))
-        uses = _uses(project, source, cst.Name, variable, {source.line_of(assign)})
+        uses = reads_of(project, source, cst.Name, variable, {source.line_of(assign)})
         if call_source is not source:
-            uses += _uses(project, call_source, cst.Name, call_variable, set())
+            uses += reads_of(project, call_source, cst.Name, call_variable, set())
         uses = [u for u in uses if u != f"{project.rel(call_source.path)}:{call_line}"]
         remedy.changes.append(
             Change(
                 source.path,
                 source.line_of(assign),
-                f"{variable} = {old} → {value!r} ({name})" + _also(uses),
+                f"{variable} = {old} → {value!r} ({name})" + also_read(uses),
             )
         )
     return None
-
-
-def _uses(
-    project: Project, source: SourceFile, node_type: type, name: str, skip: set[int]
-) -> list[str]:
-    """``file:line`` of each other read of ``name`` (a Name, or an Attribute's last part)."""
-    lines = set()
-    for node in source.nodes(node_type):
-        found = node.value if isinstance(node, cst.Name) else node.attr.value  # type: ignore[union-attr]
-        if found == name and source.line_of(node) not in skip:
-            lines.add(source.line_of(node))
-    imports = {source.line_of(n) for n in source.nodes(cst.ImportFrom)}
-    return [f"{project.rel(source.path)}:{n}" for n in sorted(lines - imports)]
-
-
-def _also(uses: list[str]) -> str:
-    """The other places a changed value is read, said (the change reaches them too)."""
-    if not uses:
-        return ""
-    shown = ", ".join(uses[:4]) + (f" and {len(uses) - 4} more" if len(uses) > 4 else "")
-    return f"; also read at {shown}, which change too"
 
 
 def _imported_from(
@@ -382,7 +361,7 @@ def _plan_option(
                 uses = [
                     u
                     for g in ([f] if f is source else [f, source])
-                    for u in _uses(project, g, cst.Attribute, dest, set())
+                    for u in reads_of(project, g, cst.Attribute, dest, set())
                     if u != f"{project.rel(source.path)}:{line}"
                 ]
                 remedy.changes.append(
@@ -390,7 +369,7 @@ def _plan_option(
                         f.path,
                         f.line_of(default),
                         f"default of {flags[0] if flags else dest}: {old} → {value!r} ({name})"
-                        + _also(uses),
+                        + also_read(uses),
                     )
                 )
             return None

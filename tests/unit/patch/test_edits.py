@@ -354,7 +354,10 @@ def test_a_setting_in_kwargs_is_changed_in_the_update_the_run_took(tmp_path):
     remedy = plan_loader(
         project, _line(project, "train_loader ="), {"num_workers": 3}, [], "s", current
     )
-    assert [c.what for c in remedy.changes] == ["accel_kwargs['num_workers'] = 1 → 3"]
+    # test_kwargs.update(accel_kwargs) reads it too: the test loader gets the change, said
+    assert [c.what for c in remedy.changes] == [
+        "accel_kwargs['num_workers'] = 1 → 3; also read at train.py:13, which change too"
+    ]
     diff = project.diff({"loader"})
     assert (
         "-    accel_kwargs = {'num_workers': 1,\n+    accel_kwargs = {'num_workers': 3,\n" in diff
