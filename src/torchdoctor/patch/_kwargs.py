@@ -83,8 +83,20 @@ def plan_in_kwargs(
             )
     if additions:
         keys = [el.key for _, d in dicts for el in d.elements if isinstance(el, cst.DictElement)]
-        quoted = [k.value[0] for k in keys if isinstance(k, cst.SimpleString)]
+        quoted = [k.quote for k in keys if isinstance(k, cst.SimpleString) and len(k.quote) == 1]
         source.plan(remedy.key, dicts[0][1], add_entries(additions, quoted[0] if quoted else '"'))
+
+
+def worker_only_held(
+    source: SourceFile, holder: cst.Arg, current: Mapping[str, object] | None
+) -> str:
+    """Why ``num_workers=0`` cannot be written beside ``**holder``: its dicts hold a setting that
+    needs workers, or cannot be followed (they may); ``""`` when they hold none."""
+    dicts, reason = _dicts(source, holder.value, current)
+    if reason:
+        return f"{reason}, and it may hold settings that need workers"
+    held = [k for _, d in dicts for el in d.elements if (k := _key(el)) in WORKER_ONLY]
+    return f"its {held[0]} needs workers" if held else ""
 
 
 def plan_config_entry(
@@ -166,6 +178,8 @@ def _plan_entry(
             f" ({'; '.join(not_taken)})" if not_taken else ""
         )
     label, base = dicts[0]
+    if any(el is held for _, el in entries for held in base.elements):
+        return f"{label} holds it with another value than the run's: something else changes it"
     additions.append((name, value))
     remedy.changes.append(
         Change(
@@ -180,51 +194,100 @@ def _plan_entry(
 def _dicts(
     source: SourceFile, expr: cst.BaseExpression, current: Mapping[str, object] | None
 ) -> tuple[list[tuple[str, cst.Dict]], str]:
-    """The dict literal ``expr`` names and the dict literals its ``update`` calls merge into it,
-    each with its name; the reason when they cannot be followed."""
+    """The dict literal ``expr`` names where it is read, and the dict literals its ``update``
+    calls before that read merge into it, each with its name; the reason when they cannot be
+    followed. Names are taken in the read's scope: a parameter of its function is its callers'
+    (refused), an assignment in another function is another variable (not followed)."""
     if not isinstance(expr, cst.Name):
         return [], "it is computed"
-    variable = expr.value
-    branches = _dict_assigned(source, variable, current)
+    variable, line = expr.value, source.line_of(expr)
+    scope = _scope(source, line)
+    if scope is not None and variable in _parameters(scope):
+        return [], f"{variable} is a parameter of {scope.name.value}(), set by its callers"
+    branches = _dict_assigned(source, variable, current, scope)
     if not branches:
         return [], f"{variable} is not assigned one dict literal in {source.path.name}"
     dicts = [(variable, branches[0])]
     dicts += [(f"the other branch of {variable}", other) for other in branches[1:]]
-    for node in source.nodes(cst.Call):
+    for node in _in_scope(source, cst.Call, scope, line):
         func = node.func  # type: ignore[attr-defined]
-        if not (
-            isinstance(func, cst.Attribute)
-            and isinstance(func.value, cst.Name)
-            and func.value.value == variable
-            and func.attr.value in ("update", "setdefault", "__setitem__")
+        if (
+            not (
+                isinstance(func, cst.Attribute)
+                and isinstance(func.value, cst.Name)
+                and func.value.value == variable
+            )
+            or func.attr.value in _READS
         ):
             continue
         args = node.args  # type: ignore[attr-defined]
         merged = args[0].value if len(args) == 1 and not args[0].keyword else None
         if func.attr.value != "update" or merged is None:
-            return [], f"{variable}.{func.attr.value}(...) at line {source.line_of(node)} sets it"
+            return (
+                [],
+                f"{variable}.{func.attr.value}(...) at line {source.line_of(node)} changes it",
+            )
         if isinstance(merged, cst.Name):
-            found = next(iter(_dict_assigned(source, merged.value, current)), None)
+            found = next(iter(_dict_assigned(source, merged.value, current, scope)), None)
             label = merged.value
         else:
             found, label = (merged if isinstance(merged, cst.Dict) else None), f"{variable}.update"
         if found is None:
             return [], f"{variable} is updated from {source.code(merged).strip()}, computed"
         dicts.append((label, found))
-    targets = [t.target for a in source.nodes(cst.Assign) for t in a.targets]  # type: ignore[attr-defined]
-    targets += [a.target for a in source.nodes(cst.AugAssign)]  # type: ignore[attr-defined]
-    for node in targets:
+    written = [t.target for a in source.nodes(cst.Assign) for t in a.targets]  # type: ignore[attr-defined]
+    written += [t for d in source.nodes(cst.Del) for t in _deleted(d)]  # type: ignore[arg-type]
+    for node in written:
         if (
             isinstance(node, cst.Subscript)
             and isinstance(node.value, cst.Name)
             and node.value.value == variable
         ):
             return [], f"{variable}[...] at line {source.line_of(node)} may set it"
+    for node in source.nodes(cst.AugAssign):
+        if isinstance(node.target, cst.Name) and node.target.value == variable:  # type: ignore[attr-defined]
+            return [], f"{variable} is changed in place at line {source.line_of(node)}"
     for _, d in dicts:
         for el in d.elements:
             if isinstance(el, cst.StarredDictElement) or _key(el) is None:
                 return [], f"a dict at line {source.line_of(d)} holds {source.code(el).strip(', ')}"
     return dicts, ""
+
+
+#: Methods of a dict that read it: any other call on it may change it.
+_READS = frozenset({"get", "copy", "keys", "items", "values", "__getitem__"})
+
+
+def _deleted(node: cst.Del) -> list[cst.BaseExpression]:
+    """What ``del`` deletes: ``del kw['a']``, ``del kw['a'], kw['b']``."""
+    target = node.target
+    if isinstance(target, cst.Tuple):
+        return [e.value for e in target.elements]
+    return [target]
+
+
+def _scope(source: SourceFile, line: int) -> cst.FunctionDef | None:
+    """The innermost function whose body holds ``line`` (``None``: the module's level)."""
+    spans = [f for f in source.nodes(cst.FunctionDef) if source.spans(f, line)]
+    return max(spans, key=source.line_of, default=None)  # type: ignore[return-value]
+
+
+def _parameters(func: cst.FunctionDef) -> set[str]:
+    params = func.params
+    every = [*params.posonly_params, *params.params, *params.kwonly_params]
+    return {p.name.value for p in every}
+
+
+def _in_scope(
+    source: SourceFile, node_type: type, scope: cst.FunctionDef | None, before: int
+) -> list[cst.CSTNode]:
+    """Nodes of ``node_type`` in ``scope`` (or the module's level) written before line
+    ``before``: what ran before the read, as far as the text tells."""
+    return [
+        n
+        for n in source.nodes(node_type)
+        if source.line_of(n) < before and _scope(source, source.line_of(n)) in (scope, None)
+    ]
 
 
 def _method_call_lines(source: SourceFile, variable: str) -> set[int]:
@@ -239,12 +302,21 @@ def _method_call_lines(source: SourceFile, variable: str) -> set[int]:
 
 
 def _dict_assigned(
-    source: SourceFile, variable: str, current: Mapping[str, object] | None
+    source: SourceFile,
+    variable: str,
+    current: Mapping[str, object] | None,
+    scope: cst.FunctionDef | None = None,
 ) -> list[cst.Dict]:
     """The dict literal ``variable`` is assigned once; of ``{...} if cond else {...}`` (vae's and
     mnist_rnn's ``kwargs``), the branch the run took first (the one whose entries hold the run's
     values), then the other. Empty when there is no such literal, or no telling the branches."""
-    assigns = assignments(source, variable)
+    assigns = [
+        a for a in assignments(source, variable) if _scope(source, source.line_of(a)) is scope
+    ]
+    if not assigns and scope is not None:  # not assigned in the function: the module's
+        assigns = [
+            a for a in assignments(source, variable) if _scope(source, source.line_of(a)) is None
+        ]
     value = assigns[0].value if len(assigns) == 1 else None
     if isinstance(value, cst.Dict):
         return [value]
@@ -309,16 +381,55 @@ def add_entries(names_values: list[tuple[str, object]], quote: str = '"'):
             for n, v in names_values
         ]
         between = (
-            elements[-2].comma
+            _bare(elements[-2].comma)
             if len(elements) >= 2 and isinstance(elements[-2].comma, cst.Comma)
             else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
         )
-        trailing = elements[-1].comma if elements else cst.MaybeSentinel.DEFAULT
-        if elements:
+        last = elements[-1].comma if elements else cst.MaybeSentinel.DEFAULT
+        trailing: cst.Comma | cst.MaybeSentinel = cst.MaybeSentinel.DEFAULT
+        rbrace = node.rbrace
+        if isinstance(last, cst.Comma):  # a trailing comma: the new entries keep one last
+            trailing = _bare(last)
+            after, step = last.whitespace_after, between.whitespace_after
+            closing = rbrace.whitespace_before
+            if not isinstance(step, cst.ParenthesizedWhitespace):
+                last = between
+            elif isinstance(after, cst.ParenthesizedWhitespace):
+                # its comment stays on its line; the next entry starts where entries do
+                last = last.with_changes(
+                    whitespace_after=after.with_changes(
+                        indent=step.indent, last_line=step.last_line
+                    )
+                )
+            elif isinstance(closing, cst.ParenthesizedWhitespace):
+                # the last entry's comment is held by the closing brace: it moves to the entry
+                last = last.with_changes(
+                    whitespace_after=closing.with_changes(
+                        indent=step.indent, last_line=step.last_line
+                    )
+                )
+                rbrace = rbrace.with_changes(
+                    whitespace_before=closing.with_changes(
+                        first_line=cst.TrailingWhitespace(), empty_lines=[]
+                    )
+                )
+            elements[-1] = elements[-1].with_changes(comma=last)
+        elif elements:
             elements[-1] = elements[-1].with_changes(comma=between)
         new = [e.with_changes(comma=between) for e in new[:-1]] + [
             new[-1].with_changes(comma=trailing)
         ]
-        return node.with_changes(elements=[*elements, *new])
+        return node.with_changes(elements=[*elements, *new], rbrace=rbrace)
 
     return apply
+
+
+def _bare(comma: cst.Comma) -> cst.Comma:
+    """``comma`` without the comment it carries to the end of its line (a new entry's comma: a
+    comment belongs to the entry it was written beside)."""
+    after = comma.whitespace_after
+    if isinstance(after, cst.ParenthesizedWhitespace):
+        return comma.with_changes(
+            whitespace_after=after.with_changes(first_line=cst.TrailingWhitespace(), empty_lines=[])
+        )
+    return comma

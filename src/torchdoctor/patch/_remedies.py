@@ -41,7 +41,7 @@ from ._edits import (
     remove_keywords,
     set_value,
 )
-from ._kwargs import plan_config_entry, plan_in_kwargs
+from ._kwargs import plan_config_entry, plan_in_kwargs, worker_only_held
 from ._project import Project, also_read, reads_of
 
 #: Remedy keys, in the order they are planned and reported.
@@ -156,6 +156,15 @@ def _plan_call(
     """Each of ``settings`` at ``call`` (``parameters``: the callee's positional parameters)."""
     where = source.line_of(call)
     removals = []
+    star_kwargs = next((a for a in call.args if a.star == "**"), None)
+    if settings.get("num_workers") == 0 and star_kwargs is not None:
+        why = worker_only_held(source, star_kwargs, current)
+        if why:  # without workers the DataLoader would reject what the dict passes
+            held = source.code(star_kwargs.value).strip()
+            settings.pop("num_workers")
+            remedy.skipped.append(
+                Skipped("num_workers", f"the call passes **{held}: {why}; set num_workers=0 there")
+            )
     if settings.get("num_workers") == 0:
         # Without workers the DataLoader rejects the worker-only arguments: they go.
         for name in WORKER_ONLY:
@@ -165,7 +174,6 @@ def _plan_call(
                 remedy.changes.append(Change(source.path, where, f"{name} removed (no workers)"))
     positional = [a for a in call.args if a.keyword is None and not a.star]
     star_args = next((a for a in call.args if a.star == "*"), None)
-    star_kwargs = next((a for a in call.args if a.star == "**"), None)
     additions: list[tuple[str, object]] = []
     in_kwargs: dict[str, object] = {}
     ordered = sorted(settings.items(), key=lambda item: item[0] != "num_workers")

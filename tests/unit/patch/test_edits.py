@@ -449,3 +449,79 @@ def test_kwargs_assigned_one_dict_or_another_take_the_branch_the_run_took(tmp_pa
         {"num_workers": 1, "pin_memory": False},
     )
     assert not left.changes and "kwargs is not assigned one dict literal" in left.skipped[0].reason
+
+
+@pytest.mark.parametrize(
+    ("code", "words"),
+    [
+        # a parameter of the function the call is in is its callers' dict, not a module one's
+        (
+            "kw = {'batch_size': 8}\ndef build(ds, kw):\n    return DataLoader(ds, **kw)\n"
+            "loader = build(ds, {})\n",
+            "kw is a parameter of build()",
+        ),
+        (
+            "kw = {'batch_size': 8}\nkw |= {'num_workers': 1}\nloader = DataLoader(ds, **kw)\n",
+            "kw is changed in place at line 5",
+        ),
+        (
+            "kw = {'num_workers': 0}\ndel kw['num_workers']\nloader = DataLoader(ds, **kw)\n",
+            "kw[...] at line 5 may set it",
+        ),
+        (
+            "kw = {'pin_memory': True}\nkw.pop('pin_memory')\nloader = DataLoader(ds, **kw)\n",
+            "kw.pop(...) at line 5 changes it",
+        ),
+        # the run's value is not the dict's own (something else changes it): no second key
+        (
+            "kw = {'batch_size': 8, 'num_workers': 4}\nloader = DataLoader(ds, **kw)\n",
+            "kw holds it with another value than the run's",
+        ),
+    ],
+)
+def test_kwargs_whose_value_the_text_cannot_vouch_for_are_left_out(tmp_path, code, words):
+    project = _project(tmp_path, HEADER + code)
+    where = _line(project, "DataLoader(ds, **kw)")
+    remedy = plan_loader(project, where, {"num_workers": 2}, [], "s", {"num_workers": 0})
+    assert not remedy.changes and project.diff({"loader"}) == "", remedy.changes
+    assert words in remedy.skipped[0].reason, remedy.skipped
+
+
+def test_kwargs_are_read_in_the_scope_of_the_call(tmp_path):
+    # an update after the call, and a same-named dict in another function, are not this one's
+    code = (
+        "def debug():\n    kw = {'num_workers': 9}\n    return kw\n"
+        "kw = {u'batch_size': 8}\n"  # a prefixed key: the new one is quoted as it is
+        "loader = DataLoader(ds, **kw)\n"
+        "kw.update({'num_workers': 0})\n"
+        "test_loader = DataLoader(ds, **kw)\n"
+    )
+    project = _project(tmp_path, HEADER + code)
+    remedy = plan_loader(project, _line(project, "loader = DataLoader"), {"num_workers": 2}, [], "s",
+                         {"num_workers": 0})  # fmt: skip
+    assert [c.what for c in remedy.changes][0].startswith("kw['num_workers'] = 2 added"), remedy
+    assert "+kw = {u'batch_size': 8, 'num_workers': 2}\n" in project.diff({"loader"})
+
+
+def test_no_workers_beside_a_dict_that_needs_them_is_left_out(tmp_path):
+    code = "kw = {'batch_size': 8, 'persistent_workers': True}\n"
+    code += "loader = DataLoader(ds, num_workers=2, **kw)\n"
+    project = _project(tmp_path, HEADER + code)
+    remedy = plan_loader(project, _line(project, "loader ="), {"num_workers": 0}, [], "s",
+                         {"num_workers": 2, "persistent_workers": True})  # fmt: skip
+    assert not remedy.changes and project.diff({"loader"}) == ""
+    assert "its persistent_workers needs workers" in remedy.skipped[0].reason
+
+
+def test_entries_added_leave_each_comment_on_its_own_entry(tmp_path):
+    code = "kw = {\n    'batch_size': 8,  # per device\n    'shuffle': True,  # each epoch\n}\n"
+    code += "loader = DataLoader(ds, **kw)\n"
+    project = _project(tmp_path, HEADER + code)
+    plan_loader(project, _line(project, "loader ="), {"num_workers": 2, "pin_memory": True}, [],
+                "s", {"num_workers": 0, "pin_memory": False})  # fmt: skip
+    changed = [
+        x
+        for x in project.diff({"loader"}).splitlines()
+        if x[:1] in "+-" and x[:3] not in ("+++", "---")
+    ]
+    assert changed == ["+    'num_workers': 2,", "+    'pin_memory': True,"], changed
