@@ -76,8 +76,7 @@ def resampled_kinds(
 
 def waiting_for_cores(record: RunRecord) -> str:
     """Words for torch's threads needing more cores than other processes left free, or ``""``."""
-    env, system = record.env, record.system
-    others = system.others_cpu_cores if system is not None else None
+    env, others = record.env, others_cores(record)
     if env is None or others is None or not env.cpu_logical or not env.torch_threads:
         return ""
     free = env.cpu_logical - others

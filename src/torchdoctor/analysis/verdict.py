@@ -18,7 +18,7 @@ from ..record import (
     Verdict,
 )
 from ..record.part_names import PART_GROUPS
-from .firmness import BUSY_CORES, firm
+from .firmness import BUSY_CORES, firm, others_cores
 from .short_run import MIN_VERDICT_STEPS, too_few
 
 #: Share of step time spent waiting for batches (and copying them) that makes a run input-bound.
@@ -125,8 +125,7 @@ def summarise(record: RunRecord) -> None:
 
 def busy_words(record: RunRecord) -> str:
     """Words for a machine other processes kept busy during the measurement, or ``""``."""
-    system = record.system
-    others = system.others_cpu_cores if system is not None else None
+    others = others_cores(record)
     if others is None or others < BUSY_CORES:
         return ""
     cores = record.env.cpu_logical if record.env is not None and record.env.cpu_logical else None

@@ -95,8 +95,13 @@ def worker_only_held(
     dicts, reason = _dicts(source, holder.value, current)
     if reason:
         return f"{reason}, and it may hold settings that need workers"
-    held = [k for _, d in dicts for el in d.elements if (k := _key(el)) in WORKER_ONLY]
+    held = _worker_only(dicts)
     return f"its {held[0]} needs workers" if held else ""
+
+
+def _worker_only(dicts: list[tuple[str, cst.Dict]]) -> list[str]:
+    """The settings that need workers the dicts hold."""
+    return [k for _, d in dicts for el in d.elements if (k := _key(el)) in WORKER_ONLY]
 
 
 def plan_config_entry(
@@ -145,7 +150,7 @@ def _plan_entry(
         label = next(lb for lb, el in entries if not is_literal(el.value))
         return f"{label} computes it"
     if name == "num_workers" and value == 0:
-        worker_only = [k for _, d in dicts for el in d.elements if (k := _key(el)) in WORKER_ONLY]
+        worker_only = _worker_only(dicts)
         if worker_only:
             return f"{worker_only[0]} there needs workers"
     taken = [
@@ -174,9 +179,7 @@ def _plan_entry(
             remedy.changes.append(Change(source.path, source.line_of(el), said))
         return ""
     if additions is None:
-        return f"no entry {key!r} the run took" + (
-            f" ({'; '.join(not_taken)})" if not_taken else ""
-        )
+        return f"no entry {key!r} the run took{note}"
     label, base = dicts[0]
     if any(el is held for _, el in entries for held in base.elements):
         return f"{label} holds it with another value than the run's: something else changes it"
