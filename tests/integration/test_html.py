@@ -166,3 +166,21 @@ def test_the_demo_writes_its_page_and_prints_where(tmp_path, capsys):
     assert "like-for-like" not in view["text"] and "different scripts" not in view["text"]
     # step 2, `torchdoctor fix`: the seed-004 loss's three round-trips rewritten, each checked
     assert "patch" in view["ids"] and view["text"].count("same losses over 4 steps") == 3
+
+
+def test_a_closed_pipe_loses_the_comparisons_text_not_its_files(drawn, tmp_path):
+    # `torchdoctor compare A B --json OUT | head -1`: the report met the closed pipe first and
+    # the files were never written
+    import subprocess
+    import sys
+
+    out, page = tmp_path / "c.json", tmp_path / "c.html"
+    cmd = [sys.executable, "-m", "torchdoctor", "compare", str(drawn), str(drawn),
+           "--json", str(out), "--html", str(page)]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.readline()  # like `| head -1`
+    proc.stdout.close()
+    err = proc.stderr.read().decode(errors="replace")
+    proc.wait(timeout=120)
+    assert "Traceback" not in err, err
+    assert json.loads(out.read_text())["kind"] == NO_CHANGE and page.exists()

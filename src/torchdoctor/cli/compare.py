@@ -51,11 +51,14 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         result = compare(a, b)
     except CompareError as exc:
         raise TorchdoctorError(str(exc), "compare records of runs that measured steps") from None
-    render_comparison(result)
+    # the files first: a reader that closes the pipe early (`| head`) must not lose them
     if args.json:
         write_json_atomic(args.json, result.to_dict())
-        print(f"comparison written to {args.json}")
     if args.html:
         write_comparison_html(result, a, b, args.html)
+    render_comparison(result)
+    if args.json:
+        print(f"comparison written to {args.json}")
+    if args.html:
         print(f"HTML report written to {args.html}")
     return 0
