@@ -52,6 +52,11 @@ RESAMPLES = 200
 FIRM_AGREEMENT = 0.9
 #: Share of the resamples that makes a kind a candidate.
 CANDIDATE_SHARE = 0.1
+#: Share of the measured steps' time the training thread spent ready to run but waiting for a
+#: core that makes a verdict on a busy machine not firm. Quiet, a small MLP's training thread
+#: waited 0.1 ms of 182 ms of steps; beside two busy loops 3.1 s of 6.2 s (50%), its steps 36x
+#: as long.
+WAITING_SHARE = 0.1
 #: What a compute-bound verdict said of input that is not said when it is not firm.
 NO_INPUT_HELP = "; input fixes will not help"
 
@@ -75,18 +80,38 @@ def resampled_kinds(
 
 
 def waiting_for_cores(record: RunRecord) -> str:
-    """Words for torch's threads needing more cores than other processes left free, or ``""``."""
+    """Words for the script's time spent waiting for a core, or ``""``: measured (the training
+    thread's run-queue time, :class:`~torchdoctor.record.ThreadWaits`) where the kernel tells
+    it, else inferred from torch's threads needing more cores than other processes left free."""
     env, others = record.env, others_cores(record)
-    if env is None or others is None or not env.cpu_logical or not env.torch_threads:
+    threads = ""
+    if env is not None and others is not None and env.cpu_logical and env.torch_threads:
+        threads = (
+            f"torch's {env.torch_threads} threads shared {env.cpu_logical} cores with other "
+            f"processes that took {others:.1f}"
+        )
+    waits = record.system.waits if record.system is not None else None
+    steps = len(record.steps.step_ms)
+    if waits is not None and steps:
+        share = waits.waited_share()
+        if share < WAITING_SHARE:
+            return ""
+        return (
+            f"the training thread waited for a core {waits.training_waited_s * 1e3 / steps:.1f} "
+            f"ms of each {record.step_ms.mean:.1f} ms step ({share:.0%} of the measured time, "
+            "the kernel's run-queue figure): that time is the busy machine's, not the model's compute"
+            + (f": {threads}" if threads else "")
+        )
+    if not threads or env is None or others is None:
         return ""
-    free = env.cpu_logical - others
-    if env.torch_threads <= free:
+    if env.torch_threads <= env.cpu_logical - others:
         return ""
-    return (
-        f"torch's {env.torch_threads} threads shared {env.cpu_logical} cores with other "
-        f"processes that took {others:.1f}, so forward and backward ran in part waiting for a "
-        "core"
-    )
+    return f"{threads}, so forward and backward ran in part waiting for a core"
+
+
+def measured_waiting(record: RunRecord) -> bool:
+    """Whether the record tells its threads' waiting (not inferred from the load)."""
+    return record.system is not None and record.system.waits is not None
 
 
 def firm(
@@ -108,7 +133,12 @@ def firm(
             f"resampled, the measured steps give {verdict.kind} in {agreed:.0%} of draws"
             + (f" and {' or '.join(others)} in the rest" if others else "")
         )
-    waiting = waiting_for_cores(record) if verdict.kind == COMPUTE_BOUND else ""
+    # Measured waiting is in whichever part it fell; inferred, it is forward's and backward's.
+    waiting = (
+        waiting_for_cores(record)
+        if measured_waiting(record) or verdict.kind == COMPUTE_BOUND
+        else ""
+    )
     if waiting:
         doubts.append(waiting)
     if not doubts:
@@ -163,5 +193,50 @@ def load_doubt(kind: str, a_others: float | None, b_others: float | None) -> str
         f"could not tell: other processes took {max(known):.1f} cores while {busier}'s steps "
         f"were measured and {during}, so the load moved {busier}'s steps as much as any change "
         "could; compare runs taken side by side (`torchdoctor fix` alternates the two scripts) "
+        "or both at a quiet moment"
+    )
+
+
+#: Share of a judged change the threads' extra waiting for a core must reach to have made it.
+WAIT_EXPLAINS = 0.5
+
+
+def waited_ms(record: RunRecord, steps: int) -> float | None:
+    """Milliseconds a step the script's threads waited for a core (summed over threads)."""
+    waits = record.system.waits if record.system is not None else None
+    return waits.threads_waited_s * 1e3 / steps if waits is not None and steps else None
+
+
+def wait_doubt(
+    kind: str, a: tuple[float | None, float], b: tuple[float | None, float], allowance: float
+) -> str:
+    """Why the script's threads' waiting for a core could have made judgement ``kind``, or
+    ``""``. ``a`` and ``b`` are each record's ``(waited ms a step, mean step ms)``.
+
+    The load another process puts beside a run shows in the run's own threads: they wait in the
+    kernel's run queue. The same input-bound loop twice, one run beside other tests' processes,
+    compared 0.80x [0.75-0.88] while the machine-wide load figure differed by less than
+    :data:`BUSY_CORES`. The judgement is not given when the slower run's threads waited more, a
+    step, than the faster's by :data:`WAIT_EXPLAINS` of the step's difference or more (for no
+    change: by ``allowance`` of the step, enough to hide a change the size of the allowance).
+    """
+    (wa, sa), (wb, sb) = a, b
+    if wa is None or wb is None:
+        return ""
+    extra, change = wb - wa, sb - sa
+    if kind == REGRESSED:
+        made = change > 0 and extra >= WAIT_EXPLAINS * change
+    elif kind == IMPROVED:
+        made = change < 0 and -extra >= WAIT_EXPLAINS * -change
+    elif kind == NO_CHANGE:
+        made = abs(extra) >= allowance * min(sa, sb)
+    else:
+        made = False
+    if not made:
+        return ""
+    return (
+        f"could not tell: the script's threads waited for a core {wa:.1f} ms a step in A and "
+        f"{wb:.1f} ms in B (the kernel's run-queue time), as much as any change could move the "
+        "steps; compare runs taken side by side (`torchdoctor fix` alternates the two scripts) "
         "or both at a quiet moment"
     )

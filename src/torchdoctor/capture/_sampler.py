@@ -11,7 +11,8 @@ import psutil
 
 from .._devices import nvml_handle, nvml_read
 from ..loader import sample_children
-from ..record import MIN_CPU_WINDOW_S, RankEnv, SystemUsage
+from ..record import MIN_CPU_WINDOW_S, RankEnv, SystemUsage, ThreadWaits
+from ._waiting import WaitWatch
 
 #: 5 samples per second: enough to see worker RSS climb in a 20-step run, cheap on 2 cores.
 DEFAULT_INTERVAL_S = 0.2
@@ -69,6 +70,9 @@ class SystemSampler:
         #: The machine's and the script's CPU seconds when capture began: measured steps too
         #: short for the counters take the load from here instead (:meth:`stop`).
         self._early = self._counters()
+        #: The script's threads' work and waiting over the window (made on the training thread).
+        self._waits = WaitWatch(threading.get_native_id())
+        self._thread_waits: ThreadWaits | None = None
 
     def start(self) -> None:
         if self._thread is not None:
@@ -76,9 +80,12 @@ class SystemSampler:
         self._cpu_times = psutil.cpu_times(percpu=True)
         self._t0 = time.monotonic()
         try:
+            self._children = self._proc.children(recursive=True)
+            self._children_found_at = self._t0
             self._busy0, self._own0 = busy_cpu_s(), self._own_cpu_s()
         except psutil.Error:
             self._busy0 = self._own0 = 0.0
+        self._waits.start([c.pid for c in self._children])
         self._thread = threading.Thread(target=self._loop, name="torchdoctor-sampler", daemon=True)
         self._thread.start()
 
@@ -99,6 +106,9 @@ class SystemSampler:
                 if wall < MIN_CPU_WINDOW_S and self._early is not None:
                     start = self._early  # steps too short for the counters: the run so far
                 self._others_cores, self._others_window_s = _others(start, now)
+                self._thread_waits = self._waits.stop(
+                    [c.pid for c in self._proc.children(recursive=True)], _our_threads(), wall
+                )
         except psutil.Error:
             pass
         return self.summary()
@@ -201,6 +211,7 @@ class SystemSampler:
             gpu_mem_mb_max=round(max(self._gpu_mem), 1) if self._gpu_mem else None,
             others_cpu_cores=self._others_cores,
             others_window_s=self._others_window_s,
+            waits=self._thread_waits,
         )
 
 
@@ -214,6 +225,15 @@ def _others(
     wall = now[0] - start[0]
     others = (now[1] - start[1]) - (now[2] - start[2])
     return round(max(others, 0.0) / wall, 2), round(wall, 3)
+
+
+def _our_threads() -> set[int]:
+    """torchdoctor's own live threads (their native ids): not the script's work or waiting."""
+    return {
+        t.native_id
+        for t in threading.enumerate()
+        if t.name.startswith("torchdoctor") and t.native_id is not None
+    }
 
 
 def busy_cpu_s() -> float:

@@ -89,6 +89,7 @@ from ._run import (
     LoaderSettings,
     RunRecord,
     SystemUsage,
+    ThreadWaits,
     split_where,
 )
 from ._serial import (
@@ -221,12 +222,12 @@ __all__ = [
     "StepBoundaryKind",
     "StepSeries",
     "SweepPoint",
-    "SystemUsage",
     "TransformCost",
     "SyncReport",
     "SyncSite",
     "SystemUsage",
     "TemporalBreakdown",
+    "ThreadWaits",
     "TraceReport",
     "TraceStep",
     "Verdict",

@@ -131,6 +131,26 @@ MIN_CPU_WINDOW_S = 0.5
 
 
 @dataclass
+class ThreadWaits:
+    """The script's threads' CPU time, and their time ready to run but waiting for a core (the
+    kernel's run-queue time), over the measured steps (``capture._waiting``; Linux only)."""
+
+    #: Seconds the figures were taken over (the measured steps').
+    window_s: float
+    #: The training thread's CPU seconds and its seconds waiting for a core.
+    training_cpu_s: float
+    training_waited_s: float
+    #: The same summed over the script's threads: this process's (torchdoctor's sampler left
+    #: out) and its children's (DataLoader workers).
+    threads_cpu_s: float
+    threads_waited_s: float
+
+    def waited_share(self) -> float:
+        """The training thread's waiting as a share of the window."""
+        return self.training_waited_s / self.window_s if self.window_s > 0 else 0.0
+
+
+@dataclass
 class SystemUsage:
     """System utilisation sampled during the measured steps."""
 
@@ -156,6 +176,8 @@ class SystemUsage:
     others_cpu_cores: float | None = None
     #: Seconds ``others_cpu_cores`` was taken over.
     others_window_s: float | None = None
+    #: The script's threads' work and waiting over the measured steps (``None``: not read).
+    waits: ThreadWaits | None = None
 
 
 @dataclass

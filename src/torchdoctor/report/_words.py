@@ -25,6 +25,7 @@ from ..record import (
     RankRun,
     RunRecord,
     SystemUsage,
+    ThreadWaits,
     TraceReport,
     Verdict,
 )
@@ -140,6 +141,8 @@ def environment_rows(record: RunRecord) -> list[tuple[str, str]]:
     usage = record.system
     if usage is not None:
         rows.append(("cpu", cpu_words(usage)))
+        if usage.waits is not None:
+            rows.append(("threads", threads_words(usage.waits)))
         rows.append(
             (
                 "memory",
@@ -175,6 +178,15 @@ def cpu_words(usage: SystemUsage) -> str:
     cores = " ".join(f"{c:.0f}%" for c in usage.cpu_percent_per_core)
     return f"per core {cores} (mean over {usage.samples} samples)" + (
         f"; {others}" if others else ""
+    )
+
+
+def threads_words(waits: ThreadWaits) -> str:
+    """The script's threads' work and waiting for a core over the measured steps."""
+    return (
+        f"over {waits.window_s:.2f} s of steps the training thread worked {waits.training_cpu_s:.2f} "
+        f"s and waited {waits.training_waited_s:.2f} s for a core; all the script's threads "
+        f"(torch's, the workers') {waits.threads_cpu_s:.2f} s and {waits.threads_waited_s:.2f} s"
     )
 
 

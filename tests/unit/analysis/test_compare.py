@@ -186,3 +186,34 @@ def test_a_busy_run_against_one_whose_load_was_not_measured_could_not_be_told():
     assert unclear.kind == "UNCLEAR" and "an unmeasured share during B's" in unclear.judged.why
     assert compare(loaded(slowed, None), loaded(STEADY, 1.1)).kind == IMPROVED  # against it
     assert compare(loaded(slowed, None), loaded(STEADY, None)).kind == IMPROVED  # nothing seen
+
+
+def waited(steps: list[float], waited_ms: float | None) -> RunRecord:
+    """A record on a machine whose load figure saw nothing, its threads having waited for a core
+    ``waited_ms`` a step (``None``: not read)."""
+    from torchdoctor.record import ThreadWaits
+
+    r = loaded(steps, 0.1)
+    if waited_ms is not None:
+        total = waited_ms * len(steps) / 1e3
+        r.system.waits = ThreadWaits(sum(steps) / 1e3, 0.1, total / 2, 0.2, total)
+    return r
+
+
+def test_a_change_the_threads_waiting_for_cores_explains_could_not_be_told():
+    # The same input-bound loop twice compared 0.80x while the load figures differed by less than
+    # a quarter core: what the slower run's threads waited for cores tells it.
+    slowed = [x * 1.25 for x in STEADY]  # 2.5 ms a step slower
+    unclear = compare(waited(STEADY, 0.5), waited(slowed, 2.0))  # 1.5 ms more: over half
+    assert unclear.kind == "UNCLEAR", unclear
+    assert "threads waited for a core 0.5 ms a step in A and 2.0 ms in B" in unclear.judged.why
+    assert compare(waited(slowed, 2.0), waited(STEADY, 0.5)).kind == "UNCLEAR"  # improved
+    # waiting of less than half the change, or against it, leaves the judgement
+    assert compare(waited(STEADY, 0.5), waited(slowed, 1.5)).kind == REGRESSED
+    assert compare(waited(STEADY, 2.0), waited(slowed, 0.5)).kind == REGRESSED
+    assert compare(waited(slowed, 0.5), waited(STEADY, 2.0)).kind == IMPROVED
+    assert compare(waited(STEADY, None), waited(slowed, 9.0)).kind == REGRESSED  # not read
+    # no change: waiting that differs by the allowance's share of the step could hide one
+    assert compare(waited(STEADY, 0.2), waited(STEADY, 1.5)).kind == "UNCLEAR"
+    assert compare(waited(STEADY, 1.5), waited(STEADY, 0.2)).kind == "UNCLEAR"
+    assert compare(waited(STEADY, 0.2), waited(STEADY, 0.9)).kind == NO_CHANGE

@@ -89,3 +89,38 @@ def test_the_reports_say_a_verdict_is_not_firm():
     record = _record(MIXED, others=1.0)
     summarise(record)
     assert 'id="not-firm"' in record_body(record, "busy")
+
+
+def _waited(record: RunRecord, share: float) -> RunRecord:
+    """The record's training thread measured waiting for a core ``share`` of its steps' time."""
+    from torchdoctor.record import ThreadWaits
+
+    window = sum(record.steps.step_ms) / 1e3
+    record.system.waits = ThreadWaits(window, window / 2, window * share, window, window * share)
+    return record
+
+
+def test_time_measured_waiting_for_a_core_makes_any_verdict_on_a_busy_machine_not_firm():
+    # Input-bound in every step, and the resamples agree: the training thread's run-queue time
+    # says 40% of the steps was the busy machine's.
+    record = _waited(_record([_step(8.0, 4.0)] * 10, others=0.6, threads=1), 0.4)
+    summarise(record)
+    v = record.verdict
+    assert v.kind == INPUT_BOUND and not v.firm and v.candidates == [INPUT_BOUND], v
+    assert "the training thread waited for a core 4.8 ms of each 12.1 ms step (40%" in v.why
+    assert "not the model's compute" in v.why and "fewer threads" in v.next
+    # waiting under the threshold leaves it firm; on a quiet machine it is not asked
+    record = _waited(_record([_step(8.0, 4.0)] * 10, others=0.6, threads=1), 0.05)
+    summarise(record)
+    assert record.verdict.firm, record.verdict
+    record = _waited(_record([_step(8.0, 4.0)] * 10, others=0.1, threads=1), 0.4)
+    summarise(record)
+    assert record.verdict.firm
+
+
+def test_measured_waiting_overrides_the_threads_and_cores_inference():
+    # torch's 2 threads beside 1.3 cores of others would be inferred waiting; the kernel says
+    # the training thread hardly waited: the verdict stands.
+    record = _waited(_record([_step(1.0, 20.0)] * 10, others=1.3, threads=2), 0.02)
+    summarise(record)
+    assert record.verdict.kind == COMPUTE_BOUND and record.verdict.firm, record.verdict
