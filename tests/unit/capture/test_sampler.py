@@ -141,3 +141,35 @@ def test_a_busy_machine_is_said_in_the_verdict():
     record.system.others_cpu_cores = 0.1
     summarise(record)
     assert "busy" not in record.verdict.why
+
+
+@pytest.mark.timing  # the hog must get a good part of a core during the window
+def test_a_workers_cpu_before_the_window_is_not_taken_from_the_others_load():
+    # A DataLoader worker (a child: the script's own) that worked before the measured steps,
+    # and another process busy during them: what the worker did before must not count against
+    # the window (read from zero, it once made a busy machine's load read 0.0 cores).
+    import subprocess
+    import sys
+
+    from hog import start_hog, stop_hog
+
+    worker = subprocess.Popen(
+        [sys.executable, "-c", "import time, sys\nend = time.process_time() + 1.5\n"
+         "while time.process_time() < end: pass\nprint('spun', flush=True)\ntime.sleep(60)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    hog = None
+    try:
+        assert worker.stdout.readline().strip() == "spun"
+        hog = start_hog()
+        time.sleep(0.3)  # the hog is running
+        sampler = SystemSampler(interval_s=0.1)
+        sampler.start()
+        time.sleep(1.0)
+        busy = sampler.stop()
+    finally:
+        worker.kill()
+        worker.wait()
+        if hog is not None:
+            stop_hog(hog)
+    assert busy.others_cpu_cores >= 0.5, busy
