@@ -20,6 +20,8 @@ from typing import Any
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from ._comments import stale_comments_dropped
+
 #: ``DataLoader``'s positional parameters, in order (a setting passed positionally is edited
 #: there: a keyword for it would collide).
 DATALOADER_POSITIONAL = (
@@ -158,11 +160,16 @@ class SourceFile:
 
     def render(self, remedies: Iterable[str]) -> str:
         """The file with the edits of ``remedies`` applied (the text itself when there are none)."""
+        return self.rendered(remedies)[0]
+
+    def rendered(self, remedies: Iterable[str]) -> tuple[str, list[tuple[int, str]]]:
+        """:meth:`render`'s text, and the trailing comments its changes made untrue, left out
+        (``(line, comment)``: :mod:`._comments`)."""
         chosen = set(remedies)
         edits = [e for e in self.edits if e.remedy in chosen]
         if not edits:
-            return self.text
-        return self.wrapper.visit(_Applier(edits)).code
+            return self.text, []
+        return stale_comments_dropped(self.text, self.wrapper.visit(_Applier(edits)).code)
 
 
 def _python_says(text: str, path: Path, exc: Exception) -> str:

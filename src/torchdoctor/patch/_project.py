@@ -91,6 +91,18 @@ class Project:
                 out[path] = text
         return out
 
+    def comment_notes(self, remedies: Iterable[str]) -> list[str]:
+        """What the patch of ``remedies`` says of each comment it left out (:mod:`._comments`)."""
+        chosen = set(remedies)
+        notes = []
+        for path, source in sorted(self.files.items()):
+            for line, comment in source.rendered(chosen)[1]:
+                notes.append(
+                    f"{self.rel(path)}:{line}: the comment `{comment}` was written for the line "
+                    "as it was; the patch leaves it out: say what the new line does"
+                )
+        return notes
+
     def patched(self, remedies: Iterable[str]) -> dict[Path, bytes]:
         """The files ``remedies`` change, as the bytes to write: each in its own encoding and
         line endings, every line the patch does not change as it was."""

@@ -129,7 +129,9 @@ def patch_record(
         status = measure_patch(project, patch, active, run, rounds)
     if patch.diff:
         patch.path = str(Path(out).resolve())
-        write_bytes_atomic(out, project.diff_bytes(r.key for r in patch.remedies if r.kept))
+        kept = [r.key for r in patch.remedies if r.kept]
+        write_bytes_atomic(out, project.diff_bytes(kept))
+        patch.notes.extend(project.comment_notes(kept))
     elif Path(out).exists():
         patch.notes.append(f"{out} is left as it was: it is an earlier run's, not this one's")
     return status, project

@@ -32,7 +32,7 @@ def _folder(tmp_path: Path, name: str) -> Path:
     return tmp_path / name
 
 
-def test_a_literal_argument_is_replaced_and_comments_stay(tmp_path):
+def test_a_literal_argument_is_replaced_and_its_untrue_comment_left_out(tmp_path):
     project = _project(
         tmp_path,
         HEADER
@@ -50,8 +50,13 @@ def test_a_literal_argument_is_replaced_and_comments_stay(tmp_path):
     assert [c.what for c in remedy.changes] == ["num_workers=0 → 4"]
     assert remedy.changes[0].line == 7  # at the argument's own line
     diff = project.diff({"loader"})
-    assert "-    num_workers=0,  # no workers yet\n+    num_workers=4,  # no workers yet\n" in diff
+    # the comment was the old value's: left out, and said (issue 40: comments that lie)
+    assert "-    num_workers=0,  # no workers yet\n+    num_workers=4,\n" in diff
     assert "     batch_size=8,  # the batch\n" in diff  # context, unchanged
+    assert project.comment_notes({"loader"}) == [
+        "train.py:7: the comment `# no workers yet` was written for the line as it was; the "
+        "patch leaves it out: say what the new line does"
+    ]
     assert_applies(project, diff)
 
 
@@ -115,7 +120,8 @@ def test_a_variable_is_changed_where_it_is_assigned(tmp_path):
     )
     remedy = plan_loader(project, _line(project, "loader ="), {"num_workers": 4}, [], "s")
     assert remedy.changes[0].line == 4
-    assert "WORKERS = 4  # tuned later\n" in project.rendered({"loader"})[project.script]
+    # the value changed: the comment written for the old one is left out (and said)
+    assert "WORKERS = 4\n" in project.rendered({"loader"})[project.script]
 
 
 def test_an_argparse_default_is_changed_unless_the_command_line_sets_it(tmp_path):

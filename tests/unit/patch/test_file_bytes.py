@@ -49,7 +49,8 @@ def test_a_crlf_file_keeps_its_line_endings_in_the_diff_and_the_patched_file(tmp
     _only_line_changed(data, after, 4)
     assert after.count(b"\n") == after.count(b"\r\n") == data.count(b"\r\n")
     diff = project.diff_bytes({"loader"})
-    assert b"+loader = DataLoader(ds, batch_size=4, num_workers=2)  # no workers yet\r\n" in diff
+    # (its comment named what was added: left out)
+    assert b"+loader = DataLoader(ds, batch_size=4, num_workers=2)\r\n" in diff
     assert b" import torch\r\n" in diff  # context lines as the file has them
     assert_applies(project, diff, remedies=("loader",))
 
