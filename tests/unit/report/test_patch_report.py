@@ -49,6 +49,18 @@ def test_the_terminal_says_what_is_kept_dropped_and_left_out():
     )
 
 
+def test_a_patch_no_faster_says_so_before_its_figure():
+    from torchdoctor.report.patch import whole_lines
+
+    patch = _record().patch
+    patch.judged = JudgedSpeedup(0.33, 0.2, 1.6, 0.1, "NO CHANGE")
+    assert whole_lines(patch)[0] == (
+        "The patch: no faster beyond the noise on this device (measured 0.33x (0.20–1.60), "
+        "mean step 20.0 → 10.0 ms over 2 alternated rounds).",
+        False,
+    )
+
+
 def test_the_page_shows_the_diff_escaped_and_coloured():
     page = render_html(_record())
     section = page[page.index('<section id="patch">') :]
