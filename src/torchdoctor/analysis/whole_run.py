@@ -135,7 +135,10 @@ def _steps_detail(summary: WholeSummary) -> str:
     if counted < 1:
         return "no training step after the first (which ends the startup)"
     each = summary.steps_s / counted * 1e3
-    return f"{counted} step{'s' if counted > 1 else ''} after the first, {each:.1f} ms each"
+    # the mean of every step (slow ones too): the header's steady step is the median's
+    return (
+        f"{counted} step{'s' if counted > 1 else ''} after the first, {each:.1f} ms each on average"
+    )
 
 
 # --- places ------------------------------------------------------------------------------------

@@ -49,7 +49,11 @@ def goodput_words(run: WholeRun) -> list[str]:
     """The goodput and, for a cut run, its projection, in sentences (terminal and page)."""
     steps = run.seconds_of("steps")
     counted = sum(k.count for k in run.categories if k.kind == "steps")
-    pace = f" (steady step {run.steady_step_ms:.1f} ms)" if run.steady_step_ms else ""
+    pace = (
+        f" (steady step {run.steady_step_ms:.1f} ms, the median of its blocks)"
+        if run.steady_step_ms
+        else ""
+    )
     lines = [
         f"goodput {run.goodput:.0%}: {duration(steps)} of {duration(run.wall_s)} went to "
         f"training steps at their steady pace, {counted} after the first{pace}"

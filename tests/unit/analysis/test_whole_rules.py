@@ -148,3 +148,18 @@ def test_a_loader_built_anew_every_epoch_is_told_to_be_built_once(persistent):
     once = dataclasses.replace(summary, loaders_built=1)
     told = kinds_of(once, loader(2, persistent))["epoch-boundary"].fix
     assert (told is None) == persistent  # built once: persistent_workers, unless it persists
+
+
+def test_the_steps_mean_and_the_steady_median_are_each_named():
+    # The steady step is the median of the blocks' medians, the steps' figure their mean: side
+    # by side ("steady step 2.4 ms" beside "14.9 ms each") each says which it is.
+    from torchdoctor.report.whole_run import goodput_words
+
+    summary = WholeSummary(wall_s=WALL_S, steps=11, steps_s=0.149)
+    run, _ = whole_run_of(summary, None)
+    steps = next(k for k in run.categories if k.kind == "steps")
+    assert steps.detail == "10 steps after the first, 14.9 ms each on average"
+    run.steady_step_ms = 2.4
+    assert goodput_words(run)[0].endswith(
+        "10 after the first (steady step 2.4 ms, the median of its blocks)"
+    )
