@@ -255,7 +255,7 @@ class StepHooks:
                 self._end_step()
             self.parallel.forward_starting(module, self.phase.measuring)
             if (
-                self.phase.measuring
+                (self.phase.probes or self.phase.measuring)
                 and self.state.wants_forward(module)
                 and _trainable(module)
                 and module.training
@@ -292,8 +292,13 @@ class StepHooks:
         self.whole.training()
         if self._optimizer_depth == 0 and self.phase.measuring:
             self.parallel.optimizer_stepping(self.root_modules)
-            if not self.state.optimizer_probed and optimizer is self.optimizers.primary:
-                self.state.probe_optimizer(optimizer)
+        if (
+            self._optimizer_depth == 0
+            and (self.phase.probes or self.phase.measuring)
+            and not self.state.optimizer_probed
+            and optimizer is self.optimizers.primary
+        ):
+            self.state.probe_optimizer(optimizer)
         self._optimizer_depth += 1
         self.push("optimizer")
 

@@ -100,3 +100,45 @@ def test_phases_left_half_way_are_closed_on_uninstall():
         session.uninstall()
     assert EVENTS == ["start", "step:1", "close"]
     assert session.phase_name == "toy"
+
+
+class ProbedAtStart(Phase):
+    """Notes, as the measured steps would start, whether the script's state was probed."""
+
+    name = "probed?"
+
+    def start(self, session) -> None:
+        EVENTS.append(f"model:{session.state.model is not None}")
+        EVENTS.append(f"optimizer:{session.state.optimizer_probed}")
+
+    def total(self, session) -> int:
+        return 1
+
+
+def test_the_scripts_state_is_probed_in_the_warmup_not_in_a_measured_step():
+    # Probing (the model's call site, autocast) took 0.4 ms of the demo's first measured step.
+    # (the optimizer whose step ends a step is known from the first step's end: a warmup of two
+    # probes both)
+    EVENTS.clear()
+    session = CaptureSession(
+        RunOptions(steps=2, warmup=2, sync_steps=0, counterfactuals=False),
+        phases=[WarmupPhase, ProbedAtStart, MeasurePhase],
+    )
+    session.install()
+    try:
+        _train(50)
+    except StopRun:
+        pass
+    finally:
+        session.uninstall()
+    assert EVENTS == ["model:True", "optimizer:True"]
+    # without a warmup, the first measured step probes it
+    session = CaptureSession(RunOptions(steps=2, warmup=0, sync_steps=0, counterfactuals=False))
+    session.install()
+    try:
+        _train(50)
+    except StopRun:
+        pass
+    finally:
+        session.uninstall()
+    assert session.state.model is not None and session.state.optimizer_probed

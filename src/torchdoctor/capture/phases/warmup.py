@@ -10,6 +10,7 @@ class WarmupPhase(Phase):
     """The first ``--warmup`` steps (at least one: it also finds the device and optimizer)."""
 
     name = phase_names.WARMUP
+    probes = True
 
     def total(self, session: PhaseSession) -> int:
         return session.options.warmup
