@@ -49,7 +49,7 @@ from ..record import (
     RunRecord,
     judged_speedup,
 )
-from .firmness import load_doubt, others_cores, wait_doubt, waited_ms
+from .firmness import load_doubt, others_cores, wait_doubt
 
 #: Run-to-run change that a single pair of runs cannot tell from noise, at the least.
 RUN_TO_RUN = 0.10
@@ -167,11 +167,9 @@ def compare(a: RunRecord, b: RunRecord) -> Comparison:
     verdict = judge(a_steps, b_steps, scale)
     notes.extend(verdict.notes)
     judged = verdict.judged
+    allowance = judged.allowance if judged.allowance is not None else RUN_TO_RUN
     why = load_doubt(judged.judgement, others_cores(a), others_cores(b)) or wait_doubt(
-        judged.judgement,
-        (waited_ms(a, len(a_steps)), statistics.fmean(a_steps)),
-        (waited_ms(b, len(b_steps)), statistics.fmean(b_steps)),
-        judged.allowance if judged.allowance is not None else RUN_TO_RUN,
+        judged.judgement, a, b, scale, allowance
     )
     if why:
         judged = replace(judged, judgement=UNCLEAR, why=why)

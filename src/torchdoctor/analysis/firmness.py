@@ -9,23 +9,28 @@ things can make it a product of the load rather than of the script:
   :data:`FIRM_AGREEMENT` of them give the verdict, load that came and went during the steps
   moved the shares across a boundary; every kind given by :data:`CANDIDATE_SHARE` of them or
   more is a candidate.
-- **Torch's threads waited for cores.** When torch's threads and what the other processes took
-  need more cores than the machine has, forward and backward ran in part waiting for a core;
-  beside other jobs, one loop's forward and backward went from about 4 ms to 220 ms a step
-  that way. A verdict that the model's compute leads is then not firm: the same script on a
-  quieter machine may be bound by something else.
+- **The script's threads waited for cores.** Where the kernel tells it (``system.waits``, the
+  training thread's run-queue time), a training thread that waited :data:`WAITING_SHARE` of
+  the steps' time or more makes any verdict not firm: that time fell in whichever part was
+  running, and it is no part's work. Where it does not, the waiting is inferred when torch's
+  threads and what the other processes took need more cores than the machine has: forward and
+  backward ran in part waiting for a core (beside other jobs, one loop's forward and backward
+  went from about 4 ms to 220 ms a step that way), and a verdict that the model's compute
+  leads is not firm. The same script on a quieter machine may be bound by something else.
 
 A verdict that is not firm keeps its kind (what was measured), says so in its ``why`` with the
 evidence, lists its ``candidates``, and its ``next`` starts with what to do about the doubt
 (a quieter moment, more steps, fewer threads); "input fixes will not help" is never said.
 
 Two records compared (``analysis.compare``) were measured at two moments: :func:`load_doubt`
-says when the load on the machine differed between them enough to have made the judgement.
+says when the load on the machine differed between them enough to have made the judgement, and
+:func:`wait_doubt` when their training threads' waiting for a core did.
 """
 
 from __future__ import annotations
 
 import random
+import statistics
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
@@ -99,7 +104,7 @@ def waiting_for_cores(record: RunRecord) -> str:
         return (
             f"the training thread waited for a core {waits.training_waited_s * 1e3 / steps:.1f} "
             f"ms of each {record.step_ms.mean:.1f} ms step ({share:.0%} of the measured time, "
-            "the kernel's run-queue figure): that time is the busy machine's, not the model's compute"
+            "the kernel's run-queue figure): waiting is no part's work, not the model's compute"
             + (f": {threads}" if threads else "")
         )
     if not threads or env is None or others is None:
@@ -197,33 +202,47 @@ def load_doubt(kind: str, a_others: float | None, b_others: float | None) -> str
     )
 
 
-#: Share of a judged change the threads' extra waiting for a core must reach to have made it.
+#: Share of a judged change the training thread's extra waiting for a core must reach to have
+#: made it.
 WAIT_EXPLAINS = 0.5
 
 
-def waited_ms(record: RunRecord, steps: int) -> float | None:
-    """Milliseconds a step the script's threads waited for a core (summed over threads)."""
+def waited_ms(record: RunRecord) -> float | None:
+    """Milliseconds a measured step the training thread waited for a core (``None``: not read).
+    One thread's waiting lies inside the step's wall time, so it compares with it (the sum over
+    threads would not: torch's spinning pool threads wait beside it)."""
     waits = record.system.waits if record.system is not None else None
-    return waits.threads_waited_s * 1e3 / steps if waits is not None and steps else None
+    steps = len(record.steps.step_ms)
+    return waits.training_waited_s * 1e3 / steps if waits is not None and steps else None
 
 
-def wait_doubt(
-    kind: str, a: tuple[float | None, float], b: tuple[float | None, float], allowance: float
-) -> str:
-    """Why the script's threads' waiting for a core could have made judgement ``kind``, or
-    ``""``. ``a`` and ``b`` are each record's ``(waited ms a step, mean step ms)``.
+def same_threads(a: RunRecord, b: RunRecord) -> bool:
+    """Whether the two runs ran the same threads: torch's count and the loader's workers (when
+    they did not, their waiting is theirs to differ in: fewer threads wait less)."""
+    ta = (a.env.torch_threads if a.env else None, a.loader.num_workers if a.loader else None)
+    tb = (b.env.torch_threads if b.env else None, b.loader.num_workers if b.loader else None)
+    return ta == tb
 
-    The load another process puts beside a run shows in the run's own threads: they wait in the
+
+def wait_doubt(kind: str, a: RunRecord, b: RunRecord, scale: float, allowance: float) -> str:
+    """Why the training thread's waiting for a core could have made judgement ``kind`` of B
+    against A, or ``""``. ``scale`` is B's samples per step over A's (steps compared per
+    sample when the batches differ).
+
+    Load another process puts beside a run shows in the run's own threads: they wait in the
     kernel's run queue. The same input-bound loop twice, one run beside other tests' processes,
     compared 0.80x [0.75-0.88] while the machine-wide load figure differed by less than
-    :data:`BUSY_CORES`. The judgement is not given when the slower run's threads waited more, a
-    step, than the faster's by :data:`WAIT_EXPLAINS` of the step's difference or more (for no
-    change: by ``allowance`` of the step, enough to hide a change the size of the allowance).
+    :data:`BUSY_CORES`. Between two runs of the same threads (a change of threads or workers
+    changes the waiting itself: that is the change), the judgement is not given when the slower
+    run's training thread waited more a step than the faster's by :data:`WAIT_EXPLAINS` of the
+    steps' difference or more (for no change: by ``allowance`` of the step, enough to hide a
+    change the size of the allowance).
     """
-    (wa, sa), (wb, sb) = a, b
-    if wa is None or wb is None:
+    wa, wb = waited_ms(a), waited_ms(b)
+    if wa is None or wb is None or not same_threads(a, b) or scale <= 0:
         return ""
-    extra, change = wb - wa, sb - sa
+    sa, sb = statistics.fmean(a.steps.step_ms), statistics.fmean(b.steps.step_ms) / scale
+    extra, change = wb / scale - wa, sb - sa
     if kind == REGRESSED:
         made = change > 0 and extra >= WAIT_EXPLAINS * change
     elif kind == IMPROVED:
@@ -235,7 +254,7 @@ def wait_doubt(
     if not made:
         return ""
     return (
-        f"could not tell: the script's threads waited for a core {wa:.1f} ms a step in A and "
+        f"could not tell: the training thread waited for a core {wa:.1f} ms a step in A and "
         f"{wb:.1f} ms in B (the kernel's run-queue time), as much as any change could move the "
         "steps; compare runs taken side by side (`torchdoctor fix` alternates the two scripts) "
         "or both at a quiet moment"

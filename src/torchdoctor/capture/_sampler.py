@@ -70,8 +70,8 @@ class SystemSampler:
         #: The machine's and the script's CPU seconds when capture began: measured steps too
         #: short for the counters take the load from here instead (:meth:`stop`).
         self._early = self._counters()
-        #: The script's threads' work and waiting over the window (made on the training thread).
-        self._waits = WaitWatch(threading.get_native_id())
+        #: The script's threads' work and waiting over the window.
+        self._waits = WaitWatch()
         self._thread_waits: ThreadWaits | None = None
 
     def start(self) -> None:

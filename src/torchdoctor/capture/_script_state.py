@@ -44,9 +44,11 @@ class ScriptState:
         """Whether ``module``'s training forward is still to be probed (once per module)."""
         return id(module) not in self._probed
 
-    def probe_forward(self, module: Any, device_type: str) -> None:
-        """At the first measured training call of each trainable outermost module."""
+    def probe_forward(self, module: Any, device: torch.device | None) -> None:
+        """At the first training call of each trainable outermost module (in the warmup, where
+        there is one), on ``device`` (the run's, once known; else its parameters')."""
         self._probed.add(id(module))
+        device_type = device.type if device is not None else parameter_device_type(module)
         try:
             if torch.is_autocast_enabled(device_type):
                 self.autocast_dtype = str(torch.get_autocast_dtype(device_type)).replace(
@@ -70,6 +72,15 @@ class ScriptState:
     def optimizer_name(self) -> str:
         found = self.optimizer.name if self.optimizer is not None else None
         return found or "optimizer"
+
+
+def parameter_device_type(module: Any) -> str:
+    """The device type of ``module``'s first parameter (``"cpu"`` without one): the run's
+    device is known only from the first optimizer step on, after the warmup's first forward
+    (probed on the CPU, a CUDA script's autocast would go unseen)."""
+    for parameter in module.parameters():
+        return parameter.device.type
+    return "cpu"
 
 
 def call_site(obj: Any = None) -> CallSite | None:

@@ -261,8 +261,7 @@ class StepHooks:
                 and module.training
                 and torch.is_grad_enabled()
             ):  # a training forward: an evaluation pass is not where the model trains
-                device = self.clock.device
-                self.state.probe_forward(module, device.type if device is not None else "cpu")
+                self.state.probe_forward(module, self.clock.device)
             if self.inputs.searching:
                 self.inputs.model_called(args, self.patcher, self)
             self.whole.forward_started(module.training)
@@ -290,15 +289,11 @@ class StepHooks:
             raise StopRun()
         self.optimizers.seen(optimizer)
         self.whole.training()
-        if self._optimizer_depth == 0 and self.phase.measuring:
-            self.parallel.optimizer_stepping(self.root_modules)
-        if (
-            self._optimizer_depth == 0
-            and (self.phase.probes or self.phase.measuring)
-            and not self.state.optimizer_probed
-            and optimizer is self.optimizers.primary
-        ):
-            self.state.probe_optimizer(optimizer)
+        if self._optimizer_depth == 0 and (self.phase.probes or self.phase.measuring):
+            if self.phase.measuring:
+                self.parallel.optimizer_stepping(self.root_modules)
+            if not self.state.optimizer_probed and optimizer is self.optimizers.primary:
+                self.state.probe_optimizer(optimizer)
         self._optimizer_depth += 1
         self.push("optimizer")
 

@@ -19,6 +19,7 @@ read and nothing is said.
 from __future__ import annotations
 
 import os
+import threading
 
 from ..record import ThreadWaits
 
@@ -53,18 +54,19 @@ def process_times(pid: int) -> dict[int, tuple[int, int]]:
 class WaitWatch:
     """The script's threads' work and waiting between :meth:`start` and :meth:`stop`."""
 
-    def __init__(self, training_tid: int) -> None:
+    def __init__(self) -> None:
         self.pid = os.getpid()
-        #: The thread that runs the training loop (the one that made the capture).
-        self.training_tid = training_tid
+        #: The thread that runs the training loop: the one that starts the watch (the measured
+        #: steps start in the script's own step).
+        self.training_tid = 0
         self._before: Times | None = None
-        self.available = os.path.exists(f"/proc/{self.pid}/task/{training_tid}/schedstat")
 
     def _read(self, children: list[int]) -> Times:
         return {pid: process_times(pid) for pid in (self.pid, *children)}
 
     def start(self, children: list[int]) -> None:
-        if self.available:
+        self.training_tid = threading.get_native_id()
+        if os.path.exists(f"/proc/{self.pid}/task/{self.training_tid}/schedstat"):
             self._before = self._read(children)
 
     def stop(self, children: list[int], ours: set[int], window_s: float) -> ThreadWaits | None:
@@ -74,8 +76,8 @@ class WaitWatch:
         before, after = self._before, self._read(children)
         self._before = None
         training = _delta(before, after, self.pid, self.training_tid)
-        if training is None:
-            return None
+        if training is None or training[0] == 0:
+            return None  # gone, or a kernel that keeps no scheduler figures (they read 0 0 0)
         cpu = wait = 0
         for pid, threads in after.items():
             for tid in threads:

@@ -6,7 +6,9 @@ line as it was: ``num_workers=4, persistent_workers=True)  # 'num_workers=0' kee
 rebuilds. On each line the patch changes, the old line's trailing comment is left out when the
 code around it was changed (not only added to), or when it names what was added (``# no workers``
 beside an added ``num_workers=4``); the patch's notes list each one so the user can write what
-the new line does. A comment on its own line, or on a line the patch leaves alone, stays.
+the new line does. A comment on its own line, or on a line the patch leaves alone, stays, and
+so does a tool's instruction (``# type: ignore``, ``# noqa``, ``# fmt: skip``). Comments are
+found by Python's tokenizer, so a ``#`` inside a string is never taken for one.
 
 Torch-free: this runs in the parent process, on text.
 """
@@ -14,34 +16,31 @@ Torch-free: this runs in the parent process, on text.
 from __future__ import annotations
 
 import difflib
+import io
 import re
+import tokenize
+
+#: Comments that are instructions to tools (type checkers, linters, formatters, coverage):
+#: never left out, whatever changed around them.
+PRAGMA = re.compile(r"#\s*(type:|noqa|pragma|fmt:|pylint:|nosec|isort:|mypy:|pyright:|ruff:)")
 
 
-def split_comment(line: str) -> tuple[str, str]:
-    """``(code, comment)`` of one line without its line ending: the comment from its ``#`` on
-    (``""`` when there is none; a ``#`` inside a string on the line is not one)."""
-    quote = ""
-    i = 0
-    while i < len(line):
-        ch = line[i]
-        if quote:
-            if ch == "\\":
-                i += 2
-                continue
-            if line.startswith(quote, i):
-                i += len(quote)
-                quote = ""
-                continue
-        elif line.startswith(('"""', "'''"), i):
-            quote = line[i : i + 3]
-            i += 3
-            continue
-        elif ch in "'\"":
-            quote = ch
-        elif ch == "#":
-            return line[:i], line[i:]
-        i += 1
-    return line, ""
+def comment_columns(text: str) -> dict[int, int]:
+    """The column of each line's comment, by line number (from 1), as Python's tokenizer finds
+    them (a ``#`` inside a string, on one line or many, is none); empty when the text does not
+    tokenize."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        return {}
+    return {t.start[0]: t.start[1] for t in tokens if t.type == tokenize.COMMENT}
+
+
+def _split(line: str, column: int | None) -> tuple[str, str]:
+    """``(code, comment)`` of a line without its ending, its comment at ``column``."""
+    if column is None:
+        return line, ""
+    return line[:column], line[column:]
 
 
 def stale_comments_dropped(before: str, after: str) -> tuple[str, list[tuple[int, str]]]:
@@ -49,21 +48,22 @@ def stale_comments_dropped(before: str, after: str) -> tuple[str, list[tuple[int
     one left out as ``(its line in after, the comment)``."""
     old, new = before.splitlines(keepends=True), after.splitlines(keepends=True)
     dropped: list[tuple[int, str]] = []
+    old_at, new_at = comment_columns(before), comment_columns(after)
     blocks = difflib.SequenceMatcher(a=old, b=new, autojunk=False).get_opcodes()
     for tag, i1, i2, j1, j2 in blocks:
         if tag != "replace":
             continue
         olds: dict[str, list[str]] = {}
-        for line in old[i1:i2]:
-            code, comment = split_comment(_body(line))
+        for i in range(i1, i2):
+            code, comment = _split(_body(old[i]), old_at.get(i + 1))
             if comment:
                 olds.setdefault(comment.strip(), []).append(code.rstrip())
         for j in range(j1, j2):
             body = _body(new[j])
-            code, comment = split_comment(body)
+            code, comment = _split(body, new_at.get(j + 1))
             codes = olds.get(comment.strip()) if comment else None
-            if codes is None or code.rstrip() in codes:
-                continue  # a comment of its own, or its line unchanged
+            if codes is None or code.rstrip() in codes or PRAGMA.match(comment):
+                continue  # a comment of its own, its line unchanged, or a tool's instruction
             if any(_kept(was, code.rstrip(), comment) for was in codes):
                 continue
             new[j] = code.rstrip() + new[j][len(body) :]

@@ -9,7 +9,7 @@ from rich.console import Group, RenderableType
 from rich.panel import Panel
 from rich.text import Text
 
-from ..record import IMPROVED, Patch, PatchRemedy, RunRecord
+from ..record import IMPROVED, REGRESSED, Patch, PatchRemedy, RunRecord
 from ._style import BAD, GOOD
 
 
@@ -79,14 +79,13 @@ def whole_lines(patch: Patch) -> list[tuple[str, bool]]:
         )
         # Not faster: the judgement leads, the figure after it (a kept rewrite's noise once
         # headlined "0.33x" as if the patch were three times slower).
-        lines.append(
-            (
-                f"The patch: {measured}."
-                if faster
-                else f"The patch: no faster beyond the noise on this device (measured {measured}).",
-                faster,
-            )
-        )
+        if faster:
+            line = f"The patch: {measured}."
+        elif judged.judgement == REGRESSED:
+            line = f"The patch: slower on this device (measured {measured})."
+        else:
+            line = f"The patch: no faster beyond the noise on this device (measured {measured})."
+        lines.append((line, faster))
     if not patch.diff:
         lines.append(
             (

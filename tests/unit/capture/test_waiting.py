@@ -47,7 +47,7 @@ def _spinners(count: int) -> list[subprocess.Popen]:
 def test_children_that_outnumber_the_cores_are_seen_waiting_for_them():
     cores = len(os.sched_getaffinity(0))
     children = _spinners(cores + 1)
-    watch = WaitWatch(threading.get_native_id())
+    watch = WaitWatch()
     started = time.monotonic()
     try:
         watch.start([c.pid for c in children])
@@ -65,11 +65,10 @@ def test_children_that_outnumber_the_cores_are_seen_waiting_for_them():
     assert waits.threads_waited_s >= 0.5 * CPU_S / cores, waits
     assert waits.threads_cpu_s >= (cores + 1) * CPU_S * 0.9 + 0.2 * 0.9, waits
     assert waits.training_cpu_s >= 0.2 * 0.9, waits
-    assert 0 < waits.waited_share() <= 1.0 or waits.training_waited_s == 0
 
 
 def test_torchdoctors_own_threads_are_left_out():
-    counted, left_out = WaitWatch(threading.get_native_id()), WaitWatch(threading.get_native_id())
+    counted, left_out = WaitWatch(), WaitWatch()
     ours: list[int] = []
     spun, done = threading.Event(), threading.Event()
 
@@ -100,4 +99,4 @@ def test_the_sampler_puts_the_waiting_in_the_record():
     assert usage.waits.window_s > 0
     # stopped without having started (the script failed before its measured steps): no window
     never = SystemSampler(interval_s=0.05).stop()
-    assert never is None or never.waits is None
+    assert never is not None and never.waits is None

@@ -59,6 +59,8 @@ def test_a_patch_no_faster_says_so_before_its_figure():
         "mean step 20.0 → 10.0 ms over 2 alternated rounds).",
         False,
     )
+    patch.judged = JudgedSpeedup(0.5, 0.4, 0.6, 0.1, "REGRESSED")
+    assert whole_lines(patch)[0][0].startswith("The patch: slower on this device (measured 0.50x")
 
 
 def test_the_page_shows_the_diff_escaped_and_coloured():
