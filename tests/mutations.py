@@ -210,6 +210,27 @@ MUTATIONS = (
         ("tests/unit/capture/test_script_state.py",),
     ),
     Mutation(
+        "ending: out of memory decided as any other error",
+        "process/ending/_script.py",
+        "if end.ended == RAISED and end.out_of_memory is not None:",
+        "if False:",
+        ("tests/unit/process/test_out_of_memory.py",),
+    ),
+    Mutation(
+        "ending: a device's out-of-memory message not recognised",
+        "process/ending/_memory.py",
+        '"RuntimeError" in names and any(w in lowered for w in DEVICE_WORDS)',
+        "False",
+        ("tests/unit/process/test_out_of_memory.py",),
+    ),
+    Mutation(
+        "verdict: an out-of-memory run told speed first",
+        "analysis/short_run.py",
+        "if record.status != OUT_OF_MEMORY or verdict.kind == UNKNOWN:",
+        "if True:",
+        ("tests/unit/process/test_out_of_memory.py",),
+    ),
+    Mutation(
         "waiting: torchdoctor's own threads counted as the script's",
         "capture/_waiting.py",
         "if pid == self.pid and tid in ours:",

@@ -9,6 +9,7 @@ EXIT_USAGE = 2  # bad arguments or input: a missing script, an unreadable file
 EXIT_NO_TRAINING = 3  # the script ran but no training step was seen
 EXIT_INTERNAL = 4  # torchdoctor itself failed; the report says what it saw
 EXIT_TIMED_OUT = 5  # the run reached --max-seconds; the record keeps what was measured
+EXIT_OUT_OF_MEMORY = 6  # the script ran out of memory (device or host); the record says where
 EXIT_INTERRUPTED = 130  # Ctrl-C
 
 

@@ -22,6 +22,7 @@ pytestmark = pytest.mark.integration
 #: What the page's verdict card shows first: (the ending's label, its colour class).
 ENDINGS = {
     "script-error": ("FAILED", "bad"),
+    "out-of-memory": ("OUT OF MEMORY", "bad"),
     "killed": ("KILLED", "bad"),
     "internal-error": ("TORCHDOCTOR FAILED", "bad"),
     "interrupted": ("STOPPED", "warn"),

@@ -37,7 +37,13 @@ import pytest
 
 import torchdoctor
 from paths import TESTS
-from torchdoctor._errors import EXIT_INTERNAL, EXIT_OK, EXIT_SCRIPT_ERROR, EXIT_USAGE
+from torchdoctor._errors import (
+    EXIT_INTERNAL,
+    EXIT_OK,
+    EXIT_OUT_OF_MEMORY,
+    EXIT_SCRIPT_ERROR,
+    EXIT_USAGE,
+)
 from torchdoctor.cli import main
 from torchdoctor.record import RunRecord
 
@@ -137,6 +143,21 @@ os.chdir("elsewhere")
 model = torch.nn.Linear(4, 2)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 for _ in range(200):
+    model(torch.randn(8, 4)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+"""
+
+#: Runs out of host memory in its third step: the CPU allocator refuses 1 PiB (nothing is
+#: touched: the refusal is immediate).
+RUNS_OUT_OF_MEMORY = """\
+import torch
+
+model = torch.nn.Linear(4, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(200):
+    if step == 2:
+        features = torch.empty(2**50, dtype=torch.uint8)  # the batch that does not fit
     model(torch.randn(8, 4)).sum().backward()
     opt.step()
     opt.zero_grad()
@@ -422,6 +443,19 @@ CASES: list[Case] = [
         files={"train.py": FAILS_AT_IMPORT},
         record="run.json",
         record_has='"cpu_percent_per_core": [],',
+        traceback=True,
+        subprocess=True,
+    ),
+    # run: out of memory is its own ending, with the line that asked and the size, and its own
+    # exit status (issue "Memory joined with speed", item 4)
+    Case(
+        "run-script-runs-out-of-memory",
+        ("run", *QUICK_RUN, "--json", "run.json", "train.py"),
+        EXIT_OUT_OF_MEMORY,
+        "OUT OF MEMORY the script ran out of host memory at",
+        files={"train.py": RUNS_OUT_OF_MEMORY},
+        record="run.json",
+        record_has='"status": "out-of-memory"',
         traceback=True,
         subprocess=True,
     ),

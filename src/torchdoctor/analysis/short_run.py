@@ -3,10 +3,13 @@ how it ended, which is why the status is set before the verdict is derived (``pr
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..record import (
     INTERNAL_ERROR,
     INTERRUPTED,
     KILLED,
+    OUT_OF_MEMORY,
     PARTIAL,
     SCRIPT_ERROR,
     TIMED_OUT,
@@ -18,6 +21,12 @@ from ..record import (
 #: Measured steps a verdict needs from a run that ended before its measurement did (a mean of
 #: fewer says little: one slow first step decides it).
 MIN_VERDICT_STEPS = 3
+#: What to do first about a run that ran out of memory (before any speed advice).
+OOM_NEXT = (
+    "make the step fit first: a smaller batch size (with gradient accumulation to keep the "
+    "effective batch), activation checkpointing (torch.utils.checkpoint) on the largest blocks, "
+    "or mixed precision (torch.autocast); then run torchdoctor again"
+)
 #: What to do about a verdict on too few steps, by how the run ended (``ENDED_SHORT``): the
 #: status is set before the verdict is derived (``process.ending.settle``), so a run cut at the
 #: bound is told to raise it.
@@ -25,6 +34,7 @@ _TOO_FEW_NEXT = {
     SCRIPT_ERROR: "fix the script's error (its traceback is above, and in the notes) and run "
     "torchdoctor again",
     KILLED: "find what ended the process (the notes say how it ended) and run torchdoctor again",
+    OUT_OF_MEMORY: OOM_NEXT,
     PARTIAL: "give the run more data or epochs, or lower --warmup and --steps",
     TIMED_OUT: "raise --max-seconds, or lower --warmup and --steps",
     INTERRUPTED: "let the run measure a few more steps before stopping it",
@@ -43,3 +53,12 @@ def too_few(record: RunRecord, shares: dict[str, float]) -> Verdict:
         next=_TOO_FEW_NEXT.get(record.status, _TOO_FEW_NEXT[PARTIAL]),
         shares=shares,
     )
+
+
+def fit_first(record: RunRecord, verdict: Verdict) -> Verdict:
+    """A run that ran out of memory is told to make its step fit before any speed advice: the
+    steps' verdict stands for the steps that fitted (too few for one already say so)."""
+    if record.status != OUT_OF_MEMORY or verdict.kind == UNKNOWN:
+        return verdict
+    first = OOM_NEXT.removesuffix("; then run torchdoctor again")
+    return replace(verdict, next=f"{first}; then {verdict.next}")

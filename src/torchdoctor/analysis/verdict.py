@@ -9,6 +9,7 @@ from ..record import (
     ENDED_SHORT,
     HOST_BOUND,
     INPUT_BOUND,
+    OUT_OF_MEMORY,
     SCRIPT_ERROR,
     STEP_PARTS,
     UNKNOWN,
@@ -19,7 +20,7 @@ from ..record import (
 )
 from ..record.part_names import PART_GROUPS
 from .firmness import BUSY_CORES, firm, others_cores
-from .short_run import MIN_VERDICT_STEPS, too_few
+from .short_run import MIN_VERDICT_STEPS, fit_first, too_few
 
 #: Share of step time spent waiting for batches (and copying them) that makes a run input-bound.
 #: A quarter of the step is where fixing the input pays at least 1.33x.
@@ -91,6 +92,7 @@ def derive(record: RunRecord) -> Derived:
     if busy and verdict.kind != UNKNOWN:
         verdict.why += f"; {busy}"
         verdict = firm(view, verdict, decide, busy)
+    verdict = fit_first(record, verdict)
     return Derived(step_ms, parts, model_alone, ceiling, ceiling_interval, needed, verdict)
 
 
@@ -424,9 +426,12 @@ _NEXT_COMPUTE = (
 def next_compute(record: RunRecord) -> str:
     """Where the model's work can be made cheaper; no autocast where the script has it."""
     dtype = record.seen.get("autocast_dtype")
+    text = _NEXT_COMPUTE
+    if record.status == OUT_OF_MEMORY:  # a batch that fills the device is what did not fit
+        text = text.replace(", a batch size that fills the device", "")
     if not dtype:
-        return _NEXT_COMPUTE
-    return _NEXT_COMPUTE.replace(": mixed precision (torch.autocast),",
+        return text
+    return text.replace(": mixed precision (torch.autocast),",
                                  f" (its forward already runs under torch.autocast, {dtype}):")  # fmt: skip
 
 

@@ -7,6 +7,7 @@ from ..report.timeline import timeline, write_timeline
 from ._collectives import manual_collectives_finding
 from ._data import StepMarks
 from ._environment import detect_environment
+from ._frames import innermost_user_line
 from ._inloop_sweep import InLoopSweep
 from ._patch import Patcher, raised_by_torchdoctor
 from ._sampler import lower_thread_priority
@@ -33,6 +34,7 @@ __all__ = [
     "active_session",
     "detect_environment",
     "find_syncs",
+    "innermost_user_line",
     "lower_thread_priority",
     "raised_by_torchdoctor",
     "timeline",

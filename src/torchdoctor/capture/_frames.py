@@ -241,3 +241,16 @@ def _norm_prefix(filename: str, prefixes: tuple[str, ...]) -> bool:
         hit = any(_under(path, _norm(p)) for p in prefixes)
         _prefix_cache[key] = hit
     return hit
+
+
+def innermost_user_line(error: BaseException) -> tuple[str, str]:
+    """The innermost line of the user's code in ``error``'s traceback (``file:line``) and its
+    statement; ``("", "")`` when no frame of it is the user's."""
+    found = ("", "")
+    tb = error.__traceback__
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if is_user_file(filename):
+            found = (f"{filename}:{tb.tb_lineno}", statement_at(filename, tb.tb_lineno))
+        tb = tb.tb_next
+    return found

@@ -7,9 +7,14 @@ import datetime as _dt
 from .. import __version__
 from .._errors import TorchdoctorError
 from ..analysis.verdict import summarise
-from ..capture import CaptureSession, detect_environment, manual_collectives_finding
+from ..capture import (
+    CaptureSession,
+    detect_environment,
+    innermost_user_line,
+    manual_collectives_finding,
+)
 from ..record import COMPLETE, PARTIAL, RunRecord, TraceReport
-from .ending import CTRL_C, ScriptEnd, decide_script, settle
+from .ending import CTRL_C, ScriptEnd, decide_script, out_of_memory, settle
 
 
 def build_record(
@@ -121,6 +126,7 @@ def script_end(
         steps=session.options.steps,
         phase=session.phase_name,
         error=type(error).__name__ if error is not None else "",
+        out_of_memory=out_of_memory(error, innermost_user_line),
         internal_error=f"{type(internal).__name__}: {internal}" if internal is not None else "",
         peer_lost=str(session.ranks.peer_lost or ""),
         uneven_join=session.ranks.uneven_join,

@@ -23,6 +23,7 @@ Status = Literal[
     "internal-error",
     "killed",
     "timed-out",
+    "out-of-memory",
 ]
 Severity = Literal["info", "warning", "critical"]
 #: What ends a training step (docs/record.md): an optimizer's ``step()``, in loops without one
@@ -116,11 +117,15 @@ INTERNAL_ERROR: Status = "internal-error"
 KILLED: Status = "killed"
 #: The run reached ``--max-seconds``.
 TIMED_OUT: Status = "timed-out"
+#: The script ran out of memory: a device's (``torch.OutOfMemoryError``) or the host's (an
+#: allocation refused, ``MemoryError``).
+OUT_OF_MEMORY: Status = "out-of-memory"
 #: Which status names a run whose parts ended differently (a job's ranks, a decision with
 #: several causes), worst first: torchdoctor's own failure hides everything behind it, a script's
 #: failure a stop, a stop a run that ran out on its own.
 STATUS_PRECEDENCE: tuple[Status, ...] = (
     INTERNAL_ERROR,
+    OUT_OF_MEMORY,
     SCRIPT_ERROR,
     KILLED,
     TIMED_OUT,
@@ -133,6 +138,7 @@ STATUS_PRECEDENCE: tuple[Status, ...] = (
 #: progress is ``PARTIAL`` too): a verdict on few steps says how to get more.
 ENDED_SHORT: tuple[Status, ...] = (
     SCRIPT_ERROR,
+    OUT_OF_MEMORY,
     KILLED,
     INTERNAL_ERROR,
     PARTIAL,
@@ -144,6 +150,7 @@ EndingCause = Literal[
     "measured",  # torchdoctor stopped it on purpose, the measurement done
     "script-end",  # the script ended on its own (finished, sys.exit(0), a whole run's end)
     "raised",  # the script raised
+    "out-of-memory",  # the script ran out of memory (device or host)
     "exited",  # sys.exit(n), n other than 0
     "ctrl-c",  # KeyboardInterrupt in the script's own process
     "bound",  # --max-seconds

@@ -22,6 +22,7 @@ from ..record import (
     INTERRUPTED,
     KILLED,
     NO_TRAINING,
+    OUT_OF_MEMORY,
     PARTIAL,
     SCRIPT_ERROR,
     TIMED_OUT,
@@ -54,6 +55,7 @@ SEVERITIES: dict[Severity, Look] = {
 #: The style's colour names the page's class too: red endings ``bad``, yellow ones ``warn``.
 ENDINGS: dict[Status, Look] = {
     SCRIPT_ERROR: Look("FAILED", "bold red"),
+    OUT_OF_MEMORY: Look("OUT OF MEMORY", "bold red"),
     KILLED: Look("KILLED", "bold red"),
     INTERNAL_ERROR: Look("TORCHDOCTOR FAILED", "bold red"),
     NO_TRAINING: Look("NO TRAINING STEP", "bold red"),

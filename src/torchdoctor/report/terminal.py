@@ -16,6 +16,7 @@ from ..record import (
     INTERRUPTED,
     KILLED,
     NO_TRAINING,
+    OUT_OF_MEMORY,
     PARTIAL,
     REGRESSED,
     SCRIPT_ERROR,
@@ -199,11 +200,18 @@ def stop_line(record: RunRecord) -> str:
         PARTIAL: f"the script ended on its own; {_steps(measured)} measured.",
         INTERRUPTED: f"interrupted; partial report of {_steps(measured, 'measured ')}.",
         SCRIPT_ERROR: f"the script failed; {_steps(measured)} measured before the error.",
+        OUT_OF_MEMORY: f"{_oom_words(record)}; {_steps(measured)} measured before it.",
         NO_TRAINING: "no training step was measured.",
         INTERNAL_ERROR: "torchdoctor failed and stopped the script; see the note below.",
         KILLED: f"the script's process was killed; {_steps(measured)} measured before.",
         TIMED_OUT: f"stopped at the --max-seconds bound; {_steps(measured)} measured.",
     }.get(record.status, record.status)
+
+
+def _oom_words(record: RunRecord) -> str:
+    """Which memory ran out, where and how much was asked (the ending's words)."""
+    words = record.ending.words if record.ending is not None else ""
+    return words or "the script ran out of memory"
 
 
 def _steps(n: int, kind: str = "") -> str:

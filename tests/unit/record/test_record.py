@@ -71,7 +71,7 @@ def test_missing_record(tmp_path):
         ({"steps": 5}, "steps: expected an object, got 5"),
         ({"steps": {"step_ms": [1.0, "x"]}}, 'steps.step_ms[1]: expected a number, got "x"'),
         ({"step_ms": {"median": 1.0}}, "step_ms.p90: missing"),
-        ({"status": "done"}, 'status: expected one of "complete"'),
+        ({"status": "done"}, 'status: expected one of 9 known values ("complete"'),
         ({"findings": [{"kind": "nope", "title": "t", "fix": "f"}]}, "findings[0].kind"),
         ({"verdict": {"kind": "HOST-BOUND", "why": 1, "next": "n"}}, "verdict.why"),
         ({"parts_ms": []}, "parts_ms: expected an object, got a list"),

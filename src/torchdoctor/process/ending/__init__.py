@@ -20,6 +20,7 @@ from __future__ import annotations
 from ...record import Ending
 from ._exit import EXIT_FOR, exit_for, exit_status, measured_anything
 from ._job import JobEnd, decide_job, decide_launcher
+from ._memory import OutOfMemory, out_of_memory
 from ._script import (
     CTRL_C,
     FINISHED,
@@ -54,6 +55,7 @@ __all__ = [
     "WHOLE_ENDED",
     "Ending",
     "JobEnd",
+    "OutOfMemory",
     "ScriptEnd",
     "Stop",
     "decide_job",
@@ -65,6 +67,7 @@ __all__ = [
     "exit_status",
     "exited",
     "measured_anything",
+    "out_of_memory",
     "settle",
     "signal_name",
     "stop_words",

@@ -4,20 +4,22 @@ from what that process saw: how the script's code returned, and what had been me
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from ..._errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_SCRIPT_ERROR
+from ..._errors import EXIT_INTERRUPTED, EXIT_SCRIPT_ERROR
 from ...record import (
     COMPLETE,
     INTERNAL_ERROR,
     INTERRUPTED,
     NO_TRAINING,
+    OUT_OF_MEMORY,
     PARTIAL,
     SCRIPT_ERROR,
     Ending,
     phase_names,
 )
 from ._exit import exit_status
+from ._memory import OutOfMemory
 
 #: How the script's code returned (``ScriptEnd.ended``): ``sys.exit(n)`` is ``EXITED`` n.
 FINISHED = "finished"
@@ -56,6 +58,8 @@ class ScriptEnd:
     phase: str = phase_names.MEASURE
     #: The type name of the exception the script raised, if it raised.
     error: str = ""
+    #: The exception as out of memory (which memory, the size asked, the script's line), if so.
+    out_of_memory: OutOfMemory | None = None
     #: torchdoctor's own failure inside the script's calls (``Type: message``), if any.
     internal_error: str = ""
     #: What said another rank of the job left (torchdoctor's own collective lost it), if so.
@@ -101,6 +105,10 @@ def decide_script(end: ScriptEnd) -> Ending:
             end, INTERRUPTED, "ctrl-c", [f"{INTERRUPTED_NOTE} after {_measured(measured)}"]
         )
     seen = _seen_text(end.seen)
+    if end.ended == RAISED and end.out_of_memory is not None:
+        words = end.out_of_memory.words()
+        note = f"{words} after {_measured(measured)}; torchdoctor saw {seen}"
+        return replace(_ending(end, OUT_OF_MEMORY, "out-of-memory", [note]), words=words)
     if end.ended == RAISED:
         return _ending(end, SCRIPT_ERROR, "raised", [
             f"the script raised {end.error} after {_measured(measured)}; torchdoctor saw {seen}"
@@ -142,8 +150,8 @@ def _ending(end: ScriptEnd, status: str, cause: str, notes: list[str]) -> Ending
     """The ending with its exit status: how the script's code returned decides first (Ctrl-C
     after the measurement finished is still 130, a script that raised or exited non-zero is the
     script's error), then the status (:func:`exit_status`)."""
-    if status == INTERNAL_ERROR:
-        code = EXIT_INTERNAL
+    if status in (INTERNAL_ERROR, OUT_OF_MEMORY):
+        code = exit_status(status, True)  # type: ignore[arg-type]
     elif end.ended == CTRL_C:
         code = EXIT_INTERRUPTED
     elif end.ended == RAISED or end.exited_badly:

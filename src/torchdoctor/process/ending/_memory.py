@@ -1,0 +1,89 @@
+"""Out of memory as the evidence of an ending: which memory ran out, how much was asked for, and
+at which line of the script (issue "Memory joined with speed", item 4).
+
+An error is out of memory when it is a device's (``torch.OutOfMemoryError``, CUDA's, or a
+backend's "out of memory" message) or the host's: Python's ``MemoryError``, or the CPU allocator's
+refusal (``RuntimeError: [enforce fail at alloc_cpu.cpp] ... DefaultCPUAllocator: can't allocate
+memory: you tried to allocate 1125899906842624 bytes``). Recognised by names and messages, so this
+does not import torch.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+#: Messages of a host allocation refused (the CPU allocator's words, glibc's errno text).
+HOST_WORDS = ("can't allocate memory", "cannot allocate memory")
+#: Messages of a device that ran out (CUDA, ROCm, MPS, XPU, PrivateUse1 backends say so).
+DEVICE_WORDS = ("out of memory",)
+
+_BYTES = re.compile(r"tried to allocate (\d+) bytes", re.IGNORECASE)
+_SIZED = re.compile(r"tried to allocate ([\d.]+ ?[KMGTP]i?B)", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class OutOfMemory:
+    """An out-of-memory error: the memory that ran out, the size asked for (in words, when the
+    message says it), and the script's line that asked (``file:line``, and its statement)."""
+
+    memory: str  # "host" or "device"
+    asked: str = ""
+    where: str = ""
+    statement: str = ""
+
+    def words(self) -> str:
+        """``the script ran out of device memory at train.py:12 (`x = ...`), asking for 2.00
+        GiB``."""
+        text = f"the script ran out of {self.memory} memory"
+        if self.where:
+            text += f" at {self.where}"
+            if self.statement:
+                text += f" (`{self.statement}`)"
+        if self.asked:
+            text += f", asking for {self.asked}"
+        return text
+
+
+def out_of_memory(
+    error: BaseException | None,
+    user_line: Callable[[BaseException], tuple[str, str]] = lambda e: ("", ""),
+) -> OutOfMemory | None:
+    """``error`` as an :class:`OutOfMemory`, or ``None`` when it is another error.
+    ``user_line`` finds the innermost line of the script in its traceback (``file:line``, its
+    statement)."""
+    if error is None:
+        return None
+    names = {cls.__name__ for cls in type(error).__mro__}
+    message = str(error)
+    lowered = message.lower()
+    if "OutOfMemoryError" in names or (
+        "RuntimeError" in names and any(w in lowered for w in DEVICE_WORDS)
+    ):
+        memory = "device"
+    elif "MemoryError" in names or any(w in lowered for w in HOST_WORDS):
+        memory = "host"
+    else:
+        return None
+    where, statement = user_line(error)
+    return OutOfMemory(memory, _asked(message), where, statement)
+
+
+def _asked(message: str) -> str:
+    """The size the allocation asked for, in words (``""`` when the message does not say)."""
+    found = _BYTES.search(message)
+    if found:
+        return byte_words(int(found.group(1)))
+    found = _SIZED.search(message)
+    return found.group(1) if found else ""
+
+
+def byte_words(n: int) -> str:
+    """``1125899906842624`` as ``1.0 PiB``; ``512`` as ``512 B``."""
+    size, unit = float(n), "B"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if size < 1024 or unit == "PiB":
+            break
+        size /= 1024
+    return f"{int(size)} B" if unit == "B" else f"{size:.1f} {unit}"

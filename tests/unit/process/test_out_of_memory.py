@@ -1,0 +1,101 @@
+"""Out of memory is its own ending (``process.ending``): recognised from the error the script
+raised (a device's or the host's), with the memory, the size asked for and the script's line; its
+own status and exit status; and a verdict that says to make the step fit before any speed advice.
+"""
+
+from __future__ import annotations
+
+from torchdoctor._errors import EXIT_OUT_OF_MEMORY, EXIT_SCRIPT_ERROR
+from torchdoctor.analysis.verdict import summarise
+from torchdoctor.process.ending import (
+    RAISED,
+    STOPPED,
+    OutOfMemory,
+    ScriptEnd,
+    decide_script,
+    out_of_memory,
+    settle,
+)
+from torchdoctor.record import (
+    COMPLETE,
+    OUT_OF_MEMORY,
+    SCRIPT_ERROR,
+    STATUS_PRECEDENCE,
+    RunRecord,
+)
+
+CPU_REFUSED = (
+    "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: "
+    "you tried to allocate 1125899906842624 bytes. Error code 12 (Cannot allocate memory)"
+)
+CUDA_OOM = (
+    "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of "
+    "which 1.19 GiB is free."
+)
+
+
+class OutOfMemoryError(RuntimeError):
+    """Named as torch's is (torch.OutOfMemoryError): recognised by name, torch not imported."""
+
+
+def at_line(error: BaseException) -> tuple[str, str]:
+    return "train.py:12", "x = model(batch)"
+
+
+def test_a_device_or_a_host_that_ran_out_is_recognised_and_another_error_is_not():
+    device = out_of_memory(OutOfMemoryError(CUDA_OOM), at_line)
+    assert device == OutOfMemory("device", "2.00 GiB", "train.py:12", "x = model(batch)")
+    assert out_of_memory(RuntimeError(CPU_REFUSED)) == OutOfMemory("host", "1.0 PiB")
+    assert out_of_memory(MemoryError()) == OutOfMemory("host")
+    # another backend's words (MPS, a PrivateUse1 device) without torch's class
+    assert out_of_memory(
+        RuntimeError("MPS backend out of memory (MPS allocated: 1 GB)")
+    ).memory == ("device")
+    assert out_of_memory(RuntimeError("mat1 and mat2 shapes cannot be multiplied")) is None
+    assert out_of_memory(ValueError("out of memory")) is None  # not torch's nor the host's
+    assert out_of_memory(None) is None
+    assert device.words() == (
+        "the script ran out of device memory at train.py:12 (`x = model(batch)`), asking for "
+        "2.00 GiB"
+    )
+
+
+def test_out_of_memory_is_its_own_ending_with_its_own_exit_status():
+    oom = OutOfMemory("host", "1.0 PiB", "train.py:7", "f = torch.empty(2**50)")
+    ending = decide_script(
+        ScriptEnd(RAISED, 13, {"optimizer_steps": 16}, 3, 20, error="RuntimeError",
+                  out_of_memory=oom)
+    )  # fmt: skip
+    assert (ending.status, ending.exit_status, ending.cause) == (
+        OUT_OF_MEMORY,
+        EXIT_OUT_OF_MEMORY,
+        "out-of-memory",
+    )
+    assert ending.words == oom.words()
+    assert ending.notes[0].startswith(f"{oom.words()} after 13 measured steps; torchdoctor saw")
+    # another error is the script's; out of memory after the measurement was done does not
+    # change a complete run
+    other = decide_script(ScriptEnd(RAISED, 13, {}, 3, 20, error="ValueError"))
+    assert (other.status, other.exit_status) == (SCRIPT_ERROR, EXIT_SCRIPT_ERROR)
+    done = decide_script(ScriptEnd(STOPPED, 20, {}, 3, 20, error="", out_of_memory=oom))
+    assert done.status == COMPLETE
+    # in a job, a rank out of memory names the job before another's error
+    assert STATUS_PRECEDENCE.index(OUT_OF_MEMORY) < STATUS_PRECEDENCE.index(SCRIPT_ERROR)
+
+
+def test_the_verdict_of_a_run_out_of_memory_says_to_fit_the_step_first():
+    # The issue's script: a batch grown each step until one did not fit, 13 steps measured,
+    # compute-bound: never "a batch size that fills the device".
+    record = RunRecord()
+    for _ in range(13):
+        record.steps.add_step({"forward": 6.0, "backward": 12.0, "optimizer": 1.0, "other": 0.2}, 1)
+    oom = OutOfMemory("device", "2.00 GiB", "train.py:12")
+    settle(record, decide_script(
+        ScriptEnd(RAISED, 13, {"optimizer_steps": 16}, 3, 20, error="OutOfMemoryError",
+                  out_of_memory=oom)
+    ))  # fmt: skip
+    summarise(record)
+    assert record.status == OUT_OF_MEMORY
+    assert record.verdict.next.startswith("make the step fit first: a smaller batch size")
+    assert "fills the device" not in record.verdict.next
+    assert "torch.compile" in record.verdict.next  # the speed advice follows
