@@ -80,8 +80,27 @@ SYNC_LOSS = (
 )
 
 
+#: A batch that grows 4x a step on the GPU until one does not fit (the memory issue's script).
+GROWS_OUT_OF_MEMORY = """
+import torch
+from torch import nn
+
+device = torch.device("cuda")
+model = nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 1024)).to(device)
+opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+batch = 256
+for step in range(100):
+    x = torch.randn(batch, 1024, device=device)
+    loss = model(x).square().mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    batch *= 4
+"""
+
 CHECKS = (
-    "tests", "event", "prefetcher", "seed-004", "trials", "mlp-trials", "2-rank", "observer", "demo"
+    "tests", "event", "prefetcher", "seed-004", "trials", "mlp-trials", "2-rank", "observer", "demo",
+    "oom",
 )  # fmt: skip
 
 
@@ -116,6 +135,7 @@ def main() -> int:
             ("2-rank NCCL job", nccl_job),
             ("observer effect", observer_effect),
             ("demo", demo),
+            ("oom (a batch grown until it does not fit)", out_of_memory),
         ):
             if name.split()[0] not in only:
                 continue
@@ -165,6 +185,18 @@ def _run(folder: Path, script: str, text: str, *args: str, bounded: bool = False
     if out.returncode != 0 and not (bounded and record.exists()):
         raise RuntimeError(out.stdout[-1500:] + out.stderr[-1500:])
     return {**json.loads(record.read_text()), "exit": out.returncode}
+
+
+def out_of_memory(folder: Path) -> str:
+    """A device out of memory is the run's own ending: status, exit status 6, the line, the
+    size asked for."""
+    rec = _run(folder, "grows.py", GROWS_OUT_OF_MEMORY, "--steps", "40", "--warmup", "2",
+               "--no-counterfactuals", bounded=True)  # fmt: skip
+    ending = rec.get("ending") or {}
+    return (
+        f"status {rec['status']}, exit {rec['exit']} (6 expected); {ending.get('words') or '-'}; "
+        f"{len(rec['steps']['step_ms'])} steps measured"
+    )
 
 
 def event_clock(folder: Path) -> str:
