@@ -115,30 +115,27 @@ class ProbedAtStart(Phase):
         return 1
 
 
+def _trained(warmup: int, *phases: type[Phase]) -> CaptureSession:
+    """A session over the training loop until it stops it (its phases, or the default table)."""
+    options = RunOptions(steps=2, warmup=warmup, sync_steps=0, counterfactuals=False)
+    session = CaptureSession(options, phases=phases) if phases else CaptureSession(options)
+    session.install()
+    try:
+        _train(50)
+    except StopRun:
+        pass
+    finally:
+        session.uninstall()
+    return session
+
+
 def test_the_scripts_state_is_probed_in_the_warmup_not_in_a_measured_step():
     # Probing (the model's call site, autocast) took 0.4 ms of the demo's first measured step.
     # (the optimizer whose step ends a step is known from the first step's end: a warmup of two
     # probes both)
     EVENTS.clear()
-    session = CaptureSession(
-        RunOptions(steps=2, warmup=2, sync_steps=0, counterfactuals=False),
-        phases=[WarmupPhase, ProbedAtStart, MeasurePhase],
-    )
-    session.install()
-    try:
-        _train(50)
-    except StopRun:
-        pass
-    finally:
-        session.uninstall()
+    _trained(2, WarmupPhase, ProbedAtStart, MeasurePhase)
     assert EVENTS == ["model:True", "optimizer:True"]
     # without a warmup, the first measured step probes it
-    session = CaptureSession(RunOptions(steps=2, warmup=0, sync_steps=0, counterfactuals=False))
-    session.install()
-    try:
-        _train(50)
-    except StopRun:
-        pass
-    finally:
-        session.uninstall()
+    session = _trained(0)
     assert session.state.model is not None and session.state.optimizer_probed
