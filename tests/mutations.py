@@ -231,6 +231,13 @@ MUTATIONS = (
         ("tests/unit/process/test_out_of_memory.py",),
     ),
     Mutation(
+        "held: a tensor counted on the memory it is not on",
+        "capture/_held.py",
+        'if (tensor.device.type == "cpu") != (memory == "host")',
+        "if False",
+        ("tests/unit/capture/test_held.py",),
+    ),
+    Mutation(
         "waiting: torchdoctor's own threads counted as the script's",
         "capture/_waiting.py",
         "if pid == self.pid and tid in ours:",

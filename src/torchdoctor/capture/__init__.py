@@ -8,6 +8,7 @@ from ._collectives import manual_collectives_finding
 from ._data import StepMarks
 from ._environment import detect_environment
 from ._frames import innermost_user_line
+from ._held import held_by_category
 from ._inloop_sweep import InLoopSweep
 from ._patch import Patcher, raised_by_torchdoctor
 from ._sampler import lower_thread_priority
@@ -34,6 +35,7 @@ __all__ = [
     "active_session",
     "detect_environment",
     "find_syncs",
+    "held_by_category",
     "innermost_user_line",
     "lower_thread_priority",
     "raised_by_torchdoctor",

@@ -36,6 +36,10 @@ class OptimizerTracker:
         """The optimizer whose ``step()`` ends a training step, if it is alive."""
         return self._primary() if self._primary is not None else None
 
+    def known(self) -> list[Any]:
+        """Every optimizer the script has stepped (alive)."""
+        return list(self._known)
+
     def seen(self, optimizer: Any) -> None:
         if optimizer not in self._known:
             self._known.add(optimizer)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+from dataclasses import replace
 
 from .. import __version__
 from .._errors import TorchdoctorError
@@ -10,11 +11,12 @@ from ..analysis.verdict import summarise
 from ..capture import (
     CaptureSession,
     detect_environment,
+    held_by_category,
     innermost_user_line,
     manual_collectives_finding,
 )
 from ..record import COMPLETE, PARTIAL, RunRecord, TraceReport
-from .ending import CTRL_C, ScriptEnd, decide_script, out_of_memory, settle
+from .ending import CTRL_C, OutOfMemory, ScriptEnd, decide_script, out_of_memory, settle
 
 
 def build_record(
@@ -126,13 +128,22 @@ def script_end(
         steps=session.options.steps,
         phase=session.phase_name,
         error=type(error).__name__ if error is not None else "",
-        out_of_memory=out_of_memory(error, innermost_user_line),
+        out_of_memory=_out_of_memory(session, error),
         internal_error=f"{type(internal).__name__}: {internal}" if internal is not None else "",
         peer_lost=str(session.ranks.peer_lost or ""),
         uneven_join=session.ranks.uneven_join,
         whole_steps=session.whole.steps if session.whole is not None else None,
         model_alone_steps=len(record.model_alone),
     )
+
+
+def _out_of_memory(session: CaptureSession, error: BaseException | None) -> OutOfMemory | None:
+    """The script's error as out of memory, with what its training held there by category."""
+    oom = out_of_memory(error, innermost_user_line)
+    if oom is None:
+        return None
+    held = held_by_category(session.root_modules(), session.optimizers.known(), oom.memory)
+    return replace(oom, held=tuple(held.items()))
 
 
 def _attach_trials(record: RunRecord, session: CaptureSession) -> None:

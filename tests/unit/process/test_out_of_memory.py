@@ -99,3 +99,13 @@ def test_the_verdict_of_a_run_out_of_memory_says_to_fit_the_step_first():
     assert record.verdict.next.startswith("make the step fit first: a smaller batch size")
     assert "fills the device" not in record.verdict.next
     assert "torch.compile" in record.verdict.next  # the speed advice follows
+
+
+def test_what_the_training_held_is_said_by_category():
+    held = (("parameters", 2**30), ("gradients", 0), ("optimizer state", 2**31))
+    oom = OutOfMemory("device", "2.00 GiB", "train.py:12", held=held)
+    assert oom.words() == (
+        "the script ran out of device memory at train.py:12, asking for 2.00 GiB; it held "
+        "parameters 1.0 GiB, optimizer state 2.0 GiB there (the rest: activations and "
+        "temporaries)"
+    )

@@ -32,6 +32,9 @@ class OutOfMemory:
     asked: str = ""
     where: str = ""
     statement: str = ""
+    #: Bytes the training held on that memory when it ran out, by category (``parameters``,
+    #: ``gradients``, ``optimizer state``); the rest was activations and temporaries.
+    held: tuple[tuple[str, int], ...] = ()
 
     def words(self) -> str:
         """``the script ran out of device memory at train.py:12 (`x = ...`), asking for 2.00
@@ -43,6 +46,9 @@ class OutOfMemory:
                 text += f" (`{self.statement}`)"
         if self.asked:
             text += f", asking for {self.asked}"
+        held = [f"{name} {byte_words(n)}" for name, n in self.held if n]
+        if held:
+            text += f"; it held {', '.join(held)} there (the rest: activations and temporaries)"
         return text
 
 
