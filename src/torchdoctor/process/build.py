@@ -142,7 +142,10 @@ def _out_of_memory(session: CaptureSession, error: BaseException | None) -> OutO
     oom = out_of_memory(error, innermost_user_line)
     if oom is None:
         return None
-    held = held_by_category(session.root_modules(), session.optimizers.known(), oom.memory)
+    try:
+        held = held_by_category(session.root_modules(), session.optimizers.known(), oom.memory)
+    except Exception:  # noqa: BLE001 - an odd optimizer's state: the ending is told without it
+        return oom
     return replace(oom, held=tuple(held.items()))
 
 
