@@ -231,6 +231,13 @@ MUTATIONS = (
         ("tests/unit/process/test_out_of_memory.py",),
     ),
     Mutation(
+        "job: a rank out of memory read as one whose data ran out",
+        "process/rank_endings.py",
+        "elif status in (SCRIPT_ERROR, OUT_OF_MEMORY) and lines:",
+        "elif status == SCRIPT_ERROR and lines:",
+        ("tests/unit/process/test_out_of_memory.py",),
+    ),
+    Mutation(
         "held: a tensor counted on the memory it is not on",
         "capture/_held.py",
         'if (tensor.device.type == "cpu") != (memory == "host")',

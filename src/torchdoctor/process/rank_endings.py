@@ -41,6 +41,7 @@ from ..record import (
     INTERNAL_ERROR,
     INTERRUPTED,
     KILLED,
+    OUT_OF_MEMORY,
     SCRIPT_ERROR,
     TIMED_OUT,
     Finding,
@@ -73,6 +74,8 @@ class RankEnd:
     exitcode: int | None = None
     #: Samples its main DataLoader holds (uneven inputs), where known.
     samples: int | None = None
+    #: Its own ending's words when it ran out of memory (which memory, its line, the size).
+    out_of_memory: str = ""
 
     @property
     def exception(self) -> str:
@@ -127,8 +130,10 @@ def _rank_end(state: StreamState, exitcodes: dict[int, int], stopped: str | None
         or (stopped is not None and not lines)
     ):
         end.ending = "stopped"
-    elif status == SCRIPT_ERROR and lines:
+    elif status in (SCRIPT_ERROR, OUT_OF_MEMORY) and lines:
         end.ending, end.error = "raised", lines
+        if status == OUT_OF_MEMORY:
+            end.out_of_memory = str((record.get("ending") or {}).get("words") or "")
     elif status == SCRIPT_ERROR:
         end.ending = "exited"
     elif status == INTERNAL_ERROR:
@@ -168,6 +173,9 @@ def words(end: RankEnd, stopped_words: str = "") -> str:
     if end.ending == "raised":
         if end.status == INTERNAL_ERROR:
             return f"hit a failure of torchdoctor's own {at}"
+        if end.status == OUT_OF_MEMORY:
+            said = end.out_of_memory.removeprefix("the script ")
+            return f"{said} {at}" if said else f"ran out of memory {at}"
         return f"raised {end.exception} {at}"
     if end.ending == "exited":
         return f"exited (sys.exit) with an error status {at}"

@@ -109,3 +109,35 @@ def test_what_the_training_held_is_said_by_category():
         "parameters 1.0 GiB, optimizer state 2.0 GiB there (the rest: activations and "
         "temporaries)"
     )
+
+
+def test_a_rank_out_of_memory_ends_its_job_so_and_is_named():
+    # A 2-rank gloo job whose rank 1 ran out of host memory at step 9 read "ENDED EARLY uneven
+    # inputs: rank 1 ran out of batches", exit 0, before the launcher knew the status.
+    from torchdoctor._errors import EXIT_OUT_OF_MEMORY
+    from torchdoctor.process.ending import JobEnd, decide_job
+    from torchdoctor.process.rank_endings import describe, first_cause, rank_ends
+    from torchdoctor.process.stream import Final, Hello, StreamState
+
+    def rank(n: int, status: str, at: float, traceback: list[str], words: str = ""):
+        state = StreamState(hello=Hello(rank=n, local_rank=n, world_size=2, pid=1))
+        record = {"status": status, "seen": {"optimizer_steps": 9}, "notes": []}
+        if words:
+            record["ending"] = {"status": status, "exit_status": 6, "cause": "out-of-memory",
+                                "words": words}  # fmt: skip
+        state.final, state.final_at = Final(record, exit_status=1, traceback=traceback), at
+        return state
+
+    words = "the script ran out of host memory at train.py:14, asking for 1.0 PiB"
+    lost = ["RuntimeError: [gloo/transport/tcp/pair.cc:553] Connection closed by peer\n"]
+    ends = rank_ends(
+        [rank(0, SCRIPT_ERROR, 2.0, lost), rank(1, OUT_OF_MEMORY, 1.0, ["RuntimeError: x"], words)],
+        {},
+        None,
+    )
+    cause = first_cause(ends)
+    assert cause is not None and cause.rank == 1 and cause.ending == "raised"
+    said = describe(ends)[1]
+    assert said == "ran out of host memory at train.py:14, asking for 1.0 PiB at step 9", said
+    job = decide_job(JobEnd(cause_status=OUT_OF_MEMORY, cause_words=f"rank 1 {said}"), True)
+    assert (job.status, job.exit_status) == (OUT_OF_MEMORY, EXIT_OUT_OF_MEMORY)

@@ -11,6 +11,7 @@ from ...record import (
     INTERRUPTED,
     KILLED,
     NO_TRAINING,
+    OUT_OF_MEMORY,
     PARTIAL,
     SCRIPT_ERROR,
     TIMED_OUT,
@@ -59,7 +60,8 @@ def decide_job(end: JobEnd, measured: bool) -> Ending:
         notes.insert(0, f"stopped by torchdoctor on {signal_name(end.signalled)}")
         cause = "signal"
     elif end.cause_status is not None:
-        status = end.cause_status if end.cause_status in (KILLED, INTERNAL_ERROR) else SCRIPT_ERROR
+        own = (KILLED, INTERNAL_ERROR, OUT_OF_MEMORY)  # the rest is the script's error
+        status = end.cause_status if end.cause_status in own else SCRIPT_ERROR
         cause = "rank-ended"
     elif end.follower_without_cause and not end.uneven:
         status = SCRIPT_ERROR
