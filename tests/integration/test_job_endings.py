@@ -62,6 +62,19 @@ def test_a_rank_that_raises_early_leads_the_report_and_gives_no_verdict(tmp_path
     assert_no_orphans(tag)
 
 
+def test_a_rank_out_of_memory_ends_the_job_out_of_memory_with_its_line(tmp_path):
+    res, record, tag = job(tmp_path, "--oom-on-rank", "1", "--raise-at", "5", flags=FLAGS)
+    assert res.returncode == 6, res.stdout[-3000:] + res.stderr[-3000:]
+    assert record["status"] == "out-of-memory"
+    assert record["notes"][0].startswith("rank 1 ran out of host memory at "), record["notes"]
+    assert "ddp_train.py:" in record["notes"][0] and "asking for 1.0 PiB" in record["notes"][0]
+    ranks = ranks_of(record)
+    assert ranks[1]["status"] == "out-of-memory"
+    assert ranks[0]["ended"].startswith("ended when rank 1 did"), ranks[0]["ended"]
+    assert "uneven inputs" not in " ".join(record["notes"])
+    assert_no_orphans(tag)
+
+
 def test_data_that_runs_out_is_partial_with_no_blame(tmp_path):
     res, record, tag = job(tmp_path, "--epochs", "1", flags=("--steps", "3000", "--warmup", "2"))
     assert res.returncode == 0, res.stderr[-3000:]

@@ -37,6 +37,9 @@ parser.add_argument("--raise-at", type=int, default=3)
 parser.add_argument("--exit-on-rank", type=int, default=-1, help="os._exit(3) at --raise-at")
 parser.add_argument("--abort-on-rank", type=int, default=-1, help="os.abort() at --raise-at")
 parser.add_argument("--hang-on-rank", type=int, default=-1, help="sleeps for an hour at --raise-at")
+parser.add_argument(
+    "--oom-on-rank", type=int, default=-1, help="asks the CPU allocator for 1 PiB at --raise-at"
+)
 parser.add_argument("--samples", type=int, default=512, help="samples of the data set")
 parser.add_argument("--rank1-samples", type=int, help="rank 1's data set has this many samples")
 parser.add_argument(
@@ -130,6 +133,8 @@ def one_epoch():
             os._exit(3)
         if step == args.raise_at and rank == args.abort_on_rank:
             os.abort()
+        if step == args.raise_at and rank == args.oom_on_rank:
+            x = torch.empty(2**50, dtype=torch.uint8)  # a batch that does not fit
         if step == args.raise_at and rank == args.hang_on_rank:
             time.sleep(3600)  # the stall: the other ranks wait for it in the all-reduce
         loss = nn.functional.cross_entropy(ddp(x), y) / args.accumulate
