@@ -238,6 +238,13 @@ MUTATIONS = (
         ("tests/unit/process/test_out_of_memory.py",),
     ),
     Mutation(
+        "syncs: the script's op called by the watcher's mode counts as torchdoctor's failure",
+        "capture/_patch.py",
+        "@passes_through\ndef call_op(",
+        "def call_op(",
+        ("tests/integration/test_faults.py::test_fault[run-script-op-fails-under-the-sync-watch]",),
+    ),
+    Mutation(
         "held: a tensor counted on the memory it is not on",
         "capture/_held.py",
         'if (tensor.device.type == "cpu") != (memory == "host")',

@@ -163,6 +163,12 @@ for step in range(200):
     opt.zero_grad()
 """
 
+#: A torch op of the script's raises in its third step, when the sync finder watches its ops.
+OP_FAILS = RUNS_OUT_OF_MEMORY.replace(
+    "features = torch.empty(2**50, dtype=torch.uint8)  # the batch that does not fit",
+    "features = torch.ones(3) @ torch.ones(4)  # shapes that do not match",
+)
+
 QUICK_RUN = ("--steps", "3", "--warmup", "1", "--no-counterfactuals", "--sync-steps", "0")
 QUICK_RUN += ("--quiet",)
 
@@ -459,6 +465,30 @@ CASES: list[Case] = [
         traceback=True,
         subprocess=True,
     ),
+    # run: an op of the script's that raises while the sync finder watches the ops is the
+    # script's error, never torchdoctor's ("please report"): the watcher's mode made the call
+    Case(
+        "run-script-op-fails-under-the-sync-watch",
+        (
+            "run",
+            "--steps",
+            "3",
+            "--warmup",
+            "1",
+            "--no-counterfactuals",
+            "--quiet",
+            "--json",
+            "run.json",
+            "train.py",
+        ),
+        EXIT_SCRIPT_ERROR,
+        "the script failed",
+        files={"train.py": OP_FAILS},
+        record="run.json",
+        record_has='"status": "script-error"',
+        traceback=True,
+        subprocess=True,
+    ),  # fmt: skip
     # run: relative outputs stay where torchdoctor was started when the script chdirs
     Case(
         "run-relative-json-and-trace-with-chdir",

@@ -30,6 +30,13 @@ def passes_through(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
+@passes_through
+def call_op(func: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    """The script's torch call, made by a torch function mode of ours (the sync finder's): what
+    it raises is the script's, not torchdoctor's (a shape mismatch, an allocation refused)."""
+    return func(*args, **kwargs)
+
+
 def raised_by_torchdoctor(exc: BaseException) -> bool:
     """Whether ``exc`` was raised in torchdoctor's own code (its innermost frame is ours), not
     in the script, torch or a library that our wrappers called on the script's behalf."""

@@ -22,6 +22,7 @@ from torch.overrides import (
 )
 
 from ._frames import Site
+from ._patch import call_op
 
 if TYPE_CHECKING:
     from ._sync_watcher import SyncWatcher
@@ -134,11 +135,11 @@ class SyncMode(TorchFunctionMode):
             # A Tensor method the capture wrapped (``to``, ``cuda``) arrives as the wrapper.
             func = w._patcher.original(func)
         if not w._active:
-            return func(*args, **kwargs)
+            return call_op(func, args, kwargs)
         if w._ignore_depth:
             if func in TO_OPS:
                 return w._mark_moved_ignored(func, args, kwargs)
-            return func(*args, **kwargs)
+            return call_op(func, args, kwargs)
         kind = SYNC_OPS.get(func)
         if kind is not None:
             return w._sync(kind, func, args, kwargs)

@@ -13,6 +13,7 @@ import torch
 
 from .._batches import tensors_in
 from ._frames import Site, user_site
+from ._patch import call_op
 from ._sync_ops import (
     CPU_LITERAL,
     DATA_FACTORIES,
@@ -93,7 +94,7 @@ class SyncRules:
         if site is None:
             return self._plain(func, args, kwargs)
         start_ns = time.perf_counter_ns()
-        out = self._plain(func, args, kwargs) if pending else func(*args, **kwargs)
+        out = self._plain(func, args, kwargs) if pending else call_op(func, args, kwargs)
         self._emit(
             refine_kind(kind, site.source),
             op_name(func),
@@ -107,19 +108,19 @@ class SyncRules:
         """Run an ordinary operation; carry host-ness through it or catch host data meeting the
         device."""
         if not self._host and (self.is_batch_tensor is None or self.on_accelerator):
-            return func(*args, **kwargs)
+            return call_op(func, args, kwargs)
         inputs = tensors_in((args, kwargs), attributes=False, depth=3)
         host = [(t, o) for t in inputs if (o := self._host_origin(t)) is not None]
         if not host:
-            return func(*args, **kwargs)
+            return call_op(func, args, kwargs)
         host_ids = {id(t) for t, _ in host}
         meets_device = any(self._device_side(t) for t in inputs if id(t) not in host_ids)
         if not meets_device:
-            out = func(*args, **kwargs)
+            out = call_op(func, args, kwargs)
             self._track_host(tensors_in(out, attributes=False, depth=3), host[0][1])
             return out
         start_ns = time.perf_counter_ns()
-        out = func(*args, **kwargs)
+        out = call_op(func, args, kwargs)
         duration_ns = self._measured(start_ns)
         used = None
         for t, origin in host:
@@ -196,7 +197,7 @@ class SyncRules:
         is_batch = self.is_batch_tensor is not None and self.is_batch_tensor(src)
         origin = self._host.get(src)
         start_ns = time.perf_counter_ns()
-        out = func(*args, **kwargs)
+        out = call_op(func, args, kwargs)
         duration_ns = self._measured(start_ns)
         if emulating:
             leaves_device = to_host
@@ -227,7 +228,7 @@ class SyncRules:
         if from_data and isinstance(data, torch.Tensor):
             return self._plain(func, args, kwargs)
         start_ns = time.perf_counter_ns()
-        out = func(*args, **kwargs)
+        out = call_op(func, args, kwargs)
         duration_ns = self._measured(start_ns)
         if not isinstance(out, torch.Tensor):
             return out
@@ -255,7 +256,7 @@ class SyncRules:
 
     def _mark_moved_ignored(self, func: Any, args: tuple, kwargs: dict) -> Any:
         """Inside ``ignore()``: still note that a batch was moved (CPU rule)."""
-        out = func(*args, **kwargs)
+        out = call_op(func, args, kwargs)
         if (
             not self.on_accelerator
             and func is not T.cpu
