@@ -21,6 +21,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ...record import phase_names
+from .._patch import call_op
 from .base import Phase, PhaseSession
 
 if TYPE_CHECKING:
@@ -105,7 +106,7 @@ class _Uncounted(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         start = time.perf_counter() if self.time_part else 0.0
-        out = func(*args, **(kwargs or {}))
+        out = call_op(func, args, kwargs or {})  # what it raises is the script's
         spent = time.perf_counter() - start if self.time_part else 0.0
         self.total_s += spent
         packet = func.overloadpacket
