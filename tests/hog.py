@@ -48,3 +48,23 @@ def stop_hog(pid: int) -> None:
         os.kill(pid, signal.SIGKILL)
     except OSError:
         pass
+
+
+#: A child that works ``argv[1]`` seconds of its own CPU, says "spun", then waits to be killed:
+#: its figures stay readable after the work (a process that ended takes them with it).
+SPINNER = """
+import sys, time
+end = time.process_time() + float(sys.argv[1])
+while time.process_time() < end:
+    pass
+print("spun", flush=True)
+time.sleep(60)
+"""
+
+
+def spinning_child(cpu_s: float) -> subprocess.Popen:
+    """Start a :data:`SPINNER` child of this process (one of "the script's own", as a DataLoader
+    worker is): read ``"spun"`` from its stdout to know its work is done; kill it after."""
+    return subprocess.Popen(
+        [sys.executable, "-c", SPINNER, str(cpu_s)], stdout=subprocess.PIPE, text=True
+    )

@@ -101,8 +101,6 @@ def test_steps_too_short_for_the_counters_take_the_load_over_the_run_so_far():
 @pytest.mark.timing  # this process's busy loop must get part of a core: beside two other
 # workers' end-to-end tests (make test's first pass) it once got 0.28 of one
 def test_other_processes_cpu_is_told_from_the_scripts_own():
-    from hog import start_hog, stop_hog
-
     # This process busy: its own CPU, not the machine's load.
     sampler = SystemSampler(interval_s=0.1)
     sampler.start()
@@ -112,15 +110,7 @@ def test_other_processes_cpu_is_told_from_the_scripts_own():
     own = sampler.stop()
     # Another process busy while this one sleeps: the machine is busy. The hog is no child of
     # this process (a child would be the script's own, e.g. a DataLoader worker).
-    hog = start_hog()
-    try:
-        time.sleep(0.5)  # the hog is running
-        sampler = SystemSampler(interval_s=0.1)
-        sampler.start()
-        time.sleep(1.5)
-        busy = sampler.stop()
-    finally:
-        stop_hog(hog)
+    busy = _sampled_beside_a_hog(1.5)
     assert busy.others_cpu_cores >= 0.6, busy.others_cpu_cores
     # The machine's busy cores less the others' leave this process's busy loop (whatever else
     # runs beside the test, the loop got a good part of a core).
@@ -148,28 +138,29 @@ def test_a_workers_cpu_before_the_window_is_not_taken_from_the_others_load():
     # A DataLoader worker (a child: the script's own) that worked before the measured steps,
     # and another process busy during them: what the worker did before must not count against
     # the window (read from zero, it once made a busy machine's load read 0.0 cores).
-    import subprocess
-    import sys
+    from hog import spinning_child
 
-    from hog import start_hog, stop_hog
-
-    worker = subprocess.Popen(
-        [sys.executable, "-c", "import time, sys\nend = time.process_time() + 1.5\n"
-         "while time.process_time() < end: pass\nprint('spun', flush=True)\ntime.sleep(60)"],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    hog = None
+    worker = spinning_child(1.5)
     try:
         assert worker.stdout.readline().strip() == "spun"
-        hog = start_hog()
-        time.sleep(0.3)  # the hog is running
-        sampler = SystemSampler(interval_s=0.1)
-        sampler.start()
-        time.sleep(1.0)
-        busy = sampler.stop()
+        busy = _sampled_beside_a_hog(1.0)
     finally:
         worker.kill()
         worker.wait()
-        if hog is not None:
-            stop_hog(hog)
     assert busy.others_cpu_cores >= 0.5, busy
+
+
+def _sampled_beside_a_hog(window_s: float):
+    """What the sampler tells of a ``window_s`` window while the hog (no child of this process:
+    another process's load) keeps a core busy and this process sleeps."""
+    from hog import start_hog, stop_hog
+
+    hog = start_hog()
+    try:
+        time.sleep(0.5)  # the hog is running
+        sampler = SystemSampler(interval_s=0.1)
+        sampler.start()
+        time.sleep(window_s)
+        return sampler.stop()
+    finally:
+        stop_hog(hog)

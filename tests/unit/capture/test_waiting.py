@@ -5,14 +5,12 @@ sampler puts what they waited into the record."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import threading
 import time
 
 import pytest
 
-from hog import spin
+from hog import spin, spinning_child
 from torchdoctor.capture._sampler import SystemSampler
 from torchdoctor.capture._waiting import WaitWatch
 
@@ -25,28 +23,10 @@ pytestmark = pytest.mark.skipif(
 #: least this much (n + 1 spinners need (n + 1) * CPU s over n cores).
 CPU_S = 0.5
 
-SPINNER = """
-import sys, time
-end = time.process_time() + float(sys.argv[1])
-while time.process_time() < end:
-    pass
-print("spun", flush=True)
-time.sleep(60)
-"""
-
-
-def _spinners(count: int) -> list[subprocess.Popen]:
-    return [
-        subprocess.Popen(
-            [sys.executable, "-c", SPINNER, str(CPU_S)], stdout=subprocess.PIPE, text=True
-        )
-        for _ in range(count)
-    ]
-
 
 def test_children_that_outnumber_the_cores_are_seen_waiting_for_them():
     cores = len(os.sched_getaffinity(0))
-    children = _spinners(cores + 1)
+    children = [spinning_child(CPU_S) for _ in range(cores + 1)]
     watch = WaitWatch()
     started = time.monotonic()
     try:
