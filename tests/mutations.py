@@ -163,7 +163,7 @@ MUTATIONS = (
     Mutation(
         "firmness: measured waiting asked of compute-bound verdicts only",
         "analysis/firmness.py",
-        "if measured_waiting(record) or verdict.kind == COMPUTE_BOUND",
+        "if thread_waits(record) is not None or verdict.kind == COMPUTE_BOUND",
         "if verdict.kind == COMPUTE_BOUND",
         ("tests/unit/analysis/test_firmness.py",),
     ),

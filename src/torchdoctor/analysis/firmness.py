@@ -43,6 +43,7 @@ from ..record import (
     RunRecord,
     Stat,
     StepSeries,
+    ThreadWaits,
     Verdict,
 )
 from ..record.part_names import STEP_PARTS
@@ -95,14 +96,13 @@ def waiting_for_cores(record: RunRecord) -> str:
             f"torch's {env.torch_threads} threads shared {env.cpu_logical} cores with other "
             f"processes that took {others:.1f}"
         )
-    waits = record.system.waits if record.system is not None else None
-    steps = len(record.steps.step_ms)
-    if waits is not None and steps:
+    waits, per_step = thread_waits(record), waited_ms(record)
+    if waits is not None and per_step is not None:
         share = waits.waited_share()
         if share < WAITING_SHARE:
             return ""
         return (
-            f"the training thread waited for a core {waits.training_waited_s * 1e3 / steps:.1f} "
+            f"the training thread waited for a core {per_step:.1f} "
             f"ms of each {record.step_ms.mean:.1f} ms step ({share:.0%} of the measured time, "
             "the kernel's run-queue figure): waiting is no part's work, not the model's compute"
             + (f": {threads}" if threads else "")
@@ -114,9 +114,9 @@ def waiting_for_cores(record: RunRecord) -> str:
     return f"{threads}, so forward and backward ran in part waiting for a core"
 
 
-def measured_waiting(record: RunRecord) -> bool:
-    """Whether the record tells its threads' waiting (not inferred from the load)."""
-    return record.system is not None and record.system.waits is not None
+def thread_waits(record: RunRecord) -> ThreadWaits | None:
+    """The script's threads' work and waiting, where the record tells them (not inferred)."""
+    return record.system.waits if record.system is not None else None
 
 
 def firm(
@@ -141,7 +141,7 @@ def firm(
     # Measured waiting is in whichever part it fell; inferred, it is forward's and backward's.
     waiting = (
         waiting_for_cores(record)
-        if measured_waiting(record) or verdict.kind == COMPUTE_BOUND
+        if thread_waits(record) is not None or verdict.kind == COMPUTE_BOUND
         else ""
     )
     if waiting:
@@ -211,8 +211,7 @@ def waited_ms(record: RunRecord) -> float | None:
     """Milliseconds a measured step the training thread waited for a core (``None``: not read).
     One thread's waiting lies inside the step's wall time, so it compares with it (the sum over
     threads would not: torch's spinning pool threads wait beside it)."""
-    waits = record.system.waits if record.system is not None else None
-    steps = len(record.steps.step_ms)
+    waits, steps = thread_waits(record), len(record.steps.step_ms)
     return waits.training_waited_s * 1e3 / steps if waits is not None and steps else None
 
 
