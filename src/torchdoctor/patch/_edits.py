@@ -235,6 +235,12 @@ def callee_name(call: cst.Call) -> str:
     return ""
 
 
+def parameter_names(func: cst.FunctionDef) -> list[str]:
+    """The names of ``func``'s parameters, in order (positional-only, ordinary, keyword-only)."""
+    params = func.params
+    return [p.name.value for p in [*params.posonly_params, *params.params, *params.kwonly_params]]
+
+
 def dotted(node: cst.BaseExpression) -> str | None:
     """``a.b.c`` for a chain of names, else ``None``."""
     if isinstance(node, cst.Name):

@@ -35,6 +35,7 @@ from ._edits import (
     assignments,
     is_literal,
     literal,
+    parameter_names,
     set_value,
 )
 from ._project import Project, also_read, reads_of
@@ -205,7 +206,7 @@ def _dicts(
         return [], "it is computed"
     variable, line = expr.value, source.line_of(expr)
     scope = _scope(source, line)
-    if scope is not None and variable in _parameters(scope):
+    if scope is not None and variable in parameter_names(scope):
         return [], f"{variable} is a parameter of {scope.name.value}(), set by its callers"
     branches = _dict_assigned(source, variable, current, scope)
     if not branches:
@@ -273,12 +274,6 @@ def _scope(source: SourceFile, line: int) -> cst.FunctionDef | None:
     """The innermost function whose body holds ``line`` (``None``: the module's level)."""
     spans = [f for f in source.nodes(cst.FunctionDef) if source.spans(f, line)]
     return max(spans, key=source.line_of, default=None)  # type: ignore[return-value]
-
-
-def _parameters(func: cst.FunctionDef) -> set[str]:
-    params = func.params
-    every = [*params.posonly_params, *params.params, *params.kwonly_params]
-    return {p.name.value for p in every}
 
 
 def _in_scope(

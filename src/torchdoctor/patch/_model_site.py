@@ -24,7 +24,7 @@ from typing import Any
 
 import libcst as cst
 
-from ._edits import SourceFile, is_literal
+from ._edits import SourceFile, is_literal, parameter_names
 
 #: Names called at a model's line that are not the model.
 _NOT_MODELS = frozenset({"len", "range", "print", "float", "int", "list", "tuple", "dict", "zip"})
@@ -63,7 +63,7 @@ def where_built(
     """The statement after which the model ``name`` (used at ``use_line``) is built, and its
     name there; or why it cannot be found."""
     for depth, func in enumerate(_functions_at(source, use_line)):
-        if name in _parameters(func):
+        if name in parameter_names(func):
             if hops >= _HOPS:
                 return f"{name} is passed through more than {_HOPS} calls"
             passed = _passed_as(source, func, name)
@@ -141,7 +141,7 @@ def _binds(target: cst.BaseExpression, name: str) -> bool:
 def _passed_as(source: SourceFile, func: cst.FunctionDef, param: str) -> tuple[str, int] | str:
     """The variable the file's calls of ``func`` pass as ``param``, and the first call's line
     (a method's calls, ``obj.fit(net)``, pass it one place earlier: ``self`` is not written)."""
-    params = _parameters(func)
+    params = parameter_names(func)
     names = set()
     first = None
     for call in source.nodes(cst.Call):
@@ -216,11 +216,6 @@ def _functions_at(source: SourceFile, line: int) -> list[cst.FunctionDef]:
 def _function_at(source: SourceFile, line: int) -> cst.FunctionDef | None:
     funcs = _functions_at(source, line)
     return funcs[0] if funcs else None
-
-
-def _parameters(func: cst.FunctionDef) -> list[str]:
-    params = func.params
-    return [p.name.value for p in [*params.posonly_params, *params.params, *params.kwonly_params]]
 
 
 def _line(source: SourceFile, node: cst.CSTNode) -> int:

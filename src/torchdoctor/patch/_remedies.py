@@ -38,6 +38,7 @@ from ._edits import (
     is_literal,
     keyword,
     literal,
+    parameter_names,
     remove_keywords,
     set_value,
 )
@@ -266,9 +267,7 @@ def _plan_variable(
     in the project's module it is imported from (``from config import WORKERS``)."""
     for func in source.nodes(cst.FunctionDef):
         if source.spans(func, source.line_of(arg)):
-            params = func.params
-            every = [*params.posonly_params, *params.params, *params.kwonly_params]
-            if any(p.name.value == variable for p in every):
+            if variable in parameter_names(func):
                 return (
                     f"{name} comes from the parameter {variable!r} of {func.name.value}(), "
                     f"set by its callers: pass {value!r} there"

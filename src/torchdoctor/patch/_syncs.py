@@ -23,7 +23,16 @@ from pathlib import Path
 import libcst as cst
 
 from ..record import Finding
-from ._edits import Change, Skipped, SourceFile, callee_name, dotted, keyword, torch_name
+from ._edits import (
+    Change,
+    Skipped,
+    SourceFile,
+    callee_name,
+    dotted,
+    keyword,
+    parameter_names,
+    torch_name,
+)
 from ._project import Project
 from ._remedies import Remedy
 
@@ -280,10 +289,7 @@ def _innermost(source: SourceFile, node_type: type, line: int):
 
 def _local_names(func: cst.FunctionDef) -> set[str]:
     """The function's parameters and every name it assigns."""
-    names = {
-        p.name.value
-        for p in [*func.params.posonly_params, *func.params.params, *func.params.kwonly_params]
-    }
+    names = set(parameter_names(func))
 
     class Collect(cst.CSTVisitor):
         def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
