@@ -20,10 +20,12 @@ demo: $(STAMP)
 # --durations=15: CI's output names the slowest tests, so a test that grows is seen (issue 38).
 # Three workers (pytest-xdist) for the tests no load changes: serial, the suite used 0.8 of a
 # core on average (it waits on its scripts' processes: bounds, stalls, ranks meeting); on two
-# workers 1.3 of the 2 cores (392 s), on three 1.6 (345 s). Then the timing-marked ones, one at
-# a time.
+# workers 1.3 of the 2 cores (392 s), on three 1.6 (345 s). Work stealing: a worker that runs
+# out takes tests from another's queue, so the 40 s tests near a file's end do not leave two
+# workers idle (328 s with xdist's default batches, 297 s stealing; four workers were slower,
+# 309 s). Then the timing-marked ones, one at a time.
 test: $(STAMP)
-	$(PY) -m pytest -n 3 -m "not timing" --durations=15
+	$(PY) -m pytest -n 3 --dist worksteal -m "not timing" --durations=15
 	$(PY) -m pytest -m timing --durations=15
 
 # The edit-test loop: unit tests only, under a minute.
