@@ -16,6 +16,7 @@ OPTIONAL = {
     "pynvml": ("nvidia-ml-py", "nvml"),
     "pytorch_lightning": ("pytorch-lightning", None),
     "lightning": ("lightning", None),
+    "mcp": ("mcp", "mcp"),
 }
 
 

@@ -9,13 +9,21 @@ started in, even when the script ``os.chdir``s before the file is written.
 Writability is tried, not guessed: ``os.access`` says yes to root on a read-only filesystem or
 in ``/proc``, so a probe file is made in the nearest directory that exists, and removed at once.
 Nothing is created for the output itself (no directory is made before the run needs it).
+
+``--json -`` (:func:`record_on_stdout`, at the end) sends the record to standard output instead,
+and everything else the command and its script print to standard error.
 """
 
 from __future__ import annotations
 
+import argparse
 import errno
 import os
+import shutil
+import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -149,3 +157,74 @@ def resolve_script(script: str) -> Path:
             )
         return main.resolve()
     return path.resolve()
+
+
+# --- `--json -`: the record on standard output, everything else on standard error ----------
+#
+# For scripts, CI and agents that read the record from a pipe
+# (``torchdoctor run --json - -- train.py | jq .verdict``). While the command runs, file descriptor 1 points at standard error, so the
+# report, progress and whatever the script and its worker processes print (they inherit the
+# descriptor) cannot mix with the record; the command writes its record to a file in a temporary
+# folder as it would to any ``--json PATH`` (atomically, on every ending it writes one), and when
+# it returns, or is interrupted, that file is copied to the real standard output.
+
+#: The ``--json`` value that means standard output.
+STDOUT = "-"
+#: How the report names the record's place when it goes to standard output.
+STDOUT_WORDS = "standard output"
+
+#: The commands' attribute of ``--json`` (``run``, ``loader`` and ``fix`` keep it in their run
+#: options' ``json_path``; ``compare`` and ``analyze`` in ``json``).
+_ATTRIBUTES = ("json_path", "json")
+
+_stand_in: str | None = None
+
+
+def where(path: str) -> str:
+    """``path`` as the report says it: the stand-in file of ``--json -`` is standard output."""
+    return STDOUT_WORDS if _stand_in is not None and path == _stand_in else path
+
+
+def asks_for_stdout(args: argparse.Namespace) -> str | None:
+    """The attribute holding ``--json -`` in ``args``, if the command was given it."""
+    for name in _ATTRIBUTES:
+        if getattr(args, name, None) == STDOUT:
+            return name
+    return None
+
+
+@contextmanager
+def record_on_stdout(args: argparse.Namespace, attribute: str) -> Iterator[None]:
+    """Run the command with its record going to standard output (see the module's words)."""
+    global _stand_in
+    folder = tempfile.mkdtemp(prefix="torchdoctor-stdout-")
+    stand_in = os.path.join(folder, "record.json")
+    setattr(args, attribute, stand_in)
+    _stand_in = stand_in
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        _stand_in = None
+        try:
+            sys.stdout.flush()
+        except (OSError, ValueError):
+            pass
+        os.dup2(saved, 1)
+        os.close(saved)
+        try:
+            if os.path.exists(stand_in):
+                with open(stand_in, "rb") as fh:
+                    data = fh.read()
+                _write_all(1, data)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]

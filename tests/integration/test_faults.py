@@ -383,6 +383,26 @@ CASES: list[Case] = [
         files={"train.py": MARKS_ITS_RUN, "out": None},
     ),
     Case(
+        "fix-apply-within-without-apply",
+        ("fix", "--apply-within", ".", "train.py"),
+        EXIT_USAGE,
+        "--apply-within limits --apply",
+        files={"train.py": MARKS_ITS_RUN},
+    ),
+    Case(
+        "fix-apply-within-a-file",
+        ("fix", "--apply", "--apply-within", "f", "train.py"),
+        EXIT_USAGE,
+        "--apply-within f: not a folder",
+        files={"train.py": MARKS_ITS_RUN, "f": "a regular file"},
+    ),
+    Case(
+        "mcp-root-not-a-folder",
+        ("mcp", "--root", "nowhere"),
+        EXIT_USAGE,
+        "--root nowhere: not a folder",
+    ),
+    Case(
         "run-json-ends-with-a-slash",
         ("run", "--json", "new/", "train.py"),
         EXIT_USAGE,
@@ -672,3 +692,13 @@ def test_a_bug_of_ours_is_status_4_with_its_traceback_and_please_report(monkeypa
     err = capsys.readouterr().err
     assert "RuntimeError: a bug" in err and "Traceback (most recent call last)" in err
     assert "torchdoctor itself failed" in err and "please report" in err
+
+
+def test_mcp_without_the_sdk_names_the_install_that_brings_it(tmp_path, monkeypatch, capsys):
+    from torchdoctor.cli import main
+
+    monkeypatch.setitem(sys.modules, "mcp", None)  # import mcp raises ImportError
+    assert main(["mcp", "--root", str(tmp_path)]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "torchdoctor mcp needs the package 'mcp'" in err
+    assert "fix: pip install 'torchdoctor[mcp]'" in err and "Traceback" not in err

@@ -53,7 +53,7 @@ def test_the_value_taking_flags_come_from_the_parser():
     takes_value |= {"--nproc-per-node", "--nnodes", "--node-rank", "--rdzv-endpoint", "--try"}
     takes_value |= {"--html", "--timeline"}
     commands = script_commands(cli.build_parser())
-    fix = takes_value | {"--out", "--rounds"}
+    fix = takes_value | {"--out", "--rounds", "--apply-within"}
     assert commands == {"run": takes_value, "loader": takes_value, "fix": fix}
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from .._errors import TorchdoctorError
-from .._paths import check_output_file
+from .._paths import check_output_file, where
 
 
 def add_compare(sub: argparse._SubParsersAction) -> None:
@@ -58,7 +58,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         write_comparison_html(result, a, b, args.html)
     render_comparison(result)
     if args.json:
-        print(f"comparison written to {args.json}")
+        print(f"comparison written to {where(args.json)}")
     if args.html:
         print(f"HTML report written to {args.html}")
     return 0

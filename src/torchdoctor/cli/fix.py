@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from .._errors import TorchdoctorError
 from .._paths import check_output_file
@@ -36,6 +37,12 @@ def add_fix(sub: argparse._SubParsersAction) -> None:
         "first)",
     )
     p.add_argument(
+        "--apply-within",
+        metavar="DIR",
+        help="with --apply: write only when every file the patch changes (and its backup folder) "
+        "lies under DIR, symlinks followed; otherwise change nothing and say which file does not",
+    )
+    p.add_argument(
         "--rounds",
         type=positive_int,
         default=2,
@@ -61,4 +68,15 @@ def _cmd_fix(args: argparse.Namespace) -> int:
     check_patchable(resolve_target(target))
     out = check_output_file(args.out, "--out", example="fix.diff")
     options = from_args(args, **checked_outputs(args))
-    return fix_cli(target, options, out=out, apply=args.apply, rounds=args.rounds)
+    within = _folder(args.apply_within) if args.apply_within else None
+    if within is not None and not args.apply:
+        raise TorchdoctorError("--apply-within limits --apply", "add --apply, or leave it out")
+    return fix_cli(
+        target, options, out=out, apply=args.apply, rounds=args.rounds, apply_within=within
+    )
+
+
+def _folder(given: str) -> str:
+    if not os.path.isdir(given):
+        raise TorchdoctorError(f"--apply-within {given}: not a folder", "name an existing folder")
+    return os.path.realpath(given)

@@ -17,12 +17,14 @@ from typing import Any, NoReturn
 
 from .. import __version__
 from .._errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, TorchdoctorError
+from .._paths import asks_for_stdout, record_on_stdout
 from ..record import INTERRUPTED
 from .analyze import add_analyze
 from .cache import add_cache
 from .compare import add_compare
 from .demo import add_demo
 from .fix import add_fix
+from .mcp_command import add_mcp
 from .report import add_report
 from .run import add_loader, add_run
 
@@ -41,7 +43,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     # exit status 130 and, for `run`, a record saying the script never started.
     previous_term = _on_sigterm_interrupt()
     try:
-        return handler(args)
+        on_stdout = asks_for_stdout(args)
+        if on_stdout is None:
+            return handler(args)
+        with record_on_stdout(args, on_stdout):
+            return handler(args)
     except TorchdoctorError as exc:
         print_error(exc.message, exc.hint)
         return exc.exit_status
@@ -162,4 +168,5 @@ SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     add_demo,
     add_compare,
     add_cache,
+    add_mcp,
 ]

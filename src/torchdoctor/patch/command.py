@@ -15,6 +15,7 @@ measure the patched code against the original, keep what pays (docs/fix.md).
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import stat
 import sys
@@ -23,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from .._errors import EXIT_INTERRUPTED, EXIT_OK, TorchdoctorError
+from .._paths import where
 from ..options import RunOptions
 from ..record import (
     COMPLETE,
@@ -62,6 +64,7 @@ def fix_cli(
     out: str,
     apply: bool = False,
     rounds: int = DEFAULT_ROUNDS,
+    apply_within: str | None = None,
 ) -> int:
     """Run ``torchdoctor fix`` (see the module's docstring); returns the exit status."""
     from ..process import printing, resolve_target, run_supervised
@@ -90,15 +93,23 @@ def fix_cli(
         patch = record.patch
         assert patch is not None
         if patch.diff and apply and status == EXIT_OK:
-            patch.backup = str(_apply(project, [r.key for r in patch.remedies if r.kept]))
-            patch.applied = True
+            kept = [r.key for r in patch.remedies if r.kept]
+            outside = _outside(project, kept, apply_within) if apply_within else None
+            if outside is not None:
+                patch.notes.append(
+                    f"not applied: {outside} lies outside {apply_within} (--apply-within); no "
+                    "file was changed, the diff is written"
+                )
+            else:
+                patch.backup = str(_apply(project, kept))
+                patch.applied = True
     _save(record, options)
     with printing():
         render(record)
         for line in patch_lines(record.patch):
             print(line)
         if options.json_path:
-            print(f"run record written to {options.json_path}")
+            print(f"run record written to {where(options.json_path)}")
         if options.html_path:
             print(f"HTML report written to {options.html_path}")
     return status
@@ -244,6 +255,17 @@ def _runner(target, options: RunOptions, record: RunRecord, quiet: bool):
         return outcome.record
 
     return run
+
+
+def _outside(project: Project, remedies: Sequence[str], folder: str) -> str | None:
+    """The first file ``--apply`` would write (a patched file, the backup folder) that is not
+    under ``folder``, symlinks followed; ``None`` when all are."""
+    within = Path(os.path.realpath(folder))
+    for path in [*project.patched(remedies), project.root / BACKUP_DIR]:
+        real = Path(os.path.realpath(path))
+        if real != within and within not in real.parents:
+            return str(path)
+    return None
 
 
 def _apply(project: Project, remedies: Sequence[str]) -> Path:

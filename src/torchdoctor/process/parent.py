@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import EXIT_INTERRUPTED, EXIT_OK
+from .._paths import where
 from ..options import RunOptions
 from ..record import INTERRUPTED, FixTrial, RankEnv, RunRecord
 from .ending import decide_not_started, settle
@@ -55,7 +56,7 @@ def run_cli(target: Target, options: RunOptions) -> int:
     with printing():
         render(record)  # with the fix trial's panel, when there is one
         if options.json_path:
-            print(f"run record written to {options.json_path}")
+            print(f"run record written to {where(options.json_path)}")
         if options.html_path:
             print(f"HTML report written to {options.html_path}")
         if options.timeline_path:

@@ -1,0 +1,67 @@
+"""The one folder an agent's calls may read and write under (``torchdoctor mcp --root``)."""
+
+from __future__ import annotations
+
+import os
+import time
+from itertools import count
+from pathlib import Path
+
+from .._errors import TorchdoctorError
+
+#: Where the server keeps what it writes under the root: records and patches.
+OWN_DIR = ".torchdoctor"
+
+_names = count(1)
+
+
+class OutsideRoot(TorchdoctorError):
+    """A path an agent gave is not under the server's root (or leads out of it)."""
+
+
+class Root:
+    """The server's root folder: every path a call names is checked against it."""
+
+    def __init__(self, folder: str | os.PathLike[str]) -> None:
+        given = Path(folder).expanduser()
+        if not given.is_dir():
+            raise TorchdoctorError(
+                f"--root {folder}: not a folder", "pass the folder holding the scripts to diagnose"
+            )
+        self.path = Path(os.path.realpath(given))
+
+    def holds(self, path: str | os.PathLike[str]) -> bool:
+        """Whether ``path``, with every symlink on its way followed, lies under the root."""
+        real = Path(os.path.realpath(path))
+        return real == self.path or self.path in real.parents
+
+    def inside(self, path: str, what: str, *, exists: bool = True) -> Path:
+        """``path`` (relative paths mean under the root) checked to lie under the root, every
+        symlink followed; with ``exists``, it must exist.
+
+        Raises:
+            OutsideRoot: the path leads out of the root (or is missing), in words naming both.
+        """
+        if not isinstance(path, str) or not path.strip():
+            raise OutsideRoot(f"no {what} given", f"name a {what} under {self.path}")
+        given = Path(path).expanduser()
+        full = given if given.is_absolute() else self.path / given
+        if not self.holds(full):
+            raise OutsideRoot(
+                f"{what} {path}: outside the server's root {self.path} (symlinks followed)",
+                f"name a {what} under {self.path}, or start `torchdoctor mcp --root` higher",
+            )
+        real = Path(os.path.realpath(full))
+        if exists and not real.exists():
+            raise OutsideRoot(f"{what} {path}: no such file under {self.path}", "check the path")
+        return real
+
+    def new_file(self, kind: str, stem: str, suffix: str) -> Path:
+        """A fresh path under ``<root>/.torchdoctor/<kind>/`` for something a call writes."""
+        folder = self.path / OWN_DIR / kind
+        folder.mkdir(parents=True, exist_ok=True)
+        ignore = self.path / OWN_DIR / ".gitignore"
+        if not ignore.exists():  # the server's files stay out of the user's `git status`
+            ignore.write_text("*\n")
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        return folder / f"{stem}-{stamp}-{os.getpid()}-{next(_names)}{suffix}"
