@@ -21,6 +21,12 @@ import pytest
 
 from paths import SCENARIOS
 
+#: A comment in latin-1 bytes (UTF-8 cannot decode them) just above the option whose default the
+#: fix edits (the DataLoader's ``num_workers=args.workers``), so the diff's context carries it.
+LATIN1_COMMENT = "# le chargeur: données décodées à la volée\n"
+#: The input-bound scenario `fix` has a measured remedy for (workers and threads).
+SLOW_TRANSFORM_ARGS = ["--transform-ms", "12", "--dataset-len", "96"]
+
 
 @dataclass(frozen=True)
 class SharedRun:
@@ -85,3 +91,51 @@ def lightning_loop_run(tmp_path_factory) -> SharedRun:
         ["--getitem-ms", "15", "--prog-bar"],
         PL_DISABLE_FORK="1",
     )
+
+
+def crlf_latin1_script(folder: Path) -> bytes:
+    """tests/scenarios/train_loop.py as an editor on Windows or an old project leaves it: CRLF line
+    endings and a latin-1 coding cookie (PEP 263), a latin-1 comment above the workers option."""
+    text = (SCENARIOS / "train_loop.py").read_text()
+    option = 'parser.add_argument("--workers"'
+    text = "# -*- coding: latin-1 -*-\n" + text.replace(option, LATIN1_COMMENT + option, 1)
+    data = text.replace("\n", "\r\n").encode("latin-1")
+    (folder / "train.py").write_bytes(data)
+    return data
+
+
+@dataclass(frozen=True)
+class AppliedFix:
+    """``torchdoctor fix --apply`` on the CRLF, latin-1 script, then the applied script run."""
+
+    project: Path
+    original: bytes
+    fix: subprocess.CompletedProcess
+    after: subprocess.CompletedProcess
+
+
+@pytest.fixture(scope="session")
+def applied_fix(tmp_path_factory) -> AppliedFix:
+    """One ``fix --apply`` of the input-bound scenario, in a file with CRLF line endings and a
+    latin-1 cookie: the bytes kept (test_fix_file_bytes), the backup, the diff and the applied
+    script's speed (test_fix_command). The same command on an LF file, through
+    ``--apply-within``, is the agents' loop (test_mcp)."""
+    project = tmp_path_factory.mktemp("applied") / "project"
+    project.mkdir()
+    original = crlf_latin1_script(project)
+
+    def torchdoctor(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "torchdoctor", *args],
+            cwd=project, capture_output=True, text=True, timeout=600, check=False,
+        )  # fmt: skip
+
+    fix = torchdoctor(
+        "fix", "--steps", "6", "--warmup", "2", "--quiet", "--json", "fix.json", "--apply",
+        "--", "train.py", *SLOW_TRANSFORM_ARGS,
+    )  # fmt: skip
+    after = torchdoctor(
+        "run", "--steps", "8", "--warmup", "4", "--quiet", "--no-counterfactuals",
+        "--json", "after.json", "--", "train.py", *SLOW_TRANSFORM_ARGS,
+    )  # fmt: skip
+    return AppliedFix(project, original, fix, after)

@@ -80,40 +80,31 @@ def test_the_patch_of_a_loader_in_another_module_is_measured_and_applies(tmp_pat
 
 
 @pytest.mark.timing
-def test_apply_writes_the_patch_keeps_a_backup_and_the_patched_script_is_faster(tmp_path):
-    project = tmp_path / "project"
-    project.mkdir()
-    shutil.copy(SCENARIOS / "train_loop.py", project / "train.py")
-    original = (project / "train.py").read_text()
-    args = ["--transform-ms", "12", "--dataset-len", "96"]
-    out = _torchdoctor(
-        "fix", "--steps", "6", "--warmup", "2", "--quiet", "--json", "fix.json", "--apply",
-        "--", "train.py", *args,
-        cwd=project,
-    )  # fmt: skip
+def test_apply_writes_the_patch_keeps_a_backup_and_the_patched_script_is_faster(
+    applied_fix, tmp_path
+):
+    # One `fix --apply` shared with test_fix_file_bytes (its script has CRLF line endings and a
+    # latin-1 cookie; an LF script goes through --apply in test_mcp's loop)
+    project, original, out = applied_fix.project, applied_fix.original, applied_fix.fix
     assert out.returncode == 0, out.stdout + out.stderr
     patch = RunRecord.load(project / "fix.json").patch
     assert patch.applied and patch.path == str(project / "torchdoctor-fix.diff")
     backup = Path(patch.backup)
     assert backup.parent.name == ".torchdoctor-backup" and backup.is_relative_to(project)
-    assert (backup / "train.py").read_text() == original
+    assert (backup / "train.py").read_bytes() == original
     assert (backup.parent / ".gitignore").read_text() == "*\n"  # out of the user's git status
     assert f"patch applied to your files (the diff is kept at {patch.path})" in out.stdout
     # What --apply wrote is what the diff gives.
     copy = tmp_path / "copy"
     copy.mkdir()
-    (copy / "train.py").write_text(original)
+    (copy / "train.py").write_bytes(original)
     applied = subprocess.run(
         ["patch", "-p1", "-s", "-i", patch.path], cwd=copy, capture_output=True, text=True
     )
     assert applied.returncode == 0, applied.stderr
-    assert (copy / "train.py").read_text() == (project / "train.py").read_text() != original
+    assert (copy / "train.py").read_bytes() == (project / "train.py").read_bytes() != original
     # The applied script, run plainly under `torchdoctor run`, has the settings and the speed.
-    run = _torchdoctor(
-        "run", "--steps", "8", "--warmup", "4", "--quiet", "--no-counterfactuals",
-        "--json", "after.json", "--", "train.py", *args,
-        cwd=project,
-    )  # fmt: skip
+    run = applied_fix.after
     assert run.returncode == 0, run.stdout + run.stderr
     after = RunRecord.load(project / "after.json")
     assert after.loader.num_workers >= 2 and not after.loader_overrides
