@@ -28,6 +28,14 @@ LATIN1_COMMENT = "# le chargeur: données décodées à la volée\n"
 SLOW_TRANSFORM_ARGS = ["--transform-ms", "12", "--dataset-len", "96"]
 
 
+def torchdoctor(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    """``python -m torchdoctor ARGS`` in ``cwd``, its output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "torchdoctor", *args],
+        cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False,
+    )  # fmt: skip
+
+
 @dataclass(frozen=True)
 class SharedRun:
     """A finished ``torchdoctor run``: the script it ran, its output and its record."""
@@ -124,18 +132,14 @@ def applied_fix(tmp_path_factory) -> AppliedFix:
     project.mkdir()
     original = crlf_latin1_script(project)
 
-    def torchdoctor(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-m", "torchdoctor", *args],
-            cwd=project, capture_output=True, text=True, timeout=600, check=False,
-        )  # fmt: skip
-
     fix = torchdoctor(
         "fix", "--steps", "6", "--warmup", "2", "--quiet", "--json", "fix.json", "--apply",
         "--", "train.py", *SLOW_TRANSFORM_ARGS,
+        cwd=project,
     )  # fmt: skip
     after = torchdoctor(
         "run", "--steps", "8", "--warmup", "4", "--quiet", "--no-counterfactuals",
         "--json", "after.json", "--", "train.py", *SLOW_TRANSFORM_ARGS,
+        cwd=project,
     )  # fmt: skip
     return AppliedFix(project, original, fix, after)

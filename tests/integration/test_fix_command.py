@@ -6,26 +6,16 @@ from __future__ import annotations
 import hashlib
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from browser import assert_offline, browser_view
 from paths import SCENARIOS
+from shared_runs import torchdoctor
 from torchdoctor.record import JUDGEMENTS, RunRecord
 
 pytestmark = pytest.mark.integration
-
-
-def _torchdoctor(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "torchdoctor", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
 
 
 def _digest(folder: Path) -> dict[str, str]:
@@ -40,7 +30,7 @@ def test_the_patch_of_a_loader_in_another_module_is_measured_and_applies(tmp_pat
     project = tmp_path / "project"
     shutil.copytree(SCENARIOS / "fix_project", project)
     before = _digest(project)
-    out = _torchdoctor(
+    out = torchdoctor(
         "fix", "--steps", "6", "--warmup", "2", "--quiet", "--json", "fix.json",
         "--html", "fix.html", "--out", "fix.diff", "--", "train.py",
         cwd=project,
@@ -115,7 +105,7 @@ def test_apply_writes_the_patch_keeps_a_backup_and_the_patched_script_is_faster(
 @pytest.mark.timing
 def test_a_compute_bound_script_gets_no_patch_and_says_why(tmp_path):
     shutil.copy(SCENARIOS / "tiny_mlp.py", tmp_path / "train.py")
-    out = _torchdoctor(
+    out = torchdoctor(
         "fix", "--steps", "5", "--warmup", "1", "--quiet", "--json", "fix.json", "--",
         "train.py",
         cwd=tmp_path,
@@ -129,7 +119,7 @@ def test_a_compute_bound_script_gets_no_patch_and_says_why(tmp_path):
 
 def test_a_script_the_patcher_cannot_parse_is_refused_before_it_runs(tmp_path):
     (tmp_path / "train.py").write_text("import torch\ndef broken(:\n    pass\n")
-    out = _torchdoctor("fix", "--", "train.py", cwd=tmp_path)
+    out = torchdoctor("fix", "--", "train.py", cwd=tmp_path)
     assert out.returncode == 2
     assert "train.py: cannot be parsed (line 2: " in out.stderr and "Traceback" not in out.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["train.py"]
@@ -139,7 +129,7 @@ def test_a_script_the_patcher_cannot_parse_is_refused_before_it_runs(tmp_path):
 def test_the_seed_004_round_trips_are_rewritten_checked_and_gone_on_a_rerun(tmp_path):
     shutil.copy(SCENARIOS / "sync_loss.py", tmp_path / "train.py")
     rewritten = {"constant-rebuilt", "tensor-assert", "python-index"}
-    out = _torchdoctor(
+    out = torchdoctor(
         # On the CPU the rewrites neither gain nor lose: the whole patch is kept unless every
         # pair of runs judges it slower. Pairs of the same code came out 0.80x to 1.81x here
         # (the machine, not the code: the rewrites alone time 8% faster in one process), and
@@ -167,7 +157,7 @@ def test_the_seed_004_round_trips_are_rewritten_checked_and_gone_on_a_rerun(tmp_
         ["patch", "-p1", "-s", "-i", "torchdoctor-fix.diff"], cwd=tmp_path, capture_output=True
     )
     assert applied.returncode == 0, applied.stderr
-    run = _torchdoctor(
+    run = torchdoctor(
         "run", "--steps", "4", "--warmup", "1", "--quiet", "--no-counterfactuals",
         "--json", "after.json", "--", "train.py",
         cwd=tmp_path,
@@ -180,7 +170,7 @@ def test_the_seed_004_round_trips_are_rewritten_checked_and_gone_on_a_rerun(tmp_
 @pytest.mark.timing
 def test_a_measured_fused_optimizer_trial_is_written_at_the_optimizers_construction(tmp_path):
     shutil.copy(SCENARIOS / "many_params.py", tmp_path / "train.py")
-    out = _torchdoctor(
+    out = torchdoctor(
         # three rounds, each of which must show the fused step faster by 10% on its own: beside
         # a hog single runs came out up to 2.1x slower than the others (rounds of 2.61x, 1.28x
         # and 4.34x); judged by how far one side's runs were apart, a 2.04x was refused
@@ -208,7 +198,7 @@ def test_a_measured_fused_optimizer_trial_is_written_at_the_optimizers_construct
 
 def test_a_measured_amp_trial_is_written_around_the_forward_and_loss_with_its_caveat(tmp_path):
     shutil.copy(SCENARIOS / "small_cnn.py", tmp_path / "train.py")
-    out = _torchdoctor(
+    out = torchdoctor(
         "fix", "--steps", "12", "--warmup", "2", "--try", "amp", "--quiet", "--json",
         "fix.json", "--html", "fix.html", "--", "train.py",
         cwd=tmp_path,

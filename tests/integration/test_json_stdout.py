@@ -9,11 +9,11 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
 
 from paths import DATA, HTA_TRACES
+from shared_runs import torchdoctor
 
 pytestmark = pytest.mark.integration
 
@@ -36,27 +36,17 @@ CHATTY = textwrap.dedent(
 )
 
 
-def _torchdoctor(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "torchdoctor", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
 def test_run_and_fix_write_only_the_record_on_stdout(tmp_path):
     (tmp_path / "train.py").write_text(CHATTY)
     quick = ["--steps", "3", "--warmup", "1", "--no-counterfactuals", "--json", "-"]
-    run = _torchdoctor("run", *quick, "--", "train.py", cwd=tmp_path)
+    run = torchdoctor("run", *quick, "--", "train.py", cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
     record = json.loads(run.stdout)  # the whole of stdout is one JSON document
     assert record["status"] == "complete" and record["measured_steps"] == 3
     assert "hello from step" in run.stderr and "Verdict" in run.stderr
     assert "run record written to standard output" in run.stderr
     assert not list(tmp_path.glob("*.json")), "no file named '-' or otherwise is left"
-    fix = _torchdoctor("fix", *quick, "--", "train.py", cwd=tmp_path)
+    fix = torchdoctor("fix", *quick, "--", "train.py", cwd=tmp_path)
     assert fix.returncode == 0, fix.stderr[-3000:]
     assert json.loads(fix.stdout)["patch"] is not None
     assert "hello from step" in fix.stderr
@@ -64,12 +54,12 @@ def test_run_and_fix_write_only_the_record_on_stdout(tmp_path):
 
 def test_compare_and_analyze_write_only_their_records_on_stdout(tmp_path):
     run = str(DATA / "records" / "run_v2.json")
-    compared = _torchdoctor("compare", run, run, "--json", "-", cwd=tmp_path)
+    compared = torchdoctor("compare", run, run, "--json", "-", cwd=tmp_path)
     assert compared.returncode == 0, compared.stderr
     assert json.loads(compared.stdout)["kind"] == "NO CHANGE"
     assert "comparison written to standard output" in compared.stderr
     trace = next(HTA_TRACES.rglob("*.json.gz"))
-    analyzed = _torchdoctor("analyze", str(trace), "--json", "-", cwd=tmp_path)
+    analyzed = torchdoctor("analyze", str(trace), "--json", "-", cwd=tmp_path)
     assert analyzed.returncode == 0, analyzed.stderr
     assert json.loads(analyzed.stdout)["trace"]["files"]
     assert "torchdoctor analyze:" in analyzed.stderr  # the report, on stderr

@@ -12,9 +12,9 @@ import time
 import uuid
 from pathlib import Path
 
-import psutil
 import pytest
 
+from distjobs import tagged
 from paths import DATA, HTA_TRACES, SCENARIOS
 from shared_runs import SLOW_TRANSFORM_ARGS as INPUT_BOUND
 
@@ -41,17 +41,6 @@ def _server(root: Path) -> Client:
 
 def _text(result) -> str:
     return " ".join(c.text for c in result.content if hasattr(c, "text"))
-
-
-def _processes_with(tag: str) -> list[int]:
-    found = []
-    for p in psutil.process_iter(["cmdline"]):
-        try:
-            if tag in " ".join(p.info["cmdline"] or []):
-                found.append(p.pid)
-        except psutil.Error:
-            continue
-    return found
 
 
 def test_the_tools_are_listed_with_their_schemas_and_the_skill_is_shipped(tmp_path):
@@ -142,13 +131,13 @@ def test_a_cancelled_call_ends_the_script_and_leaves_no_process(tmp_path):
                 group.start_soon(call)
                 with anyio.fail_after(120):
                     await measuring.wait()
-                started = _processes_with(tag)
+                started = tagged(tag)
                 group.cancel_scope.cancel()
             # the server ends the run within its grace; the session stays open meanwhile
             deadline = time.monotonic() + 60
-            while _processes_with(tag) and time.monotonic() < deadline:
+            while tagged(tag) and time.monotonic() < deadline:
                 await anyio.sleep(0.5)
-            left = _processes_with(tag)
+            left = tagged(tag)
             tools = (await client.list_tools()).tools
             return lines, started, left, tools
 
