@@ -201,17 +201,23 @@ def record_on_stdout(args: argparse.Namespace, attribute: str) -> Iterator[None]
     stand_in = os.path.join(folder, "record.json")
     setattr(args, attribute, stand_in)
     _stand_in = stand_in
-    sys.stdout.flush()
+    stdout = sys.stdout
+    stdout.flush()
     saved = os.dup(1)
     os.dup2(2, 1)
+    # Python's own prints go to the stderr object too: the stdout object still believes in the
+    # file it was opened on (a seekable file, when stdout was redirected to one), and would seek
+    # on the pipe or terminal its descriptor now names.
+    sys.stdout = sys.stderr
     try:
         yield
     finally:
         _stand_in = None
         try:
-            sys.stdout.flush()
+            sys.stderr.flush()
         except (OSError, ValueError):
             pass
+        sys.stdout = stdout
         os.dup2(saved, 1)
         os.close(saved)
         try:

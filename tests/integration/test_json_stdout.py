@@ -85,3 +85,17 @@ def test_an_interrupted_run_still_writes_its_record_on_stdout(tmp_path):
     assert proc.returncode == 130, err[-3000:]
     record = json.loads(out)
     assert record["status"] == "interrupted" and record["measured_steps"] > 0
+
+
+def test_the_record_goes_to_a_file_stdout_is_redirected_to(tmp_path):
+    # `torchdoctor run --json - ... > run.json`: stdout is a regular (seekable) file
+    (tmp_path / "train.py").write_text(CHATTY)
+    with open(tmp_path / "run.json", "w") as out:
+        done = subprocess.run(
+            [sys.executable, "-m", "torchdoctor", "run", "--steps", "3", "--warmup", "1",
+             "--no-counterfactuals", "--json", "-", "--", "train.py"],
+            cwd=tmp_path, stdout=out, stderr=subprocess.PIPE, text=True, timeout=300,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and "hello from step" in done.stderr
+    assert json.loads((tmp_path / "run.json").read_text())["status"] == "complete"
