@@ -75,6 +75,7 @@ def test_paths_outside_the_root_are_tool_errors_and_the_server_goes_on(tmp_path)
     outside.write_text("print('not yours')\n")
     (root / "link.py").symlink_to(outside)
     shutil.copy(DATA / "records" / "run_v2.json", root / "run.json")
+    (root / "raises.py").write_text("import torch\nraise ValueError('the data folder is empty')\n")
 
     async def scenario():
         async with _server(root) as client:
@@ -90,6 +91,7 @@ def test_paths_outside_the_root_are_tool_errors_and_the_server_goes_on(tmp_path)
             }.items():
                 said[name] = await client.call_tool(*args)
             said["report"] = await client.call_tool("report", {"record": "run.json"})
+            said["raises"] = await client.call_tool("diagnose", {"script": "raises.py"})
             return said
 
     said = anyio.run(scenario)
@@ -102,6 +104,10 @@ def test_paths_outside_the_root_are_tool_errors_and_the_server_goes_on(tmp_path)
     assert said["not a record"].is_error and "fix:" in words and "Traceback" not in words, words
     assert not said["report"].is_error and "Verdict" in said["report"].structured_content["result"]
     assert not list(root.glob("*.diff")) and outside.read_text() == "print('not yours')\n"
+    # a script that raises is no error of the call: the answer says how it ended, and why
+    raised = said["raises"].structured_content
+    assert not said["raises"].is_error and raised["status"] == "script-error", raised
+    assert "ValueError: the data folder is empty" in raised["output_tail"], raised["output_tail"]
 
 
 def test_a_cancelled_call_ends_the_script_and_leaves_no_process(tmp_path):

@@ -98,6 +98,11 @@ class Diagnosis(BaseModel):
     findings: list[FindingOut]
     trials: list[TrialOut]
     notes: list[str]
+    output_tail: list[str] = Field(
+        [],
+        description="a run that did not complete: the last lines it printed on stderr (the "
+        "script's traceback)",
+    )
     record: str = Field(description="the JSON record's path (for compare and report)")
 
 
@@ -127,6 +132,7 @@ class PatchOut(BaseModel):
     judged: Judged | None = Field(description="the whole patch against the original")
     remedies: list[RemedyOut]
     notes: list[str]
+    output_tail: list[str] = Field([], description="as diagnose's")
     record: str
 
 
@@ -230,7 +236,8 @@ def build_server(root: Root) -> MCPServer:
             flags += ["--try", ",".join(trials)]
         argv = command("run", *flags, "--json", str(record), "--", str(path), *(args or []))
         done = await call(argv, ctx)
-        return Diagnosis(**_summary.diagnosis(record_of(done, record), str(record)))
+        said = _summary.diagnosis(record_of(done, record), str(record))
+        return Diagnosis(**said, output_tail=_tail(done, said))
 
     @app.tool(
         description="Diagnose the script, write each measured remedy into its code as a unified "
@@ -260,7 +267,8 @@ def build_server(root: Root) -> MCPServer:
             "fix", *flags, "--out", str(diff), "--json", str(record), "--", str(path), *(args or [])
         )
         done = await call(argv, ctx)
-        return PatchOut(**_summary.patch(record_of(done, record), str(record)))
+        said = _summary.patch(record_of(done, record), str(record))
+        return PatchOut(**said, output_tail=_tail(done, said))
 
     @app.tool(
         description="Did B get faster than A, beyond the noise? Two records written by "
@@ -305,6 +313,16 @@ def build_server(root: Root) -> MCPServer:
         return done.stdout
 
     return app
+
+
+#: Lines of a run's stderr an answer carries when the run did not complete.
+TAIL_SAID = 20
+
+
+def _tail(done: Finished, said: dict[str, Any]) -> list[str]:
+    if said["status"] == "complete":
+        return []
+    return [line for line in done.stderr_tail if line.strip()][-TAIL_SAID:]
 
 
 def _checked(root: Root, path: str, what: str) -> Path:
