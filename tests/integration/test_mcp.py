@@ -21,6 +21,7 @@ from shared_runs import SLOW_TRANSFORM_ARGS as INPUT_BOUND
 pytest.importorskip("mcp", reason="the MCP SDK is not installed (pip install -e '.[dev]')")
 
 import anyio  # noqa: E402
+import psutil  # noqa: E402
 from mcp import Client  # noqa: E402
 from mcp.client.stdio import StdioServerParameters  # noqa: E402
 
@@ -92,6 +93,9 @@ def test_paths_outside_the_root_are_tool_errors_and_the_server_goes_on(tmp_path)
                 said[name] = await client.call_tool(*args)
             said["report"] = await client.call_tool("report", {"record": "run.json"})
             said["raises"] = await client.call_tool("diagnose", {"script": "raises.py"})
+            said["a bool for steps"] = await client.call_tool(
+                "diagnose", {"script": "raises.py", "steps": True}
+            )
             return said
 
     said = anyio.run(scenario)
@@ -104,6 +108,7 @@ def test_paths_outside_the_root_are_tool_errors_and_the_server_goes_on(tmp_path)
     assert said["not a record"].is_error and "fix:" in words and "Traceback" not in words, words
     assert not said["report"].is_error and "Verdict" in said["report"].structured_content["result"]
     assert not list(root.glob("*.diff")) and outside.read_text() == "print('not yours')\n"
+    assert said["a bool for steps"].is_error  # no true taken for 1 step
     # a script that raises is no error of the call: the answer says how it ended, and why
     raised = said["raises"].structured_content
     assert not said["raises"].is_error and raised["status"] == "script-error", raised
@@ -236,3 +241,42 @@ def test_the_patched_script_diagnosed_again_compares_improved(closed_loop):
     comparison = steps["compare"]
     assert comparison["kind"] == "IMPROVED", comparison
     assert comparison["low"] > 1.0 and comparison["like_for_like"], comparison
+
+
+#: A script that starts a helper in a session of its own (a logger's uploader, `nohup`), which
+#: keeps the stdout and stderr it inherited open long after the script ends.
+DETACHES = """
+import subprocess, sys, time
+import torch
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", "{tag}"],
+                 start_new_session=True)
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(40):
+    loss = model(torch.randn(8, 4)).sum()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_a_helper_the_script_detached_does_not_hold_the_call(tmp_path):
+    tag = uuid.uuid4().hex
+    (tmp_path / "train.py").write_text(DETACHES.format(tag=tag))
+
+    async def scenario():
+        async with _server(tmp_path) as client:
+            # the helper lives 300 s; the call must not wait for it (it took 46 s for a 45 s one)
+            with anyio.move_on_after(150) as waited:
+                result = await client.call_tool(
+                    "diagnose", {"script": "train.py", "steps": 3, "warmup": 1}
+                )
+            return None if waited.cancelled_caught else result
+
+    try:
+        result = anyio.run(scenario)
+    finally:
+        for pid in tagged(tag):  # the helper is the script's, not the server's: end it here
+            psutil.Process(pid).kill()
+    assert result is not None, "the call waited for the detached helper's pipes"
+    assert not result.is_error and result.structured_content["status"] == "complete"

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
+import anyio.abc
 from anyio.abc import Process
 
 from .._errors import TorchdoctorError
@@ -26,6 +27,11 @@ from .._errors import TorchdoctorError
 GRACE_S = 20.0
 #: Lines of standard error kept for an error's words.
 TAIL_LINES = 40
+#: Seconds the pipes are read after the command exits: a process the script detached (a logger's
+#: helper, ``nohup``) may hold them open long after; its output is not waited for.
+DRAIN_S = 2.0
+#: Characters of standard output kept when it is not asked for (the report: the record says it).
+STDOUT_TAIL = 20_000
 #: Progress lines start so (``report.progress`` writes one per phase when not on a terminal).
 PROGRESS_PREFIX = "torchdoctor: "
 ERROR_PREFIX = "torchdoctor: error: "
@@ -43,12 +49,19 @@ class Finished:
 
     def error_words(self) -> str:
         """The command's own error lines (``torchdoctor: error: ...`` and its ``fix:``), else
-        the end of what it printed on standard error."""
-        lines = self.stderr_tail
+        how it ended and the end of what it printed on standard error."""
+        lines = [line for line in self.stderr_tail if line.strip()]
         for i, line in enumerate(lines):
             if line.startswith(ERROR_PREFIX):
                 return "\n".join(lines[i:]).strip()
-        return "\n".join(lines[-12:]).strip()
+        if self.returncode < 0:
+            ended = f"the torchdoctor command was ended by signal {-self.returncode}"
+        else:
+            ended = f"the torchdoctor command exited with status {self.returncode}"
+        said = "\n".join(lines[-12:])
+        return f"{ended} without writing its record" + (
+            f"; it printed last:\n{said}" if said else ""
+        )
 
 
 def command(*args: str) -> list[str]:
@@ -57,9 +70,17 @@ def command(*args: str) -> list[str]:
 
 
 async def run_command(
-    argv: Sequence[str], cwd: Path, bound_s: float, progress: Progress | None = None
+    argv: Sequence[str],
+    cwd: Path,
+    bound_s: float,
+    progress: Progress | None = None,
+    stdout: bool = False,
 ) -> Finished:
-    """Run ``argv`` in ``cwd`` to its end, within ``bound_s`` seconds.
+    """Run ``argv`` in ``cwd`` to its end, within ``bound_s`` seconds; with ``stdout``, keep all
+    it prints there (else only its last :data:`STDOUT_TAIL` characters).
+
+    The call ends when the command exits; the pipes are read :data:`DRAIN_S` longer, not until a
+    process the script detached closes them.
 
     Raises:
         TorchdoctorError: the command ran past ``bound_s`` (it and its processes are ended).
@@ -78,10 +99,16 @@ async def run_command(
     out: list[str] = []
     tail: list[str] = []
 
+    kept = 0
+
     async def read_stdout() -> None:
+        nonlocal kept
         assert process.stdout is not None
         async for chunk in process.stdout:
             out.append(chunk.decode("utf-8", "replace"))
+            kept += len(out[-1])
+            while not stdout and kept > STDOUT_TAIL and len(out) > 1:
+                kept -= len(out.pop(0))
 
     async def read_stderr() -> None:
         assert process.stderr is not None
@@ -100,9 +127,11 @@ async def run_command(
     try:
         with anyio.fail_after(bound_s):
             async with anyio.create_task_group() as group:
-                group.start_soon(read_stdout)
-                group.start_soon(read_stderr)
-            await process.wait()
+                readers = _Readers(group, read_stdout, read_stderr)
+                await process.wait()
+                with anyio.move_on_after(DRAIN_S):
+                    await readers.done.wait()
+                group.cancel_scope.cancel()
     except TimeoutError:
         with anyio.CancelScope(shield=True):
             await end(process)
@@ -120,6 +149,22 @@ async def run_command(
             _kill_group(process)  # anything the command left behind (a detached helper)
     assert process.returncode is not None
     return Finished(process.returncode, "".join(out), tail)
+
+
+class _Readers:
+    """Tasks started in ``group``; ``done`` is set when all have returned."""
+
+    def __init__(self, group: anyio.abc.TaskGroup, *readers: Callable[[], Awaitable[None]]):
+        self.done = anyio.Event()
+        self._left = len(readers)
+        for reader in readers:
+            group.start_soon(self._run, reader)
+
+    async def _run(self, reader: Callable[[], Awaitable[None]]) -> None:
+        await reader()
+        self._left -= 1
+        if not self._left:
+            self.done.set()
 
 
 async def end(process: Process) -> None:

@@ -44,6 +44,8 @@ class Root:
         """
         if not isinstance(path, str) or not path.strip():
             raise OutsideRoot(f"no {what} given", f"name a {what} under {self.path}")
+        if "\0" in path:
+            raise OutsideRoot(f"{what} {path!r}: a path holds no null byte", f"name a {what}")
         given = Path(path).expanduser()
         full = given if given.is_absolute() else self.path / given
         if not self.holds(full):

@@ -166,8 +166,10 @@ class TraceAnalysis(BaseModel):
 
 Script = Annotated[str, Field(description="the training script, a path under the root")]
 Args = Annotated[list[str] | None, Field(description="the script's own arguments")]
-Steps = Annotated[int | None, Field(None, ge=1, description="measured steps (default 20)")]
-Warmup = Annotated[int | None, Field(None, ge=0, description="steps before measuring")]
+Steps = Annotated[
+    int | None, Field(None, ge=1, strict=True, description="measured steps (default 20)")
+]
+Warmup = Annotated[int | None, Field(None, ge=0, strict=True, description="steps before measuring")]
 Seconds = Annotated[
     float | None, Field(None, gt=0, description="wall-time bound of each run, seconds")
 ]
@@ -252,7 +254,9 @@ def build_server(root: Root) -> MCPServer:
         apply: Annotated[bool, Field(description="write the patch into the files")] = False,
         steps: Steps = None,
         warmup: Warmup = None,
-        rounds: Annotated[int | None, Field(None, ge=1, description="alternated rounds")] = None,
+        rounds: Annotated[
+            int | None, Field(None, ge=1, strict=True, description="alternated rounds")
+        ] = None,
         max_seconds: Seconds = None,
     ) -> PatchOut:
         path = _checked(root, script, "script")
@@ -307,7 +311,9 @@ def build_server(root: Root) -> MCPServer:
     async def report(record: Annotated[str, Field(description="a record under the root")]) -> str:
         path = _checked(root, record, "record")
         with tempfile.TemporaryDirectory(prefix="torchdoctor-mcp-") as tmp:
-            done = await run_command(command("report", str(path)), Path(tmp), CALL_BOUND_S)
+            done = await run_command(
+                command("report", str(path)), Path(tmp), CALL_BOUND_S, stdout=True
+            )
         if done.returncode != 0:
             raise ToolError(done.error_words())
         return done.stdout
@@ -337,6 +343,25 @@ def _tool_error(exc: TorchdoctorError) -> ToolError:
     return ToolError(words)
 
 
+#: What a client that went away leaves: the server's end of the pipes, closed or broken.
+GONE = (BrokenPipeError, ConnectionResetError, EOFError)
+
+
 def serve(root: Root) -> None:
-    """Serve on stdio until the client closes it."""
-    build_server(root).run("stdio")
+    """Serve on stdio until the client closes it (or goes away: a broken pipe is its end, not
+    a failure of the server's)."""
+    try:
+        build_server(root).run("stdio")
+    except Exception as exc:  # noqa: BLE001 - told apart below
+        if not _client_gone(exc):
+            raise
+
+
+def _client_gone(exc: BaseException) -> bool:
+    """Whether ``exc`` (or every exception of a group) is the client's end of the pipes."""
+    group = getattr(exc, "exceptions", None)
+    if group:
+        return all(_client_gone(e) for e in group)
+    import anyio
+
+    return isinstance(exc, (*GONE, anyio.BrokenResourceError, anyio.ClosedResourceError))

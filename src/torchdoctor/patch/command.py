@@ -98,7 +98,8 @@ def fix_cli(
             if outside is not None:
                 patch.notes.append(
                     f"not applied: {outside} lies outside {apply_within} (--apply-within); no "
-                    "file was changed, the diff is written"
+                    "file was changed, the diff is written (the backups go under the project's "
+                    f"root, {project.root}: allow a folder that holds it, or apply the diff)"
                 )
             else:
                 patch.backup = str(_apply(project, kept))

@@ -137,3 +137,35 @@ def test_a_loader_setting_without_a_line_is_at_the_line_that_built_the_loader():
     }
     where = [f["where"] for f in summary.findings(record)]
     assert where == ["/p/train.py:96", None, "/p/t.py:7"]
+
+
+def test_a_null_byte_in_a_path_is_a_usage_error_not_a_crash(root):
+    with pytest.raises(OutsideRoot, match="no null byte"):
+        root.inside("sub/train.py\0", "script")
+
+
+def test_a_command_that_died_without_its_record_says_how_it_ended():
+    from torchdoctor.agents._calls import Finished
+
+    killed = Finished(-9, "", ["torchdoctor: measuring steps (400 steps)", ""])
+    words = killed.error_words()
+    assert words.startswith("the torchdoctor command was ended by signal 9 without writing its")
+    assert "measuring steps" in words
+    usage = Finished(2, "", ["noise", "torchdoctor: error: no script given", "  fix: pass one"])
+    assert usage.error_words() == "torchdoctor: error: no script given\n  fix: pass one"
+
+
+def test_a_client_that_went_away_is_no_failure_of_the_server():
+    pytest.importorskip("mcp")
+    import anyio
+
+    from torchdoctor.agents.server import _client_gone
+
+    class Group(Exception):
+        def __init__(self, *exceptions):
+            self.exceptions = exceptions
+
+    assert _client_gone(BrokenPipeError())
+    assert _client_gone(Group(BrokenPipeError(), Group(anyio.ClosedResourceError())))
+    assert not _client_gone(Group(BrokenPipeError(), ValueError("ours")))
+    assert not _client_gone(KeyError("x"))
