@@ -134,6 +134,35 @@ def _os_errors_are_bad_paths(path: str | os.PathLike[str], flag: str, check: Any
         ) from None
 
 
+def existing_dir(given: str | os.PathLike[str], flag: str, hint: str) -> Path:
+    """``given`` (a folder an option names, ``~`` expanded) with every symlink followed.
+
+    Raises:
+        TorchdoctorError: it is not an existing folder (``{flag} {given}: not a folder``).
+    """
+    path = Path(given).expanduser()
+    if not path.is_dir():
+        raise TorchdoctorError(f"{flag} {os.fspath(given)}: not a folder", hint)
+    return Path(os.path.realpath(path))
+
+
+def lies_under(path: str | os.PathLike[str], folder: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is ``folder`` or lies under it, every symlink on the way followed."""
+    real, within = Path(os.path.realpath(path)), Path(os.path.realpath(folder))
+    return real == within or within in real.parents
+
+
+def ignored_dir(top: Path, *parts: str) -> Path:
+    """``top/parts...`` made (parents too), with a ``.gitignore`` of ``*`` in ``top`` so what
+    torchdoctor keeps there (backups, an agent's records) stays out of the user's `git status`."""
+    folder = top.joinpath(*parts)
+    folder.mkdir(parents=True, exist_ok=True)
+    ignore = top / ".gitignore"
+    if not ignore.exists():
+        ignore.write_text("*\n")
+    return folder
+
+
 def resolve_script(script: str) -> Path:
     """The file ``python SCRIPT`` would run (a folder's ``__main__.py``), made absolute.
 

@@ -8,6 +8,7 @@ from itertools import count
 from pathlib import Path
 
 from .._errors import TorchdoctorError
+from .._paths import existing_dir, ignored_dir, lies_under
 
 #: Where the server keeps what it writes under the root: records and patches.
 OWN_DIR = ".torchdoctor"
@@ -23,17 +24,13 @@ class Root:
     """The server's root folder: every path a call names is checked against it."""
 
     def __init__(self, folder: str | os.PathLike[str]) -> None:
-        given = Path(folder).expanduser()
-        if not given.is_dir():
-            raise TorchdoctorError(
-                f"--root {folder}: not a folder", "pass the folder holding the scripts to diagnose"
-            )
-        self.path = Path(os.path.realpath(given))
+        self.path = existing_dir(
+            folder, "--root", "pass the folder holding the scripts to diagnose"
+        )
 
     def holds(self, path: str | os.PathLike[str]) -> bool:
         """Whether ``path``, with every symlink on its way followed, lies under the root."""
-        real = Path(os.path.realpath(path))
-        return real == self.path or self.path in real.parents
+        return lies_under(path, self.path)
 
     def inside(self, path: str, what: str, *, exists: bool = True) -> Path:
         """``path`` (relative paths mean under the root) checked to lie under the root, every
@@ -60,10 +57,6 @@ class Root:
 
     def new_file(self, kind: str, stem: str, suffix: str) -> Path:
         """A fresh path under ``<root>/.torchdoctor/<kind>/`` for something a call writes."""
-        folder = self.path / OWN_DIR / kind
-        folder.mkdir(parents=True, exist_ok=True)
-        ignore = self.path / OWN_DIR / ".gitignore"
-        if not ignore.exists():  # the server's files stay out of the user's `git status`
-            ignore.write_text("*\n")
+        folder = ignored_dir(self.path / OWN_DIR, kind)
         stamp = time.strftime("%Y%m%d-%H%M%S")
         return folder / f"{stem}-{stamp}-{os.getpid()}-{next(_names)}{suffix}"

@@ -10,8 +10,8 @@ command's own words; the server itself never goes down with a call.
 
 from __future__ import annotations
 
+import itertools
 import json
-import tempfile
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -30,8 +30,10 @@ from ._root import Root
 CALL_BOUND_S = 3600.0
 #: A whole run (run --whole) has no bound on the command line; a tool call always has one.
 WHOLE_DEFAULT_S = 600.0
-#: Exit statuses after which the command has written its record (a usage error writes none).
-WRITES_RECORD = {0, 1, 3, 4, 5, 6, 130}
+#: Exit statuses after which a run has written its record (a usage error writes none).
+WRITES_RECORD = frozenset({0, 1, 3, 4, 5, 6, 130})
+#: ... and after which compare and analyze have.
+OK = frozenset({0})
 
 INSTRUCTIONS = (
     "torchdoctor measures where a PyTorch training script's step time goes and proves fixes by "
@@ -181,21 +183,24 @@ def build_server(root: Root) -> MCPServer:
         "torchdoctor", instructions=INSTRUCTIONS, version=__version__, log_level="WARNING"
     )
 
-    async def call(argv: list[str], ctx: Context | None, bound_s: float = CALL_BOUND_S):
+    async def call(argv: list[str], ctx: Context | None = None, stdout: bool = False) -> Finished:
+        """Run ``argv`` for a call: its phases as ``ctx``'s progress, its bound a tool error."""
+        phases = itertools.count(1)
+
         async def progress(line: str) -> None:
             if ctx is not None:
-                progress.n += 1  # type: ignore[attr-defined]
-                await ctx.report_progress(progress.n, None, line)  # type: ignore[attr-defined]
+                await ctx.report_progress(next(phases), None, line)
 
-        progress.n = 0  # type: ignore[attr-defined]
         try:
-            return await run_command(argv, root.path, bound_s, progress)
+            return await run_command(argv, root.path, CALL_BOUND_S, progress, stdout=stdout)
         except TorchdoctorError as exc:
             raise _tool_error(exc) from None
 
-    def record_of(done: Finished, path: Path) -> dict[str, Any]:
-        if done.returncode not in WRITES_RECORD or not path.exists():
-            raise ToolError(done.error_words() or f"the command ended {done.returncode}")
+    def record_of(done: Finished, path: Path, written: frozenset[int] = OK) -> dict[str, Any]:
+        """The JSON ``done`` wrote at ``path``, where its exit status is one that writes it;
+        else a tool error in the command's own words."""
+        if done.returncode not in written or not path.exists():
+            raise ToolError(done.error_words())
         return json.loads(path.read_text())
 
     def script_flags(steps: int | None, warmup: int | None, max_seconds: float | None) -> list[str]:
@@ -238,7 +243,7 @@ def build_server(root: Root) -> MCPServer:
             flags += ["--try", ",".join(trials)]
         argv = command("run", *flags, "--json", str(record), "--", str(path), *(args or []))
         done = await call(argv, ctx)
-        said = _summary.diagnosis(record_of(done, record), str(record))
+        said = _summary.diagnosis(record_of(done, record, WRITES_RECORD), str(record))
         return Diagnosis(**said, output_tail=_tail(done, said))
 
     @app.tool(
@@ -271,7 +276,7 @@ def build_server(root: Root) -> MCPServer:
             "fix", *flags, "--out", str(diff), "--json", str(record), "--", str(path), *(args or [])
         )
         done = await call(argv, ctx)
-        said = _summary.patch(record_of(done, record), str(record))
+        said = _summary.patch(record_of(done, record, WRITES_RECORD), str(record))
         return PatchOut(**said, output_tail=_tail(done, said))
 
     @app.tool(
@@ -284,10 +289,8 @@ def build_server(root: Root) -> MCPServer:
     ) -> Comparison:
         first, second = _checked(root, a, "record"), _checked(root, b, "record")
         out = root.new_file("records", "comparison", ".json")
-        done = await call(command("compare", str(first), str(second), "--json", str(out)), None)
-        if done.returncode != 0 or not out.exists():
-            raise ToolError(done.error_words())
-        return Comparison(**_summary.comparison(json.loads(out.read_text()), str(out)))
+        done = await call(command("compare", str(first), str(second), "--json", str(out)))
+        return Comparison(**_summary.comparison(record_of(done, out), str(out)))
 
     @app.tool(
         description="Read torch.profiler traces (a .json or .json.gz file, or a folder of "
@@ -300,9 +303,7 @@ def build_server(root: Root) -> MCPServer:
         path = _checked(root, trace, "trace")
         record = root.new_file("records", f"{path.stem}-trace", ".json")
         done = await call(command("analyze", str(path), "--json", str(record)), ctx)
-        if done.returncode != 0 or not record.exists():
-            raise ToolError(done.error_words())
-        return TraceAnalysis(**_summary.trace_analysis(json.loads(record.read_text()), str(record)))
+        return TraceAnalysis(**_summary.trace_analysis(record_of(done, record), str(record)))
 
     @app.tool(
         description="The text report of a record (diagnose's, fix's or analyze_trace's), as "
@@ -310,10 +311,7 @@ def build_server(root: Root) -> MCPServer:
     )
     async def report(record: Annotated[str, Field(description="a record under the root")]) -> str:
         path = _checked(root, record, "record")
-        with tempfile.TemporaryDirectory(prefix="torchdoctor-mcp-") as tmp:
-            done = await run_command(
-                command("report", str(path)), Path(tmp), CALL_BOUND_S, stdout=True
-            )
+        done = await call(command("report", str(path)), stdout=True)
         if done.returncode != 0:
             raise ToolError(done.error_words())
         return done.stdout

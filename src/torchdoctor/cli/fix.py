@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import os
 
 from .._errors import TorchdoctorError
-from .._paths import check_output_file
+from .._paths import check_output_file, existing_dir
 from ..options import add_flags, from_args, positive_int
 from ._target import checked_outputs, parse_target, target_args
 
@@ -68,15 +67,13 @@ def _cmd_fix(args: argparse.Namespace) -> int:
     check_patchable(resolve_target(target))
     out = check_output_file(args.out, "--out", example="fix.diff")
     options = from_args(args, **checked_outputs(args))
-    within = _folder(args.apply_within) if args.apply_within else None
+    within = (
+        str(existing_dir(args.apply_within, "--apply-within", "name an existing folder"))
+        if args.apply_within
+        else None
+    )
     if within is not None and not args.apply:
         raise TorchdoctorError("--apply-within limits --apply", "add --apply, or leave it out")
     return fix_cli(
         target, options, out=out, apply=args.apply, rounds=args.rounds, apply_within=within
     )
-
-
-def _folder(given: str) -> str:
-    if not os.path.isdir(given):
-        raise TorchdoctorError(f"--apply-within {given}: not a folder", "name an existing folder")
-    return os.path.realpath(given)

@@ -15,7 +15,6 @@ measure the patched code against the original, keep what pays (docs/fix.md).
 from __future__ import annotations
 
 import dataclasses
-import os
 import shutil
 import stat
 import sys
@@ -24,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from .._errors import EXIT_INTERRUPTED, EXIT_OK, TorchdoctorError
-from .._paths import where
+from .._paths import ignored_dir, lies_under, where
 from ..options import RunOptions
 from ..record import (
     COMPLETE,
@@ -261,10 +260,8 @@ def _runner(target, options: RunOptions, record: RunRecord, quiet: bool):
 def _outside(project: Project, remedies: Sequence[str], folder: str) -> str | None:
     """The first file ``--apply`` would write (a patched file, the backup folder) that is not
     under ``folder``, symlinks followed; ``None`` when all are."""
-    within = Path(os.path.realpath(folder))
     for path in [*project.patched(remedies), project.root / BACKUP_DIR]:
-        real = Path(os.path.realpath(path))
-        if real != within and within not in real.parents:
+        if not lies_under(path, folder):
             return str(path)
     return None
 
@@ -272,11 +269,7 @@ def _outside(project: Project, remedies: Sequence[str], folder: str) -> str | No
 def _apply(project: Project, remedies: Sequence[str]) -> Path:
     """Write the patch into the user's files, each first copied to a backup folder (returned)."""
     changed = project.patched(remedies)
-    backup = project.root / BACKUP_DIR / time.strftime("%Y%m%d-%H%M%S")
-    backup.mkdir(parents=True, exist_ok=True)
-    ignore = project.root / BACKUP_DIR / ".gitignore"
-    if not ignore.exists():  # the backups stay out of the user's `git status`
-        ignore.write_text("*\n")
+    backup = ignored_dir(project.root / BACKUP_DIR, time.strftime("%Y%m%d-%H%M%S"))
     for path in changed:
         copy = backup / project.rel(path)
         copy.parent.mkdir(parents=True, exist_ok=True)
