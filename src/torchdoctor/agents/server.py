@@ -34,6 +34,8 @@ WHOLE_DEFAULT_S = 600.0
 WRITES_RECORD = frozenset({0, 1, 3, 4, 5, 6, 130})
 #: ... and after which compare and analyze have.
 OK = frozenset({0})
+#: How a run's answer is read from its record, by command.
+READERS = {"run": _summary.diagnosis, "fix": _summary.patch}
 
 INSTRUCTIONS = (
     "torchdoctor measures where a PyTorch training script's step time goes and proves fixes by "
@@ -203,6 +205,21 @@ def build_server(root: Root) -> MCPServer:
             raise ToolError(done.error_words())
         return json.loads(path.read_text())
 
+    async def run_script(
+        subcommand: str,
+        flags: list[str],
+        script: Path,
+        args: list[str] | None,
+        record: Path,
+        ctx: Context,
+    ) -> dict[str, Any]:
+        """``run`` or ``fix`` of ``script``, answered from its record: what the run said, and
+        what it printed last when it did not complete."""
+        argv = command(subcommand, *flags, "--json", str(record), "--", str(script), *(args or []))
+        done = await call(argv, ctx)
+        said = READERS[subcommand](record_of(done, record, WRITES_RECORD), str(record))
+        return {**said, "output_tail": _tail(done, said)}
+
     def script_flags(steps: int | None, warmup: int | None, max_seconds: float | None) -> list[str]:
         flags = []
         if steps is not None:
@@ -241,10 +258,7 @@ def build_server(root: Root) -> MCPServer:
                 flags += ["--max-seconds", str(WHOLE_DEFAULT_S)]
         if trials:
             flags += ["--try", ",".join(trials)]
-        argv = command("run", *flags, "--json", str(record), "--", str(path), *(args or []))
-        done = await call(argv, ctx)
-        said = _summary.diagnosis(record_of(done, record, WRITES_RECORD), str(record))
-        return Diagnosis(**said, output_tail=_tail(done, said))
+        return Diagnosis(**await run_script("run", flags, path, args, record, ctx))
 
     @app.tool(
         description="Diagnose the script, write each measured remedy into its code as a unified "
@@ -272,12 +286,8 @@ def build_server(root: Root) -> MCPServer:
             flags += ["--rounds", str(rounds)]
         if apply:
             flags += ["--apply", "--apply-within", str(root.path)]
-        argv = command(
-            "fix", *flags, "--out", str(diff), "--json", str(record), "--", str(path), *(args or [])
-        )
-        done = await call(argv, ctx)
-        said = _summary.patch(record_of(done, record, WRITES_RECORD), str(record))
-        return PatchOut(**said, output_tail=_tail(done, said))
+        flags += ["--out", str(diff)]
+        return PatchOut(**await run_script("fix", flags, path, args, record, ctx))
 
     @app.tool(
         description="Did B get faster than A, beyond the noise? Two records written by "
