@@ -95,9 +95,10 @@ def main():
             time.sleep(args.step_s)  # the rest of a real step
             metrics.append(loss.detach())
             step += 1
-            if args.count_file:
-                with open(args.count_file, "w") as counted:
+            if args.count_file:  # whole or not at all: a Ctrl-C between open and write
+                with open(args.count_file + ".new", "w") as counted:  # left it empty
                     counted.write(str(step))
+                os.replace(args.count_file + ".new", args.count_file)
             if args.flush_every and step % args.flush_every == 0:
                 flush_metrics(metrics)
         if args.eval_batches:
