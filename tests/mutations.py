@@ -398,6 +398,27 @@ MUTATIONS = (
         "return max(known, key=STATUS_PRECEDENCE.index)",
         ("tests/unit/process/test_ending.py",),
     ),
+    Mutation(
+        "evaluation: a no-grad call in training mode (an RL rollout) is evaluation",
+        "capture/_loop_shapes.py",
+        "and not module.training\n",
+        "\n",
+        ("tests/unit/analysis/test_evaluation_in_step.py",),
+    ),
+    Mutation(
+        "evaluation: a frozen teacher's call is evaluation",
+        "capture/_loop_shapes.py",
+        "and trainable(module)\n",
+        "\n",
+        ("tests/unit/analysis/test_evaluation_in_step.py",),
+    ),
+    Mutation(
+        "evaluation: it leads the advice however little of the step it takes",
+        "analysis/compute_advice.py",
+        "if evaluation >= EVALUATION_LEADS:",
+        "if evaluation > 0:",
+        ("tests/unit/analysis/test_evaluation_in_step.py",),
+    ),
 )
 
 

@@ -107,6 +107,23 @@ def test_a_gan_is_stepped_by_its_first_optimizer():
     assert rec.verdict.kind in ("COMPUTE-BOUND", "HOST-BOUND")  # data is in memory
 
 
+def test_evaluation_inside_the_step_is_named_evaluation_with_its_line():
+    # gcn's shape: train once, then two no_grad passes in eval mode (40 ms each, injected) per
+    # step. They were counted as the training's forward, and the Next advised amp and compile.
+    out, rec = run("eval_in_step.py", counterfactuals=False)
+    _stopped_on_purpose(out, rec)
+    evaluation, forward = rec.parts_ms["evaluation"], rec.parts_ms["forward"]
+    assert evaluation.min >= 2 * 40.0 and forward.mean < evaluation.mean, rec.parts_ms
+    (found,) = [f for f in rec.findings if f.kind == "loop.evaluation-in-step"]
+    script = (SHAPES / "eval_in_step.py").read_text().splitlines()
+    # the line that runs the evaluation: test()'s first call, in the training step
+    assert script[found.line - 1].strip() == "loss_train, acc_train = test(train_nodes)"
+    assert "test() at eval_in_step.py:" in found.title and "every measured step" in found.title
+    assert rec.verdict.kind == "COMPUTE-BOUND"
+    assert rec.verdict.next.index("evaluate less often") < rec.verdict.next.index("autocast")
+    assert f"eval_in_step.py:{found.line}" in rec.verdict.next
+
+
 @pytest.mark.timing
 def test_an_lbfgs_closure_is_one_step():
     out, rec = run("lbfgs_closure.py", "--max-iter", "10", counterfactuals=False)

@@ -9,7 +9,6 @@ from ..record import (
     ENDED_SHORT,
     HOST_BOUND,
     INPUT_BOUND,
-    OUT_OF_MEMORY,
     SCRIPT_ERROR,
     STEP_PARTS,
     UNKNOWN,
@@ -18,7 +17,8 @@ from ..record import (
     Stat,
     Verdict,
 )
-from ..record.part_names import PART_GROUPS
+from ..record.part_names import OPTIONAL_PARTS, PART_GROUPS
+from .compute_advice import CEILING_NO_GAIN, next_compute, pct, why_compute
 from .firmness import BUSY_CORES, firm, others_cores
 from .short_run import MIN_VERDICT_STEPS, fit_first, too_few
 
@@ -76,7 +76,11 @@ def derive(record: RunRecord) -> Derived:
         per_step = _mean(steps.batches) or 1.0
         needed = round(per_step * 1000.0 / model_alone.mean, 3)
         loader_alone = replace(loader_alone, needed_batches_per_s=needed)
-    parts = {name: s for name in STEP_PARTS if (s := Stat.of(steps.part(name)))}
+    parts = {
+        name: s
+        for name in STEP_PARTS
+        if (s := Stat.of(steps.part(name))) and (s.max > 0 or name not in OPTIONAL_PARTS)
+    }
     # the verdict reads the figures above: it decides on a copy that holds them
     view = replace(
         record,
@@ -192,7 +196,7 @@ def decide(record: RunRecord) -> Verdict:
     if host_bound:
         why = _why_host(record, shares, step, has_loader)
         return Verdict(HOST_BOUND, why, _with_trials(record, _NEXT_HOST), shares)
-    why = _why_compute(record, shares, step)
+    why = why_compute(record, shares, step)
     return Verdict(COMPUTE_BOUND, why, _with_trials(record, next_compute(record)), shares)
 
 
@@ -256,7 +260,7 @@ def _why_input(record: RunRecord, shares: dict[str, float], step: float) -> str:
     else:
         waits = f"waits {wait:.1f} ms for data"
     parts = [
-        f"the loop {waits} in a mean {step:.1f} ms step ({_pct(shares['input'])} of step time in input)"
+        f"the loop {waits} in a mean {step:.1f} ms step ({pct(shares['input'])} of step time in input)"
     ]
     if record.ceiling_speedup is not None and record.model_alone_step_ms:
         parts.append(
@@ -347,7 +351,7 @@ def _why_host(record: RunRecord, shares: dict[str, float], step: float, has_load
         "so this includes making them"
     )
     return (
-        f"{other:.1f} ms of a mean {step:.1f} ms step ({_pct(shares['host'])} of step time) "
+        f"{other:.1f} ms of a mean {step:.1f} ms step ({pct(shares['host'])} of step time) "
         f"is spent {where}: Python work, logging and host syncs between the calls"
     )
 
@@ -356,10 +360,6 @@ _NEXT_HOST = (
     "look at the findings for host syncs (.item(), printing tensors) and per-step copies; log "
     "every k steps and accumulate metrics on the device; move per-step Python work out of the loop"
 )
-
-
-#: A data-free step less than this much faster is no gain (the two phases' noise).
-CEILING_NO_GAIN = 1.05
 
 
 def ceiling_words(record: RunRecord) -> str:
@@ -381,7 +381,7 @@ def ceiling_words(record: RunRecord) -> str:
     workers = record.loader is not None and record.loader.num_workers > 0
     if verdict != INPUT_BOUND and ceiling >= INPUT_BOUND_CEILING and not workers:
         text += (
-            f" (more than the input's {_pct(input_share)} of the step explains: the data-free "
+            f" (more than the input's {pct(input_share)} of the step explains: the data-free "
             "steps ran under less load, noise)"
         )
     return text
@@ -400,39 +400,9 @@ def capture_cost_words(record: RunRecord) -> str:
         return ""
     return (
         f"torchdoctor's hooks took {cost * 1000:.0f} us of CPU time in each measured step "
-        f"({_pct(cost / step)} "
+        f"({pct(cost / step)} "
         "of it), included in the step times"
     )
-
-
-def _why_compute(record: RunRecord, shares: dict[str, float], step: float) -> str:
-    text = f"forward, backward and optimizer take {_pct(shares['compute'])} of a mean {step:.1f} ms step"
-    ceiling = record.ceiling_speedup
-    if ceiling is not None:
-        text += (
-            f"; with data made free the step is only {ceiling:.2f}x faster"
-            if ceiling >= CEILING_NO_GAIN
-            else "; with data made free the step is no faster"
-        )
-    return text
-
-
-_NEXT_COMPUTE = (
-    "make the model's work cheaper: mixed precision (torch.autocast), torch.compile, a batch "
-    "size that fills the device, fused optimizers (foreach/fused=True); input fixes will not help"
-)
-
-
-def next_compute(record: RunRecord) -> str:
-    """Where the model's work can be made cheaper; no autocast where the script has it."""
-    dtype = record.seen.get("autocast_dtype")
-    text = _NEXT_COMPUTE
-    if record.status == OUT_OF_MEMORY:  # a batch that fills the device is what did not fit
-        text = text.replace(", a batch size that fills the device", "")
-    if not dtype:
-        return text
-    return text.replace(": mixed precision (torch.autocast),",
-                                 f" (its forward already runs under torch.autocast, {dtype}):")  # fmt: skip
 
 
 def _mean_part(record: RunRecord, part: str) -> float:
@@ -442,7 +412,3 @@ def _mean_part(record: RunRecord, part: str) -> float:
 
 def _mean(values: list[int] | list[float]) -> float | None:
     return sum(values) / len(values) if values else None
-
-
-def _pct(share: float) -> str:
-    return f"{share * 100:.0f}%"

@@ -10,6 +10,7 @@ from ._environment import detect_environment
 from ._frames import innermost_user_line
 from ._held import held_by_category
 from ._inloop_sweep import InLoopSweep
+from ._loop_shapes import evaluation_finding
 from ._patch import Patcher, raised_by_torchdoctor
 from ._sampler import lower_thread_priority
 from ._session import CaptureSession, Listener, ProgressFn, StopRun, active_session
@@ -20,6 +21,7 @@ from .syncs import SyncEvent, SyncWatcher, find_syncs, watch_syncs
 
 __all__ = [
     "manual_collectives_finding",
+    "evaluation_finding",
     "CaptureSession",
     "InLoopSweep",
     "Listener",

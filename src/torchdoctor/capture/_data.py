@@ -65,6 +65,8 @@ class CaptureData:
     ddp_settings: dict[str, Any] = field(default_factory=dict)
     #: What the loop itself does wrong (a loop whose parameters never change).
     loop_findings: list[Finding] = field(default_factory=list)
+    #: Where the first evaluation inside a step ran (``_loop_shapes.evaluation_sites``).
+    evaluation_sites: list[tuple[str, int, str, str]] = field(default_factory=list)
     trace_paths: list[str] = field(default_factory=list)
     #: The whole-step worker sweep's result (``record.WorkerSweep``), when it ran.
     worker_sweep: WorkerSweep | None = None

@@ -4,12 +4,18 @@ timed), and backward calls that never change a parameter (a loop that trains not
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from ..record import Finding
+from ..record import Finding, RunRecord
+from ._frames import is_user_file, statement_at
+
+#: Evaluation inside the steps is a finding once it takes this share of their time.
+EVALUATION_FINDING_SHARE = 0.05
 
 
 def never_updates_finding(site: Any) -> Finding:
@@ -27,6 +33,24 @@ def never_updates_finding(site: Any) -> Finding:
         line=site.line if site is not None else None,
         source=site.source if site is not None else None,
         severity="critical",
+    )
+
+
+def trainable(module: Any) -> bool:
+    """Whether a module has a parameter that takes gradients (a transform or a loss has none)."""
+    return any(p.requires_grad for p in module.parameters())
+
+
+def evaluating(module: Any, boundary: str | None) -> bool:
+    """Whether an outermost call evaluates the model inside a training loop: a trained module
+    in eval mode with grad off (a validation pass run every step). A no-grad call in training
+    mode is the training's own work (an RL rollout, a GAN's generator for its discriminator), and
+    a frozen module (a teacher) trains nothing; a loop stepped by its forward has no other work."""
+    return (
+        boundary not in (None, "forward")
+        and not module.training
+        and not torch.is_grad_enabled()
+        and trainable(module)
     )
 
 
@@ -62,3 +86,70 @@ def forward_timed_by(hooks: Any, module: Any) -> Callable[..., Any]:
             hooks.forward_post(module, args, None)
 
     return timed_forward
+
+
+def time_direct_forwards(hooks: Any, optimizer: Any) -> None:
+    """A loop whose model runs through ``self.forward(x)`` (no module call, so no module hook
+    fires): time the modules this optimizer trains by wrapping their ``forward``."""
+    if optimizer in hooks._direct_searched:
+        return
+    hooks._direct_searched.add(optimizer)
+    modules = trained_modules(optimizer)
+    for module in modules:
+        hooks.patcher.set(module, "forward", forward_timed_by(hooks, module))
+        hooks._direct_forwards.append(type(module).__name__)
+    if modules and not hooks._direct_note:
+        hooks._direct_note = True
+        hooks.data.notes.append(
+            "the model is run through its forward() method, not by calling the module, so "
+            "module hooks never fire: torchdoctor timed the forward() of the modules each "
+            f"optimizer trains ({', '.join(dict.fromkeys(hooks._direct_forwards))})"
+        )
+
+
+#: Where an evaluation runs: ``(file, line, statement, function)``.
+Site = tuple[str, int, str, str]
+
+
+def evaluation_sites() -> list[Site]:
+    """Where an evaluation inside a step runs: the user's line that calls the model, then the
+    line that called its function (``test()`` called from the training step): that line runs
+    the evaluation. Read once, at the first."""
+    frame = sys._getframe(1)
+    sites: list[Site] = []
+    while frame is not None and len(sites) < 2:
+        name, line, function = frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name
+        if is_user_file(name):
+            sites.append((name, line, statement_at(name, line), function))
+            if function == "<module>":
+                break
+        frame = frame.f_back
+    return sites
+
+
+def evaluation_finding(record: RunRecord, sites: list[Site]) -> Finding | None:
+    """Evaluation inside the training steps, where it takes a share of them worth saying."""
+    evaluation = record.steps.part("evaluation")
+    total = sum(record.steps.step_ms)
+    if not evaluation or total <= 0 or sum(evaluation) < EVALUATION_FINDING_SHARE * total:
+        return None
+    n, with_it = len(evaluation), sum(1 for ms in evaluation if ms > 0)
+    mean, share = sum(evaluation) / n, sum(evaluation) / total
+    inner, outer = (sites[0], sites[-1]) if sites else (None, None)
+    runs = ""
+    if inner is not None and outer is not inner:
+        runs = f"{inner[3]}() at {os.path.basename(inner[0])}:{inner[1]}, called here, "
+    every = "every measured step" if with_it == n else f"{with_it} of {n} measured steps"
+    return Finding(
+        kind="loop.evaluation-in-step",
+        title=f"evaluation inside the training steps: {runs}runs the model in eval mode with "
+        f"grad off in {every}, {mean:.1f} ms a step ({share:.0%} of step time)",
+        fix="# evaluate every k steps or once an epoch, not in every training step\n"
+        "if step % eval_every == 0:\n"
+        f"    {outer[2] if outer is not None else 'evaluate(model)'}",
+        file=outer[0] if outer is not None else None,
+        line=outer[1] if outer is not None else None,
+        source=outer[2] if outer is not None else None,
+        cost_ms=round(mean, 3),
+        detail={"steps_with": with_it, "steps": n, "share": round(share, 4)},
+    )

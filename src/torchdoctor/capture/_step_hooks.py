@@ -18,7 +18,13 @@ from ..loader import valid_loader_kwargs
 from ..record import phase_names
 from ._boundary import graph_leaves
 from ._cost import cost_clock_ns, costed
-from ._loop_shapes import forward_timed_by, never_updates_finding, trained_modules
+from ._loop_shapes import (
+    evaluating,
+    evaluation_sites,
+    never_updates_finding,
+    time_direct_forwards,
+    trainable,
+)
 from ._patch import passes_through
 from ._script_state import call_site
 from ._whole import loader_key
@@ -40,11 +46,6 @@ if TYPE_CHECKING:
     from ._whole import WholeRunWatch
     from ._whole_stand_in import NoWholeRun
     from .phases import Phase, PhaseSession
-
-
-def _trainable(module: Any) -> bool:
-    """Whether a module has a parameter that takes gradients (a transform or a loss has none)."""
-    return any(p.requires_grad for p in module.parameters())
 
 
 class StopRun(BaseException):
@@ -120,6 +121,8 @@ class StepHooks:
     #: When ``_costing`` last turned on (ns): a hook that started untimed counts from there.
     _timed_from: int
     _module_depth: int
+    #: The part an outermost module call is timed as: ``forward``, or ``evaluation``.
+    _forward_part: str
     _optimizer_depth: int
     #: Inside the DataLoader's ``__next__`` (its transforms are input, not the model), and module
     #: calls ignored for it.
@@ -169,6 +172,7 @@ class StepHooks:
         self._costing = True
         self._timed_from = 0
         self._module_depth = 0
+        self._forward_part = "forward"
         self._optimizer_depth = 0
         self._producing = 0
         self._quiet_depth = 0
@@ -236,7 +240,7 @@ class StepHooks:
                 raise StopRun()
             if self._global_forward_hooks and module not in self._root_modules:
                 self._root_modules.add(module)
-                if not self._trainable_root_seen and _trainable(module):
+                if not self._trainable_root_seen and trainable(module):
                     self._trainable_root_seen = True
             self.data.seen["forward_calls"] += 1
             kind = self.boundary.kind
@@ -246,7 +250,7 @@ class StepHooks:
                 and self.boundary.forward_starting(
                     torch.is_grad_enabled(),
                     self.data.seen["backward_calls"] > 0,
-                    trainable=kind is not None or _trainable(module),
+                    trainable=kind is not None or trainable(module),
                     batches=self.data.seen["batches"] if self.data.seen["dataloaders"] else None,
                 )
             ):
@@ -257,7 +261,7 @@ class StepHooks:
             if (
                 (self.phase.probes or self.phase.measuring)
                 and self.state.wants_forward(module)
-                and _trainable(module)
+                and trainable(module)
                 and module.training
                 and torch.is_grad_enabled()
             ):  # a training forward: an evaluation pass is not where the model trains
@@ -265,7 +269,11 @@ class StepHooks:
             if self.inputs.searching:
                 self.inputs.model_called(args, self.patcher, self)
             self.whole.forward_started(module.training)
-            self.push("forward")
+            # a validation pass inside the step is its own part, not the training forward's
+            self._forward_part = "evaluation" if evaluating(module, kind) else "forward"
+            if self._forward_part == "evaluation" and not self.data.evaluation_sites:
+                self.data.evaluation_sites = evaluation_sites()
+            self.push(self._forward_part)
         self._module_depth += 1
 
     @costed
@@ -278,7 +286,7 @@ class StepHooks:
         if self._module_depth > 0:
             self._module_depth -= 1
         if self._module_depth == 0:
-            self.pop("forward")
+            self.pop(self._forward_part)
             self.whole.forward_ended(call_site)
 
     @costed
@@ -311,7 +319,7 @@ class StepHooks:
         ):
             # Gradients came from a backward, yet no module with parameters was called (at most
             # a ReLU inside): the model runs through ``self.forward(x)``.
-            self._time_direct_forwards(optimizer)
+            time_direct_forwards(self, optimizer)
         if self._optimizer_depth == 0 and self.optimizers.is_step_end(optimizer, self.clock):
             if self.boundary.optimizer_stepped(type(optimizer).__name__):
                 self._boundary_decided(moved=True)
@@ -426,24 +434,6 @@ class StepHooks:
 
     def overrides_for(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         return valid_loader_kwargs({**kwargs, **self.options.loader_overrides})
-
-    def _time_direct_forwards(self, optimizer: Any) -> None:
-        """A loop whose model runs through ``self.forward(x)`` (no module call, so no module hook
-        fires): time the modules this optimizer trains by wrapping their ``forward``."""
-        if optimizer in self._direct_searched:
-            return
-        self._direct_searched.add(optimizer)
-        modules = trained_modules(optimizer)
-        for module in modules:
-            self.patcher.set(module, "forward", forward_timed_by(self, module))
-            self._direct_forwards.append(type(module).__name__)
-        if modules and not self._direct_note:
-            self._direct_note = True
-            self.data.notes.append(
-                "the model is run through its forward() method, not by calling the module, so "
-                "module hooks never fire: torchdoctor timed the forward() of the modules each "
-                f"optimizer trains ({', '.join(dict.fromkeys(self._direct_forwards))})"
-            )
 
     def check_done(self) -> None:
         if isinstance(self.phase, Done) and self.stop_when_done:

@@ -11,6 +11,7 @@ from ..analysis.verdict import summarise
 from ..capture import (
     CaptureSession,
     detect_environment,
+    evaluation_finding,
     held_by_category,
     innermost_user_line,
     manual_collectives_finding,
@@ -87,6 +88,9 @@ def build_record(
         record.findings.append(manual)
     record.findings.extend(session.data.parallel_findings)
     record.findings.extend(session.data.loop_findings)
+    evaluation = evaluation_finding(record, session.data.evaluation_sites)
+    if evaluation is not None:
+        record.findings.append(evaluation)
     record.findings.extend(session.data.sync_findings)
     record.overhead_ms.update(session.data.overheads_ms())
     record.sync_sampled_steps = len(session.data.sync_sample_ms)

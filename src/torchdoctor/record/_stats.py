@@ -1,12 +1,14 @@
 """The record's two plain shapes of measured durations: a series of steps by part, and the
 summary of a series. Every section of the record uses them (the run, each rank, each trial), so
-they sit below all of them and import nothing of the record. Nothing here imports torch.
+they sit below all of them and import nothing of the record but the parts' names. Nothing here imports torch.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+
+from .part_names import STEP_PARTS
 
 
 @dataclass
@@ -56,9 +58,16 @@ class StepSeries:
     forward_ms: list[float] = field(default_factory=list)
     backward_ms: list[float] = field(default_factory=list)
     optimizer_ms: list[float] = field(default_factory=list)
+    #: The model evaluated inside the step (eval mode, grad off); empty in records before it.
+    evaluation_ms: list[float] = field(default_factory=list)
     other_ms: list[float] = field(default_factory=list)
     #: DataLoader batches drawn during each step (more than 1 with gradient accumulation).
     batches: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        # a record written before a part existed (``evaluation``) has no series for it: zeros
+        if self.other_ms and not self.evaluation_ms:
+            self.evaluation_ms = [0.0] * len(self.other_ms)
 
     def __len__(self) -> int:
         return len(self.step_ms)
@@ -68,8 +77,9 @@ class StepSeries:
         return getattr(self, f"{name}_ms")
 
     def add_step(self, parts_ms: dict[str, float], batches: int) -> None:
-        """Append one step: its parts (keyed by :data:`STEP_PARTS` names), their sum, its batches."""
+        """Append one step: its parts (keyed by :data:`STEP_PARTS` names; a part not given took
+        0 ms), their sum, its batches."""
         self.step_ms.append(round(sum(parts_ms.values()), 4))
-        for name, ms in parts_ms.items():
-            self.part(name).append(round(ms, 4))
+        for name in STEP_PARTS:
+            self.part(name).append(round(parts_ms.get(name, 0.0), 4))
         self.batches.append(batches)

@@ -3,8 +3,31 @@ are written (the renderers and the verdict take them from here). Torch-free."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+
 #: The parts of a step, in the order they are shown. They sum to the step.
-STEP_PARTS = ("data_wait", "to_device", "forward", "backward", "optimizer", "other")
+#: ``evaluation`` is an outermost call of a trained model in eval mode with grad off inside a
+#: training step (a validation pass run every step): its time was the forward's before.
+STEP_PARTS = (
+    "data_wait",
+    "to_device",
+    "forward",
+    "backward",
+    "optimizer",
+    "evaluation",
+    "other",
+)
+
+#: Parts a run seldom has: summarised (``parts_ms``) and shown only where a step had some.
+OPTIONAL_PARTS = frozenset({"evaluation"})
+
+
+def parts_shown(summaries: Iterable[Mapping[str, object]]) -> tuple[str, ...]:
+    """The parts a table or chart of these summaries (``parts_ms``, one per run or rank) shows:
+    every part but an optional one none of them has."""
+    have = {name for summary in summaries for name in summary}
+    return tuple(p for p in STEP_PARTS if p not in OPTIONAL_PARTS or p in have)
+
 
 #: Each part as a table row names it.
 PART_LABELS = {
@@ -13,6 +36,7 @@ PART_LABELS = {
     "forward": "forward",
     "backward": "backward",
     "optimizer": "optimizer",
+    "evaluation": "evaluation",
     "other": "other (Python, logging, syncs)",
 }
 #: Each part as a narrow column header names it (two lines at most).
@@ -22,6 +46,7 @@ PART_HEADERS = {
     "forward": "fwd",
     "backward": "bwd",
     "optimizer": "optim",
+    "evaluation": "eval",
     "other": "other",
 }
 #: Each part in a sentence ("mostly waiting for data").
@@ -31,6 +56,7 @@ PART_WORDS = {
     "forward": "forward",
     "backward": "backward",
     "optimizer": "the optimizer",
+    "evaluation": "evaluation inside the step",
     "other": "host work between the calls",
 }
 #: The verdict's group of each part: input, compute or host.
@@ -40,5 +66,6 @@ PART_GROUPS = {
     "forward": "compute",
     "backward": "compute",
     "optimizer": "compute",
+    "evaluation": "compute",
     "other": "host",
 }

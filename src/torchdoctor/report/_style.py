@@ -127,6 +127,7 @@ COPY = Colour("c-copy", "#b86e00")
 FORWARD = Colour("c-fwd", "#2f7ed8")
 BACKWARD = Colour("c-bwd", "#6a4fc9")
 OPTIMIZER = Colour("c-opt", "#1f9e74")
+EVALUATION = Colour("c-eval", "#4fa3b5")
 OTHER = Colour("c-other", "#8a8f98")
 MEMSET = Colour("c-mem", "#e0b95a")
 CPU_OPS = Colour("c-cpu", "#c9527a")
@@ -140,6 +141,7 @@ PART_COLOURS: dict[str, Colour] = {
     "forward": FORWARD,
     "backward": BACKWARD,
     "optimizer": OPTIMIZER,
+    "evaluation": EVALUATION,
     "other": OTHER,
 }
 #: The parts of a profiler trace's step (``analyze``), in the colours of the step parts they

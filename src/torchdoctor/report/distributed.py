@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..record import COMPLETE, STEP_PARTS, STRAGGLER, DistributedReport, RankRun, RunRecord, Stat
-from ..record.part_names import PART_HEADERS, PART_WORDS
+from ..record.part_names import OPTIONAL_PARTS, PART_HEADERS, PART_WORDS, parts_shown
 from ._style import BAD, verdict_look
 from ._words import projection_lines, rank_label, role_words, waiting_words
 
@@ -83,13 +83,18 @@ class _RanksTable:
     def __init__(self, job: DistributedReport) -> None:
         self.job = job
         self.rows = [_row(r, job) for r in job.ranks]
+        shown = parts_shown(r.parts_ms for r in job.ranks)
+        #: An optional part (evaluation) no rank had is no column.
+        self.hidden = OPTIONAL_PARTS - set(shown)
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        if self._width([key for key, _, _ in _COLUMNS]) <= options.max_width:
-            yield self._table([key for key, _, _ in _COLUMNS], "ranks (mean ms per step)")
+        every = [key for key, _, _ in _COLUMNS if key not in self.hidden]
+        if self._width(every) <= options.max_width:
+            yield self._table(every, "ranks (mean ms per step)")
             return
         yield self._table(_SUMMARY_KEYS, "ranks (mean ms per step)")
-        yield self._table(_PARTS_KEYS, "step parts of each rank (mean ms per step)")
+        parts = [key for key in _PARTS_KEYS if key not in self.hidden]
+        yield self._table(parts, "step parts of each rank (mean ms per step)")
 
     def _width(self, keys: Sequence[str]) -> int:
         """The table's width with no figure cut and the role wrapped at most to its words."""

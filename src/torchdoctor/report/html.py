@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..analysis.verdict import ceiling_words
 from ..record import COMPLETE, STEP_PARTS, RunRecord, write_text_atomic
+from ..record.part_names import parts_shown
 from . import _style, _svg
 from ._style import ending_look, verdict_look
 from ._words import (
@@ -185,7 +186,8 @@ def _steps(record: RunRecord) -> str:
     title = f"Every measured step ({len(series)}), by part"
     if record.distributed is not None:
         title += f" (rank {record.distributed.bounding_rank})"
-    return _section("steps", title, _svg.stacked_steps(steps, STEP_PARTS) + table)
+    shown = parts_shown([record.parts_ms])
+    return _section("steps", title, _svg.stacked_steps(steps, shown) + table)
 
 
 def _counterfactuals(record: RunRecord) -> str:
@@ -206,12 +208,13 @@ def _ranks(record: RunRecord) -> str:
     d = record.distributed
     if d is None:
         return ""
-    head = "".join(f"<th class='n'>{escape(part_header(p))}</th>" for p in STEP_PARTS)
+    shown = parts_shown(r.parts_ms for r in d.ranks)
+    head = "".join(f"<th class='n'>{escape(part_header(p))}</th>" for p in shown)
     rows = []
     for r in d.ranks:
         parts = "".join(
             f"<td class='n'>{r.parts_ms[p].mean:.2f}</td>" if p in r.parts_ms else "<td></td>"
-            for p in STEP_PARTS
+            for p in shown
         )
         rows.append(
             f"<tr><td>{escape(rank_label(r, d))}</td><td>{escape(r.status)}</td>"

@@ -38,7 +38,15 @@ def test_nested_phases_count_only_innermost_time():
     clock.advance(4)  # other
     parts = parts_from_marks(tl.cut())
     assert parts == pytest.approx(
-        {"data_wait": 10, "to_device": 0, "forward": 30, "backward": 40, "optimizer": 5, "other": 5}
+        {
+            "data_wait": 10,
+            "to_device": 0,
+            "forward": 30,
+            "backward": 40,
+            "optimizer": 5,
+            "evaluation": 0,
+            "other": 5,
+        }
     )
     assert sum(parts.values()) == pytest.approx(90)
 
