@@ -419,6 +419,27 @@ MUTATIONS = (
         "if evaluation > 0:",
         ("tests/unit/analysis/test_evaluation_in_step.py",),
     ),
+    Mutation(
+        "syncs: a sync on a host tensor that met the device is host work",
+        "capture/_sync_ops.py",
+        'return self.reached_model_unmoved or (self.met_device and self.kind != "batch")',
+        "return self.reached_model_unmoved",
+        ("tests/unit/capture/test_syncs_capture.py",),
+    ),
+    Mutation(
+        "syncs: a value handed to a logging call is used at once",
+        "analysis/sync_uses.py",
+        "if name and name not in _KEEPING and name not in _READS:",
+        "if name and name not in _READS:",
+        ("tests/unit/analysis/test_syncs_analysis.py",),
+    ),
+    Mutation(
+        "syncs: one read with grad on among the window's makes them all an evaluation's",
+        "analysis/syncs.py",
+        'all(e.get("grad") is False for e in group)',
+        'any(e.get("grad") is False for e in group)',
+        ("tests/unit/analysis/test_syncs_analysis.py",),
+    ),
 )
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from torchdoctor.record import Finding
 
 from .sync_libraries import library_setting
+from .sync_uses import NO_GRAD_FIX, no_grad_count, used_at_once, used_at_once_fix
 
 #: An operation that makes the host wait for the device.
 SYNC = "sync"
@@ -195,6 +196,8 @@ def _as_dict(event: Any) -> dict[str, Any]:
             "via_source",
             "library",
             "library_calls",
+            "grad",
+            "used_by",
         )
     }
 
@@ -229,7 +232,17 @@ def _finding(kind: str, group: list[dict[str, Any]], steps: int, on_accelerator:
         )
     library = first.get("library")
     where = f", inside {library}" if library else ""
-    title = f"{info.what} {effect}{where} ({_per_step(calls_per_step)})"
+    # a read made with grad off (an evaluation's) is counted in the window, not per step
+    no_grad = info.group == SYNC and not library and all(e.get("grad") is False for e in group)
+    user = (
+        (first.get("used_by") or used_at_once(first.get("source")))
+        if info.group == SYNC and not library
+        else None
+    )
+    count = (
+        no_grad_count(len(group), steps) if no_grad and user is None else _per_step(calls_per_step)
+    )
+    title = f"{info.what} {effect}{where} ({count})"
     severity = "critical" if cost_ms is not None and cost_ms >= CRITICAL_COST_MS else "warning"
     detail: dict[str, Any] = {
         "group": info.group,
@@ -248,6 +261,12 @@ def _finding(kind: str, group: list[dict[str, Any]], steps: int, on_accelerator:
         if setting:
             detail["setting"] = setting
         fix = _library_fix(library, setting)
+    if user is not None:
+        detail["used_by"] = user
+        fix = used_at_once_fix(user)
+    elif no_grad:
+        detail["grad"] = False
+        fix = NO_GRAD_FIX
     used_at = sorted({e["used_at"] for e in group if e.get("used_at")})
     if used_at:
         detail["used_at"] = used_at

@@ -254,3 +254,44 @@ def innermost_user_line(error: BaseException) -> tuple[str, str]:
             found = (f"{filename}:{tb.tb_lineno}", statement_at(filename, tb.tb_lineno))
         tb = tb.tb_next
     return found
+
+
+#: Statements read after a value's assignment for where it goes (an action to ``env.step``).
+_FOLLOWING = 4
+
+
+def value_user(site: Site) -> str | None:
+    """Where a value read off the device at ``site`` is handed on at once: to a call in the same
+    statement (``env.step(action.item())``), in the next few statements of the frame that
+    assigns it, or, for ``return action.item()``, of the caller's that assigns the result
+    (pytorch/examples' reinforce: ``action = select_action(state)`` then ``env.step(action)``).
+    Read only for the few syncs of the watched steps."""
+    from ..analysis.sync_uses import assigned_name, returns, used_at_once, used_later
+
+    direct = used_at_once(site.source)
+    if direct is not None:
+        return direct
+    frame = sys._getframe(1)
+    while frame is not None and not (
+        frame.f_code.co_filename == site.file and frame.f_lineno == site.line
+    ):
+        frame = frame.f_back
+    if frame is None:
+        return None
+    statement = site.source
+    if returns(statement):  # the caller's statement receives it
+        frame = frame.f_back
+        while frame is not None and not is_user_file(frame.f_code.co_filename):
+            frame = frame.f_back
+        if frame is None:
+            return None
+        statement = statement_at(frame.f_code.co_filename, frame.f_lineno)
+        direct = used_at_once(statement)
+        if direct is not None:
+            return direct
+    name = assigned_name(statement)
+    if name is None:
+        return None
+    filename, line = frame.f_code.co_filename, frame.f_lineno
+    following = [statement_at(filename, n) for n in range(line + 1, line + 1 + _FOLLOWING)]
+    return used_later(name, [s for s in following if s])

@@ -43,6 +43,13 @@ class Origin:
     model_input: bool = False
     #: ... and one of them got there still on the host (CPU rule: the run does not move it).
     reached_model_unmoved: bool = False
+    #: Its tensors met a device-side tensor in an operation (not moved there): on an
+    #: accelerator the fix makes them there, and a sync on what derives from them is one.
+    met_device: bool = False
+
+    def makes_syncs(self) -> bool:
+        """CPU rule: whether a sync on this origin's tensors counts (see ``events``)."""
+        return self.reached_model_unmoved or (self.met_device and self.kind != "batch")
 
 
 def batch_origin() -> Origin:

@@ -125,9 +125,11 @@ class SyncRules:
         used = None
         for t, origin in host:
             # A 0-dim host tensor is passed to device kernels as a scalar: no copy.
-            if t.dim() > 0 and not origin.reported:
-                used = used or user_site()
-                self._report_origin(origin, duration_ns, used)
+            if t.dim() > 0:
+                origin.met_device = True
+                if not origin.reported:
+                    used = used or user_site()
+                    self._report_origin(origin, duration_ns, used)
         return out
 
     def _sync(self, kind: str, func: Any, args: tuple, kwargs: dict) -> Any:

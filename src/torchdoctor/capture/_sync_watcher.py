@@ -13,7 +13,10 @@ every other tensor (parameters, buffers, the batch once moved, anything computed
 *device-side*. A sync is reported when it reads a device-side tensor; a host-side tensor is
 reported as a would-be host-to-device copy when it is moved with ``.to(...)`` or meets a
 device-side tensor in an operation. A sync on host tensors is kept pending: it counts if one of
-their origins reaches the model's forward unmoved (a script that never moves its batches).
+their origins reaches the model's forward unmoved (a script that never moves its batches), or
+meets a device-side tensor in an operation (made on the device, as its finding says to, what
+derives from it is device-side: nlp-tutorial's attention scores filled into a host tensor, then
+read with ``.data.numpy()`` every step).
 
 What the outermost module's forward receives is the model's input (:meth:`SyncWatcher.model_input`,
 from forward pre-hooks): a copy of it is the input pipeline's, never a finding. Both are decided
@@ -39,10 +42,13 @@ from .._batches import tensors_in
 from .._devices import is_accelerator_available, synchronize_functions
 from ..analysis.syncs import sync_findings
 from ..record import Finding
-from ._frames import Site, user_site
+from ._frames import Site, user_site, value_user
 from ._patch import Patcher, passes_through
 from ._sync_ops import Origin, SyncMode, batch_origin, fingerprint, remove_function_mode
 from ._sync_rules import SyncRules
+
+#: The syncs whose value the script reads: where it goes decides the advice.
+VALUE_READS = frozenset({"item", "scalar-conversion", "tolist"})
 
 
 @dataclass
@@ -73,6 +79,10 @@ class SyncEvent:
     library_calls: tuple[str, ...] = ()
     #: The host tensor's origin, for a copy (dropped when that tensor became the model's input).
     origin: Origin | None = field(default=None, repr=False, compare=False)
+    #: Whether grad was on when it ran (off: an evaluation's, or acting under no_grad).
+    grad: bool = True
+    #: For a value read off the device: the call it is handed to at once (``env.step``).
+    used_by: str | None = None
     #: CPU rule: a sync on host tensors of these origins, kept only if one reached the model
     #: without a move (the run never moves it, so on an accelerator it would be on the device).
     pending: tuple[Origin, ...] = field(default=(), repr=False, compare=False)
@@ -220,13 +230,14 @@ class SyncWatcher(SyncRules):
         Dropped: a copy of a tensor that became the model's input (the script's input pipeline
         built it; in the prefetch pattern a step builds the next step's batch, so this is known
         only at the end), and, under the CPU rule, a sync on host tensors none of which reached
-        the model without a move (work on host data before the copy, not on the device).
+        the model without a move or met a device-side tensor (work on host data before the
+        copy, not on the device).
         """
         return [
             e
             for e in self.recorded
             if not (e.origin is not None and e.origin.model_input)
-            and (not e.pending or any(o.reached_model_unmoved for o in e.pending))
+            and (not e.pending or any(o.makes_syncs() for o in e.pending))
         ]
 
     def model_input(self, args: tuple, kwargs: dict) -> None:
@@ -277,7 +288,7 @@ class SyncWatcher(SyncRules):
         """Is an event's fate still open: a copy not yet the model's input, a pending sync?"""
         return any(
             (e.origin is not None and not e.origin.model_input)
-            or (e.pending and not any(o.reached_model_unmoved for o in e.pending))
+            or (e.pending and not any(o.makes_syncs() for o in e.pending))
             for e in self.recorded
         )
 
@@ -393,6 +404,8 @@ class SyncWatcher(SyncRules):
                 library_calls=site.library_calls,
                 origin=origin,
                 pending=pending,
+                grad=torch.is_grad_enabled(),
+                used_by=value_user(site) if kind in VALUE_READS else None,
             )
         )
 

@@ -134,3 +134,32 @@ def test_a_known_library_setting_becomes_the_fix():
 
 
 LIGHTNING_METRICS = "pytorch_lightning/trainer/connectors/logger_connector/result.py:metrics"
+
+
+def test_a_value_used_at_once_is_not_advised_every_k_steps():
+    # reinforce's shape: the action read with .item() and handed to the environment each step
+    acting = event(source="state, reward, done = env.step(action.item())", line=30)
+    (found,) = sync_findings([acting, {**acting, "step": 1}], steps=2, on_accelerator=False)
+    assert found.detail["used_by"] == "env.step" and "when you log it" not in found.fix
+    assert "passed to `env.step`" in found.fix and "1 time per step" in found.title
+    for kept in ("print(loss.item())", "losses.append(loss.item())", "total += loss.item()",
+                 "meter.update(loss.item(), n)", "x = loss.item()"):  # fmt: skip
+        (logged,) = sync_findings([event(source=kept)], steps=1, on_accelerator=False)
+        assert "used_by" not in logged.detail and "every k steps" in logged.fix, kept
+
+
+def test_a_read_with_grad_off_is_counted_in_the_window_and_read_once_per_evaluation():
+    # an evaluation every 10 steps, caught once in the two watched steps: it is not "1 time per
+    # step", and its fix is a read per evaluation
+    reads = [event(source="val = criterion(model(vx), vy).item()", grad=False) for _ in range(2)]
+    (found,) = sync_findings(reads, steps=2, on_accelerator=False)
+    assert "2 times in 2 watched steps, with grad off" in found.title, found.title
+    assert "per step" not in found.title and found.detail["grad"] is False
+    assert "once when it ends" in found.fix
+    # one read of the pair with grad on (a training step's) keeps the per-step words
+    (mixed,) = sync_findings([reads[0], {**reads[1], "grad": True}], steps=2, on_accelerator=False)
+    assert "1 time per step" in mixed.title and "grad" not in mixed.detail
+    # an action read with grad off and used at once is an action, not an evaluation
+    act = event(source="obs, r, done = env.step(q(obs).argmax().item())", grad=False)
+    (acted,) = sync_findings([act], steps=1, on_accelerator=False)
+    assert acted.detail["used_by"] == "env.step" and "1 time per step" in acted.title

@@ -178,6 +178,33 @@ def test_host_tensor_reported_at_its_creation_line_with_where_it_met_the_device(
     assert event.fingerprint
 
 
+def test_a_sync_on_a_host_tensor_that_meets_the_device_is_found():
+    # nlp-tutorial's attention: scores filled into a host tensor, read with .data.numpy() every
+    # step, then multiplied with the encoder's (device) outputs. Made on the device, as its own
+    # finding says to, the read is a sync; it went unreported.
+    encoded = torch.randn(5, 8)
+    with SyncWatcher(on_accelerator=False) as watcher:
+        scores = torch.zeros(5)  # made on the host
+        for i in range(5):
+            scores[i] = encoded[i].sum()
+        weights = torch.softmax(scores, 0)
+        kept = weights.data.numpy()  # read on the host
+        context = weights @ encoded
+    assert kept.shape == (5,) and context.shape == (8,)
+    lines = {(e.kind, e.line) for e in watcher.events}
+    assert ("to-host", lineno_of("# read on the host")) in lines, lines
+    assert ("host-tensor-to-device", lineno_of("# made on the host")) in lines, lines
+
+
+def test_a_sync_on_a_host_tensor_moved_later_stays_host_work():
+    with SyncWatcher(on_accelerator=False) as watcher:
+        counts = torch.zeros(4)
+        top = counts.max().item()  # before the move: host work
+        counts.to(CPU)
+    assert top == 0.0
+    assert [e.kind for e in watcher.events] == ["host-tensor-to-device"]
+
+
 def test_zero_dim_host_tensor_meeting_the_device_is_not_a_copy():
     x = torch.randn(4, 3)
     with SyncWatcher(on_accelerator=False) as watcher:
@@ -443,3 +470,27 @@ def test_find_syncs_applies_the_cpu_rule_to_cpu_inputs_even_with_a_gpu(monkeypat
     findings = find_syncs(lambda: module(torch.randn(2, 4).detach()).sum().item())
     assert sorted(f.kind for f in findings) == ["host-tensor-to-device", "item"]
     assert all("on an accelerator" in f.title for f in findings)
+
+
+def _act(policy_out: torch.Tensor) -> int:
+    return policy_out.argmax().item()
+
+
+def _env_step(action: int) -> int:
+    return action + 1
+
+
+def test_a_read_value_is_followed_to_the_call_it_is_handed_to():
+    # pytorch/examples' reinforce: select_action returns action.item(), the loop hands it to
+    # env.step on the next line; a value only printed or kept is no such use
+    logits = torch.randn(4)
+    with SyncWatcher(on_accelerator=False) as watcher:
+        action = _act(logits)
+        _env_step(action)
+        _env_step(logits.argmax().item())
+        kept = logits.sum().item()
+        print(kept)
+    used = {e.line: e.used_by for e in watcher.events}
+    assert used[lineno_of("return policy_out.argmax().item()")] == "_env_step"
+    assert used[lineno_of("_env_step(logits.argmax().item())")] == "_env_step"
+    assert used[lineno_of("kept = logits.sum().item()")] is None
