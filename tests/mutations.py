@@ -440,6 +440,20 @@ MUTATIONS = (
         'any(e.get("grad") is False for e in group)',
         ("tests/unit/analysis/test_syncs_analysis.py",),
     ),
+    Mutation(
+        "fix: a rewrite is said gone whatever the sync finder finds on the patched script",
+        "patch/_measure.py",
+        "    if not left:\n        return GONE\n",
+        "    return GONE\n",
+        ("tests/unit/patch/test_syncs.py",),
+    ),
+    Mutation(
+        "fix: an inline constant's move is left out (a buffer a never-moved loss copies each step)",
+        "patch/_syncs.py",
+        "source.plan(key, statement, _insert_before(before), wraps=True)",
+        "pass",
+        ("tests/unit/patch/test_syncs.py",),
+    ),
 )
 
 

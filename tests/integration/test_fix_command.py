@@ -146,8 +146,10 @@ def test_the_seed_004_round_trips_are_rewritten_checked_and_gone_on_a_rerun(tmp_
     syncs = [r for r in record.patch.remedies if r.numerics]
     assert len(syncs) == 3
     for remedy in syncs:
-        # kept on their numerics: the seeded patched run computed the original's losses
+        # kept on their numerics: the seeded patched run computed the original's losses, and
+        # the sync finder watching it no longer found the round-trip
         assert remedy.kept and remedy.judged is None and remedy.checked_losses == 4
+        assert remedy.rechecked == "gone", remedy
     # the rewrites alone are said to gain on an accelerator; a timed remedy the diagnosis also
     # found (the threads, on a busy machine) and kept beside them is the patch's measured gain
     timed_kept = [r.key for r in record.patch.remedies if not r.numerics and r.kept]

@@ -128,6 +128,7 @@ def patch(record: dict[str, Any], path: str) -> dict[str, Any]:
             "reason": r.get("reason", ""),
             "judged": judged(r.get("judged")),
             "numerics_checked_losses": r.get("checked_losses", 0) if r.get("numerics") else None,
+            "rechecked": r.get("rechecked", ""),
             "caveat": r.get("caveat", ""),
             "changes": [
                 f"{c.get('file')}:{c.get('line')} {c.get('what', '')}" for c in r.get("changes", [])

@@ -118,6 +118,10 @@ class RemedyOut(BaseModel):
     reason: str = Field(description="why not kept")
     judged: Judged | None = None
     numerics_checked_losses: int | None = None
+    rechecked: str = Field(
+        default="",
+        description="a rewrite's round-trip on the patched script: gone, or still found where",
+    )
     caveat: str = ""
     changes: list[str] = Field(description="file:line and what changes there")
     left_out: list[str] = Field(description="settings the remedy asks for that were left out")

@@ -40,6 +40,7 @@ from ..analysis.compare import (
 from ..analysis.lever_bounds import bounded
 from ..record import (
     COMPLETE,
+    GONE,
     INTERRUPTED,
     STEP_PARTS,
     UNCLEAR,
@@ -54,6 +55,8 @@ from ._remedies import Remedy
 
 #: Losses compared by the numerics check (the first backward calls of a seeded run).
 LOSS_STEPS = 4
+#: Steps of the numerics check the sync finder watches (the rewritten round-trips must be gone).
+RECHECK_STEPS = 2
 #: Losses agree within this relative tolerance (the same operations in another order).
 LOSS_RTOL = 1e-5
 #: A noise allowance beyond this, when it kept a patch from being judged faster, says the
@@ -237,6 +240,7 @@ def _check_numerics(
                 remedy = by_key[r.key]
                 remedy.kept = True
                 remedy.checked_losses = len(base.losses)
+                remedy.rechecked = rechecked(r, base, record, project)
         elif len(group) == 1:
             by_key[group[0].key].reason = (
                 f"the patched script failed ({_failure(record)})"
@@ -244,6 +248,27 @@ def _check_numerics(
                 else f"the patched script computes other losses ({_losses(record.losses)} "
                 f"against {_losses(base.losses)})"
             )
+
+
+def rechecked(remedy: Remedy, base: RunRecord, patched: RunRecord, project: Project) -> str:
+    """What the sync finder says of a rewrite on the patched script: :data:`GONE`, ``still
+    found at FILE:LINE`` (a finding of its kind in its file that the original's run did not
+    have elsewhere), or "" where the runs' watch could not tell (none watched a step, or the
+    original's did not find it either)."""
+    if remedy.finding is None or not base.sync_sampled_steps or not patched.sync_sampled_steps:
+        return ""
+    kind, file, line = remedy.finding
+    same_file = [f for f in base.findings if f.kind == kind and f.file == file]
+    if not any(f.line == line for f in same_file):
+        return ""
+    others = {f.source for f in same_file if f.line != line}
+    left = [
+        f for f in patched.findings if f.kind == kind and f.file == file and f.source not in others
+    ]
+    if not left:
+        return GONE
+    where = f"{project.rel(Path(file))}:{left[0].line}"
+    return f"still finds {kind} at {where} ({left[0].source})"
 
 
 def _seeded(run: RunVariant, overrides: Mapping[str, str], title: str) -> RunRecord:

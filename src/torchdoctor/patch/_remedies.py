@@ -74,6 +74,8 @@ class Remedy:
     numerics: bool = False
     #: What else the remedy changes, said beside it (AMP: the numerics).
     caveat: str = ""
+    #: A rewrite's finding, as ``(kind, file, line)``: the sync finder checks it is gone.
+    finding: tuple[str, str, int] | None = None
 
     def __post_init__(self) -> None:
         self.title = self.title or TITLES.get(self.key, self.key)

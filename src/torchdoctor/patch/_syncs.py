@@ -4,9 +4,11 @@
   check runs on the device, without the host waiting for it.
 - ``x[range(n), ...]`` (``python-index``) → ``x[torch.arange(n, device=x.device), ...]``: the
   index is made on the device instead of copied from a Python object every step.
-- ``w = torch.tensor(CONSTANT, device=d)`` in a module's method (``constant-rebuilt``) → a buffer
-  registered once in ``__init__`` (``persistent=False``: checkpoints do not change), read as
-  ``self.w.to(d)`` (no copy once the module is on ``d``).
+- ``w = torch.tensor(CONSTANT, device=d)`` in a module's method, or the constant passed inline
+  (``f(pred, target, torch.Tensor([0.1] * 10).cuda())``, seed 004's) (``constant-rebuilt``) → a
+  buffer registered once in ``__init__`` (``persistent=False``: checkpoints do not change), moved
+  in place at its first read (``w = self.w = self.w.to(d)``; no copy after, also where the script
+  never moves the module).
 - ``print(... loss.item() ...)`` on every step of a loop with a step counter (``item``) → the
   same statement under ``if step % LOG_EVERY == 0:``: the value is read, and the host waits for
   the device, every :data:`LOG_EVERY` steps only.
@@ -31,6 +33,7 @@ from ._edits import (
     dotted,
     keyword,
     parameter_names,
+    statements_of,
     torch_name,
 )
 from ._project import Project
@@ -68,6 +71,7 @@ def plan_syncs(project: Project, findings: Iterable[Finding]) -> list[Remedy]:
                 f"({Path(finding.file).name}:{finding.line})"
             ),
             numerics=True,
+            finding=(finding.kind, finding.file, finding.line),
         )
         remedies.append(remedy)
         path = Path(finding.file)
@@ -191,46 +195,140 @@ def _step_counter(loop: cst.For) -> str | None:
     return None
 
 
+#: Constructors of a constant tensor from Python data (``torch.Tensor([0.1] * 10)``: seed 004's).
+_CONSTRUCTORS = frozenset(
+    {"tensor", "as_tensor", "Tensor", "FloatTensor", "DoubleTensor", "LongTensor", "IntTensor"}
+)
+#: Calls that move a tensor built on the host: ``.to(device)``, ``.cuda()``.
+_MOVES = frozenset({"to", "cuda"})
+
+
 def _plan_constant(
     source: SourceFile, key: str, line: int, torch: str, remedy: Remedy
 ) -> str | None:
-    assigns = _on_line(source, cst.Assign, line)
-    if len(assigns) != 1 or len(assigns[0].targets) != 1:
-        return f"no single assignment at line {line}"
-    assign = assigns[0]
-    target = assign.targets[0].target
-    value = assign.value
-    if not isinstance(target, cst.Name) or not isinstance(value, cst.Call):
-        return "the constant is not assigned to a plain name"
-    if dotted(value.func) not in (f"{torch}.tensor", f"{torch}.as_tensor"):
-        return f"the constant is not built by {torch}.tensor(...)"
+    """A constant rebuilt every call, assigned (``w = torch.tensor(C, device=d)``) or passed
+    inline (``weighted_nll(pred, target, torch.Tensor([0.1] * 10).cuda())``), becomes a buffer
+    built once in ``__init__``. It is read moved in place (``w = self.w = self.w.to(d)``): the
+    buffer goes to the device with its first use, then ``.to`` is a no-op, also for a loss
+    module the script never moves (a buffer read as ``self.w.to(d)`` there copied every step)."""
     method = _innermost(source, cst.FunctionDef, line)
     owner = _innermost(source, cst.ClassDef, line)
     if method is None or owner is None or not method.params.params:
         return "the constant is not built in a method of a class"
     local = _local_names(method)
-    data = [a for a in value.args if a.keyword is None]
-    if len(data) != 1 or not _constant_data(data[0].value, local):
-        return "its data is not a constant of the module (a local or a parameter feeds it)"
-    name = target.value
+    found = _constant_on(source, line, torch, local)
+    if isinstance(found, str):
+        return found
+    expr, built, move = found
+    name, assign = _constant_name(source, expr, line)
+    if name is None:
+        return f"no assignment or call argument takes the constant at line {line}"
     self_name = method.params.params[0].name.value
     if f"{self_name}.{name}" in source.code(owner).replace(" ", ""):
         return f"{owner.name.value} already uses self.{name}"
-    device = keyword(value, "device")
-    kept = [a for a in value.args if a.keyword is None or a.keyword.value != "device"]
-    built = source.code(value.with_changes(args=_no_trailing_comma(kept)))
     register = cst.parse_statement(
         f'{self_name}.register_buffer("{name}", {built}, persistent=False)\n'
     )
     reason = _plan_register(source, key, owner, register)
     if reason is not None:
         return reason
-    read = f"{self_name}.{name}" + (f".to({source.code(device.value)})" if device else "")
-    source.plan(key, assign, lambda node: node.with_changes(value=cst.parse_expression(read)))
+    attr = f"{self_name}.{name}"
+    moved = cst.parse_expression(f"{attr}{move}")
+    if assign is not None:  # w = self.w = self.w.to(d): the local as before, the buffer moved
+        targets = [*assign.targets, cst.AssignTarget(cst.parse_expression(attr))] if move else None
+        source.plan(
+            key,
+            assign,
+            lambda node: node.with_changes(value=moved, targets=targets or node.targets),
+        )
+        read = f"{name} = {attr} = {attr}{move}" if move else f"{name} = {attr}"
+    else:  # the argument reads the buffer, moved in place on the line before
+        statement = _innermost(source, cst.SimpleStatementLine, line)
+        if statement is None:
+            return f"the constant at line {line} is not in a simple statement"
+        source.plan(key, expr, lambda _: cst.parse_expression(attr))
+        if move:
+            before = cst.parse_statement(f"{attr} = {attr}{move}\n")
+            source.plan(key, statement, _insert_before(before), wraps=True)
+        read = f"{attr} (moved in place: {attr} = {attr}{move})" if move else attr
     remedy.changes.append(
         Change(source.path, line, f"{name} built once in __init__ (a buffer), read as {read}")
     )
     return None
+
+
+def _constant_on(
+    source: SourceFile, line: int, torch: str, local: set[str]
+) -> tuple[cst.BaseExpression, str, str] | str:
+    """The constant expression at ``line`` (its move included), the constructor call as the
+    buffer builds it (no ``device=``), and how it is moved (``.to(d)``, ``.cuda()``, or "")."""
+    names = {f"{torch}.{c}" for c in _CONSTRUCTORS}
+    for call in _on_line(source, cst.Call, line):
+        if dotted(call.func) not in names:
+            continue
+        data = [a for a in call.args if a.keyword is None]
+        if len(data) != 1 or not _constant_data(data[0].value, local):
+            return "its data is not a constant of the module (a local or a parameter feeds it)"
+        device = keyword(call, "device")
+        kept = [a for a in call.args if a.keyword is None or a.keyword.value != "device"]
+        built = source.code(call.with_changes(args=_no_trailing_comma(kept)))
+        move = f".to({source.code(device.value)})" if device else ""
+        expr: cst.BaseExpression = call
+        outer = _mover_of(source, call, line)
+        if outer is not None:
+            move = source.code(outer)[len(source.code(call)) :]
+            expr = outer
+        return expr, built, move
+    return f"the constant is not built by {torch}.tensor(...) or {torch}.Tensor(...)"
+
+
+def _mover_of(source: SourceFile, call: cst.Call, line: int) -> cst.Call | None:
+    """``call.cuda()`` or ``call.to(...)``: the call that moves ``call``'s tensor, if one does."""
+    for outer in _on_line(source, cst.Call, line):
+        func = outer.func
+        if isinstance(func, cst.Attribute) and func.value is call and func.attr.value in _MOVES:
+            return outer
+    return None
+
+
+def _constant_name(
+    source: SourceFile, expr: cst.BaseExpression, line: int
+) -> tuple[str | None, cst.Assign | None]:
+    """The buffer's name: the plain name ``expr`` is assigned to, else the keyword or the
+    parameter (of a function defined in the file) it is passed as."""
+    for assign in _on_line(source, cst.Assign, line):
+        if assign.value is expr and len(assign.targets) == 1:
+            target = assign.targets[0].target
+            return (target.value, assign) if isinstance(target, cst.Name) else (None, None)
+    for call in _on_line(source, cst.Call, line):
+        for position, arg in enumerate(call.args):
+            if arg.value is not expr:
+                continue
+            if arg.keyword is not None:
+                return arg.keyword.value, None
+            callee = callee_name(call)
+            defined = [
+                f
+                for f in source.nodes(cst.FunctionDef)
+                if f.name.value == callee  # type: ignore[attr-defined]
+            ]
+            params = parameter_names(defined[0]) if len(defined) == 1 else []
+            return (params[position] if position < len(params) else None), None
+    return None, None
+
+
+def _insert_before(statement: cst.BaseStatement):
+    """A wrapping edit of a statement: ``statement`` added before it."""
+
+    def apply(node):
+        first, *rest = statements_of(node) or [None]
+        lead = getattr(first, "leading_lines", ())
+        moved = statement.with_changes(leading_lines=lead)
+        if first is None:
+            return cst.FlattenSentinel([moved])
+        return cst.FlattenSentinel([moved, first.with_changes(leading_lines=[]), *rest])
+
+    return apply
 
 
 def _plan_register(
@@ -311,6 +409,13 @@ def _constant_data(node: cst.BaseExpression, local: set[str]) -> bool:
     if isinstance(node, (cst.List, cst.Tuple)):
         return all(
             isinstance(e.value, (cst.Integer, cst.Float, cst.UnaryOperation)) for e in node.elements
+        )
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply):
+        # ``[0.1] * 10``, ``[0.1] * NUM_CLASSES``: a literal list repeated a constant count
+        sides = (node.left, node.right)
+        count = any(isinstance(n, cst.Integer) or _constant_data(n, local) for n in sides)
+        return count and any(
+            isinstance(n, (cst.List, cst.Tuple)) and _constant_data(n, local) for n in sides
         )
     return False
 

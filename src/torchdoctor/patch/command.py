@@ -39,7 +39,7 @@ from ..record import (
 from ..record.lever_names import FOREACH
 from ._edits import PatchError, Skipped
 from ._levers import LEVERS, plan_lever
-from ._measure import Interrupted, measure_patch
+from ._measure import RECHECK_STEPS, Interrupted, measure_patch
 from ._project import Project, project_root
 from ._remedies import (
     LOADER_AND_THREADS,
@@ -246,8 +246,11 @@ def _runner(target, options: RunOptions, record: RunRecord, quiet: bool):
         if not quiet:
             print(f"torchdoctor fix: measuring {label}", file=sys.stderr, flush=True)
         options = dataclasses.replace(measuring, source_overrides=overrides)
-        if losses:  # the numerics check: seeded, its first losses kept, few steps
-            options = dataclasses.replace(options, steps=losses, warmup=0, loss_values=losses)
+        if losses:  # the numerics check: seeded, its first losses kept, few steps, its syncs
+            # watched (a rewritten round-trip must be gone from the patched script)
+            options = dataclasses.replace(
+                options, steps=losses, warmup=0, loss_values=losses, sync_steps=RECHECK_STEPS
+            )
         with ProgressDisplay(enabled=not quiet) as display:
             outcome = run_supervised(target, options, progress=display.update)
         if outcome.exit_status == EXIT_INTERRUPTED:  # also a signal that came as it ended

@@ -68,7 +68,7 @@ from ._loader import (
     WorkerMemorySeries,
     WorkerSweep,
 )
-from ._patch import Patch, PatchChange, PatchRemedy, PatchSkip
+from ._patch import GONE, Patch, PatchChange, PatchRemedy, PatchSkip
 from ._rank_env import RankEnv
 from ._ranks import (
     STRAGGLER,
@@ -197,6 +197,7 @@ __all__ = [
     "Finding",
     "FindingKind",
     "FixTrial",
+    "GONE",
     "Patch",
     "PatchChange",
     "PatchRemedy",

@@ -30,6 +30,10 @@ class PatchSkip:
     reason: str
 
 
+#: ``PatchRemedy.rechecked`` of a rewrite whose round-trip the sync finder no longer finds.
+GONE = "gone"
+
+
 @dataclass
 class PatchRemedy:
     """One remedy: its changes, measured on the patched code against the original."""
@@ -50,6 +54,9 @@ class PatchRemedy:
     numerics: bool = False
     #: Losses compared by that check.
     checked_losses: int = 0
+    #: The sync finder on the patched script (the same seeded run), for a rewrite: ``gone``
+    #: (its round-trip is no longer found), ``still found at FILE:LINE``, or "" (not watched).
+    rechecked: str = ""
     #: What else it changes, said beside it (``amp``: the numerics).
     caveat: str = ""
     #: Whether the remedy is in the patch (only what measured faster is).

@@ -9,7 +9,7 @@ from rich.console import Group, RenderableType
 from rich.panel import Panel
 from rich.text import Text
 
-from ..record import IMPROVED, REGRESSED, Patch, PatchRemedy, RunRecord
+from ..record import GONE, IMPROVED, REGRESSED, Patch, PatchRemedy, RunRecord
 from ._style import BAD, GOOD
 
 
@@ -123,7 +123,12 @@ def figure_words(remedy: PatchRemedy) -> str:
     its numerics, the losses it was checked on."""
     if remedy.numerics:
         if remedy.checked_losses:
-            return f"same losses over {remedy.checked_losses} steps"
+            words = f"same losses over {remedy.checked_losses} steps"
+            if remedy.rechecked == GONE:
+                words += "; the sync finder no longer finds it"
+            elif remedy.rechecked:
+                words += f"; the sync finder {remedy.rechecked}"
+            return words
         return "numerics not checked"
     if remedy.judged is None or remedy.judged.interval is None:
         return ""

@@ -12,7 +12,9 @@ import torch
 
 from paths import SCENARIOS
 from torchdoctor.patch import Project, plan_syncs
-from torchdoctor.record import Finding
+from torchdoctor.patch._measure import rechecked
+from torchdoctor.patch._remedies import Remedy
+from torchdoctor.record import GONE, Finding, RunRecord
 
 
 def _finding(kind: str, path: Path, needle: str) -> Finding:
@@ -51,7 +53,8 @@ def test_the_seed_004_loss_is_rewritten_and_computes_the_same(tmp_path):
         '        self.register_buffer("weight", torch.tensor(CLASS_WEIGHTS), persistent=False)\n\n'
     ) in text
     # "# every step" was the rebuilt tensor's: the line that no longer rebuilds it drops it
-    assert "        weight = self.weight.to(logits.device)\n" in text
+    # moved in place at its first read: no copy after, whether or not the script moves the loss
+    assert "        weight = self.weight = self.weight.to(logits.device)\n" in text
     assert (
         '        torch._assert_async(target.max() < NUM_CLASSES, "labels out of range")\n' in text
     )
@@ -65,11 +68,38 @@ def test_the_seed_004_loss_is_rewritten_and_computes_the_same(tmp_path):
     logits, target = torch.randn(8, 4), torch.randint(0, 4, (8,))
     assert torch.equal(before.WeightedLoss()(logits, target), after_loss(logits, target))
     assert after_loss.state_dict() == {}  # persistent=False: checkpoints do not change
+    assert after_loss.weight.device == logits.device
     with pytest.raises(RuntimeError):
         after_loss(logits, torch.full((8,), 7))
     diff = project.diff({r.key for r in remedies})
     out = subprocess.run(["git", "apply", "--check", "-"], cwd=tmp_path, input=diff, text=True)
     assert out.returncode == 0
+
+
+def test_seed_004s_inline_constant_becomes_a_buffer_named_by_the_parameter(tmp_path):
+    # the article's first form: weighted_nll(pred, target, torch.Tensor([0.1] * N).to(d)) in a
+    # loss module the script never moves; it was left out ("no single assignment")
+    script = tmp_path / "train.py"
+    script.write_text((SCENARIOS / "sync_loss_inline.py").read_text())
+    project = Project(script, root=tmp_path)
+    (remedy,) = plan_syncs(project, [_finding("constant-rebuilt", script, "loss = weighted_nll(")])
+    assert remedy.changes and not remedy.skipped, remedy.skipped
+    text = project.rendered({remedy.key})[script.resolve()]
+    assert (
+        "    def __init__(self):\n        super().__init__()\n        self.register_buffer("
+        '"weight", torch.Tensor([0.1] * NUM_CLASSES), persistent=False)\n'
+    ) in text
+    assert (
+        "        self.weight = self.weight.to(logits.device)\n"
+        "        loss = weighted_nll(pred, target, self.weight)\n"
+    ) in text
+    patched = tmp_path / "patched.py"
+    patched.write_text(text)
+    before, after = _load(script, "before_inline"), _load(patched, "after_inline")
+    logits, target = torch.randn(8, 4), torch.randint(0, 4, (8,))
+    after_loss = after.CrossEntropyLoss()
+    assert torch.equal(before.CrossEntropyLoss()(logits, target), after_loss(logits, target))
+    assert after_loss.state_dict() == {}
 
 
 def test_a_buffer_goes_after_super_init_in_an_existing_init(tmp_path):
@@ -183,3 +213,36 @@ def test_a_new_init_is_set_apart_by_blank_lines(tmp_path):
         '        self.register_buffer("w", torch.tensor(W), persistent=False)\n\n'
         "    def forward(self, x):\n"
     )
+
+
+def _watched(*findings: Finding) -> RunRecord:
+    record = RunRecord(findings=list(findings))
+    record.sync_sampled_steps = 2
+    return record
+
+
+def test_the_sync_finder_on_the_patched_script_says_whether_the_round_trip_is_gone(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("x = 1\n")
+    project = Project(script, root=tmp_path)
+    remedy = Remedy("sync-1", "", numerics=True, finding=("constant-rebuilt", str(script), 17))
+    own = Finding(
+        "constant-rebuilt", "t", "f", file=str(script), line=17, source="w = torch.tensor(W)"
+    )
+    other = Finding(
+        "constant-rebuilt", "t", "f", file=str(script), line=40, source="v = torch.tensor(V)"
+    )
+    base = _watched(own, other)
+    # the other constant, unrewritten, is still there (its line moved with the patch): gone
+    moved = Finding("constant-rebuilt", "t", "f", file=str(script), line=44, source=other.source)
+    assert rechecked(remedy, base, _watched(moved), project) == GONE
+    # a round trip of its kind at the rewritten read: still found, where
+    read = Finding(
+        "constant-rebuilt", "t", "f", file=str(script), line=18, source="w = self.w.to(d)"
+    )
+    assert rechecked(remedy, base, _watched(moved, read), project) == (
+        "still finds constant-rebuilt at train.py:18 (w = self.w.to(d))"
+    )
+    # nothing watched, or the original's watch did not find it: nothing is said
+    assert rechecked(remedy, base, RunRecord(), project) == ""
+    assert rechecked(remedy, _watched(other), _watched(), project) == ""
