@@ -454,6 +454,20 @@ MUTATIONS = (
         "pass",
         ("tests/unit/patch/test_syncs.py",),
     ),
+    Mutation(
+        "fix: a config class's construction that passes the field is ignored",
+        "patch/_followed.py",
+        "        given = keyword(call, dest)\n",
+        "        given = None\n",
+        ("tests/unit/patch/test_edits.py",),
+    ),
+    Mutation(
+        "fix: a partial's call keyword is not the one that wins",
+        "patch/_remedies.py",
+        "given = {k: v for k, v in settings.items() if keyword(site, k) is not None}",
+        "given = {}",
+        ("tests/unit/patch/test_edits.py",),
+    ),
 )
 
 

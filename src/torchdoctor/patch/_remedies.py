@@ -42,6 +42,7 @@ from ._edits import (
     remove_keywords,
     set_value,
 )
+from ._followed import NOT_DECLARED, config_file, field_default, loader_partial
 from ._kwargs import plan_config_entry, plan_in_kwargs, worker_only_held
 from ._project import Project, also_read, reads_of
 
@@ -93,6 +94,20 @@ def plan_loader(
     ``current``: the run's loader settings, which tell the entry of a ``**kwargs`` dict the run
     took from those it did not (``patch._kwargs``)."""
     remedy = Remedy(LOADER, because)
+    file, _, line = where.rpartition(":")
+    source = project.patchable(Path(file), "DataLoader", remedy.skipped)
+    if source is None:
+        return remedy  # the reason is in remedy.skipped
+    made = loader_partial(source, int(line)) if line.isdigit() else None
+    if made is not None:  # functools.partial(DataLoader, ...)
+        site, partial = made
+        given = {k: v for k, v in settings.items() if keyword(site, k) is not None}
+        if given:  # the call's own keywords win over the partial's
+            _plan_call(project, source, site, given, argv, remedy, parameters=(), current=current)
+        rest = {k: v for k, v in settings.items() if k not in given}
+        loader = ("DataLoader", *DATALOADER_POSITIONAL)  # the partial's first argument
+        _plan_call(project, source, partial, rest, argv, remedy, loader, current=current)
+        return remedy
     found = _call_at(
         project,
         where,
@@ -382,7 +397,13 @@ def _plan_option(
                     )
                 )
             return None
-    return f"{name} comes from {dest!r}, which the patcher cannot trace to a constant: make it {value!r}"
+    declared = field_default(files, dest, name, value, remedy)
+    if declared != NOT_DECLARED:
+        return declared
+    return (
+        f"{name} comes from {dest!r}, which the patcher cannot trace to a constant"
+        f"{config_file(files)}: make it {value!r}"
+    )
 
 
 def _long_first(flag: str) -> int:

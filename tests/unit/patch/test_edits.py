@@ -531,3 +531,61 @@ def test_entries_added_leave_each_comment_on_its_own_entry(tmp_path):
         if x[:1] in "+-" and x[:3] not in ("+++", "---")
     ]
     assert changed == ["+    'num_workers': 2,", "+    'pin_memory': True,"], changed
+
+
+def test_a_partial_of_dataloader_is_changed_where_it_is_made(tmp_path):
+    text = HEADER + (
+        "import functools\n"
+        "make_loader = functools.partial(DataLoader, batch_size=64, num_workers=0)\n"
+        "loader = make_loader(ds, pin_memory=False)\n"
+    )
+    project = _project(tmp_path, text)
+    remedy = plan_loader(
+        project, _line(project, "loader = make_loader"), {"num_workers": 4, "pin_memory": True},
+        [], "s",
+    )  # fmt: skip
+    rendered = project.rendered({"loader"})[project.script]
+    assert "partial(DataLoader, batch_size=64, num_workers=4)" in rendered
+    assert "make_loader(ds, pin_memory=True)" in rendered  # the call's own keyword wins there
+    assert not remedy.skipped, remedy.skipped
+    assert_applies(project, project.diff({"loader"}))
+
+
+def test_a_config_classs_default_is_changed_unless_its_construction_sets_it(tmp_path):
+    config = (
+        "from dataclasses import dataclass\n"
+        "@dataclass\nclass Config:\n    batch_size: int = 32\n    workers: int = 0\n"
+    )
+    project = _project(tmp_path, HEADER + config + (
+        "cfg = Config()\nloader = DataLoader(ds, num_workers=cfg.workers)\n"
+    ))  # fmt: skip
+    remedy = plan_loader(project, _line(project, "loader ="), {"num_workers": 4}, [], "s")
+    assert remedy.changes[0].what == "default of Config.workers: 0 → 4 (num_workers)"
+    assert "    workers: int = 4\n" in project.rendered({"loader"})[project.script]
+    assert_applies(project, project.diff({"loader"}))
+    # a construction that passes it: changed there, the default left alone
+    given = _project(_folder(tmp_path, "given"), HEADER + config + (
+        "cfg = Config(workers=1)\nloader = DataLoader(ds, num_workers=cfg.workers)\n"
+    ))  # fmt: skip
+    remedy = plan_loader(given, _line(given, "loader ="), {"num_workers": 4}, [], "s")
+    text = given.rendered({"loader"})[given.script]
+    assert "Config(workers=4)" in text and "    workers: int = 0\n" in text
+    # one built from a YAML file's values: said where, nothing changed
+    loaded = _project(_folder(tmp_path, "loaded"), HEADER + "import yaml\n" + config + (
+        "cfg = Config(**yaml.safe_load(open('train.yaml')))\n"
+        "loader = DataLoader(ds, num_workers=cfg.workers)\n"
+    ))  # fmt: skip
+    remedy = plan_loader(loaded, _line(loaded, "loader ="), {"num_workers": 4}, [], "s")
+    assert not remedy.changes and loaded.diff({"loader"}) == ""
+    assert "Config(**yaml.safe_load(open('train.yaml'))) at train.py:" in remedy.skipped[0].reason
+    assert "(from train.yaml, named at train.py:" in remedy.skipped[0].reason
+
+
+def test_a_value_from_a_config_file_names_the_file(tmp_path):
+    project = _project(tmp_path, HEADER + (
+        "import yaml\ncfg = yaml.safe_load(open('conf/train.yml'))\n"
+        "loader = DataLoader(ds, num_workers=cfg.loader.workers)\n"
+    ))  # fmt: skip
+    remedy = plan_loader(project, _line(project, "loader ="), {"num_workers": 4}, [], "s")
+    assert not remedy.changes
+    assert "(from conf/train.yml, named at train.py:" in remedy.skipped[0].reason, remedy.skipped
