@@ -28,6 +28,7 @@ from ..options import RunOptions
 from ..record import (
     COMPLETE,
     INTERRUPTED,
+    PARTIAL,
     Patch,
     PatchChange,
     PatchRemedy,
@@ -82,11 +83,7 @@ def fix_cli(
     record, status = outcome.record, outcome.exit_status
     if status != EXIT_OK or record.status != COMPLETE:
         record.patch = Patch(root=str(project_root(script)))
-        ended = INTERRUPTED if status == EXIT_INTERRUPTED else f"ended {record.status}"
-        record.patch.notes.append(
-            f"the diagnosis {ended}: nothing was patched (fix what the report says stopped the "
-            "script first)"
-        )
+        record.patch.notes.append(_not_patched(record, status))
     else:
         status, project = patch_record(target, options, record, out, rounds)
         patch = record.patch
@@ -113,6 +110,24 @@ def fix_cli(
         if options.html_path:
             print(f"HTML report written to {options.html_path}")
     return status
+
+
+def _not_patched(record: RunRecord, status: int) -> str:
+    """Why nothing was patched, by how the diagnosis ended: a script that ran out of data or
+    epochs before it finished is to run longer, not "fixed" (nothing stopped it)."""
+    if status == EXIT_INTERRUPTED:
+        return f"the diagnosis was {INTERRUPTED}: nothing was patched (run fix again)"
+    if record.status == PARTIAL:
+        return (
+            f"the script ended on its own (its data or epochs ran out) after "
+            f"{record.measured_steps} measured steps, before the diagnosis had what the patch "
+            "needs: nothing was patched; let it run longer (more epochs or data) or lower "
+            "--steps, then run fix again"
+        )
+    return (
+        f"the diagnosis ended {record.status}: nothing was patched (fix what the report says "
+        "stopped the script first)"
+    )
 
 
 def patch_record(

@@ -405,3 +405,19 @@ def test_a_gain_past_what_the_optimizer_allows_is_could_not_tell_and_not_written
     measure_patch(project, patch, active, _optimizer_run({False: before, True: after}), rounds=2)
     (optimizer,) = patch.remedies
     assert optimizer.kept and optimizer.judged.judgement == "IMPROVED", optimizer.reason
+
+
+def test_a_diagnosis_the_script_outran_is_told_to_run_longer_not_to_fix_a_failure():
+    # a Lightning run whose epochs ended before the sweep finished was told to "fix what the
+    # report says stopped the script first": nothing had stopped it
+    from torchdoctor._errors import EXIT_INTERRUPTED, EXIT_OK
+    from torchdoctor.patch.command import _not_patched
+    from torchdoctor.record import PARTIAL, SCRIPT_ERROR, RunRecord, StepSeries
+
+    ran_out = RunRecord(status=PARTIAL, steps=StepSeries(step_ms=[1.0, 1.0, 1.0]))
+    words = _not_patched(ran_out, EXIT_OK)
+    assert "ended on its own" in words and "after 3 measured steps" in words
+    assert "run longer" in words and "stopped the script" not in words
+    failed = _not_patched(RunRecord(status=SCRIPT_ERROR), 1)
+    assert "fix what the report says stopped the script first" in failed
+    assert "run fix again" in _not_patched(ran_out, EXIT_INTERRUPTED)
