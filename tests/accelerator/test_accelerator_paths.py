@@ -89,6 +89,10 @@ def test_a_run_on_the_device_is_timed_with_its_events(tmp_path):
     # the model alone replayed the script's device batches (no host copy counted as its input)
     assert len(record.model_alone) == 8
     assert record.verdict.kind != "UNKNOWN"
+    # the watched step's memory: on the device, with the allocator's peak and temporaries
+    split = record.memory_split
+    assert split.device.startswith(_device_type()) and split.peak > split.parameters > 0
+    assert split.temporaries is not None and split.activations > 0
 
 
 def test_trials_read_their_events_after_the_device_finished_and_memory_is_the_devices(tmp_path):

@@ -122,6 +122,17 @@ def test_evaluation_inside_the_step_is_named_evaluation_with_its_line():
     assert rec.verdict.kind == "COMPUTE-BOUND"
     assert rec.verdict.next.index("evaluate less often") < rec.verdict.next.index("autocast")
     assert f"eval_in_step.py:{found.line}" in rec.verdict.next
+    # the first watched step's memory by kind: exact bytes of the GraphNet and its Adam
+    split = rec.memory_split
+    params = 4 * (32 * 64 + 64 + 64 * 4 + 4)
+    assert split.parameters == params and split.gradients == params
+    assert 2 * params <= split.optimizer_state < 2 * params + 64  # two moments, four steps
+    # most saved by the network's own forward (adjacency @ ...: the 200 x 200 adjacency), at
+    # the line of the class
+    top = split.largest[0]
+    assert (top.module, top.nbytes) == ("GraphNet", split.activations - sum(
+        m.nbytes for m in split.largest[1:]))  # fmt: skip
+    assert top.defined_at == "eval_in_step.py:27" and top.nbytes >= 4 * 200 * 200
 
 
 @pytest.mark.timing

@@ -11,7 +11,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..record import Finding, LoaderAlone, SystemUsage, WorkerSweep
+from ..record import Finding, LoaderAlone, MemorySplit, SystemUsage, WorkerSweep
 
 if TYPE_CHECKING:
     from ..loader import LoaderDiagnosis
@@ -60,6 +60,8 @@ class CaptureData:
     #: Wall time of each step watched by the sync finder (not timed otherwise), in ms.
     sync_sample_ms: list[float] = field(default_factory=list)
     sync_findings: list[Finding] = field(default_factory=list)
+    #: One watched step's memory by kind (``_memory_split.MemoryWatch``).
+    memory_split: MemorySplit | None = None
     #: The data-parallel wrappers' findings and DDP's settings, noted after the measured steps.
     parallel_findings: list[Finding] = field(default_factory=list)
     ddp_settings: dict[str, Any] = field(default_factory=dict)

@@ -94,6 +94,7 @@ def build_record(
     record.findings.extend(session.data.sync_findings)
     record.overhead_ms.update(session.data.overheads_ms())
     record.sync_sampled_steps = len(session.data.sync_sample_ms)
+    record.memory_split = session.data.memory_split
     if session.data.loader_diagnosis is not None:
         record.loader_report = session.data.loader_diagnosis.report
         record.findings.extend(session.data.loader_diagnosis.findings)

@@ -68,6 +68,7 @@ from ._loader import (
     WorkerMemorySeries,
     WorkerSweep,
 )
+from ._memory import MemorySplit, ModuleMemory
 from ._patch import GONE, Patch, PatchChange, PatchRemedy, PatchSkip
 from ._rank_env import RankEnv
 from ._ranks import (
@@ -198,6 +199,8 @@ __all__ = [
     "FindingKind",
     "FixTrial",
     "GONE",
+    "MemorySplit",
+    "ModuleMemory",
     "Patch",
     "PatchChange",
     "PatchRemedy",

@@ -24,6 +24,7 @@ from ._kinds import (
     StepBoundaryKind,
 )
 from ._loader import LoaderReport
+from ._memory import MemorySplit
 from ._patch import Patch
 from ._ranks import DistributedReport
 from ._serial import SCHEMA_VERSION, load_record, record_from_dict, write_json_atomic
@@ -295,6 +296,9 @@ class RunRecord:
     flops: Flops | None = None
     #: ``run --whole``: every second of the run by kind of cost (docs/whole-run.md).
     whole_run: WholeRun | None = None
+    #: One untimed step's memory by kind, and the blocks with the most activations
+    #: (docs/memory.md); ``None`` when not watched.
+    memory_split: MemorySplit | None = None
 
     @property
     def measured_steps(self) -> int:

@@ -22,6 +22,7 @@ from ..record import (
     WAITS,
     DistributedReport,
     LoaderSettings,
+    MemorySplit,
     RankRun,
     RunRecord,
     SystemUsage,
@@ -150,6 +151,8 @@ def environment_rows(record: RunRecord) -> list[tuple[str, str]]:
                 f"{usage.workers} worker process(es) RSS {usage.workers_rss_mb_max:.0f} MB",
             )
         )
+        if record.memory_split is not None:
+            rows.append(("step memory", memory_words(record.memory_split)))
         if usage.gpu_util_pct is not None:
             rows.append(
                 (
@@ -238,3 +241,35 @@ def projection_lines(job: DistributedReport) -> list[str]:
         f"{scales}",
         f"  modelled per step: {', '.join(p.collectives)}; assumed: {'; '.join(p.assumptions)}",
     ]
+
+
+def memory_words(split: MemorySplit) -> str:
+    """One untimed step's memory by kind, the blocks with the most activations, and the device's
+    peak with its temporaries (or that the CPU tells no peak)."""
+    mb = 1024 * 1024
+
+    def size(nbytes: int) -> str:
+        return f"{nbytes / mb:.1f} MB"
+
+    text = (
+        f"parameters {size(split.parameters)}, gradients {size(split.gradients)}, optimizer "
+        f"state {size(split.optimizer_state)}, activations saved for backward "
+        f"{size(split.activations)}"
+    )
+    if split.largest and split.activations:
+        top = split.largest[:3]
+        named = ", ".join(
+            f"{m.module}"
+            + (f" ({m.type}{', ' + m.defined_at if m.defined_at else ''})" if m.type else "")
+            + f" {m.nbytes / split.activations:.0%}"
+            for m in top
+        )
+        text += f": most in {named}"
+    if split.peak is not None:
+        text += (
+            f"; peak {size(split.peak)} on {split.device} during the step, "
+            f"{size(split.temporaries or 0)} of it temporaries"
+        )
+    else:
+        text += f"; on {split.device} no allocator peak is read (an accelerator's is)"
+    return text

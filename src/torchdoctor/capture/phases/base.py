@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from .._device import DeviceClock
     from .._inputs import BuiltInputs
     from .._loaders import LoaderTracker, ReplayStore, ServedPasses
+    from .._optimizers import OptimizerTracker
     from .._parallel import ParallelWatch
     from .._patch import Patcher
     from .._ranks import Ranks
@@ -57,6 +58,7 @@ class PhaseSession(Protocol):
     replay: ReplayStore
     passes: ServedPasses
     inputs: BuiltInputs
+    optimizers: OptimizerTracker
     patcher: Patcher
     ranks: Ranks
     parallel: ParallelWatch

@@ -1,10 +1,12 @@
-"""The sync finder's steps: watched for host-device syncs and per-step copies, not timed."""
+"""The sync finder's steps: watched for host-device syncs and per-step copies, not timed. The
+first of them also counts the step's memory by kind (:class:`~.._memory_split.MemoryWatch`)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from ...record import phase_names
+from .._memory_split import MemoryWatch
 from ..syncs import SyncWatcher
 from .base import Phase, PhaseSession
 
@@ -16,11 +18,12 @@ class SyncSamplePhase(Phase):
     """``--sync-steps`` steps under a :class:`SyncWatcher` (its function mode slows them)."""
 
     name = phase_names.SYNC_SAMPLE
-    writes = ("sync_sample_ms", "sync_findings")
+    writes = ("sync_sample_ms", "sync_findings", "memory_split")
 
     def __init__(self) -> None:
         super().__init__()
         self._watcher: SyncWatcher | None = None
+        self._memory: MemoryWatch | None = None
 
     def wanted(self, session: PhaseSession) -> bool:
         return session.options.sync_steps > 0
@@ -40,9 +43,14 @@ class SyncSamplePhase(Phase):
         # What reaches the model's forward is its input: the copy of it is not a finding, and
         # a batch that arrives unmoved makes syncs on it count (CPU rule).
         watcher.hook_model_inputs(session.root_modules())
+        self._memory = MemoryWatch(session.root_modules(), session.clock.device)
+        self._memory.start()
 
     def on_step(self, session: PhaseSession, step: StepMarks) -> bool:
         session.data.sync_sample_ms.append(session.step_ms(step, device_events=False))
+        memory, self._memory = self._memory, None
+        if memory is not None:  # the first watched step
+            session.data.memory_split = memory.stop(session.optimizers.known())
         done = super().on_step(session, step)
         if not done and self._watcher is not None:
             self._watcher.mark_step()
@@ -52,6 +60,9 @@ class SyncSamplePhase(Phase):
         self.close(session)
 
     def close(self, session: PhaseSession) -> None:
+        memory, self._memory = self._memory, None
+        if memory is not None:
+            memory.close()
         watcher, self._watcher = self._watcher, None
         session.sync_watcher = None
         if watcher is None:

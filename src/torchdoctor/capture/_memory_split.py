@@ -1,0 +1,218 @@
+"""One step's memory by kind: parameters, gradients, optimizer state, the activations the forward
+saves for backward (by the block that saved them), and on a device with allocator statistics the
+step's peak (docs/memory.md).
+
+:class:`MemoryWatch` is lent by the sync finder's first untimed step: autograd's saved-tensor
+hooks see each tensor the forward keeps for backward (their pack hook returns the tensor itself:
+nothing the script computes changes), global module hooks say which module was running, and at
+the step's end the parameters, their gradients and the optimizers' state are summed. Exact
+byte counts, each storage once; no timing is read.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from typing import Any
+
+import torch
+
+from .._devices import peak_memory_mb, reset_peak_memory
+from ..record import MemorySplit, ModuleMemory
+from ._frames import is_user_file
+
+#: Where a tensor saved outside every module's forward goes (a loss of functional ops).
+OUTSIDE = "outside any module"
+#: The blocks kept in the split, largest first.
+LARGEST = 5
+_MB = 1024 * 1024
+#: Containers whose children are the blocks (``layers.3``, not ``layers``).
+_CONTAINERS = (torch.nn.ModuleList, torch.nn.Sequential, torch.nn.ModuleDict)
+
+
+class MemoryWatch:
+    """Counts one step; :meth:`start` before it, :meth:`stop` at its end (same thread)."""
+
+    def __init__(self, roots: list[torch.nn.Module], device: torch.device | None) -> None:
+        self.roots = roots
+        self.device = device
+        #: Each module of the roots: its root and its name there.
+        self._names: dict[int, tuple[torch.nn.Module, str]] = {}
+        self._blocks: dict[int, tuple[str, torch.nn.Module]] = {}
+        self._stack: list[torch.nn.Module] = []
+        self._seen: set[int] = set()
+        self._params: set[int] = set()
+        #: Bytes saved for backward, by block label; the block's module by label.
+        self.saved: dict[str, int] = {}
+        self._block_modules: dict[str, torch.nn.Module] = {}
+        self._handles: list[Any] = []
+        self._hooks: Any = None
+        self._at_start: int | None = None
+        #: Saved tensors whose storage could not be read (a tensor subclass): not counted.
+        self.unread = 0
+
+    def start(self) -> None:
+        for root in self.roots:
+            for name, module in root.named_modules():
+                self._names.setdefault(id(module), (root, name))
+            self._params.update(_storage(p) for p in root.parameters())
+        self._params.discard(0)
+        register = torch.nn.modules.module
+        self._handles = [
+            register.register_module_forward_pre_hook(self._entered),
+            register.register_module_forward_hook(self._left),
+        ]
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack)
+        self._hooks.__enter__()
+        if self.device is not None and reset_peak_memory(self.device):
+            self._at_start = _allocated(self.device)
+
+    def stop(self, optimizers: list[Any]) -> MemorySplit | None:
+        """The step's split (``None`` when :meth:`start` never ran); undoes every hook."""
+        if self._hooks is None:
+            return None
+        self.close()
+        try:
+            return self._split(optimizers)
+        except Exception:  # noqa: BLE001 - what cannot be counted is not told, never the script's
+            return None
+
+    def _split(self, optimizers: list[Any]) -> MemorySplit:
+        params = [p for root in self.roots for p in root.parameters()]
+        peak = None
+        if self.device is not None and self._at_start is not None:
+            mb = peak_memory_mb(self.device)
+            peak = int(mb * _MB) if mb is not None else None
+        return MemorySplit(
+            parameters=_bytes(params),
+            gradients=_bytes([p.grad for p in params if p.grad is not None]),
+            optimizer_state=_bytes(
+                [v for o in optimizers for s in o.state.values() for v in _tensors(s)]
+            ),
+            activations=sum(self.saved.values()),
+            largest=self._largest(),
+            device=str(params[0].device) if params else "cpu",
+            peak=peak,
+            at_start=self._at_start if peak is not None else None,
+        )
+
+    def close(self) -> None:
+        """Remove the hooks (every ending); idempotent."""
+        hooks, self._hooks = self._hooks, None
+        if hooks is not None:
+            hooks.__exit__(None, None, None)
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+    # -- the hooks ------------------------------------------------------------------------------
+
+    def _entered(self, module: torch.nn.Module, args: Any) -> None:
+        if id(module) in self._names:
+            self._stack.append(module)
+
+    def _left(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        if self._stack and self._stack[-1] is module:
+            self._stack.pop()
+
+    def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
+        try:
+            with torch._C.DisableTorchFunction():  # the sync finder's mode need not see them
+                key = _storage(tensor)
+                if key and key not in self._seen and key not in self._params:
+                    self._seen.add(key)
+                    label = self._block(self._stack[-1]) if self._stack else OUTSIDE
+                    nbytes = tensor.untyped_storage().nbytes()
+                    self.saved[label] = self.saved.get(label, 0) + nbytes
+        except Exception:  # noqa: BLE001 - a tensor we cannot read is not the script's error
+            self.unread += 1
+        return tensor
+
+    def _block(self, module: torch.nn.Module) -> str:
+        """The block a module belongs to: its outermost module's child (a container's child:
+        ``layers.3``), labelled by its name there (the root's class name for the root)."""
+        known = self._blocks.get(id(module))
+        if known is not None:
+            return known[0]
+        root, name = self._names[id(module)]
+        parts = name.split(".") if name else []
+        block: Any = root
+        depth = 0
+        for i, part in enumerate(parts):
+            block, depth = getattr(block, part), depth + 1
+            following = getattr(block, parts[i + 1], None) if i + 1 < len(parts) else None
+            # into containers, and into a module whose next part is one (an encoder's layers)
+            if not isinstance(block, _CONTAINERS) and not isinstance(following, _CONTAINERS):
+                break
+        label = ".".join(parts[:depth]) or type(root).__name__
+        if len(self.roots) > 1 and depth:  # a GAN's two models: whose block it is
+            label = f"{type(root).__name__}.{label}"
+        self._blocks[id(module)] = (label, block)
+        self._block_modules.setdefault(label, block)
+        return label
+
+    def _largest(self) -> list[ModuleMemory]:
+        ranked = sorted(self.saved.items(), key=lambda kv: -kv[1])[:LARGEST]
+        out = []
+        for label, nbytes in ranked:
+            module = self._block_modules.get(label)
+            kind = type(module).__name__ if module is not None else ""
+            out.append(ModuleMemory(label, kind, _defined_at(module), nbytes))
+        return out
+
+
+def _unpack(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor
+
+
+def _storage(tensor: torch.Tensor) -> int:
+    try:
+        return tensor.untyped_storage().data_ptr()
+    except Exception:  # noqa: BLE001 - a tensor without storage (a subclass: DTensor's shards)
+        return 0
+
+
+def _bytes(tensors: list[torch.Tensor]) -> int:
+    seen: set[int] = set()
+    total = 0
+    for t in tensors:
+        local = getattr(t, "to_local", None)  # an FSDP2 parameter: this rank's shard
+        t = local() if callable(local) else t
+        key = _storage(t)
+        if key and key not in seen:
+            seen.add(key)
+            total += t.untyped_storage().nbytes()
+    return total
+
+
+def _tensors(state: Any) -> list[torch.Tensor]:
+    if isinstance(state, torch.Tensor):
+        return [state]
+    if isinstance(state, dict):
+        return [t for v in state.values() for t in _tensors(v)]
+    if isinstance(state, (list, tuple)):
+        return [t for v in state for t in _tensors(v)]
+    return []
+
+
+def _defined_at(module: torch.nn.Module | None) -> str | None:
+    """Where the module's class is defined (``model.py:12``), when Python can tell."""
+    if module is None or not is_user_file(inspect.getfile(type(module))):
+        return None  # torch's own classes: their file says nothing of the user's model
+    try:
+        path = inspect.getsourcefile(type(module))
+        _, line = inspect.getsourcelines(type(module))
+    except (OSError, TypeError):
+        return None
+    return f"{os.path.basename(path)}:{line}" if path else None
+
+
+def _allocated(device: torch.device) -> int | None:
+    for owner in (getattr(torch, "accelerator", None), getattr(torch, device.type, None)):
+        allocated = getattr(owner, "memory_allocated", None)
+        if allocated is not None:
+            try:
+                return int(allocated(device))
+            except (RuntimeError, NotImplementedError, TypeError, AttributeError):
+                continue
+    return None

@@ -1,0 +1,76 @@
+"""One step's memory by kind (``capture._memory_split.MemoryWatch``): exact bytes of parameters,
+gradients, optimizer state and the activations saved for backward, by the block that saved them,
+and every hook gone after."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from torchdoctor.capture._memory_split import OUTSIDE, MemoryWatch
+
+N, A, B, C = 16, 32, 256, 8
+
+
+def _step(model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    x, y = torch.randn(N, A), torch.randint(0, C, (N,))
+    loss = nn.functional.cross_entropy(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+
+
+def test_a_step_is_split_by_kind_and_its_activations_by_block():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(A, B), nn.ReLU(), nn.Linear(B, C))
+    optimizer = torch.optim.Adam(model.parameters())
+    _step(model, optimizer)  # the optimizer's state exists from its first step
+    watch = MemoryWatch([model], None)
+    watch.start()
+    _step(model, optimizer)
+    split = watch.stop([optimizer])
+    params = 4 * (A * B + B + B * C + C)
+    assert split.parameters == params and split.gradients == params
+    state = [v for s in optimizer.state.values() for v in s.values()]
+    assert split.optimizer_state == sum(t.untyped_storage().nbytes() for t in state)
+    assert split.optimizer_state >= 2 * params  # Adam's two moments
+    # saved for backward: the input the first Linear needs for its weight's gradient, the
+    # ReLU's output (the second Linear's input: the same storage, counted once), and the
+    # loss's own tensors outside any module; never a parameter
+    by_block = {m.module: m.nbytes for m in split.largest}
+    assert by_block["0"] == 4 * N * A
+    assert by_block["1"] == 4 * N * B
+    assert split.largest[0].module == "1" and split.largest[0].type == "ReLU"
+    assert OUTSIDE in by_block and "2" not in by_block
+    assert split.activations == sum(by_block.values())
+    assert split.peak is None and split.temporaries is None  # the CPU tells no peak
+
+
+def test_the_watch_changes_nothing_and_leaves_no_hook():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(A, B), nn.ReLU(), nn.Linear(B, C))
+    x = torch.randn(N, A)
+    plain = model(x).sum()
+    plain.backward()
+    expected = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    watch = MemoryWatch([model], None)
+    watch.start()
+    watched = model(x).sum()
+    watched.backward()
+    assert torch.equal(plain, watched)
+    assert all(torch.equal(p.grad, g) for p, g in zip(model.parameters(), expected))
+    watch.close()
+    watch.close()  # idempotent
+    assert not torch.nn.modules.module._global_forward_pre_hooks
+    assert not torch.nn.modules.module._global_forward_hooks
+    assert watch.stop([]) is None  # closed: nothing to tell
+    # an encoder's layers are its blocks (its next part is a container)
+    encoder = nn.TransformerEncoder(
+        nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0), 2, enable_nested_tensor=False
+    )
+    watch = MemoryWatch([encoder], None)
+    watch.start()
+    encoder(torch.randn(5, 3, 8)).sum().backward()
+    split = watch.stop([])
+    assert {m.module for m in split.largest} >= {"layers.0", "layers.1"}, split.largest
