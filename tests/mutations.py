@@ -468,6 +468,20 @@ MUTATIONS = (
         "given = {}",
         ("tests/unit/patch/test_edits.py",),
     ),
+    Mutation(
+        "memory: a parameter saved for backward counted as an activation",
+        "capture/_memory_split.py",
+        "if key and key not in self._seen and key not in self._params:",
+        "if key and key not in self._seen:",
+        ("tests/unit/capture/test_memory_split.py",),
+    ),
+    Mutation(
+        "memory: a storage saved twice counted twice",
+        "capture/_memory_split.py",
+        "if key and key not in self._seen and key not in self._params:",
+        "if key and key not in self._params:",
+        ("tests/unit/capture/test_memory_split.py",),
+    ),
 )
 
 
