@@ -482,6 +482,20 @@ MUTATIONS = (
         "if key and key not in self._params:",
         ("tests/unit/capture/test_memory_split.py",),
     ),
+    Mutation(
+        "memory: a list that grew by a graph is not a kept graph",
+        "capture/_kept_graphs.py",
+        "now[1] is earlier[1] and now[2] > earlier[2]",
+        "now[1] is earlier[1] and now[2] > earlier[2] + 10",
+        ("tests/unit/capture/test_kept_graphs.py",),
+    ),
+    Mutation(
+        "memory: a graph that reaches the previous step's is not a kept graph",
+        "capture/_kept_graphs.py",
+        "if node is target:",
+        "if node is None:",
+        ("tests/unit/capture/test_kept_graphs.py",),
+    ),
 )
 
 

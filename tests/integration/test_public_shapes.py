@@ -135,6 +135,16 @@ def test_evaluation_inside_the_step_is_named_evaluation_with_its_line():
     assert top.defined_at == "eval_in_step.py:27" and top.nbytes >= 4 * 200 * 200
 
 
+def test_a_loss_summed_as_a_tensor_keeps_every_graph_and_is_found_at_its_line():
+    # memory that creeps: the sum holds each step's graph; found in the watched steps
+    out, rec = run("loss_kept.py", counterfactuals=False)
+    _stopped_on_purpose(out, rec)
+    (found,) = [f for f in rec.findings if f.kind == "loop.graph-kept"]
+    script = (SHAPES / "loss_kept.py").read_text().splitlines()
+    assert script[found.line - 1].strip() == "running_loss += loss"
+    assert found.severity == "critical" and "running_loss += loss.item()" in found.fix
+
+
 @pytest.mark.timing
 def test_an_lbfgs_closure_is_one_step():
     out, rec = run("lbfgs_closure.py", "--max-iter", "10", counterfactuals=False)

@@ -62,6 +62,8 @@ class CaptureData:
     sync_findings: list[Finding] = field(default_factory=list)
     #: One watched step's memory by kind (``_memory_split.MemoryWatch``).
     memory_split: MemorySplit | None = None
+    #: Variables that keep every step's autograd graph (``_kept_graphs.KeptGraphs``).
+    memory_findings: list[Finding] = field(default_factory=list)
     #: The data-parallel wrappers' findings and DDP's settings, noted after the measured steps.
     parallel_findings: list[Finding] = field(default_factory=list)
     ddp_settings: dict[str, Any] = field(default_factory=dict)

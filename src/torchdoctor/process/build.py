@@ -92,6 +92,7 @@ def build_record(
     if evaluation is not None:
         record.findings.append(evaluation)
     record.findings.extend(session.data.sync_findings)
+    record.findings.extend(session.data.memory_findings)
     record.overhead_ms.update(session.data.overheads_ms())
     record.sync_sampled_steps = len(session.data.sync_sample_ms)
     record.memory_split = session.data.memory_split

@@ -83,7 +83,7 @@ DistributedFindingKind = Literal[
     "ddp.manual-collectives",
 ]
 #: What the training loop itself does wrong (docs/how-it-works.md).
-LoopFindingKind = Literal["loop.never-updates", "loop.evaluation-in-step"]
+LoopFindingKind = Literal["loop.never-updates", "loop.evaluation-in-step", "loop.graph-kept"]
 #: The course of a whole run (``run --whole``, docs/whole-run.md).
 WholeFindingKind = Literal["whole.drift", "whole.memory-creep", "whole.eval-mode-training"]
 FindingKind = Literal[

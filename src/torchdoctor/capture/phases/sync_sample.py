@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ...record import phase_names
+from .._kept_graphs import KeptGraphs
 from .._memory_split import MemoryWatch
 from ..syncs import SyncWatcher
 from .base import Phase, PhaseSession
@@ -18,12 +19,13 @@ class SyncSamplePhase(Phase):
     """``--sync-steps`` steps under a :class:`SyncWatcher` (its function mode slows them)."""
 
     name = phase_names.SYNC_SAMPLE
-    writes = ("sync_sample_ms", "sync_findings", "memory_split")
+    writes = ("sync_sample_ms", "sync_findings", "memory_split", "memory_findings")
 
     def __init__(self) -> None:
         super().__init__()
         self._watcher: SyncWatcher | None = None
         self._memory: MemoryWatch | None = None
+        self._kept: KeptGraphs | None = None
 
     def wanted(self, session: PhaseSession) -> bool:
         return session.options.sync_steps > 0
@@ -45,12 +47,15 @@ class SyncSamplePhase(Phase):
         watcher.hook_model_inputs(session.root_modules())
         self._memory = MemoryWatch(session.root_modules(), session.clock.device)
         self._memory.start()
+        self._kept = KeptGraphs()
 
     def on_step(self, session: PhaseSession, step: StepMarks) -> bool:
         session.data.sync_sample_ms.append(session.step_ms(step, device_events=False))
         memory, self._memory = self._memory, None
         if memory is not None:  # the first watched step
             session.data.memory_split = memory.stop(session.optimizers.known())
+        if self._kept is not None:  # graphs a variable keeps from one step's end to the next
+            self._kept.look()
         done = super().on_step(session, step)
         if not done and self._watcher is not None:
             self._watcher.mark_step()
@@ -60,6 +65,9 @@ class SyncSamplePhase(Phase):
         self.close(session)
 
     def close(self, session: PhaseSession) -> None:
+        kept, self._kept = self._kept, None
+        if kept is not None:
+            session.data.memory_findings = kept.findings()
         memory, self._memory = self._memory, None
         if memory is not None:
             memory.close()

@@ -1,0 +1,171 @@
+"""Memory that grows step over step because a variable keeps every step's autograd graph: a loss
+summed as a tensor (``total_loss += loss``), a list that keeps each step's loss
+(``losses.append(loss)``), a hidden state carried over without ``.detach()``. Each keeps what
+the graph references (its activations too where no backward freed them), so memory grows with
+every step until the run ends or runs out (docs/memory.md).
+
+:class:`KeptGraphs` looks at the user's frames at the end of two watched steps (the sync
+finder's): a tensor variable whose graph at the second step still reaches its graph at the
+first, or a list that grew by a tensor with a graph, is a ``loop.graph-kept`` finding at the line
+that keeps it. Only references are read; nothing of the script changes.
+"""
+
+from __future__ import annotations
+
+import ast
+import linecache
+import sys
+from types import FrameType
+from typing import Any
+
+import torch
+
+from ..record import Finding
+from ._frames import is_user_file
+
+#: Graph nodes walked from a value to find an earlier step's (a long graph is cut there).
+WALK_LIMIT = 20_000
+#: Longest list looked into.
+LIST_LIMIT = 1_000_000
+
+
+class KeptGraphs:
+    """Call :meth:`look` at the end of each watched step; :meth:`findings` after the second."""
+
+    def __init__(self) -> None:
+        #: ``(file, function, name)`` -> the tensor's graph node, or the list and its length.
+        self._before: dict[tuple[str, str, str], Any] = {}
+        self._found: set[tuple[str, str, str]] = set()
+        self.looks = 0
+        self._findings: list[Finding] = []
+
+    def look(self) -> None:
+        """Compare the user's variables now with the last look's (the step's end)."""
+        now: dict[tuple[str, str, str], Any] = {}
+        frame = sys._getframe(1)
+        while frame is not None:
+            code = frame.f_code
+            if is_user_file(code.co_filename):
+                for name, value in list(frame.f_locals.items()):
+                    held = _held(value)
+                    if held is None or name.startswith("__"):
+                        continue
+                    key = (code.co_filename, code.co_name, name)
+                    now.setdefault(key, held)
+                    earlier = self._before.get(key)
+                    if earlier is not None and key not in self._found:
+                        how = _kept(earlier, held)
+                        if how:
+                            self._found.add(key)
+                            self._findings.append(_finding(frame, name, how))
+            frame = frame.f_back
+        self._before = now
+        self.looks += 1
+
+    def findings(self) -> list[Finding]:
+        self._before = {}  # the graphs are not kept past the watch
+        return list(self._findings)
+
+
+def _held(value: Any) -> Any:
+    """What a variable holds of a graph: its node (a tensor with one), or the list and its
+    length with the node of its last tensor (a list of them); ``None`` otherwise."""
+    if isinstance(value, torch.Tensor):
+        return ("tensor", value.grad_fn) if value.grad_fn is not None else None
+    if isinstance(value, list) and 0 < len(value) <= LIST_LIMIT:
+        last = value[-1]
+        if isinstance(last, torch.Tensor) and last.grad_fn is not None:
+            return ("list", value, len(value))
+    return None
+
+
+def _kept(earlier: Any, now: Any) -> str:
+    """``"sum"`` when the graph now reaches the earlier one, ``"list"`` when the list grew by a
+    tensor with a graph; ``""`` otherwise."""
+    if earlier[0] == "tensor" and now[0] == "tensor":
+        if now[1] is not earlier[1] and _reaches(now[1], earlier[1]):
+            return "sum"
+    if earlier[0] == "list" and now[0] == "list" and now[1] is earlier[1] and now[2] > earlier[2]:
+        return "list"
+    return ""
+
+
+def _reaches(start: Any, target: Any) -> bool:
+    seen: set[int] = set()
+    todo = [start]
+    while todo and len(seen) < WALK_LIMIT:
+        node = todo.pop()
+        if node is target:
+            return True
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        todo.extend(fn for fn, _ in getattr(node, "next_functions", ()))
+    return False
+
+
+def _finding(frame: FrameType, name: str, how: str) -> Finding:
+    line, source = _keeping_line(frame, name, how)
+    if how == "list":
+        title = (
+            f"`{name}` keeps each step's tensor with its autograd graph (a list that grows every "
+            "step): memory grows with every step the run takes"
+        )
+        fix = f"{name}.append(loss.detach())  # or loss.item(): the value, not the graph"
+    else:
+        title = (
+            f"`{name}` keeps the autograd graph of every step (its graph reaches the previous "
+            "step's): memory grows with every step the run takes"
+        )
+        fix = (
+            f"{name} += loss.item()  # a number, not the graph; or {name} = {name}.detach() "
+            "where a state carries over between steps"
+        )
+    return Finding(
+        kind="loop.graph-kept",
+        title=title,
+        fix=fix,
+        file=frame.f_code.co_filename,
+        line=line,
+        source=source,
+        severity="critical",
+        detail={"variable": name, "how": how},
+    )
+
+
+def _keeping_line(frame: FrameType, name: str, how: str) -> tuple[int, str]:
+    """The statement of the frame's code that keeps the value (``name += ...``,
+    ``name.append(...)``, ``name = ... name ...``), else the frame's current line."""
+    code = frame.f_code
+    numbers = [n for _, _, n in code.co_lines() if n]
+    first, last = code.co_firstlineno, max(numbers, default=code.co_firstlineno)
+    try:
+        tree = ast.parse("".join(linecache.getlines(code.co_filename)))
+    except (SyntaxError, ValueError):
+        return frame.f_lineno, ""
+    ranked: list[tuple[int, int]] = []  # (rank, line): the likeliest statement first
+    for node in ast.walk(tree):
+        line = getattr(node, "lineno", 0)
+        if not first <= line <= last:
+            continue
+        if how == "list":
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("append", "extend", "insert")
+                and _is(node.func.value, name)
+            ):
+                ranked.append((0, line))
+        elif isinstance(node, ast.AugAssign) and _is(node.target, name):
+            ranked.append((0, line))
+        elif isinstance(node, ast.Assign) and any(_is(t, name) for t in node.targets):
+            reads = any(_is(n, name) for n in ast.walk(node.value))
+            ranked.append((1 if reads else 2, line))
+    if not ranked:
+        return frame.f_lineno, ""
+    line = min(ranked)[1]
+    return line, linecache.getline(code.co_filename, line).strip()
+
+
+def _is(node: ast.AST, name: str) -> bool:
+    return isinstance(node, ast.Name) and node.id == name

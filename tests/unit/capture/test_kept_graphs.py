@@ -1,0 +1,64 @@
+"""Variables that keep every step's autograd graph (``capture._kept_graphs``): a loss summed as a
+tensor, a list of losses, found at the line that keeps them; a clean loop gives nothing."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from torchdoctor.capture._kept_graphs import KeptGraphs
+
+HERE = __file__
+
+
+def lineno_in(path: str, text: str) -> int:
+    with open(path) as f:
+        return next(n for n, line in enumerate(f, 1) if text in line)
+
+
+def _train(steps: int, kept: KeptGraphs, keep: str) -> None:
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    total_loss = 0.0
+    losses = []
+    for _ in range(steps):
+        loss = model(torch.randn(8, 4)).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        kept.look()  # where torchdoctor looks: the step's end
+        if keep == "sum":
+            total_loss += loss  # keeps the graph
+        elif keep == "list":
+            losses.append(loss)  # keeps each graph
+        else:
+            total_loss += loss.item()
+            losses.append(loss.detach())
+
+
+def test_a_loss_summed_as_a_tensor_is_found_at_its_line():
+    kept = KeptGraphs()
+    _train(3, kept, "sum")
+    (found,) = kept.findings()
+    assert found.kind == "loop.graph-kept" and found.detail == {
+        "variable": "total_loss",
+        "how": "sum",
+    }
+    assert (found.file, found.line) == (HERE, lineno_in(HERE, "total_loss += loss  # keeps"))
+    assert "total_loss += loss.item()" in found.fix
+
+
+def test_a_list_of_losses_with_their_graphs_is_found():
+    kept = KeptGraphs()
+    _train(3, kept, "list")
+    (found,) = kept.findings()
+    assert found.detail == {"variable": "losses", "how": "list"}
+    assert found.line == lineno_in(HERE, "losses.append(loss)  # keeps")
+    assert found.fix.startswith("losses.append(loss.detach())")
+
+
+def test_values_read_as_numbers_or_detached_keep_nothing():
+    kept = KeptGraphs()
+    _train(3, kept, "clean")
+    assert kept.findings() == [] and kept.looks == 3
