@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from paths import SCENARIOS
 from torchdoctor.record import RunRecord
 
 HAS_ACCELERATOR = hasattr(torch, "accelerator") and torch.accelerator.is_available()
@@ -156,44 +157,12 @@ def test_a_whole_run_on_the_device_is_accounted(tmp_path):
     assert abs(sum(k.seconds for k in whole.categories) - whole.wall_s) <= 0.01 * whole.wall_s
 
 
-#: Seed 004's loss as first written: its class weights built inline and moved to the device
-#: every step, in a loss module the script never moves (only the model goes to the device).
-INLINE_LOSS = """\
-import torch
-from torch import nn
-
-device = torch.accelerator.current_accelerator()
-
-
-def weighted_nll(pred, target, weight):
-    nll = -pred.gather(1, target.unsqueeze(1)).squeeze(1)
-    w = weight[target]
-    return (nll * w).sum() / w.sum()
-
-
-class CrossEntropyLoss(nn.Module):
-    def forward(self, logits, target):
-        pred = logits.log_softmax(dim=1)
-        return weighted_nll(pred, target, torch.Tensor([0.1] * 4).to(logits.device))
-
-
-torch.manual_seed(0)
-model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)).to(device)
-criterion = CrossEntropyLoss()
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-x, y = torch.randn(64, 16).to(device), torch.randint(0, 4, (64,)).to(device)
-for step in range(1000):
-    loss = criterion(model(x), y)
-    opt.zero_grad()
-    loss.backward()
-    opt.step()
-"""
-
-
 def test_a_rebuilt_constant_is_fixed_into_a_buffer_that_moves_with_its_first_read(tmp_path):
     # a buffer read as self.weight.to(device) in a module the script never moves would still
     # copy every step on a device: the sync finder, run on the patched script, says it is gone
-    _script(tmp_path, INLINE_LOSS)
+    # seed 004's loss as first written: its weights built inline and moved every step, in a
+    # loss module the script never moves (the scenario moves only the model)
+    _script(tmp_path, (SCENARIOS / "sync_loss_inline.py").read_text())
     _torchdoctor(tmp_path, "fix", "--steps", "6", "--warmup", "2", "--rounds", "2", "--quiet",
                  "--json", "fix.json", "--", "train.py")  # fmt: skip
     record = RunRecord.load(tmp_path / "fix.json")
