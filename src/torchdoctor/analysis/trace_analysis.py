@@ -147,13 +147,26 @@ def analyze_trace(
     Returns:
         The analysed :class:`RunRecord` (verdict, findings, ``trace``).
 
+    A truncated or non-trace file beside readable ones (a folder of rank files) is skipped and
+    named with its reason in the record's notes; the rest are analysed.
+
     Raises:
-        TraceFormatError: for a missing, truncated or corrupt trace.
+        TraceFormatError: for a missing path, or when no file given is a readable trace.
     """
-    from ..trace import find_trace_files, load_trace
+    from ..trace import TraceFormatError, find_trace_files, load_trace
 
     files = find_trace_files([paths] if isinstance(paths, str) else list(paths))
-    return analyze_parsed_traces([load_trace(f) for f in files], command, include_last_step)
+    traces, skipped = [], []
+    for f in files:
+        try:
+            traces.append(load_trace(f))
+        except TraceFormatError as exc:
+            skipped.append(exc)
+    if not traces:
+        raise skipped[0]
+    record = analyze_parsed_traces(traces, command, include_last_step)
+    record.notes[:0] = [f"skipped {exc.message} (the other files are analysed)" for exc in skipped]
+    return record
 
 
 def attach_trace(record: RunRecord, paths: list[str] | list[Any]) -> RunRecord:

@@ -314,3 +314,23 @@ def test_an_analysis_of_two_ranks_round_trips_through_the_record(tmp_path):
     assert record.trace.verdict == record.verdict and record.trace.verdict is not record.verdict
     again = RunRecord.load(record.save(tmp_path / "r.json"))
     assert again == record
+
+
+def test_a_folder_with_a_broken_file_skips_it_by_name_and_analyses_the_rest(tmp_path):
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    training_trace(rank=0).write(folder / "rank0.json")
+    training_trace(rank=1).write(folder / "rank1.json")
+    (folder / "rank2.json").write_text('{"traceEvents": [{"ph": "X", ')  # cut short
+    (folder / "config.json").write_text("not json at all")
+    record = analyze_trace(str(folder))
+    assert [r.rank for r in record.trace.ranks] == [0, 1]
+    skipped = [n for n in record.notes if n.startswith("skipped ")]
+    assert len(skipped) == 2, record.notes
+    assert any("config.json: not a readable trace" in n for n in skipped)
+    assert any("rank2.json: not a readable trace" in n for n in skipped)
+    # nothing readable at all: the first file's error, as before
+    (folder / "rank0.json").unlink()
+    (folder / "rank1.json").unlink()
+    with pytest.raises(Exception, match="config.json: not a readable trace"):
+        analyze_trace(str(folder))
