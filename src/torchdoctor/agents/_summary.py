@@ -111,8 +111,36 @@ def diagnosis(record: dict[str, Any], path: str) -> dict[str, Any]:
         "measured_steps": record.get("measured_steps"),
         "findings": findings(record),
         "trials": trials(record),
+        "memory": memory(record),
         "notes": list(record.get("notes") or []),
         "record": path,
+    }
+
+
+def memory(record: dict[str, Any]) -> dict[str, Any] | None:
+    """One watched step's memory by kind (``memory_split``), in MB."""
+    split = record.get("memory_split")
+    if not split:
+        return None
+
+    def mb(value: Any) -> float | None:
+        return None if value is None else round(value / 2**20, 3)
+
+    held = sum(
+        split.get(k, 0) for k in ("parameters", "gradients", "optimizer_state", "activations")
+    )
+    peak = split.get("peak")
+    return {
+        "parameters_mb": mb(split.get("parameters", 0)),
+        "gradients_mb": mb(split.get("gradients", 0)),
+        "optimizer_state_mb": mb(split.get("optimizer_state", 0)),
+        "activations_mb": mb(split.get("activations", 0)),
+        "largest": [
+            f"{m.get('module')} ({m.get('type')}) {mb(m.get('nbytes', 0))} MB"
+            for m in split.get("largest") or []
+        ],
+        "peak_mb": mb(peak),
+        "temporaries_mb": None if peak is None else mb(max(peak - held, 0)),
     }
 
 

@@ -91,6 +91,16 @@ class TrialOut(BaseModel):
     caveats: list[str] = []
 
 
+class MemoryOut(BaseModel):
+    parameters_mb: float
+    gradients_mb: float
+    optimizer_state_mb: float
+    activations_mb: float = Field(description="saved for backward, each storage once")
+    largest: list[str] = Field(description="blocks that saved the most: name (type) MB")
+    peak_mb: float | None = Field(description="the device allocator's peak; null on the CPU")
+    temporaries_mb: float | None
+
+
 class Diagnosis(BaseModel):
     status: str = Field(description="how the run ended: complete, partial, timed-out, ...")
     exit_status: int | None
@@ -101,6 +111,9 @@ class Diagnosis(BaseModel):
     measured_steps: int | None
     findings: list[FindingOut]
     trials: list[TrialOut]
+    memory: MemoryOut | None = Field(
+        None, description="one watched step's memory by kind (docs/memory.md); null: not watched"
+    )
     notes: list[str]
     output_tail: list[str] = Field(
         [],

@@ -169,3 +169,20 @@ def test_a_client_that_went_away_is_no_failure_of_the_server():
     assert _client_gone(Group(BrokenPipeError(), Group(anyio.ClosedResourceError())))
     assert not _client_gone(Group(BrokenPipeError(), ValueError("ours")))
     assert not _client_gone(KeyError("x"))
+
+
+def test_a_diagnosis_tells_the_steps_memory_in_mb():
+    mb = 2**20
+    record = {
+        "memory_split": {
+            "parameters": 2 * mb, "gradients": 2 * mb, "optimizer_state": 4 * mb,
+            "activations": 8 * mb, "peak": 20 * mb, "device": "cuda:0",
+            "largest": [{"module": "layers.0", "type": "Block", "nbytes": 6 * mb}],
+        }
+    }  # fmt: skip
+    said = summary.memory(record)
+    assert said["activations_mb"] == 8.0 and said["peak_mb"] == 20.0
+    assert said["temporaries_mb"] == 4.0 and said["largest"] == ["layers.0 (Block) 6.0 MB"]
+    assert summary.memory({}) is None
+    cpu = summary.memory({"memory_split": {**record["memory_split"], "peak": None}})
+    assert cpu["peak_mb"] is None and cpu["temporaries_mb"] is None
