@@ -12,6 +12,7 @@ _KEEPING = frozenset(
         "print", "log", "info", "debug", "warning", "write", "format", "str", "repr", "append",
         "extend", "add", "update", "add_scalar", "add_scalars", "log_dict", "log_metrics",
         "set_postfix", "set_description", "record", "put", "setdefault",
+        "min", "max", "sum", "len", "isclose", "isnan", "isinf", "isfinite",
     }
 )  # fmt: skip
 #: Conversions a value passes through on its way to what uses it.

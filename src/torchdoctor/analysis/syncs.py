@@ -233,7 +233,14 @@ def _finding(kind: str, group: list[dict[str, Any]], steps: int, on_accelerator:
     library = first.get("library")
     where = f", inside {library}" if library else ""
     # a read made with grad off (an evaluation's) is counted in the window, not per step
-    no_grad = info.group == SYNC and not library and all(e.get("grad") is False for e in group)
+    # ... and not in every watched step (a training metric read under no_grad each step is per
+    # step, an evaluation's is not)
+    no_grad = (
+        info.group == SYNC
+        and not library
+        and all(e.get("grad") is False for e in group)
+        and len({e.get("step") for e in group}) < steps
+    )
     user = (
         (first.get("used_by") or used_at_once(first.get("source")))
         if info.group == SYNC and not library

@@ -105,7 +105,7 @@ def _reaches(start: Any, target: Any) -> bool:
 
 
 def _finding(frame: FrameType, name: str, how: str) -> Finding:
-    line, source = _keeping_line(frame, name, how)
+    line, source, added = _keeping_line(frame, name, how)
     if how == "list":
         title = (
             f"`{name}` keeps each step's tensor with its autograd graph (a list that grows every "
@@ -118,8 +118,10 @@ def _finding(frame: FrameType, name: str, how: str) -> Finding:
             "step's): memory grows with every step the run takes"
         )
         fix = (
-            f"{name} += loss.item()  # a number, not the graph; or {name} = {name}.detach() "
-            "where a state carries over between steps"
+            f"{name} += {added}.item()  # a number, not the graph"
+            if added
+            else f"{source or name + ' = ...'}\n{name} = {name}.detach()  # the value, not the "
+            "graph it was computed with"
         )
     return Finding(
         kind="loop.graph-kept",
@@ -133,17 +135,18 @@ def _finding(frame: FrameType, name: str, how: str) -> Finding:
     )
 
 
-def _keeping_line(frame: FrameType, name: str, how: str) -> tuple[int, str]:
+def _keeping_line(frame: FrameType, name: str, how: str) -> tuple[int, str, str]:
     """The statement of the frame's code that keeps the value (``name += ...``,
-    ``name.append(...)``, ``name = ... name ...``), else the frame's current line."""
+    ``name.append(...)``, ``name = ... name ...``), else the frame's current line; and for a
+    sum (``name += x``), ``x`` as code (its ``.item()`` is the fix)."""
     code = frame.f_code
     numbers = [n for _, _, n in code.co_lines() if n]
     first, last = code.co_firstlineno, max(numbers, default=code.co_firstlineno)
     try:
         tree = ast.parse("".join(linecache.getlines(code.co_filename)))
     except (SyntaxError, ValueError):
-        return frame.f_lineno, ""
-    ranked: list[tuple[int, int]] = []  # (rank, line): the likeliest statement first
+        return frame.f_lineno, "", ""
+    ranked: list[tuple[int, int, str]] = []  # (rank, line, added): the likeliest first
     for node in ast.walk(tree):
         line = getattr(node, "lineno", 0)
         if not first <= line <= last:
@@ -155,16 +158,18 @@ def _keeping_line(frame: FrameType, name: str, how: str) -> tuple[int, str]:
                 and node.func.attr in ("append", "extend", "insert")
                 and _is(node.func.value, name)
             ):
-                ranked.append((0, line))
+                ranked.append((0, line, ""))
         elif isinstance(node, ast.AugAssign) and _is(node.target, name):
-            ranked.append((0, line))
+            added = ast.unparse(node.value) if isinstance(node.op, ast.Add) else ""
+            simple = isinstance(node.value, (ast.Name, ast.Attribute, ast.Call))
+            ranked.append((0, line, added if simple or not added else f"({added})"))
         elif isinstance(node, ast.Assign) and any(_is(t, name) for t in node.targets):
             reads = any(_is(n, name) for n in ast.walk(node.value))
-            ranked.append((1 if reads else 2, line))
+            ranked.append((1 if reads else 2, line, ""))
     if not ranked:
-        return frame.f_lineno, ""
-    line = min(ranked)[1]
-    return line, linecache.getline(code.co_filename, line).strip()
+        return frame.f_lineno, "", ""
+    _, line, added = min(ranked)
+    return line, linecache.getline(code.co_filename, line).strip(), added
 
 
 def _is(node: ast.AST, name: str) -> bool:

@@ -41,17 +41,18 @@ def trainable(module: Any) -> bool:
     return any(p.requires_grad for p in module.parameters())
 
 
-def evaluating(module: Any, boundary: str | None) -> bool:
+def evaluating(module: Any, boundary: str | None, optimizers: Any = None) -> bool:
     """Whether an outermost call evaluates the model inside a training loop: a trained module
     in eval mode with grad off (a validation pass run every step). A no-grad call in training
     mode is the training's own work (an RL rollout, a GAN's generator for its discriminator), and
-    a frozen module (a teacher) trains nothing; a loop stepped by its forward has no other work."""
-    return (
-        boundary not in (None, "forward")
-        and not module.training
-        and not torch.is_grad_enabled()
-        and trainable(module)
-    )
+    a module no optimizer updates (a teacher, a target network, frozen or not) trains nothing;
+    a loop stepped by its forward has no other work. ``optimizers``: the session's tracker
+    (:meth:`~._optimizers.OptimizerTracker.trains`); without one, trainable parameters do."""
+    if boundary in (None, "forward") or module.training or torch.is_grad_enabled():
+        return False
+    if not trainable(module):
+        return False
+    return optimizers is None or boundary != "optimizer" or optimizers.trains(module)
 
 
 def trained_modules(optimizer: Any) -> list[Any]:

@@ -40,6 +40,13 @@ class OptimizerTracker:
         """Every optimizer the script has stepped (alive)."""
         return list(self._known)
 
+    def trains(self, module: Any) -> bool:
+        """Whether an optimizer the script has stepped updates one of ``module``'s parameters (a
+        teacher or a target network that no optimizer updates is not trained); read on a call
+        that evaluates only, so its cost is of those calls."""
+        trained = {id(p) for o in self._known for g in o.param_groups for p in g["params"]}
+        return any(id(p) in trained for p in module.parameters())
+
     def seen(self, optimizer: Any) -> None:
         if optimizer not in self._known:
             self._known.add(optimizer)

@@ -270,7 +270,8 @@ class StepHooks:
                 self.inputs.model_called(args, self.patcher, self)
             self.whole.forward_started(module.training)
             # a validation pass inside the step is its own part, not the training forward's
-            self._forward_part = "evaluation" if evaluating(module, kind) else "forward"
+            evaluates = evaluating(module, kind, self.optimizers)
+            self._forward_part = "evaluation" if evaluates else "forward"
             if self._forward_part == "evaluation" and not self.data.evaluation_sites:
                 self.data.evaluation_sites = evaluation_sites()
             self.push(self._forward_part)

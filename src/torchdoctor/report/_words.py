@@ -249,7 +249,7 @@ def memory_words(split: MemorySplit) -> str:
     mb = 1024 * 1024
 
     def size(nbytes: int) -> str:
-        return f"{nbytes / mb:.1f} MB"
+        return f"{nbytes / mb:.1f} MB" if nbytes >= mb / 10 else f"{nbytes / 1024:.1f} kB"
 
     text = (
         f"parameters {size(split.parameters)}, gradients {size(split.gradients)}, optimizer "

@@ -32,6 +32,22 @@ def test_only_a_trained_model_in_eval_mode_with_grad_off_is_evaluating():
     assert not evaluating(model, "optimizer")
 
 
+def test_a_teacher_no_optimizer_updates_is_not_evaluating_though_its_weights_take_grad():
+    # a teacher or a DQN target network in eval mode, called under no_grad every step: its
+    # output feeds the loss; evaluating it less often would break the training
+    from torchdoctor.capture._data import CaptureData
+    from torchdoctor.capture._optimizers import OptimizerTracker
+
+    student, teacher = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2).eval()
+    tracker = OptimizerTracker(CaptureData())
+    optimizer = torch.optim.SGD(student.parameters(), lr=0.1)  # held: the tracker's is weak
+    tracker.seen(optimizer)
+    student.eval()
+    with torch.no_grad():
+        assert evaluating(student, "optimizer", tracker)
+        assert not evaluating(teacher, "optimizer", tracker)
+
+
 def _record(evaluation: list[float], train: float = 10.0) -> RunRecord:
     steps = StepSeries()
     for ms in evaluation:

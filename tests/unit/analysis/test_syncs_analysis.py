@@ -159,6 +159,11 @@ def test_a_read_with_grad_off_is_counted_in_the_window_and_read_once_per_evaluat
     # one read of the pair with grad on (a training step's) keeps the per-step words
     (mixed,) = sync_findings([reads[0], {**reads[1], "grad": True}], steps=2, on_accelerator=False)
     assert "1 time per step" in mixed.title and "grad" not in mixed.detail
+    # read with grad off in every watched step: a training metric (accuracy), per step
+    (metric,) = sync_findings(
+        [{**reads[0], "step": 0}, {**reads[1], "step": 1}], steps=2, on_accelerator=False
+    )
+    assert "1 time per step" in metric.title and "grad" not in metric.detail
     # an action read with grad off and used at once is an action, not an evaluation
     act = event(source="obs, r, done = env.step(q(obs).argmax().item())", grad=False)
     (acted,) = sync_findings([act], steps=1, on_accelerator=False)

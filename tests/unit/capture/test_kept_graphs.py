@@ -22,6 +22,7 @@ def _train(steps: int, kept: KeptGraphs, keep: str) -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     total_loss = 0.0
     losses = []
+    ema = None
     for _ in range(steps):
         loss = model(torch.randn(8, 4)).pow(2).mean()
         opt.zero_grad()
@@ -32,6 +33,8 @@ def _train(steps: int, kept: KeptGraphs, keep: str) -> None:
             total_loss += loss  # keeps the graph
         elif keep == "list":
             losses.append(loss)  # keeps each graph
+        elif keep == "ema":
+            ema = loss if ema is None else 0.9 * ema + 0.1 * loss  # a moving average
         else:
             total_loss += loss.item()
             losses.append(loss.detach())
@@ -62,3 +65,13 @@ def test_values_read_as_numbers_or_detached_keep_nothing():
     kept = KeptGraphs()
     _train(3, kept, "clean")
     assert kept.findings() == [] and kept.looks == 3
+
+
+def test_a_moving_average_is_told_to_detach_not_to_become_a_sum():
+    kept = KeptGraphs()
+    _train(4, kept, "ema")
+    (found,) = kept.findings()
+    assert found.detail == {"variable": "ema", "how": "sum"}
+    assert found.line == lineno_in(HERE, "# a moving average")
+    assert found.fix.endswith("ema = ema.detach()  # the value, not the graph it was computed with")
+    assert "+=" not in found.fix
