@@ -118,7 +118,9 @@ def test_evaluation_inside_the_step_is_named_evaluation_with_its_line():
     script = (SHAPES / "eval_in_step.py").read_text().splitlines()
     # the line that runs the evaluation: test()'s first call, in the training step
     assert script[found.line - 1].strip() == "loss_train, acc_train = test(train_nodes)"
-    assert "test() at eval_in_step.py:" in found.title and "every measured step" in found.title
+    # two places (test() on the training nodes, then on the validation nodes), each every step
+    assert "test() at eval_in_step.py:" in found.title and "in every step" in found.title
+    assert f"also eval_in_step.py:{found.line + 1} (every step)" in found.title
     assert rec.verdict.kind == "COMPUTE-BOUND"
     assert rec.verdict.next.index("evaluate less often") < rec.verdict.next.index("autocast")
     assert f"eval_in_step.py:{found.line}" in rec.verdict.next

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..record import Finding, LoaderAlone, MemorySplit, SystemUsage, WorkerSweep
+from ._loop_shapes import Evaluations
 
 if TYPE_CHECKING:
     from ..loader import LoaderDiagnosis
@@ -69,8 +70,8 @@ class CaptureData:
     ddp_settings: dict[str, Any] = field(default_factory=dict)
     #: What the loop itself does wrong (a loop whose parameters never change).
     loop_findings: list[Finding] = field(default_factory=list)
-    #: Where the first evaluation inside a step ran (``_loop_shapes.evaluation_sites``).
-    evaluation_sites: list[tuple[str, int, str, str]] = field(default_factory=list)
+    #: Each place that evaluated inside the steps: its time and steps (``_loop_shapes``).
+    evaluations: Evaluations = field(default_factory=lambda: Evaluations())
     trace_paths: list[str] = field(default_factory=list)
     #: The whole-step worker sweep's result (``record.WorkerSweep``), when it ran.
     worker_sweep: WorkerSweep | None = None

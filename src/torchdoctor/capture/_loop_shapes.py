@@ -128,29 +128,83 @@ def evaluation_sites() -> list[Site]:
     return sites
 
 
-def evaluation_finding(record: RunRecord, sites: list[Site]) -> Finding | None:
-    """Evaluation inside the training steps, where it takes a share of them worth saying."""
+class Evaluations:
+    """Each place that evaluated inside the training steps (the line that runs it, its first
+    user sites), with its time and the steps it ran in: a GAN's generator called in eval mode
+    every step and an ``evaluate()`` every 4 steps are two places, each told as it runs."""
+
+    def __init__(self) -> None:
+        #: ``(file, line)`` of the line that runs it -> ``[sites, ns, steps seen in]``.
+        self.places: dict[tuple[str, int], list[Any]] = {}
+        self._open: tuple[tuple[str, int], int] | None = None
+        #: Steps ended so far (the hooks count them): which step an evaluation ran in.
+        self.step = 0
+
+    def started(self, sites: list[Site], now_ns: int) -> None:
+        key = (sites[-1][0], sites[-1][1]) if sites else ("", 0)
+        place = self.places.setdefault(key, [sites, 0, set()])
+        place[2].add(self.step)
+        self._open = (key, now_ns)
+
+    def ended(self, now_ns: int) -> None:
+        if self._open is not None:
+            key, started = self._open
+            self.places[key][1] += now_ns - started
+            self._open = None
+
+    def ranked(self) -> list[tuple[list[Site], int, set[int]]]:
+        """The places, the one that took the most time first."""
+        return sorted((tuple(p) for p in self.places.values()), key=lambda p: -p[1])  # type: ignore[misc]
+
+
+def evaluation_finding(record: RunRecord, evaluations: Evaluations) -> Finding | None:
+    """Evaluation inside the training steps, where it takes a share of them worth saying: at
+    the place that took the most of it, each other place named with how often it ran."""
     evaluation = record.steps.part("evaluation")
     total = sum(record.steps.step_ms)
     if not evaluation or total <= 0 or sum(evaluation) < EVALUATION_FINDING_SHARE * total:
         return None
     n, with_it = len(evaluation), sum(1 for ms in evaluation if ms > 0)
     mean, share = sum(evaluation) / n, sum(evaluation) / total
+    places = evaluations.ranked()
+    seen = [s for _, _, steps in places for s in steps]
+    span = max(seen) - min(seen) + 1 if seen else 0
+
+    def how_often(steps: set[int]) -> str:
+        if not span or len(steps) >= span:
+            return "every step"
+        return f"{len(steps)} of {span} steps"
+
+    sites = places[0][0] if places else []
     inner, outer = (sites[0], sites[-1]) if sites else (None, None)
     runs = ""
     if inner is not None and outer is not inner:
         runs = f"{inner[3]}() at {os.path.basename(inner[0])}:{inner[1]}, called here, "
-    every = "every measured step" if with_it == n else f"{with_it} of {n} measured steps"
+    if len(places) > 1:
+        others = "; ".join(
+            f"also {os.path.basename(p[0][-1][0])}:{p[0][-1][1]} ({how_often(p[2])})"
+            for p in places[1:]
+            if p[0]
+        )
+        every = f"{how_often(places[0][2])} (the most of it; {others})"
+    else:
+        every = "every measured step" if with_it == n else f"{with_it} of {n} measured steps"
     return Finding(
         kind="loop.evaluation-in-step",
         title=f"evaluation inside the training steps: {runs}runs the model in eval mode with "
         f"grad off in {every}, {mean:.1f} ms a step ({share:.0%} of step time)",
-        fix="# evaluate every k steps or once an epoch, not in every training step\n"
+        fix="# evaluate every k steps or once an epoch, not in every training step (where its "
+        "output is needed every step, e.g. an action, it stays)\n"
         "if step % eval_every == 0:\n"
         f"    {outer[2] if outer is not None else 'evaluate(model)'}",
         file=outer[0] if outer is not None else None,
         line=outer[1] if outer is not None else None,
         source=outer[2] if outer is not None else None,
         cost_ms=round(mean, 3),
-        detail={"steps_with": with_it, "steps": n, "share": round(share, 4)},
+        detail={
+            "steps_with": with_it,
+            "steps": n,
+            "share": round(share, 4),
+            "places": [f"{p[0][-1][0]}:{p[0][-1][1]}" for p in places if p[0]],
+        },
     )

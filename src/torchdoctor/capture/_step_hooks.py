@@ -272,8 +272,8 @@ class StepHooks:
             # a validation pass inside the step is its own part, not the training forward's
             evaluates = evaluating(module, kind, self.optimizers)
             self._forward_part = "evaluation" if evaluates else "forward"
-            if self._forward_part == "evaluation" and not self.data.evaluation_sites:
-                self.data.evaluation_sites = evaluation_sites()
+            if evaluates:  # where, and in which step: a place may evaluate every k steps only
+                self.data.evaluations.started(evaluation_sites(), self.clock_ns())
             self.push(self._forward_part)
         self._module_depth += 1
 
@@ -287,6 +287,8 @@ class StepHooks:
         if self._module_depth > 0:
             self._module_depth -= 1
         if self._module_depth == 0:
+            if self._forward_part == "evaluation":
+                self.data.evaluations.ended(self.clock_ns())
             self.pop(self._forward_part)
             self.whole.forward_ended(call_site)
 
@@ -380,6 +382,7 @@ class StepHooks:
             self.data.loop_findings.append(never_updates_finding(call_site()))
 
     def _end_step(self) -> None:
+        self.data.evaluations.step += 1
         try:
             self._on_step_end()
         except StopRun:

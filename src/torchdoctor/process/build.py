@@ -88,7 +88,7 @@ def build_record(
         record.findings.append(manual)
     record.findings.extend(session.data.parallel_findings)
     record.findings.extend(session.data.loop_findings)
-    evaluation = evaluation_finding(record, session.data.evaluation_sites)
+    evaluation = evaluation_finding(record, session.data.evaluations)
     if evaluation is not None:
         record.findings.append(evaluation)
     record.findings.extend(session.data.sync_findings)
