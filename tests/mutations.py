@@ -401,14 +401,14 @@ MUTATIONS = (
     Mutation(
         "evaluation: a no-grad call in training mode (an RL rollout) is evaluation",
         "capture/_loop_shapes.py",
-        "if boundary in (None, \"forward\") or module.training or torch.is_grad_enabled():",
-        "if boundary in (None, \"forward\") or torch.is_grad_enabled():",
+        'if boundary in (None, "forward") or module.training or torch.is_grad_enabled():',
+        'if boundary in (None, "forward") or torch.is_grad_enabled():',
         ("tests/unit/analysis/test_evaluation_in_step.py",),
     ),
     Mutation(
         "evaluation: a teacher no optimizer updates is evaluation",
         "capture/_loop_shapes.py",
-        "return optimizers is None or boundary != \"optimizer\" or optimizers.trains(module)",
+        'return optimizers is None or boundary != "optimizer" or optimizers.trains(module)',
         "return True",
         ("tests/unit/analysis/test_evaluation_in_step.py",),
     ),
