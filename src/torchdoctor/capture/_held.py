@@ -25,9 +25,11 @@ def held_by_category(
     def add(category: str, tensor: Any) -> None:
         if not isinstance(tensor, torch.Tensor) or id(tensor) in seen:
             return
+        seen.add(id(tensor))
+        local = getattr(tensor, "to_local", None)  # an FSDP2 parameter: this rank's shard
+        tensor = local() if callable(local) else tensor
         if (tensor.device.type == "cpu") != (memory == "host") or tensor.device.type == "meta":
             return
-        seen.add(id(tensor))
         held[category] += tensor.numel() * tensor.element_size()
 
     parameters = [p for m in modules for p in m.parameters()]

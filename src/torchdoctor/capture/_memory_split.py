@@ -20,6 +20,7 @@ import torch
 from .._devices import peak_memory_mb, reset_peak_memory
 from ..record import MemorySplit, ModuleMemory
 from ._frames import is_user_file
+from ._held import held_by_category
 
 #: Where a tensor saved outside every module's forward goes (a loss of functional ops).
 OUTSIDE = "outside any module"
@@ -83,15 +84,16 @@ class MemoryWatch:
         if self.device is not None and self._at_start is not None:
             mb = peak_memory_mb(self.device)
             peak = int(mb * _MB) if mb is not None else None
+        device = str(params[0].device) if params else "cpu"
+        # what an out-of-memory ending tells by category, counted the same way
+        held = held_by_category(self.roots, optimizers, "host" if device == "cpu" else "device")
         return MemorySplit(
-            parameters=_bytes(params),
-            gradients=_bytes([p.grad for p in params if p.grad is not None]),
-            optimizer_state=_bytes(
-                [v for o in optimizers for s in o.state.values() for v in _tensors(s)]
-            ),
+            parameters=held["parameters"],
+            gradients=held["gradients"],
+            optimizer_state=held["optimizer state"],
             activations=sum(self.saved.values()),
             largest=self._largest(),
-            device=str(params[0].device) if params else "cpu",
+            device=device,
             peak=peak,
             at_start=self._at_start if peak is not None else None,
         )
@@ -170,29 +172,6 @@ def _storage(tensor: torch.Tensor) -> int:
         return tensor.untyped_storage().data_ptr()
     except Exception:  # noqa: BLE001 - a tensor without storage (a subclass: DTensor's shards)
         return 0
-
-
-def _bytes(tensors: list[torch.Tensor]) -> int:
-    seen: set[int] = set()
-    total = 0
-    for t in tensors:
-        local = getattr(t, "to_local", None)  # an FSDP2 parameter: this rank's shard
-        t = local() if callable(local) else t
-        key = _storage(t)
-        if key and key not in seen:
-            seen.add(key)
-            total += t.untyped_storage().nbytes()
-    return total
-
-
-def _tensors(state: Any) -> list[torch.Tensor]:
-    if isinstance(state, torch.Tensor):
-        return [state]
-    if isinstance(state, dict):
-        return [t for v in state.values() for t in _tensors(v)]
-    if isinstance(state, (list, tuple)):
-        return [t for v in state for t in _tensors(v)]
-    return []
 
 
 def _defined_at(module: torch.nn.Module | None) -> str | None:
