@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -115,7 +116,7 @@ Site = tuple[str, int, str, str]
 def evaluation_sites() -> list[Site]:
     """Where an evaluation inside a step runs: the user's line that calls the model, then the
     line that called its function (``test()`` called from the training step): that line runs
-    the evaluation. Read once, at the first."""
+    the evaluation. Read at each evaluating call (its place is where it ran)."""
     frame = sys._getframe(1)
     sites: list[Site] = []
     while frame is not None and len(sites) < 2:
@@ -128,33 +129,48 @@ def evaluation_sites() -> list[Site]:
     return sites
 
 
+@dataclass
+class EvaluationPlace:
+    """One line that runs an evaluation: its user sites (the model's call first), the time its
+    calls took, and the steps it ran in."""
+
+    sites: list[Site]
+    ns: int = 0
+    steps: set[int] = field(default_factory=set)
+
+    @property
+    def where(self) -> str:
+        """``file:line`` of the line that runs it."""
+        return f"{self.sites[-1][0]}:{self.sites[-1][1]}" if self.sites else ""
+
+
 class Evaluations:
-    """Each place that evaluated inside the training steps (the line that runs it, its first
-    user sites), with its time and the steps it ran in: a GAN's generator called in eval mode
-    every step and an ``evaluate()`` every 4 steps are two places, each told as it runs."""
+    """Each place that evaluated inside the training steps, with its time and the steps it ran
+    in: a GAN's generator called in eval mode every step and an ``evaluate()`` every 4 steps are
+    two places, each told as it runs."""
 
     def __init__(self) -> None:
-        #: ``(file, line)`` of the line that runs it -> ``[sites, ns, steps seen in]``.
-        self.places: dict[tuple[str, int], list[Any]] = {}
-        self._open: tuple[tuple[str, int], int] | None = None
+        #: By ``(file, line)`` of the line that runs it.
+        self.places: dict[tuple[str, int], EvaluationPlace] = {}
+        self._open: tuple[EvaluationPlace, int] | None = None
         #: Steps ended so far (the hooks count them): which step an evaluation ran in.
         self.step = 0
 
     def started(self, sites: list[Site], now_ns: int) -> None:
         key = (sites[-1][0], sites[-1][1]) if sites else ("", 0)
-        place = self.places.setdefault(key, [sites, 0, set()])
-        place[2].add(self.step)
-        self._open = (key, now_ns)
+        place = self.places.setdefault(key, EvaluationPlace(sites))
+        place.steps.add(self.step)
+        self._open = (place, now_ns)
 
     def ended(self, now_ns: int) -> None:
         if self._open is not None:
-            key, started = self._open
-            self.places[key][1] += now_ns - started
+            place, started = self._open
+            place.ns += now_ns - started
             self._open = None
 
-    def ranked(self) -> list[tuple[list[Site], int, set[int]]]:
+    def ranked(self) -> list[EvaluationPlace]:
         """The places, the one that took the most time first."""
-        return sorted((tuple(p) for p in self.places.values()), key=lambda p: -p[1])  # type: ignore[misc]
+        return sorted(self.places.values(), key=lambda p: -p.ns)
 
 
 def evaluation_finding(record: RunRecord, evaluations: Evaluations) -> Finding | None:
@@ -167,7 +183,7 @@ def evaluation_finding(record: RunRecord, evaluations: Evaluations) -> Finding |
     n, with_it = len(evaluation), sum(1 for ms in evaluation if ms > 0)
     mean, share = sum(evaluation) / n, sum(evaluation) / total
     places = evaluations.ranked()
-    seen = [s for _, _, steps in places for s in steps]
+    seen = [s for p in places for s in p.steps]
     span = max(seen) - min(seen) + 1 if seen else 0
 
     def how_often(steps: set[int]) -> str:
@@ -175,18 +191,18 @@ def evaluation_finding(record: RunRecord, evaluations: Evaluations) -> Finding |
             return "every step"
         return f"{len(steps)} of {span} steps"
 
-    sites = places[0][0] if places else []
+    sites = places[0].sites if places else []
     inner, outer = (sites[0], sites[-1]) if sites else (None, None)
     runs = ""
     if inner is not None and outer is not inner:
         runs = f"{inner[3]}() at {os.path.basename(inner[0])}:{inner[1]}, called here, "
     if len(places) > 1:
         others = "; ".join(
-            f"also {os.path.basename(p[0][-1][0])}:{p[0][-1][1]} ({how_often(p[2])})"
+            f"also {os.path.basename(p.where)} ({how_often(p.steps)})"
             for p in places[1:]
-            if p[0]
+            if p.sites
         )
-        every = f"{how_often(places[0][2])} (the most of it; {others})"
+        every = f"{how_often(places[0].steps)} (the most of it; {others})"
     else:
         every = "every measured step" if with_it == n else f"{with_it} of {n} measured steps"
     return Finding(
@@ -205,6 +221,6 @@ def evaluation_finding(record: RunRecord, evaluations: Evaluations) -> Finding |
             "steps_with": with_it,
             "steps": n,
             "share": round(share, 4),
-            "places": [f"{p[0][-1][0]}:{p[0][-1][1]}" for p in places if p[0]],
+            "places": [p.where for p in places if p.sites],
         },
     )
