@@ -496,6 +496,27 @@ MUTATIONS = (
         "if node is None:",
         ("tests/unit/capture/test_kept_graphs.py",),
     ),
+    Mutation(
+        "checkpoint: the chosen blocks are never switched on",
+        "capture/_checkpoint_lever.py",
+        "self._on = {id(self._blocks[label]) for label in self.chosen}",
+        "self._on = set()",
+        ("tests/unit/capture/test_checkpoint_lever.py",),
+    ),
+    Mutation(
+        "checkpoint: the blocks that saved the most are left out",
+        "capture/_checkpoint_lever.py",
+        "if total and nbytes >= SHARE * total",
+        "if total and nbytes < SHARE * total",
+        ("tests/unit/capture/test_checkpoint_lever.py",),
+    ),
+    Mutation(
+        "checkpoint: a Sequential of single layers is no block",
+        "capture/_checkpoint_lever.py",
+        "if block is model or not isinstance(block, torch.nn.Sequential):",
+        "if True:",
+        ("tests/unit/capture/test_checkpoint_lever.py",),
+    ),
 )
 
 

@@ -309,3 +309,24 @@ def test_a_script_that_ends_during_the_trials_keeps_every_lever_with_its_reason(
     ended = [t for t in trials.values() if t.reason.startswith("the script ended")]
     assert ended, [(t.name, t.status, t.reason) for t in trials.values()]
     assert all(t.status == "skipped" for t in ended)
+
+
+def test_checkpointing_the_largest_blocks_is_told_as_memory_saved_for_time():
+    # tiny_transformer: two encoder layers saved 88% of the step's activations (the memory
+    # split's figure). Checkpointed, they keep only their inputs: the bytes are counted, not
+    # timed, so the memory side is asserted whatever the load; the time side is the trial's.
+    from torchdoctor.report.trials import memory_line, paste_title
+
+    script = Target(script=str(SCENARIOS / "tiny_transformer.py"))
+    out = run_keeping_threads(script, RunOptions(steps=4, warmup=1, trials=("checkpoint",)))
+    t = trial(out.record, "checkpoint")
+    assert t.status == "measured", t.reason
+    assert t.detail["blocks"] == ["blocks.layers.0", "blocks.layers.1"]
+    before, after = t.detail["activations_before"], t.detail["activations_after"]
+    assert before == out.record.memory_split.activations  # as the split counted a step
+    assert after < 0.3 * before
+    assert "for block in model.blocks.layers:" in t.code
+    assert "frees" in out.record.verdict.next and "activations held for backward" in (
+        memory_line(t) or ""
+    )
+    assert paste_title(t) is not None  # shown whatever its speedup: it frees memory

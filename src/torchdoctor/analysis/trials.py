@@ -201,11 +201,20 @@ def next_with_trials(record: RunRecord) -> str | None:
     advice, after an input-bound run's); None when none was asked for."""
     if not record.trials:
         return None
-    measured = [(t.name, t.judged) for t in record.trials if t.status == "measured" and t.judged]
+    measured = [t for t in record.trials if t.status == "measured" and t.judged is not None]
     if not measured:
         return "no trial could be measured here (see the trials table)"
-    parts = [f"{name} {judged.figure()} ({judged.word})" for name, judged in measured]
+    parts = [f"{t.name} {t.judged.figure()} ({t.judged.word}{_freed(t)})" for t in measured]
     return "measured trials, best first: " + ", ".join(parts)
+
+
+def _freed(trial: Trial) -> str:
+    """``; frees 84% of the activations held for backward`` for a trial that counted them."""
+    before = trial.detail.get("activations_before")
+    after = trial.detail.get("activations_after")
+    if not before or after is None:
+        return ""
+    return f"; frees {1 - after / before:.0%} of the activations held for backward"
 
 
 def _around(runs: list[Any], i: int) -> list[Any]:

@@ -53,6 +53,9 @@ class Lever:
     def apply(self, session: Any, patcher: Patcher, setting: str) -> None:
         raise NotImplementedError
 
+    def step_ended(self, session: Any, index: int) -> None:
+        """The lever's ``index``-th step (1 = its first warm-up step) has ended."""
+
     def changed(self, setting: str) -> str:
         return self.name
 

@@ -137,17 +137,8 @@ class MemoryWatch:
         if known is not None:
             return known[0]
         root, name = self._names[id(module)]
-        parts = name.split(".") if name else []
-        block: Any = root
-        depth = 0
-        for i, part in enumerate(parts):
-            block, depth = getattr(block, part), depth + 1
-            following = getattr(block, parts[i + 1], None) if i + 1 < len(parts) else None
-            # into containers, and into a module whose next part is one (an encoder's layers)
-            if not isinstance(block, _CONTAINERS) and not isinstance(following, _CONTAINERS):
-                break
-        label = ".".join(parts[:depth]) or type(root).__name__
-        if len(self.roots) > 1 and depth:  # a GAN's two models: whose block it is
+        label, block = block_of(root, name)
+        if len(self.roots) > 1 and block is not root:  # a GAN's two models: whose block it is
             label = f"{type(root).__name__}.{label}"
         self._blocks[id(module)] = (label, block)
         self._block_modules.setdefault(label, block)
@@ -161,6 +152,22 @@ class MemoryWatch:
             kind = type(module).__name__ if module is not None else ""
             out.append(ModuleMemory(label, kind, _defined_at(module), nbytes))
         return out
+
+
+def block_of(root: torch.nn.Module, name: str) -> tuple[str, torch.nn.Module]:
+    """The block the module called ``name`` in ``root`` belongs to, and its label: the root's
+    child, or a container's child (``layers.3`` of a ``ModuleList``, an encoder's ``layers.0``);
+    the root itself, labelled by its class name, for the root's own name (``""``)."""
+    parts = name.split(".") if name else []
+    block: Any = root
+    depth = 0
+    for i, part in enumerate(parts):
+        block, depth = getattr(block, part), depth + 1
+        following = getattr(block, parts[i + 1], None) if i + 1 < len(parts) else None
+        # into containers, and into a module whose next part is one (an encoder's layers)
+        if not isinstance(block, _CONTAINERS) and not isinstance(following, _CONTAINERS):
+            break
+    return ".".join(parts[:depth]) or type(root).__name__, block
 
 
 def _unpack(tensor: torch.Tensor) -> torch.Tensor:

@@ -14,13 +14,14 @@ from types import MappingProxyType
 
 from .part_names import STEP_PARTS
 
-AMP, CHANNELS_LAST, FOREACH, THREADS, BATCH_SIZE, COMPILE = (
+AMP, CHANNELS_LAST, FOREACH, THREADS, BATCH_SIZE, COMPILE, CHECKPOINT = (
     "amp",
     "channels-last",
     "foreach",
     "threads",
     "batch-size",
     "compile",
+    "checkpoint",
 )
 
 
@@ -71,6 +72,13 @@ LEVERS = MappingProxyType(
             # a larger batch changes the optimisation (the learning rate): advised, not written
             LeverFacts(BATCH_SIZE, "the DataLoader's batch size", STEP_PARTS),
             LeverFacts(COMPILE, "model.compile()", _FORWARD_AND_BACKWARD, COMPILE),
+            # memory bought with time (the backward recomputes each block's forward): advised
+            # with the memory it saves, not written
+            LeverFacts(
+                CHECKPOINT,
+                "activation checkpointing of the blocks holding the most activations",
+                _FORWARD_AND_BACKWARD,
+            ),
         )
     }
 )

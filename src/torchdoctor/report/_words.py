@@ -246,11 +246,7 @@ def projection_lines(job: DistributedReport) -> list[str]:
 def memory_words(split: MemorySplit) -> str:
     """One untimed step's memory by kind, the blocks with the most activations, and the device's
     peak with its temporaries (or that the CPU tells no peak)."""
-    mb = 1024 * 1024
-
-    def size(nbytes: int) -> str:
-        return f"{nbytes / mb:.1f} MB" if nbytes >= mb / 10 else f"{nbytes / 1024:.1f} kB"
-
+    size = byte_size
     text = (
         f"parameters {size(split.parameters)}, gradients {size(split.gradients)}, optimizer "
         f"state {size(split.optimizer_state)}, activations saved for backward "
@@ -273,3 +269,9 @@ def memory_words(split: MemorySplit) -> str:
     else:
         text += f"; on {split.device} no allocator peak is read (an accelerator's is)"
     return text
+
+
+def byte_size(nbytes: int) -> str:
+    """``18063364`` as ``17.2 MB``; under 0.1 MB in kB."""
+    mb = 1024 * 1024
+    return f"{nbytes / mb:.1f} MB" if nbytes >= mb / 10 else f"{nbytes / 1024:.1f} kB"

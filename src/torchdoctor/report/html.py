@@ -263,7 +263,14 @@ def _ranks(record: RunRecord) -> str:
 def _trial_detail(t) -> str:
     """Under a trial's row what the terminal says under it: why it could not tell, compile time,
     graph breaks, the settings tried, the code to paste and its caveats."""
-    from .trials import compile_line, graph_break_lines, points_line, unclear_line, worth_it
+    from .trials import (
+        compile_line,
+        graph_break_lines,
+        memory_line,
+        paste_title,
+        points_line,
+        unclear_line,
+    )
 
     if t.status != "measured":
         return ""
@@ -278,8 +285,12 @@ def _trial_detail(t) -> str:
     points = points_line(t)
     if points:
         parts.append(f"<p class='muted'>{escape(points)}</p>")
-    if worth_it(t) and t.code:
-        parts.append(f"<pre>{escape(t.code)}</pre>")
+    memory = memory_line(t)
+    if memory:
+        parts.append(f"<p>{escape(memory)}</p>")
+    title = paste_title(t)
+    if title:
+        parts.append(f"<p class='good'>{escape(title)}</p><pre>{escape(t.code)}</pre>")
         parts.extend(f"<p class='muted'>caveat: {escape(c)}</p>" for c in t.caveats)
     return "".join(parts)
 

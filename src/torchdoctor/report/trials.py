@@ -8,9 +8,13 @@ from rich.text import Text
 
 from ..record import IMPROVED, JUDGEMENT_WORDS, NO_CHANGE, Flops, RunRecord, Trial
 from ._style import BAD, GOOD
+from ._words import byte_size
 
 #: Warm-up of a compile trial longer than this many of its steps is shown as compile time.
 _COMPILE_SHOWN = 3
+#: A trial that frees this share of the activations held for backward shows its code, whatever
+#: its speedup: it buys memory with time (activation checkpointing).
+MEMORY_FREED = 0.10
 
 
 def trials_section(record: RunRecord) -> Group | None:
@@ -129,6 +133,48 @@ def points_line(t: Trial) -> str | None:
     return f"{t.name}: {rows}{pick}"
 
 
+def memory_line(t: Trial) -> str | None:
+    """What a trial that trades time for memory held, counted in a step without it and one with
+    it: the activations held for backward and, on a device with allocator statistics, the peak."""
+    before, after = t.detail.get("activations_before"), t.detail.get("activations_after")
+    if before is None or after is None:
+        return None
+    text = f"{t.name}: activations held for backward {byte_size(before)} -> {byte_size(after)}"
+    if before:
+        text += f" ({after / before - 1:+.0%})"
+    peak_before, peak_after = t.detail.get("peak_before"), t.detail.get("peak_after")
+    if peak_before and peak_after:
+        text += (
+            f"; the step's peak on {t.detail.get('device', 'the device')} "
+            f"{byte_size(peak_before)} -> {byte_size(peak_after)}"
+        )
+    if t.judged is not None:
+        text += f"; the step {t.judged.speedup:.2f}x as fast"
+    return text
+
+
+def frees_memory(t: Trial) -> bool:
+    """A measured trial that freed at least :data:`MEMORY_FREED` of the activations."""
+    before, after = t.detail.get("activations_before"), t.detail.get("activations_after")
+    return (
+        t.status == "measured"
+        and bool(before)
+        and after is not None
+        and after <= (1 - MEMORY_FREED) * before
+    )
+
+
+def paste_title(t: Trial) -> str | None:
+    """Why a trial's code is shown (``None``: it is not): it is faster, or it frees memory."""
+    if not t.code:
+        return None
+    if worth_it(t):
+        return f"{t.name}: paste"
+    if frees_memory(t):
+        return f"{t.name}: paste, where memory is what you need"
+    return None
+
+
 def _details(t: Trial) -> list:
     if t.status != "measured":
         return []
@@ -143,8 +189,12 @@ def _details(t: Trial) -> list:
     points = points_line(t)
     if points:
         out.append(Text(f"  {points}", style="dim"))
-    if worth_it(t) and t.code:
-        out.append(Text(f"  {t.name}: paste", style=GOOD))
+    memory = memory_line(t)
+    if memory:
+        out.append(Text(f"  {memory}"))
+    title = paste_title(t)
+    if title:
+        out.append(Text(f"  {title}", style=GOOD))
         out.extend(Text(f"    {line}") for line in t.code.splitlines())
         out.extend(Text(f"    caveat: {c}", style="dim") for c in t.caveats)
     return out

@@ -15,6 +15,7 @@ from ..._devices import peak_memory_mb, reset_peak_memory, total_memory_mb
 from ...analysis.trials import samples_per_s
 from ...record import phase_names
 from ...record.lever_names import BATCH_SIZE
+from .._checkpoint_lever import Checkpoint
 from .._compile_lever import Compile
 from .._levers import (
     PLATEAU_GAIN,
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
 #: How each lever of :data:`~torchdoctor.record.lever_names.LEVERS` is pulled, by its name: the
 #: names are the table's (tests/unit/test_lever_table.py ties the two together).
 LEVERS: dict[str, type[Lever]] = {
-    cls.name: cls for cls in (Amp, ChannelsLast, Compile, Foreach, Threads, BatchSize)
+    cls.name: cls for cls in (Amp, ChannelsLast, Compile, Foreach, Threads, BatchSize, Checkpoint)
 }
 #: Measured steps per setting of a lever that tries several.
 STEPS_PER_SETTING = 8
@@ -134,6 +135,10 @@ class TrialsPhase(Phase):
         if run is None:
             return True
         run.marks.append(step)
+        try:
+            run.lever.step_ended(session, len(run.marks))
+        except Exception as exc:  # noqa: BLE001 - the lever's failure is its trial's
+            run.lever.error = f"{type(exc).__name__}: {exc}"[:300]  # type: ignore[attr-defined]
         if len(run.marks) < run.lever.warmup + run.steps:
             return False
         session.clock.synchronize()

@@ -1,0 +1,116 @@
+"""The ``checkpoint`` lever (``capture._checkpoint_lever``): the blocks that saved the most are
+checkpointed from its second step, the memory held is counted exactly on both sides (a
+checkpointed block's inputs count: checkpoint saves them), the gradients do not change, every
+forward is given back, and the code it gives runs."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch import nn
+
+from torchdoctor.capture._checkpoint_lever import Checkpoint, blocks
+from torchdoctor.capture._patch import Patcher
+
+N, D, H = 8, 64, 256
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(
+            nn.Sequential(nn.Linear(D, H), nn.ReLU(), nn.Linear(H, D)) for _ in range(2)
+        )
+        self.head = nn.Linear(D, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x)
+
+
+def _session(model: nn.Module, optimizer: torch.optim.Optimizer) -> SimpleNamespace:
+    return SimpleNamespace(
+        root_modules=lambda: [model],
+        clock=SimpleNamespace(device=None),
+        optimizers=SimpleNamespace(known=lambda: [optimizer]),
+        state=SimpleNamespace(model_name=lambda: "net"),
+    )
+
+
+def _grads(model: nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
+    model.zero_grad()
+    model(x).pow(2).mean().backward()
+    return [p.grad.clone() for p in model.parameters()]
+
+
+def test_blocks_with_layers_of_their_own_are_checkpointed_and_counted_exactly():
+    torch.manual_seed(0)
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    x = torch.randn(N, D)
+    plain = _grads(model, x)
+    forwards = {id(b): b.forward for b in model.layers}
+    lever, patcher = Checkpoint(), Patcher()
+    session = _session(model, optimizer)
+    assert lever.skip_reason(session) is None
+    lever.apply(session, patcher, "")
+    try:
+        first = _grads(model, x)
+        lever.step_ended(session, 1)
+        second = _grads(model, x)
+        lever.step_ended(session, 2)
+        assert lever.chosen == ["layers.0", "layers.1"]
+        for a, b, c in zip(plain, first, second):
+            assert torch.equal(a, b) and torch.allclose(a, c, rtol=0, atol=1e-7)
+    finally:
+        patcher.restore()
+    assert all(vars(b).get("forward") is None for b in model.layers)  # given back
+    assert {id(b): b.forward for b in model.layers} == forwards
+    # Without: each block saved its input (for the first Linear's weight) and its ReLU's output
+    # (N x H floats, the second Linear's input too: one storage); outside the blocks, the head's
+    # input and the loss's own tensor. With: each ReLU's output is recomputed; the blocks'
+    # inputs (x and the first block's output) are saved by checkpoint, and still counted.
+    detail = lever.detail(session)
+    assert detail["activations_before"] - detail["activations_after"] == 2 * 4 * N * H
+    assert detail["activations_after"] >= 3 * 4 * N * D  # x, the block between, the head's
+    code = lever.code(session, "")
+    assert "for block in net.layers:" in code and "use_reentrant=False" in code
+
+
+def test_the_code_it_gives_runs_and_keeps_the_gradients():
+    torch.manual_seed(0)
+    model = Net()
+    x = torch.randn(N, D)
+    plain = _grads(model, x)
+    lever = Checkpoint()
+    lever.chosen, lever._blocks = ["layers.0", "layers.1"], blocks(model)
+    code = lever.code(_session(model, torch.optim.SGD(model.parameters())), "")
+    exec(code, {"net": model})  # noqa: S102 - the code a user pastes
+    assert all("forward" in vars(b) for b in model.layers)  # the paste replaced them
+    for a, b in zip(plain, _grads(model, x)):
+        assert torch.allclose(a, b, rtol=0, atol=1e-7)
+
+
+def test_blocks_of_one_container_in_part_or_of_the_root_are_named_each():
+    lever = Checkpoint()
+    model = Net()
+    lever._blocks = blocks(model)
+    lever.chosen = ["layers.1"]
+    session = _session(model, torch.optim.SGD(model.parameters()))
+    assert "for block in (net.layers[1],):" in lever.code(session, "")
+
+
+@pytest.mark.parametrize(
+    ("model", "why"),
+    [
+        (nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1)), "no block of the model"),
+        (None, "one model the loss is computed from"),
+    ],
+)
+def test_a_model_of_single_layers_or_two_models_is_skipped_with_why(model, why):
+    roots = [model] if model is not None else [nn.Linear(2, 2), nn.Linear(2, 2)]
+    session = SimpleNamespace(root_modules=lambda: roots)
+    assert why in Checkpoint().skip_reason(session)
