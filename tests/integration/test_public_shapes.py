@@ -147,6 +147,27 @@ def test_a_loss_summed_as_a_tensor_keeps_every_graph_and_is_found_at_its_line():
     assert found.severity == "critical" and "running_loss += loss.item()" in found.fix
 
 
+@pytest.mark.parametrize("keep", ["features", "outputs", "nothing"])
+def test_memory_kept_every_step_is_told_at_its_line_with_when_it_runs_out(keep):
+    # 2 MB a step kept for the epoch's end: detached features (a creep), or outputs with
+    # their graphs (a kept graph); bytes counted, not timed. Keeping nothing is told nothing,
+    # though the process's resident memory grows in its first epoch (an allocator warming up).
+    out, rec = run("memory_kept.py", "--keep", keep, counterfactuals=False)
+    _stopped_on_purpose(out, rec)
+    course = rec.memory_course
+    assert course is not None and course.memory == "host" and course.steps == [0, 3, 6]
+    found = [f for f in rec.findings if f.kind in ("loop.memory-creep", "loop.graph-kept")]
+    if keep == "nothing":
+        assert found == [], [f.title for f in found]
+        return
+    (finding,) = found
+    script = (SHAPES / "memory_kept.py").read_text().splitlines()
+    assert script[finding.line - 1].strip().startswith(f"{keep}.append(")
+    assert finding.kind == ("loop.memory-creep" if keep == "features" else "loop.graph-kept")
+    assert finding.detail["mb_per_step"] == 2.0 and finding.detail["epoch_steps"] == 16
+    assert finding.detail["steps_to_exhaustion"] > 0 and "run out in about" in finding.title
+
+
 @pytest.mark.timing
 def test_an_lbfgs_closure_is_one_step():
     out, rec = run("lbfgs_closure.py", "--max-iter", "10", counterfactuals=False)

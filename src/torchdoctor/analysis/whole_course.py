@@ -63,22 +63,54 @@ def course_findings(blocks: list[WholeBlock]) -> list[Finding]:
                 detail={"early_ms": round(before, 3), "late_ms": round(after, 3)},
             )
         )
-    rss = [b.rss_mb for b in body if b.rss_mb is not None]
-    if len(rss) >= DRIFT_BLOCKS:
-        low, high = min(rss[: len(rss) // 3]), max(rss[-(len(rss) // 3) :])
-        if high - low >= CREEP_MB and high / max(low, 1.0) - 1 >= CREEP_RISE:
-            findings.append(
-                Finding(
-                    kind="whole.memory-creep",
-                    title=f"the process's memory grew from {low:.0f} MB to {high:.0f} MB over "
-                    "the run",
-                    fix="keep losses and metrics as Python floats (loss.item()) rather than "
-                    "tensors, and clear per-step caches",
-                    severity="warning",
-                    detail={"early_mb": round(low, 1), "late_mb": round(high, 1)},
-                )
-            )
+    creep = _memory_creep(body)
+    if creep is not None:
+        findings.append(creep)
     return findings
+
+
+def _memory_creep(body: list[WholeBlock]) -> Finding | None:
+    """The process's memory rising from the run's first third to its last, with its rate (MB a
+    step, between the lowest early block and the highest late one) and when the host's memory
+    still available at the last block would run out at that pace."""
+    read = [b for b in body if b.rss_mb is not None]
+    if len(read) < DRIFT_BLOCKS:
+        return None
+    third = len(read) // 3
+    low = min(read[:third], key=lambda b: b.rss_mb or 0.0)
+    high = max(read[-third:], key=lambda b: b.rss_mb or 0.0)
+    low_mb, high_mb = low.rss_mb or 0.0, high.rss_mb or 0.0
+    if high_mb - low_mb < CREEP_MB or high_mb / max(low_mb, 1.0) - 1 < CREEP_RISE:
+        return None
+    steps = sum(b.steps for b in body if low.end_s < b.end_s <= high.end_s)
+    seconds = high.end_s - low.end_s
+    detail: dict = {"early_mb": round(low_mb, 1), "late_mb": round(high_mb, 1)}
+    title = f"the process's memory grew from {low_mb:.0f} MB to {high_mb:.0f} MB over the run"
+    if steps and seconds > 0:
+        per_step = (high_mb - low_mb) / steps
+        detail["mb_per_step"] = round(per_step, 3)
+        title += f" ({per_step:.2f} MB a step)"
+        free = read[-1].free_mb
+        if free is not None:
+            left_s = free / ((high_mb - low_mb) / seconds)
+            detail["seconds_to_exhaustion"] = round(left_s, 1)
+            title += (
+                f"; at this pace the {free / 1024:.1f} GB the host still had run out in about "
+                f"{_hours(left_s)}"
+            )
+    return Finding(
+        kind="whole.memory-creep",
+        title=title,
+        fix="keep losses and metrics as Python floats (loss.item()) rather than tensors, and "
+        "clear per-step caches; torchdoctor run (its watched steps) names a list that keeps "
+        "tensors or graphs at its line",
+        severity="warning",
+        detail=detail,
+    )
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
 # --- a job -------------------------------------------------------------------------------------

@@ -83,7 +83,8 @@ def whole_run_of(
     ]
     kinds = [_rounded(k) for k in kinds if k.seconds > 0 or k.kind in ("startup", "steps")]
     blocks = [
-        WholeBlock(round(b.end_s, 3), int(b.steps), round(b.step_ms, 4), b.rss_mb) for b in s.blocks
+        WholeBlock(round(b.end_s, 3), int(b.steps), round(b.step_ms, 4), b.rss_mb, b.free_mb)
+        for b in s.blocks
     ]
     run = WholeRun(
         wall_s=round(wall, 4),

@@ -11,7 +11,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..record import Finding, LoaderAlone, MemorySplit, SystemUsage, WorkerSweep
+from ..record import Finding, LoaderAlone, MemoryCourse, MemorySplit, SystemUsage, WorkerSweep
 from ._loop_shapes import Evaluations
 
 if TYPE_CHECKING:
@@ -65,6 +65,9 @@ class CaptureData:
     memory_split: MemorySplit | None = None
     #: Variables that keep every step's autograd graph (``_kept_graphs.KeptGraphs``).
     memory_findings: list[Finding] = field(default_factory=list)
+    #: The memory in use at the measured steps' start, middle and end
+    #: (``_memory_course.MemoryCourseReader``).
+    memory_course: MemoryCourse | None = None
     #: The data-parallel wrappers' findings and DDP's settings, noted after the measured steps.
     parallel_findings: list[Finding] = field(default_factory=list)
     ddp_settings: dict[str, Any] = field(default_factory=dict)

@@ -27,6 +27,8 @@ from ._frames import is_user_file
 WALK_LIMIT = 20_000
 #: Longest list looked into.
 LIST_LIMIT = 1_000_000
+#: A list that grows by this many MB of tensors (without graphs) a step is memory creeping.
+TENSORS_MB = 1.0
 
 
 class KeptGraphs:
@@ -57,7 +59,7 @@ class KeptGraphs:
                         how = _kept(earlier, held)
                         if how:
                             self._found.add(key)
-                            self._findings.append(_finding(frame, name, how))
+                            self._findings.append(_finding(frame, name, how, earlier, held))
             frame = frame.f_back
         self._before = now
         self.looks += 1
@@ -69,25 +71,41 @@ class KeptGraphs:
 
 def _held(value: Any) -> Any:
     """What a variable holds of a graph: its node (a tensor with one), or the list and its
-    length with the node of its last tensor (a list of them); ``None`` otherwise."""
+    length (a list whose last item is a tensor); ``None`` otherwise."""
     if isinstance(value, torch.Tensor):
         return ("tensor", value.grad_fn) if value.grad_fn is not None else None
     if isinstance(value, list) and 0 < len(value) <= LIST_LIMIT:
-        last = value[-1]
-        if isinstance(last, torch.Tensor) and last.grad_fn is not None:
+        if isinstance(value[-1], torch.Tensor):
             return ("list", value, len(value))
     return None
 
 
 def _kept(earlier: Any, now: Any) -> str:
     """``"sum"`` when the graph now reaches the earlier one, ``"list"`` when the list grew by a
-    tensor with a graph; ``""`` otherwise."""
+    tensor with a graph, ``"tensors"`` when it grew by :data:`TENSORS_MB` MB or more of tensors
+    without one; ``""`` otherwise."""
     if earlier[0] == "tensor" and now[0] == "tensor":
         if now[1] is not earlier[1] and _reaches(now[1], earlier[1]):
             return "sum"
     if earlier[0] == "list" and now[0] == "list" and now[1] is earlier[1] and now[2] > earlier[2]:
-        return "list"
+        added = [t for t in now[1][earlier[2] : now[2]] if isinstance(t, torch.Tensor)]
+        if any(t.grad_fn is not None for t in added):
+            return "list"
+        if added_bytes(added) >= TENSORS_MB * 2**20:
+            return "tensors"
     return ""
+
+
+def added_bytes(tensors: list[torch.Tensor]) -> int:
+    """Bytes of the storages of ``tensors``, each once (a view keeps its whole storage)."""
+    seen: dict[int, int] = {}
+    for t in tensors:
+        try:
+            storage = t.untyped_storage()
+            seen[storage.data_ptr()] = storage.nbytes()
+        except Exception:  # noqa: BLE001 - a tensor subclass without storage: not counted
+            continue
+    return sum(seen.values())
 
 
 def _reaches(start: Any, target: Any) -> bool:
@@ -104,14 +122,17 @@ def _reaches(start: Any, target: Any) -> bool:
     return False
 
 
-def _finding(frame: FrameType, name: str, how: str) -> Finding:
+def _finding(frame: FrameType, name: str, how: str, earlier: Any, now: Any) -> Finding:
     line, source, added = _keeping_line(frame, name, how)
+    if how == "tensors":
+        return _tensors_finding(frame, name, line, source, earlier, now)
     if how == "list":
         title = (
             f"`{name}` keeps each step's tensor with its autograd graph (a list that grows every "
             "step): memory grows with every step the run takes"
         )
-        fix = f"{name}.append(loss.detach())  # or loss.item(): the value, not the graph"
+        value = added or "loss"
+        fix = f"{name}.append({value}.detach())  # the value, not the graph ({value}.item() for a number)"
     else:
         title = (
             f"`{name}` keeps the autograd graph of every step (its graph reaches the previous "
@@ -123,6 +144,11 @@ def _finding(frame: FrameType, name: str, how: str) -> Finding:
             else f"{source or name + ' = ...'}\n{name} = {name}.detach()  # the value, not the "
             "graph it was computed with"
         )
+    detail: dict[str, Any] = {"variable": name, "how": how}
+    if how == "list":  # the tensors themselves, at least (their graphs hold more)
+        added = [t for t in now[1][earlier[2] : now[2]] if isinstance(t, torch.Tensor)]
+        detail["mb_per_step"] = round(added_bytes(added) / 2**20, 2)
+        detail["device"] = str(added[-1].device)
     return Finding(
         kind="loop.graph-kept",
         title=title,
@@ -131,8 +157,37 @@ def _finding(frame: FrameType, name: str, how: str) -> Finding:
         line=line,
         source=source,
         severity="critical",
-        detail={"variable": name, "how": how},
+        detail=detail,
     )
+
+
+def _tensors_finding(
+    frame: FrameType, name: str, line: int, source: str, earlier: Any, now: Any
+) -> Finding:
+    """A list that keeps megabytes of tensors every step (features for an epoch's metric)."""
+    added = [t for t in now[1][earlier[2] : now[2]] if isinstance(t, torch.Tensor)]
+    nbytes = added_bytes(added)
+    device = str(added[-1].device)
+    where = "on the CPU" if device == "cpu" else f"on {device}"
+    fix = (
+        "keep what the metric needs as it goes (a running sum, a count) instead of every "
+        "step's tensors"
+    )
+    if device != "cpu":
+        fix += f", or keep each on the CPU: {name}.append(... .detach().cpu())"
+    fix += "; clear the list once it is used"
+    return Finding(
+        kind="loop.memory-creep",
+        title=f"`{name}` keeps {nbytes / 2**20:.1f} MB of tensors {where} every step (a list that "
+        "grows each step): memory grows with every step until the list is cleared",
+        fix=fix,
+        file=frame.f_code.co_filename,
+        line=line,
+        source=source,
+        severity="warning",
+        detail={"variable": name, "how": "tensors", "mb_per_step": round(nbytes / 2**20, 2),
+                "device": device},
+    )  # fmt: skip
 
 
 def _keeping_line(frame: FrameType, name: str, how: str) -> tuple[int, str, str]:
@@ -151,14 +206,16 @@ def _keeping_line(frame: FrameType, name: str, how: str) -> tuple[int, str, str]
         line = getattr(node, "lineno", 0)
         if not first <= line <= last:
             continue
-        if how == "list":
+        if how in ("list", "tensors"):
             if (
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Attribute)
                 and node.func.attr in ("append", "extend", "insert")
                 and _is(node.func.value, name)
             ):
-                ranked.append((0, line, ""))
+                kept = node.args[-1] if node.args and node.func.attr != "extend" else None
+                simple = isinstance(kept, (ast.Name, ast.Attribute, ast.Call))
+                ranked.append((0, line, ast.unparse(kept) if simple else ""))
         elif isinstance(node, ast.AugAssign) and _is(node.target, name):
             added = ast.unparse(node.value) if isinstance(node.op, ast.Add) else ""
             simple = isinstance(node.value, (ast.Name, ast.Attribute, ast.Call))

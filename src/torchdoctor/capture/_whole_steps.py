@@ -85,7 +85,7 @@ class SteadySteps:
             self.slow_count += 1
             between = self._attribute(excess, gap)
             self._event("between-steps" if between else "slow-steps", end - excess, end)
-        self.blocks.append([(now - self.t0_ns) / 1e9, len(pending), median / 1e6, _rss_mb()])
+        self.blocks.append([(now - self.t0_ns) / 1e9, len(pending), median / 1e6, *_memory_mb()])
         if len(self.blocks) > MAX_BLOCKS:
             blocks = self.blocks
             merged = [_merged(a, b) for a, b in zip(blocks[::2], blocks[1::2])]
@@ -150,16 +150,18 @@ def _merged(a: list[Any], b: list[Any]) -> list[Any]:
     steps = a[1] + b[1]
     median = (a[2] * a[1] + b[2] * b[1]) / steps if steps else b[2]
     rss = max(x for x in (a[3], b[3]) if x is not None) if a[3] or b[3] else None
-    return [b[0], steps, median, rss]
+    return [b[0], steps, median, rss, b[4]]
 
 
-def _rss_mb() -> float | None:
+def _memory_mb() -> tuple[float | None, float | None]:
+    """The process's resident memory and the host's memory still available (MB)."""
     try:
         import psutil
 
-        return round(psutil.Process().memory_info().rss / 2**20, 1)
+        rss = psutil.Process().memory_info().rss / 2**20
+        return round(rss, 1), round(psutil.virtual_memory().available / 2**20, 1)
     except Exception:  # noqa: BLE001 - memory is a detail of the series
-        return None
+        return None, None
 
 
 class Tally:

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from .. import __version__
 from .._errors import TorchdoctorError
+from ..analysis.memory_course import add_creep
 from ..analysis.verdict import summarise
 from ..capture import (
     CaptureSession,
@@ -96,6 +97,8 @@ def build_record(
     record.overhead_ms.update(session.data.overheads_ms())
     record.sync_sampled_steps = len(session.data.sync_sample_ms)
     record.memory_split = session.data.memory_split
+    record.memory_course = session.data.memory_course
+    add_creep(record)  # after the kept-graph findings: it names their line
     if session.data.loader_diagnosis is not None:
         record.loader_report = session.data.loader_diagnosis.report
         record.findings.extend(session.data.loader_diagnosis.findings)

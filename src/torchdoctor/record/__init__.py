@@ -68,7 +68,7 @@ from ._loader import (
     WorkerMemorySeries,
     WorkerSweep,
 )
-from ._memory import MemorySplit, ModuleMemory
+from ._memory import MemoryCourse, MemorySplit, ModuleMemory
 from ._patch import GONE, Patch, PatchChange, PatchRemedy, PatchSkip
 from ._rank_env import RankEnv
 from ._ranks import (
@@ -199,6 +199,7 @@ __all__ = [
     "FindingKind",
     "FixTrial",
     "GONE",
+    "MemoryCourse",
     "MemorySplit",
     "ModuleMemory",
     "Patch",

@@ -83,7 +83,9 @@ DistributedFindingKind = Literal[
     "ddp.manual-collectives",
 ]
 #: What the training loop itself does wrong (docs/how-it-works.md).
-LoopFindingKind = Literal["loop.never-updates", "loop.evaluation-in-step", "loop.graph-kept"]
+LoopFindingKind = Literal[
+    "loop.never-updates", "loop.evaluation-in-step", "loop.graph-kept", "loop.memory-creep"
+]
 #: The course of a whole run (``run --whole``, docs/whole-run.md).
 WholeFindingKind = Literal["whole.drift", "whole.memory-creep", "whole.eval-mode-training"]
 FindingKind = Literal[

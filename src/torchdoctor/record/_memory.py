@@ -49,3 +49,20 @@ class MemorySplit:
         """The peak beyond what is held by kind: the step's temporaries (a forward's
         intermediates not saved, the backward's gradients of activations, workspaces)."""
         return None if self.peak is None else max(self.peak - self.held, 0)
+
+
+@dataclass
+class MemoryCourse:
+    """The memory in use read at the start, the middle and the end of the measured steps: on a
+    device with allocator statistics what its allocator holds for tensors, else the process's
+    resident memory; with what was still free at the last reading."""
+
+    #: ``"device"`` (the allocator's bytes allocated) or ``"host"`` (the process's RSS).
+    memory: str
+    #: The measured steps taken before each reading (``0``, the middle, the last).
+    steps: list[int] = field(default_factory=list)
+    #: Bytes in use at each reading.
+    used: list[int] = field(default_factory=list)
+    #: Bytes still free at the last reading (the host's available memory; the device's free
+    #: memory and what its allocator holds unused); ``None`` when not told.
+    free: int | None = None

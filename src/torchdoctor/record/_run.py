@@ -24,7 +24,7 @@ from ._kinds import (
     StepBoundaryKind,
 )
 from ._loader import LoaderReport
-from ._memory import MemorySplit
+from ._memory import MemoryCourse, MemorySplit
 from ._patch import Patch
 from ._ranks import DistributedReport
 from ._serial import SCHEMA_VERSION, load_record, record_from_dict, write_json_atomic
@@ -299,6 +299,9 @@ class RunRecord:
     #: One untimed step's memory by kind, and the blocks with the most activations
     #: (docs/memory.md); ``None`` when not watched.
     memory_split: MemorySplit | None = None
+    #: The memory in use over the measured steps (docs/memory.md): a step that keeps what it
+    #: made is a ``loop.memory-creep`` finding; ``None`` when not read.
+    memory_course: MemoryCourse | None = None
 
     @property
     def measured_steps(self) -> int:

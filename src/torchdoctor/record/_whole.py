@@ -51,6 +51,8 @@ class WholeBlock:
     step_ms: float
     #: The process's resident memory when the block ended (MB).
     rss_mb: float | None = None
+    #: The host's memory still available then (MB; ``None`` in records before it).
+    free_mb: float | None = None
 
 
 @dataclass

@@ -22,6 +22,8 @@ def _train(steps: int, kept: KeptGraphs, keep: str) -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     total_loss = 0.0
     losses = []
+    outputs = []
+    features = []
     ema = None
     for _ in range(steps):
         loss = model(torch.randn(8, 4)).pow(2).mean()
@@ -33,6 +35,10 @@ def _train(steps: int, kept: KeptGraphs, keep: str) -> None:
             total_loss += loss  # keeps the graph
         elif keep == "list":
             losses.append(loss)  # keeps each graph
+        elif keep == "features":
+            features.append(torch.zeros(512, 1024))  # 2 MB of features a step
+        elif keep == "outputs":
+            outputs.append(model(torch.randn(8, 4)))  # an output kept for an epoch's metric
         elif keep == "ema":
             ema = loss if ema is None else 0.9 * ema + 0.1 * loss  # a moving average
         else:
@@ -56,9 +62,27 @@ def test_a_list_of_losses_with_their_graphs_is_found():
     kept = KeptGraphs()
     _train(3, kept, "list")
     (found,) = kept.findings()
-    assert found.detail == {"variable": "losses", "how": "list"}
+    assert found.detail["variable"] == "losses" and found.detail["how"] == "list"
+    assert found.detail["device"] == "cpu" and found.detail["mb_per_step"] == 0.0  # a scalar
     assert found.line == lineno_in(HERE, "losses.append(loss)  # keeps")
     assert found.fix.startswith("losses.append(loss.detach())")
+
+
+def test_an_output_kept_in_a_list_is_told_to_detach_that_value():
+    kept = KeptGraphs()
+    _train(3, kept, "outputs")
+    (found,) = kept.findings()
+    assert found.line == lineno_in(HERE, "# an output kept")
+    assert found.fix.startswith("outputs.append(model(torch.randn(8, 4)).detach())"), found.fix
+
+
+def test_a_list_that_keeps_megabytes_of_tensors_a_step_is_memory_creeping():
+    kept = KeptGraphs()
+    _train(3, kept, "features")
+    (found,) = kept.findings()
+    assert found.kind == "loop.memory-creep" and found.line == lineno_in(HERE, "# 2 MB of")
+    assert found.detail["mb_per_step"] == 2.0 and found.detail["device"] == "cpu"
+    assert "running sum" in found.fix and ".cpu()" not in found.fix  # on the CPU already
 
 
 def test_values_read_as_numbers_or_detached_keep_nothing():
