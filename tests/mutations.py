@@ -525,6 +525,20 @@ MUTATIONS = (
         ("tests/unit/capture/test_kept_graphs.py",),
     ),
     Mutation(
+        "out of memory: the batch that fits from the step's bytes, not a sample's",
+        "process/ending/_memory.py",
+        "fits = int(room // per_sample)",
+        "fits = int(room // per_step)",
+        ("tests/unit/process/test_out_of_memory.py",),
+    ),
+    Mutation(
+        "memory: the batch's samples read off its last dimension",
+        "capture/_memory_split.py",
+        "int(first.shape[0]) if first is not None",
+        "int(first.shape[-1]) if first is not None",
+        ("tests/unit/capture/test_memory_split.py",),
+    ),
+    Mutation(
         "checkpoint: the chosen blocks are never switched on",
         "capture/_checkpoint_lever.py",
         "self._on = {id(self._blocks[label]) for label in self.chosen}",

@@ -51,6 +51,8 @@ class MemoryWatch:
         self._at_start: int | None = None
         #: Saved tensors whose storage could not be read (a tensor subclass): not counted.
         self.unread = 0
+        #: Samples in the step's batch (the outermost module's first tensor input's first dim).
+        self.rows: int | None = None
 
     def start(self) -> None:
         for root in self.roots:
@@ -96,6 +98,7 @@ class MemoryWatch:
             device=device,
             peak=peak,
             at_start=self._at_start if peak is not None else None,
+            rows=self.rows,
         )
 
     def close(self) -> None:
@@ -112,6 +115,9 @@ class MemoryWatch:
     def _entered(self, module: torch.nn.Module, args: Any) -> None:
         if id(module) in self._names:
             self._stack.append(module)
+            if self.rows is None and any(module is root for root in self.roots):
+                first = next((a for a in args if isinstance(a, torch.Tensor)), None)
+                self.rows = int(first.shape[0]) if first is not None and first.dim() else None
 
     def _left(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         if self._stack and self._stack[-1] is module:

@@ -18,7 +18,15 @@ from ..capture import (
     manual_collectives_finding,
 )
 from ..record import COMPLETE, PARTIAL, RunRecord, TraceReport
-from .ending import CTRL_C, OutOfMemory, ScriptEnd, decide_script, out_of_memory, settle
+from .ending import (
+    CTRL_C,
+    OutOfMemory,
+    ScriptEnd,
+    batch_that_fits,
+    decide_script,
+    out_of_memory,
+    settle,
+)
 
 
 def build_record(
@@ -155,7 +163,41 @@ def _out_of_memory(session: CaptureSession, error: BaseException | None) -> OutO
         held = held_by_category(session.root_modules(), session.optimizers.known(), oom.memory)
     except Exception:  # noqa: BLE001 - an odd optimizer's state: the ending is told without it
         return oom
-    return replace(oom, held=tuple(held.items()))
+    return replace(oom, held=tuple(held.items()), fits=_fits(session, oom.memory))
+
+
+def _fits(session: CaptureSession, memory: str) -> str:
+    """The largest batch that fits, from the step the memory split counted (on the memory that
+    ran out); what to do where no step was counted."""
+    split = session.data.memory_split
+    on_device = split is not None and split.device != "cpu"
+    if split is None or on_device != (memory == "device"):
+        return (
+            "no step was counted before it ran out: lower the batch size until a step runs, "
+            "then torchdoctor run --try batch-size,checkpoint measures memory per size and "
+            "what checkpointing frees"
+        )
+    per_step = split.activations + (split.temporaries or 0)
+    fixed = split.parameters + split.gradients + split.optimizer_state
+    capacity = _capacity(session, memory)
+    return batch_that_fits(
+        split.rows, fixed, per_step, capacity, memory, temporaries=split.peak is not None
+    )
+
+
+def _capacity(session: CaptureSession, memory: str) -> int | None:
+    """The device's memory, or the host's, in bytes."""
+    try:
+        if memory == "device" and session.clock.device is not None:
+            from .._devices import total_memory_mb
+
+            total = total_memory_mb(session.clock.device)
+            return int(total * 2**20) if total else None
+        import psutil
+
+        return int(psutil.virtual_memory().total)
+    except Exception:  # noqa: BLE001 - the ending is told without it
+        return None
 
 
 def _attach_trials(record: RunRecord, session: CaptureSession) -> None:

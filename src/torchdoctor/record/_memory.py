@@ -38,6 +38,9 @@ class MemorySplit:
     #: ``None`` on the CPU (no allocator statistics there).
     peak: int | None = None
     at_start: int | None = None
+    #: Samples in the step's batch: the leading dimension of the outermost module's first
+    #: tensor input; ``None`` when it had none.
+    rows: int | None = None
 
     @property
     def held(self) -> int:

@@ -44,6 +44,7 @@ def test_a_step_is_split_by_kind_and_its_activations_by_block():
     assert OUTSIDE in by_block and "2" not in by_block
     assert split.activations == sum(by_block.values())
     assert split.peak is None and split.temporaries is None  # the CPU tells no peak
+    assert split.rows == N  # the batch's samples: the model's input's leading dimension
 
 
 def test_the_watch_changes_nothing_and_leaves_no_hook():

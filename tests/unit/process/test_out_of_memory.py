@@ -141,3 +141,21 @@ def test_a_rank_out_of_memory_ends_its_job_so_and_is_named():
     assert said == "ran out of host memory at train.py:14, asking for 1.0 PiB at step 9", said
     job = decide_job(JobEnd(cause_status=OUT_OF_MEMORY, cause_words=f"rank 1 {said}"), True)
     assert (job.status, job.exit_status) == (OUT_OF_MEMORY, EXIT_OUT_OF_MEMORY)
+
+
+def test_the_batch_that_fits_is_estimated_from_a_counted_step():
+    from torchdoctor.process.ending import batch_that_fits
+
+    gib = 2**30
+    # 32 samples saved 2 GiB (64 MiB a sample); the model and Adam hold 1 GiB; 80 GiB in all:
+    # 90% of it less 1 GiB leaves 71 GiB, 1136 samples.
+    words = batch_that_fits(32, 1 * gib, 2 * gib, 80 * gib, "device", temporaries=True)
+    assert words.startswith("the largest batch that fits is about 1,136 samples, estimated")
+    assert "a step of 32 samples fitted" in words and "64.0 MiB a sample of act" in words
+    assert "fewer fit" in batch_that_fits(32, 1 * gib, 2 * gib, 80 * gib, "host")
+    full = batch_that_fits(32, 79 * gib, 2 * gib, 80 * gib, "device")
+    assert "no batch fits" in full and "FSDP2" in full
+    assert batch_that_fits(None, gib, gib, 80 * gib, "device") == ""  # no batch seen
+    assert batch_that_fits(32, gib, gib, None, "device") == ""  # no capacity told
+    oom = OutOfMemory("device", "2.00 GiB", "train.py:12", fits=words)
+    assert oom.words().endswith(words)

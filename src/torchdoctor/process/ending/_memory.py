@@ -35,6 +35,9 @@ class OutOfMemory:
     #: Bytes the training held on that memory when it ran out, by category (``parameters``,
     #: ``gradients``, ``optimizer state``); the rest was activations and temporaries.
     held: tuple[tuple[str, int], ...] = ()
+    #: The largest batch that fits, in words, where a counted step tells it
+    #: (:func:`batch_that_fits`).
+    fits: str = ""
 
     def words(self) -> str:
         """``the script ran out of device memory at train.py:12 (`x = ...`), asking for 2.00
@@ -49,6 +52,8 @@ class OutOfMemory:
         held = [f"{name} {byte_words(n)}" for name, n in self.held if n]
         if held:
             text += f"; it held {', '.join(held)} there (the rest: activations and temporaries)"
+        if self.fits:
+            text += f"; {self.fits}"
         return text
 
 
@@ -93,3 +98,41 @@ def byte_words(n: int) -> str:
             break
         size /= 1024
     return f"{int(size)} B" if unit == "B" else f"{size:.1f} {unit}"
+
+
+#: Of the memory there is, the share a step may fill in the estimate of the batch that fits (the
+#: allocator's fragmentation, the framework's own buffers).
+FIT_SHARE = 0.9
+
+
+def batch_that_fits(
+    rows: int | None,
+    fixed: int,
+    per_step: int,
+    capacity: int | None,
+    memory: str,
+    temporaries: bool = False,
+) -> str:
+    """The largest batch that fits, in words, from a step counted at ``rows`` samples: ``fixed``
+    bytes whatever the batch (parameters, gradients, optimizer state), ``per_step`` bytes that
+    grow with it (the activations saved for backward, and with ``temporaries`` the temporaries
+    a peak told), in :data:`FIT_SHARE` of ``capacity``; ``""`` when a figure is missing."""
+    if not rows or rows < 1 or per_step <= 0 or not capacity:
+        return ""
+    per_sample = per_step / rows
+    room = FIT_SHARE * capacity - fixed
+    if room <= 0:
+        return (
+            f"the parameters, gradients and optimizer state alone ({byte_words(fixed)}) fill "
+            f"{FIT_SHARE:.0%} of the {memory} memory ({byte_words(capacity)}): no batch fits; "
+            "shard them (FSDP2) or use a smaller model"
+        )
+    fits = int(room // per_sample)
+    kinds = "activations and temporaries" if temporaries else "activations"
+    unsure = "" if temporaries else " (its temporaries not counted here: fewer fit)"
+    return (
+        f"the largest batch that fits is about {fits:,} samples{unsure}, estimated from a step "
+        f"counted at {rows}: {byte_words(int(per_sample))} a sample of {kinds}, "
+        f"{byte_words(fixed)} for the model and its optimizer, in {FIT_SHARE:.0%} of the "
+        f"{memory} memory's {byte_words(capacity)}; a step of {rows} samples fitted"
+    )
