@@ -16,7 +16,12 @@ measured here, in this run:
 7. with two GPUs or more, a 2-rank NCCL job under ``--nproc-per-node 2`` (torchdoctor's own
    gloo group beside the job's NCCL one): its verdict and communication-free ceiling;
 8. what capture adds to a launch-bound GPU step on the script's own clock
-   (``benchmarks/observer_effect.py --device cuda``: one process and ``run --whole``).
+   (``benchmarks/observer_effect.py --device cuda``: one process and ``run --whole``);
+9. out of memory on the GPU: a batch grown until it does not fit ends ``out-of-memory`` at its
+   line, with the largest batch that fits;
+10. memory on the GPU: a transformer step's split (the allocator's peak), ``--try checkpoint``
+    (activations and the peak without and with it), and a list of logits kept on the device
+    (a creep, with when the device's memory runs out).
 
 Without a CUDA GPU it says so and exits 0 (the accelerator paths are tested on the OpenReg
 reference backend: docs/devices.md).
@@ -25,7 +30,7 @@ reference backend: docs/devices.md).
 
 ``--keep DIR`` leaves the scripts, records and traces in DIR; ``--only`` runs the checks named
 by their first word (tests, event, prefetcher, seed-004, trials, mlp-trials, 2-rank, observer,
-demo).
+demo, oom, memory).
 """
 
 from __future__ import annotations
@@ -98,9 +103,32 @@ for step in range(100):
     batch *= 4
 """
 
+#: A transformer on the GPU that keeps each step's logits on the device for an epoch-end metric.
+GPU_MEMORY = """
+import torch
+from torch import nn
+
+device = torch.device("cuda")
+layer = nn.TransformerEncoderLayer(512, 8, 2048, batch_first=True)
+model = nn.Sequential(
+    nn.Embedding(1000, 512), nn.TransformerEncoder(layer, 4, enable_nested_tensor=False),
+    nn.Linear(512, 1000),
+).to(device)
+opt = torch.optim.AdamW(model.parameters())
+kept = []
+for step in range(100000):
+    x = torch.randint(0, 1000, (16, 256), device=device)
+    logits = model(x)
+    loss = nn.functional.cross_entropy(logits.flatten(0, 1), x.flatten())
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    kept.append(logits.detach())  # 16 MB a step, kept on the device
+"""
+
 CHECKS = (
     "tests", "event", "prefetcher", "seed-004", "trials", "mlp-trials", "2-rank", "observer", "demo",
-    "oom",
+    "oom", "memory",
 )  # fmt: skip
 
 
@@ -136,6 +164,7 @@ def main() -> int:
             ("observer effect", observer_effect),
             ("demo", demo),
             ("oom (a batch grown until it does not fit)", out_of_memory),
+            ("memory (the step's split, checkpointing, a creep on the device)", memory),
         ):
             if name.split()[0] not in only:
                 continue
@@ -197,6 +226,31 @@ def out_of_memory(folder: Path) -> str:
         f"status {rec['status']}, exit {rec['exit']} (6 expected); {ending.get('words') or '-'}; "
         f"{len(rec['steps']['step_ms'])} steps measured"
     )
+
+
+def memory(folder: Path) -> str:
+    """The step's memory on the GPU (the allocator's peak and temporaries), what checkpointing
+    frees of the activations and of the peak, and a creep on the device with when it runs out."""
+    rec = _run(folder, "gpu_memory.py", GPU_MEMORY, "--steps", "10", "--try", "checkpoint")
+    mb = 2**20
+    split = rec.get("memory_split") or {}
+    peak, act = split.get("peak"), split.get("activations")
+    said = f"activations {act / mb:.0f} MB, peak {peak / mb:.0f} MB" if peak and act else "no split"
+    for t in rec["trials"]:
+        d = t.get("detail") or {}
+        if t["name"] == "checkpoint" and d.get("activations_after") is not None:
+            peaks = (
+                f", peak {d['peak_before'] / mb:.0f} -> {d['peak_after'] / mb:.0f} MB"
+                if d.get("peak_before") and d.get("peak_after")
+                else ", no peak"
+            )
+            said += (
+                f"; checkpoint on {', '.join(d.get('blocks', []))}: activations "
+                f"{d['activations_before'] / mb:.0f} -> {d['activations_after'] / mb:.0f} MB"
+                f"{peaks}, step {(t.get('judged') or {}).get('speedup')}x"
+            )
+    creep = [f["title"] for f in rec["findings"] if f["kind"] == "loop.memory-creep"]
+    return said + f"; creep: {creep[0] if creep else 'none found'}"
 
 
 def event_clock(folder: Path) -> str:

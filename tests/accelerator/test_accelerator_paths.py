@@ -168,5 +168,64 @@ def test_a_rebuilt_constant_is_fixed_into_a_buffer_that_moves_with_its_first_rea
     record = RunRecord.load(tmp_path / "fix.json")
     assert any(f.kind == "constant-rebuilt" for f in record.findings), record.findings
     (remedy,) = [r for r in record.patch.remedies if r.numerics]
-    assert remedy.kept and remedy.checked_losses and remedy.rechecked == "gone", remedy
+    # kept unless the whole patch measured slower: the reference backend's times say nothing
+    # (it runs on the host), so only the wiring is asserted
+    assert remedy.kept or remedy.reason == "the whole patch measured slower", remedy
+    assert remedy.checked_losses and remedy.rechecked == "gone", remedy
     assert "self.weight = self.weight.to(logits.device)" in record.patch.diff
+
+
+#: Blocks of layers on the device, each step's output kept on the device for the epoch's end.
+BLOCKS_KEPT = """\
+import torch
+from torch import nn
+
+device = torch.accelerator.current_accelerator()
+torch.manual_seed(0)
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList(
+            nn.Sequential(nn.Linear(256, 1024), nn.ReLU(), nn.Linear(1024, 256)) for _ in range(3)
+        )
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+model = Net().to(device)
+opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+kept = []
+for step in range(100000):
+    x = torch.randn(1024, 256, device=device)
+    out = model(x)
+    loss = out.square().mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    kept.append(out.detach())  # 1 MB a step, on the device
+"""
+
+
+def test_memory_on_the_device_checkpointing_and_a_creep_are_the_devices(tmp_path):
+    _script(tmp_path, BLOCKS_KEPT, "blocks.py")
+    _torchdoctor(tmp_path, "run", "--steps", "6", "--warmup", "2", "--try", "checkpoint",
+                 "--quiet", "--json", "r.json", "--", "blocks.py")  # fmt: skip
+    record = RunRecord.load(tmp_path / "r.json")
+    assert record.status == "complete", record.notes
+    (trial,) = record.trials
+    assert trial.status == "measured" and trial.detail["blocks"] == [
+        "blocks.0", "blocks.1", "blocks.2"
+    ]  # fmt: skip
+    d = trial.detail
+    assert d["activations_after"] < 0.6 * d["activations_before"]
+    assert d["device"].startswith(_device_type()) and d["peak_after"] and d["peak_before"]
+    course = record.memory_course
+    assert course is not None and course.memory == "device" and course.used[-1] > course.used[0]
+    (creep,) = [f for f in record.findings if f.kind == "loop.memory-creep"]
+    assert creep.detail["device"].startswith(_device_type()) and creep.detail["mb_per_step"] == 1.0
+    assert ".cpu()" in creep.fix
