@@ -159,12 +159,31 @@ class Checkpoint(Lever):
         )
 
     def caveats(self, session: Any) -> list[str]:
-        return [
+        out = [
             "the backward runs each checkpointed block's forward again: the step is slower, "
             "the memory it frees buys a larger batch or a larger model",
-            "the recomputation replays the random state, so dropout draws the same numbers and "
-            "the numerics do not change",
         ]
+        norms = sorted(
+            {
+                type(m).__name__
+                for label in self.chosen
+                for m in self._blocks[label].modules()
+                if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.track_running_stats
+            }
+        )
+        if norms:
+            out.append(
+                f"the checkpointed blocks hold {', '.join(norms)}: the recomputation updates "
+                "their running statistics a second time each step (the model evaluates with "
+                "slightly different statistics); keep those layers outside the checkpointed "
+                "blocks, or accept it"
+            )
+        else:
+            out.append(
+                "the recomputation replays the random state, so dropout draws the same numbers "
+                "and the numerics do not change"
+            )
+        return out
 
 
 def blocks(model: torch.nn.Module) -> dict[str, torch.nn.Module]:

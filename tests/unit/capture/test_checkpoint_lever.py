@@ -114,3 +114,18 @@ def test_a_model_of_single_layers_or_two_models_is_skipped_with_why(model, why):
     roots = [model] if model is not None else [nn.Linear(2, 2), nn.Linear(2, 2)]
     session = SimpleNamespace(root_modules=lambda: roots)
     assert why in Checkpoint().skip_reason(session)
+
+
+def test_a_block_with_batch_norm_is_told_its_statistics_update_twice():
+    model = nn.Sequential(
+        nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8)), nn.Sequential(nn.Linear(8, 8), nn.ReLU())
+    )
+    session = _session(model, torch.optim.SGD(model.parameters()))
+    lever = Checkpoint()
+    lever._blocks = blocks(model)
+    lever.chosen = ["1"]
+    assert "numerics do not change" in lever.caveats(session)[-1]
+    lever.chosen = ["0", "1"]
+    assert (
+        "BatchNorm1d" in lever.caveats(session)[-1] and "second time" in lever.caveats(session)[-1]
+    )
