@@ -191,6 +191,35 @@ def test_fp16_autocast_with_a_grad_scaler_is_told_to_switch_to_bf16():
     assert "torch.float16" in amp.reason and "bfloat16" in amp.reason
 
 
+def test_a_forward_that_raises_under_autocast_fails_the_amp_trial_not_the_script(tmp_path):
+    """oneDNN's bf16 LSTM raises on a CPU without AVX-512: the amp trial crashed the user's
+    script (a script-error ending). The forward is run again without autocast; the trial fails
+    with the error and the run ends complete."""
+    script = tmp_path / "no_reduced_precision.py"
+    script.write_text(
+        "import torch\nfrom torch import nn\ntorch.set_num_threads(1)\n"
+        "class Net(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n        self.fc = nn.Linear(8, 2)\n"
+        "    def forward(self, x):\n"
+        "        if torch.is_autocast_enabled('cpu'):\n"
+        "            raise RuntimeError('no bf16 kernel for this op on this CPU')\n"
+        "        return self.fc(x)\n"
+        "model = Net()\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for step in range(100000):\n"
+        "    model(torch.randn(4, 8)).sum().backward()\n    opt.step()\n    opt.zero_grad()\n"
+    )
+    out = _threads_kept(
+        lambda: run_target(
+            Target(script=str(script)), RunOptions(steps=4, warmup=2, trials=("amp",))
+        )
+    )
+    rec = out.record
+    assert rec.status == "complete", rec.notes
+    amp = trial(rec, "amp")
+    assert amp.status == "failed", amp
+    assert "no bf16 kernel" in amp.reason, amp.reason
+
+
 def test_amp_code_is_the_scripts_own_line():
     out = _threads_kept(
         lambda: run_target(
