@@ -53,6 +53,11 @@ def _check_output_file(path: str | os.PathLike[str], flag: str, example: str) ->
         OutputPathError: naming ``flag``, the path as given, the problem and the fix.
     """
     given = os.fspath(path)
+    if given == "-" and flag != "--json":  # only the record goes to standard output
+        raise OutputPathError(
+            f"{flag} -: only --json takes '-' (standard output); {flag} writes a file",
+            f"name a file, e.g. {flag} {example}",
+        )
     target = Path(os.path.abspath(given))
     if target.is_dir() or given.endswith(("/", os.sep)):  # "out/" means a directory too
         raise OutputPathError(

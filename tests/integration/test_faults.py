@@ -383,6 +383,13 @@ CASES: list[Case] = [
         files={"train.py": MARKS_ITS_RUN, "out": None},
     ),
     Case(
+        "run-html-to-stdout",  # it wrote a file named "-"
+        ("run", "--html", "-", "train.py"),
+        EXIT_USAGE,
+        "--html -: only --json takes '-' (standard output)",
+        files={"train.py": MARKS_ITS_RUN},
+    ),
+    Case(
         "fix-apply-within-without-apply",
         ("fix", "--apply-within", ".", "train.py"),
         EXIT_USAGE,
