@@ -22,7 +22,7 @@ import torch
 
 from ..record import lever_names
 from ._levers import Lever, trained_roots
-from ._memory_split import OUTSIDE, MemoryWatch, block_of
+from ._memory_split import _INDEXED, OUTSIDE, MemoryWatch, block_of
 
 #: A block is checkpointed when it saved at least this share of the step's activations.
 SHARE = 0.05
@@ -54,7 +54,8 @@ class Checkpoint(Lever):
         if not blocks(models[0]):
             return (
                 "no block of the model has layers of its own to recompute: checkpointing a "
-                "single layer keeps its input, as the backward does anyway"
+                "single layer keeps its input, as the backward does anyway (a flat Sequential: "
+                "torch.utils.checkpoint.checkpoint_sequential splits it into segments)"
             )
         return None
 
@@ -148,12 +149,13 @@ class Checkpoint(Lever):
         if not self.chosen:
             return ""
         model = session.state.model_name()
+        root = trained_roots(session)[0]
         return (
             "import functools\n"
             "from torch.utils.checkpoint import checkpoint\n\n"
             "# each block's forward is recomputed in the backward instead of keeping its "
             "activations\n"
-            f"for block in {_blocks_expression(model, self.chosen, self._blocks)}:\n"
+            f"for block in {_blocks_expression(model, self.chosen, root)}:\n"
             "    block.forward = functools.partial(checkpoint, block.forward, "
             "use_reentrant=False)"
         )
@@ -189,7 +191,8 @@ class Checkpoint(Lever):
 def blocks(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
     """The model's blocks that have layers of their own, by label: the memory split's blocks,
     except that a block of a single layer inside a ``Sequential`` stands for that
-    ``Sequential`` (``layers.0`` of ``ModuleList(Sequential(Linear, ReLU, Linear), ...)``)."""
+    ``Sequential`` (``features`` for ``features.3``), and that a recurrent layer (an ``LSTM``,
+    which saves its gates at every time step) is a block alone."""
     out: dict[str, torch.nn.Module] = {}
     for name, module in model.named_modules():
         if not name or next(module.children(), None) is not None:
@@ -197,7 +200,9 @@ def blocks(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
         label, block = block_of(model, name)
         if block is model:
             continue
-        if next(block.children(), None) is None:  # one layer: its Sequential, if it is in one
+        if isinstance(block, torch.nn.RNNBase):
+            pass  # one layer that saves its gates at every time step: a block of its own
+        elif next(block.children(), None) is None:  # one layer: its Sequential, if in one
             label = label.rpartition(".")[0]
             block = model.get_submodule(label) if label else model
             if block is model or not isinstance(block, torch.nn.Sequential):
@@ -206,23 +211,32 @@ def blocks(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
     return out
 
 
-def _blocks_expression(model: str, chosen: list[str], known: dict[str, torch.nn.Module]) -> str:
-    """``model.blocks.layers`` when the blocks are all of one container's children, else a
-    tuple of each (``(model.encoder, model.head[2])``)."""
+def _blocks_expression(model: str, chosen: list[str], root: torch.nn.Module) -> str:
+    """``model.blocks.layers`` when the blocks are every child of one container, else a tuple
+    of each (``(model.encoder, model.head[2])``)."""
     parents = {label.rpartition(".")[0] for label in chosen}
-    if len(parents) == 1 and all(label.rpartition(".")[2].isdigit() for label in chosen):
+    if len(parents) == 1:
         (parent,) = parents
-        siblings = [k for k in known if k.rpartition(".")[0] == parent]
-        if parent and len(siblings) == len(chosen):
-            return _attribute(model, parent)
-    items = ", ".join(_attribute(model, label) for label in chosen)
+        container = root.get_submodule(parent) if parent else None
+        every = container is not None and len(list(container.children())) == len(chosen)
+        if every and isinstance(container, _INDEXED):
+            return _attribute(model, parent, root)
+        if every and isinstance(container, torch.nn.ModuleDict):
+            return _attribute(model, parent, root) + ".values()"
+    items = ", ".join(_attribute(model, label, root) for label in chosen)
     return f"({items},)" if len(chosen) == 1 else f"({items})"
 
 
-def _attribute(model: str, label: str) -> str:
-    out = model
+def _attribute(model: str, label: str, root: torch.nn.Module) -> str:
+    """The Python that reaches ``label`` in ``root`` named ``model``: a list's element by its
+    index, a ``ModuleDict``'s by its key (a string, even ``'3'``), an attribute by its name."""
+    out, module = model, root
     for part in label.split("."):
-        out += (
-            f"[{part}]" if part.isdigit() else f".{part}" if part.isidentifier() else f"[{part!r}]"
-        )
+        if isinstance(module, _INDEXED):
+            out += f"[{part}]"
+        elif isinstance(module, torch.nn.ModuleDict) or not part.isidentifier():
+            out += f"[{part!r}]"
+        else:
+            out += f".{part}"
+        module = getattr(module, part)
     return out

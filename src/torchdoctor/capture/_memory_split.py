@@ -29,6 +29,7 @@ LARGEST = 5
 _MB = 1024 * 1024
 #: Containers whose children are the blocks (``layers.3``, not ``layers``).
 _CONTAINERS = (torch.nn.ModuleList, torch.nn.Sequential, torch.nn.ModuleDict)
+_INDEXED = (torch.nn.ModuleList, torch.nn.Sequential)
 
 
 class MemoryWatch:
@@ -163,17 +164,32 @@ class MemoryWatch:
 def block_of(root: torch.nn.Module, name: str) -> tuple[str, torch.nn.Module]:
     """The block the module called ``name`` in ``root`` belongs to, and its label: the root's
     child, or a container's child (``layers.3`` of a ``ModuleList``, an encoder's ``layers.0``);
-    the root itself, labelled by its class name, for the root's own name (``""``)."""
+    the root itself, labelled by its class name, for the root's own name (``""``). A block's
+    own containers (a GPT block's ``mlp = Sequential(...)``) stay in it, and a container that is
+    one element of a list of them (``layers[0] = Sequential(Linear, ReLU, Linear)``) is a block."""
     parts = name.split(".") if name else []
     block: Any = root
-    depth = 0
+    depth, wrapped = 0, False
     for i, part in enumerate(parts):
+        parent = block
         block, depth = getattr(block, part), depth + 1
+        if isinstance(block, _CONTAINERS) and not isinstance(parent, _INDEXED):
+            continue
         following = getattr(block, parts[i + 1], None) if i + 1 < len(parts) else None
-        # into containers, and into a module whose next part is one (an encoder's layers)
-        if not isinstance(block, _CONTAINERS) and not isinstance(following, _CONTAINERS):
+        # into a module that wraps a stack of layers (an encoder's layers), once
+        if wrapped or not _stack(following):
             break
+        wrapped = True
     return ".".join(parts[:depth]) or type(root).__name__, block
+
+
+def _stack(module: Any) -> bool:
+    """A container of two or more layers of one class (an encoder's layers), not a block's own
+    mixed ``Sequential(Linear, GELU, Linear)``."""
+    if not isinstance(module, _CONTAINERS):
+        return False
+    kinds = [type(child) for child in module.children()]
+    return len(kinds) >= 2 and len(set(kinds)) == 1
 
 
 def _unpack(tensor: torch.Tensor) -> torch.Tensor:

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from torchdoctor.capture._checkpoint_lever import Checkpoint, blocks
+from torchdoctor.capture._memory_split import block_of
 from torchdoctor.capture._patch import Patcher
 
 N, D, H = 8, 64, 256
@@ -129,3 +130,77 @@ def test_a_block_with_batch_norm_is_told_its_statistics_update_twice():
     assert (
         "BatchNorm1d" in lever.caveats(session)[-1] and "second time" in lever.caveats(session)[-1]
     )
+
+
+class _GPTBlock(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ln = nn.LayerNorm(D)
+        self.mlp = nn.Sequential(nn.Linear(D, H), nn.GELU(), nn.Linear(H, D))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.mlp(self.ln(x))
+
+
+class _GPT(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.transformer = nn.ModuleDict({"h": nn.ModuleList(_GPTBlock() for _ in range(2))})
+        self.head = nn.Linear(D, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.transformer["h"]:
+            x = block(x)
+        return self.head(x)
+
+
+def test_a_blocks_own_sequential_stays_in_the_block():
+    """A GPT block's `mlp = Sequential(...)` was split off as blocks of its own (the split
+    halved each block, and the trial checkpointed `h.0` and `h.0.mlp`, nested)."""
+    model = _GPT()
+    assert block_of(model, "transformer.h.1.mlp.2")[0] == "transformer.h.1"
+    assert set(blocks(model)) == {"transformer.h.0", "transformer.h.1"}
+    lever = Checkpoint()
+    lever._blocks, lever.chosen = blocks(model), ["transformer.h.0", "transformer.h.1"]
+    code = lever.code(_session(model, torch.optim.SGD(model.parameters())), "")
+    assert "for block in net.transformer['h']:" in code, code
+
+
+def test_a_module_dicts_keys_are_strings_in_the_code_and_its_values_are_iterated():
+    class Staged(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.stages = nn.ModuleDict(
+                {"3": nn.Sequential(nn.Linear(D, D), nn.ReLU()), "a-b": nn.Linear(D, D)}
+            )
+
+    model = Staged()
+    x = torch.randn(N, D)
+    lever = Checkpoint()
+    lever._blocks = blocks(model)
+    assert set(lever._blocks) == {"stages.3"}  # a single layer is no block
+    model.stages["b"] = nn.Sequential(nn.Linear(D, D), nn.ReLU())
+    lever._blocks = blocks(model)
+    session = _session(model, torch.optim.SGD(model.parameters()))
+    lever.chosen = ["stages.3"]
+    assert "(net.stages['3'],)" in lever.code(session, "")
+    exec(lever.code(session, ""), {"net": model})  # noqa: S102 - it raised KeyError: 3
+    model.stages["3"](x).sum().backward()
+    lever.chosen = ["stages.3", "stages.b"]  # not the Linear beside them
+    assert "for block in (net.stages['3'], net.stages['b']):" in lever.code(session, "")
+    del model.stages["a-b"]
+    assert "for block in net.stages.values():" in lever.code(session, "")
+
+
+def test_a_recurrent_layer_is_a_block_of_its_own():
+    class Language(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rnn, self.out = nn.LSTM(D, D, 2), nn.Linear(D, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.out(self.rnn(x)[0])
+
+    model = Language()
+    assert list(blocks(model)) == ["rnn"]
+    assert Checkpoint().skip_reason(SimpleNamespace(root_modules=lambda: [model])) is None
