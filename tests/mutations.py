@@ -525,6 +525,13 @@ MUTATIONS = (
         ("tests/unit/capture/test_kept_graphs.py",),
     ),
     Mutation(
+        "memory creep: a buffer the loop trims called a creep",
+        "capture/_kept_graphs.py",
+        "return None  # a buffer the loop trims",
+        "pass  # a buffer the loop trims",
+        ("tests/unit/capture/test_kept_graphs.py",),
+    ),
+    Mutation(
         "out of memory: the batch that fits from the step's bytes, not a sample's",
         "process/ending/_memory.py",
         "fits = int(room // per_sample)",

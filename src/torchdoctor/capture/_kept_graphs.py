@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 import linecache
 import sys
-from types import FrameType
+from types import CodeType, FrameType
 from typing import Any
 
 import torch
@@ -27,6 +27,8 @@ from ._frames import is_user_file
 WALK_LIMIT = 20_000
 #: Longest list looked into.
 LIST_LIMIT = 1_000_000
+#: A dict of more entries than this is not looked into for lists (``history['loss']``).
+DICT_LIMIT = 64
 #: A list that grows by this many MB of tensors (without graphs) a step is memory creeping.
 TENSORS_MB = 1.0
 
@@ -48,18 +50,19 @@ class KeptGraphs:
         while frame is not None:
             code = frame.f_code
             if is_user_file(code.co_filename):
-                for name, value in list(frame.f_locals.items()):
+                for name, value in _variables(frame):
                     held = _held(value)
-                    if held is None or name.startswith("__"):
+                    if held is None:
                         continue
                     key = (code.co_filename, code.co_name, name)
                     now.setdefault(key, held)
                     earlier = self._before.get(key)
                     if earlier is not None and key not in self._found:
                         how = _kept(earlier, held)
-                        if how:
+                        finding = _finding(frame, name, how, earlier, held) if how else None
+                        if finding is not None:
                             self._found.add(key)
-                            self._findings.append(_finding(frame, name, how, earlier, held))
+                            self._findings.append(finding)
             frame = frame.f_back
         self._before = now
         self.looks += 1
@@ -67,6 +70,22 @@ class KeptGraphs:
     def findings(self) -> list[Finding]:
         self._before = {}  # the graphs are not kept past the watch
         return list(self._findings)
+
+
+def _variables(frame: FrameType) -> list[tuple[str, Any]]:
+    """The frame's variables, and the lists a dict of them holds (``history['loss']``)."""
+    out = []
+    for name, value in list(frame.f_locals.items()):
+        if name.startswith("__"):
+            continue
+        out.append((name, value))
+        if isinstance(value, dict) and len(value) <= DICT_LIMIT:
+            out.extend(
+                (f"{name}[{key!r}]", item)
+                for key, item in list(value.items())
+                if isinstance(key, (str, int)) and isinstance(item, list)
+            )
+    return out
 
 
 def _held(value: Any) -> Any:
@@ -122,10 +141,15 @@ def _reaches(start: Any, target: Any) -> bool:
     return False
 
 
-def _finding(frame: FrameType, name: str, how: str, earlier: Any, now: Any) -> Finding:
-    line, source, added = _keeping_line(frame, name, how)
+def _finding(frame: FrameType, name: str, how: str, earlier: Any, now: Any) -> Finding | None:
+    line, source, added, others = _keeping_line(frame, name, how)
     if how == "tensors":
-        return _tensors_finding(frame, name, line, source, earlier, now)
+        if _trimmed(frame, name):
+            return None  # a buffer the loop trims (`replay.pop(0)`): bounded, not a creep
+        finding = _tensors_finding(frame, name, line, source, earlier, now)
+        if others:
+            finding.title += f" (also appended to at line {', '.join(map(str, others))})"
+        return finding
     if how == "list":
         title = (
             f"`{name}` keeps each step's tensor with its autograd graph (a list that grows every "
@@ -144,6 +168,8 @@ def _finding(frame: FrameType, name: str, how: str, earlier: Any, now: Any) -> F
             else f"{source or name + ' = ...'}\n{name} = {name}.detach()  # the value, not the "
             "graph it was computed with"
         )
+    if others:
+        title += f" (also appended to at line {', '.join(map(str, others))})"
     detail: dict[str, Any] = {"variable": name, "how": how}
     if how == "list":  # the tensors themselves, at least (their graphs hold more)
         added = [t for t in now[1][earlier[2] : now[2]] if isinstance(t, torch.Tensor)]
@@ -190,22 +216,19 @@ def _tensors_finding(
     )  # fmt: skip
 
 
-def _keeping_line(frame: FrameType, name: str, how: str) -> tuple[int, str, str]:
+def _keeping_line(frame: FrameType, name: str, how: str) -> tuple[int, str, str, list[int]]:
     """The statement of the frame's code that keeps the value (``name += ...``,
-    ``name.append(...)``, ``name = ... name ...``), else the frame's current line; and for a
-    sum (``name += x``), ``x`` as code (its ``.item()`` is the fix)."""
+    ``name.append(...)``, ``name += [x]``, ``name = ... name ...``), else the frame's current
+    line; for a sum (``name += x``) or an append, ``x`` as code (its ``.item()`` or
+    ``.detach()`` is the fix); and the lines of the other appends to a list (which one ran
+    is not told: the first in the file is named)."""
     code = frame.f_code
-    numbers = [n for _, _, n in code.co_lines() if n]
-    first, last = code.co_firstlineno, max(numbers, default=code.co_firstlineno)
-    try:
-        tree = ast.parse("".join(linecache.getlines(code.co_filename)))
-    except (SyntaxError, ValueError):
-        return frame.f_lineno, "", ""
+    nodes = _nodes(code)
+    if nodes is None:
+        return frame.f_lineno, "", "", []
     ranked: list[tuple[int, int, str]] = []  # (rank, line, added): the likeliest first
-    for node in ast.walk(tree):
-        line = getattr(node, "lineno", 0)
-        if not first <= line <= last:
-            continue
+    for node in nodes:
+        line = node.lineno
         if how in ("list", "tensors"):
             if (
                 isinstance(node, ast.Call)
@@ -216,6 +239,10 @@ def _keeping_line(frame: FrameType, name: str, how: str) -> tuple[int, str, str]
                 kept = node.args[-1] if node.args and node.func.attr != "extend" else None
                 simple = isinstance(kept, (ast.Name, ast.Attribute, ast.Call))
                 ranked.append((0, line, ast.unparse(kept) if simple else ""))
+            elif isinstance(node, ast.AugAssign) and _is(node.target, name):
+                items = node.value.elts if isinstance(node.value, ast.List) else []
+                simple = len(items) == 1 and isinstance(items[0], (ast.Name, ast.Attribute))
+                ranked.append((0, line, ast.unparse(items[0]) if simple else ""))
         elif isinstance(node, ast.AugAssign) and _is(node.target, name):
             added = ast.unparse(node.value) if isinstance(node.op, ast.Add) else ""
             simple = isinstance(node.value, (ast.Name, ast.Attribute, ast.Call))
@@ -224,10 +251,51 @@ def _keeping_line(frame: FrameType, name: str, how: str) -> tuple[int, str, str]
             reads = any(_is(n, name) for n in ast.walk(node.value))
             ranked.append((1 if reads else 2, line, ""))
     if not ranked:
-        return frame.f_lineno, "", ""
+        return frame.f_lineno, "", "", []
     _, line, added = min(ranked)
-    return line, linecache.getline(code.co_filename, line).strip(), added
+    others = sorted({n for rank, n, _ in ranked if rank == 0 and n != line})
+    return line, linecache.getline(code.co_filename, line).strip(), added, others
+
+
+def _trimmed(frame: FrameType, name: str) -> bool:
+    """Whether the frame's code takes items out of the list ``name`` (``name.pop(0)``,
+    ``del name[0]``, ``name.clear()``, ``name = name[-k:]``): a bounded buffer."""
+    for node in _nodes(frame.f_code) or []:
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("pop", "clear", "remove")
+            and _is(node.func.value, name)
+        ):
+            return True
+        if isinstance(node, ast.Delete) and any(
+            isinstance(t, ast.Subscript) and _is(t.value, name) for t in node.targets
+        ):
+            return True
+        if (
+            isinstance(node, ast.Assign)
+            and any(_is(t, name) for t in node.targets)
+            and isinstance(node.value, ast.Subscript)
+            and _is(node.value.value, name)
+        ):
+            return True
+    return False
+
+
+def _nodes(code: CodeType) -> list[Any] | None:
+    """The statements and expressions of the file within ``code``'s lines; ``None`` when the
+    file does not parse."""
+    numbers = [n for _, _, n in code.co_lines() if n]
+    first, last = code.co_firstlineno, max(numbers, default=code.co_firstlineno)
+    try:
+        tree = ast.parse("".join(linecache.getlines(code.co_filename)))
+    except (SyntaxError, ValueError):
+        return None
+    return [n for n in ast.walk(tree) if first <= getattr(n, "lineno", 0) <= last]
 
 
 def _is(node: ast.AST, name: str) -> bool:
-    return isinstance(node, ast.Name) and node.id == name
+    """``node`` is the variable ``name``, or the dict's item it names (``history['loss']``)."""
+    if isinstance(node, ast.Name):
+        return node.id == name
+    return isinstance(node, ast.Subscript) and "[" in name and ast.unparse(node) == name

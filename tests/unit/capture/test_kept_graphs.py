@@ -99,3 +99,50 @@ def test_a_moving_average_is_told_to_detach_not_to_become_a_sum():
     assert found.line == lineno_in(HERE, "# a moving average")
     assert found.fix.endswith("ema = ema.detach()  # the value, not the graph it was computed with")
     assert "+=" not in found.fix
+
+
+def _shapes(steps: int, kept: KeptGraphs, keep: str) -> None:
+    """Loops of the shapes users write that the first version missed or misread."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    history: dict[str, list] = {"train_loss": [], "lr": []}
+    replay = []
+    losses = []
+    for _ in range(steps):
+        loss = model(torch.randn(8, 4)).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        kept.look()
+        if keep == "history":
+            history["train_loss"].append(loss)  # a dict of lists
+        elif keep == "replay":
+            replay.append(torch.zeros(512, 1024))  # 2 MB a step, in a buffer of 2
+            if len(replay) > 2:
+                replay.pop(0)
+        elif keep == "plus":
+            losses += [loss]  # a list added to
+
+
+def test_a_dict_of_lists_keeping_graphs_is_found_at_its_item():
+    kept = KeptGraphs()
+    _shapes(3, kept, "history")
+    (found,) = kept.findings()
+    assert found.detail["variable"] == "history['train_loss']"
+    assert found.line == lineno_in(HERE, "# a dict of lists")
+    assert found.fix.startswith("history['train_loss'].append(loss.detach())"), found.fix
+
+
+def test_a_buffer_the_loop_trims_is_no_creep():
+    """`replay.pop(0)` once it holds 200: a critical creep, running out in 55 s, was told."""
+    kept = KeptGraphs()
+    _shapes(4, kept, "replay")
+    assert kept.findings() == []
+
+
+def test_a_list_added_to_is_found_at_its_statement_not_the_callers():
+    kept = KeptGraphs()
+    _shapes(3, kept, "plus")
+    (found,) = kept.findings()
+    assert found.line == lineno_in(HERE, "losses += [loss]  # a list added to")
