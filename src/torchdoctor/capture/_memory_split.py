@@ -54,6 +54,8 @@ class MemoryWatch:
         self.unread = 0
         #: Samples in the step's batch (the outermost module's first tensor input's first dim).
         self.rows: int | None = None
+        #: Bytes saved when the first backward read a saved tensor (the first pass's).
+        self.first_pass: int | None = None
 
     def start(self) -> None:
         for root in self.roots:
@@ -66,7 +68,7 @@ class MemoryWatch:
             register.register_module_forward_pre_hook(self._entered),
             register.register_module_forward_hook(self._left),
         ]
-        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack)
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
         self._hooks.__enter__()
         if self.device is not None and reset_peak_memory(self.device):
             self._at_start = _allocated(self.device)
@@ -100,6 +102,7 @@ class MemoryWatch:
             peak=peak,
             at_start=self._at_start if peak is not None else None,
             rows=self.rows,
+            first_pass=self.first_pass,
         )
 
     def close(self) -> None:
@@ -135,6 +138,11 @@ class MemoryWatch:
                     self.saved[label] = self.saved.get(label, 0) + nbytes
         except Exception:  # noqa: BLE001 - a tensor we cannot read is not the script's error
             self.unread += 1
+        return tensor
+
+    def _unpack(self, tensor: torch.Tensor) -> torch.Tensor:
+        if self.first_pass is None:  # the step's first backward began: the first pass's bytes
+            self.first_pass = sum(self.saved.values())
         return tensor
 
     def _block(self, module: torch.nn.Module) -> str:
@@ -190,10 +198,6 @@ def _stack(module: Any) -> bool:
         return False
     kinds = [type(child) for child in module.children()]
     return len(kinds) >= 2 and len(set(kinds)) == 1
-
-
-def _unpack(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor
 
 
 def _storage(tensor: torch.Tensor) -> int:

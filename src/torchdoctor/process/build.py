@@ -24,6 +24,7 @@ from .ending import (
     ScriptEnd,
     batch_that_fits,
     decide_script,
+    host_capacity,
     out_of_memory,
     settle,
 )
@@ -171,33 +172,37 @@ def _fits(session: CaptureSession, memory: str) -> str:
     ran out); what to do where no step was counted."""
     split = session.data.memory_split
     on_device = split is not None and split.device != "cpu"
-    if split is None or on_device != (memory == "device"):
+    if split is not None and on_device != (memory == "device"):
+        return (
+            f"the step counted held its tensors on {split.device}, not in the {memory} memory "
+            "that ran out: the batch that fits is not estimated from it"
+        )
+    if split is None:
         return (
             "no step was counted before it ran out: lower the batch size until a step runs, "
             "then torchdoctor run --try batch-size,checkpoint measures memory per size and "
             "what checkpointing frees"
         )
-    per_step = split.activations + (split.temporaries or 0)
+    per_step = (split.first_pass or split.activations) + (split.temporaries or 0)
     fixed = split.parameters + split.gradients + split.optimizer_state
-    capacity = _capacity(session, memory)
+    capacity, limit = _capacity(session, memory)
     return batch_that_fits(
-        split.rows, fixed, per_step, capacity, memory, temporaries=split.peak is not None
+        split.rows, fixed, per_step, capacity, memory, split.peak is not None, limit
     )
 
 
-def _capacity(session: CaptureSession, memory: str) -> int | None:
-    """The device's memory, or the host's, in bytes."""
+def _capacity(session: CaptureSession, memory: str) -> tuple[int | None, str]:
+    """The device's memory, or what the host lets the process use, in bytes; and what bounds
+    it when that is less than the host's (a ``ulimit -v``, a container's limit)."""
+    if memory != "device":
+        return host_capacity() or (None, "")
     try:
-        if memory == "device" and session.clock.device is not None:
-            from .._devices import total_memory_mb
+        from .._devices import total_memory_mb
 
-            total = total_memory_mb(session.clock.device)
-            return int(total * 2**20) if total else None
-        import psutil
-
-        return int(psutil.virtual_memory().total)
+        total = total_memory_mb(session.clock.device) if session.clock.device else None
+        return (int(total * 2**20) if total else None), ""
     except Exception:  # noqa: BLE001 - the ending is told without it
-        return None
+        return None, ""
 
 
 def _attach_trials(record: RunRecord, session: CaptureSession) -> None:

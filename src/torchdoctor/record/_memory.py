@@ -41,6 +41,10 @@ class MemorySplit:
     #: Samples in the step's batch: the leading dimension of the outermost module's first
     #: tensor input; ``None`` when it had none.
     rows: int | None = None
+    #: Activations saved before the step's first backward began: those of the batch of
+    #: ``rows`` samples (a step accumulating gradients over micro-batches saves more in all but
+    #: holds one micro-batch's at a time); ``None`` when no backward read a saved tensor.
+    first_pass: int | None = None
 
     @property
     def held(self) -> int:

@@ -75,3 +75,25 @@ def test_the_watch_changes_nothing_and_leaves_no_hook():
     encoder(torch.randn(5, 3, 8)).sum().backward()
     split = watch.stop([])
     assert {m.module for m in split.largest} >= {"layers.0", "layers.1"}, split.largest
+
+
+def test_a_step_accumulating_micro_batches_is_counted_by_one_of_them():
+    """Four micro-batches of 16, each backward before the next forward: the step saves four
+    micro-batches' activations in all but holds one at a time; the batch that fits was told
+    from all four over 16 samples (4x too few)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(A, B), nn.ReLU(), nn.Linear(B, C))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    watch = MemoryWatch([model], None)
+    watch.start()
+    for _ in range(4):
+        x, y = torch.randn(N, A), torch.randint(0, C, (N,))
+        nn.functional.cross_entropy(model(x), y).backward()
+    optimizer.step()
+    split = watch.stop([optimizer])
+    one = MemoryWatch([model], None)
+    one.start()
+    nn.functional.cross_entropy(model(torch.randn(N, A)), torch.randint(0, C, (N,))).backward()
+    single = one.stop([optimizer])
+    assert split.rows == N and split.first_pass == single.activations == single.first_pass
+    assert split.activations > 2 * split.first_pass  # later micro-batches' too

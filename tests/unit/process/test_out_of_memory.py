@@ -159,3 +159,28 @@ def test_the_batch_that_fits_is_estimated_from_a_counted_step():
     assert batch_that_fits(32, gib, gib, None, "device") == ""  # no capacity told
     oom = OutOfMemory("device", "2.00 GiB", "train.py:12", fits=words)
     assert oom.words().endswith(words)
+
+
+def test_the_host_memory_that_fits_is_what_a_ulimit_or_a_container_leaves(monkeypatch, tmp_path):
+    """The estimate divided the machine's 23.5 GiB where `ulimit -v 6000000` left 5 GiB: it
+    said 643,808 samples fit where 262,144 ran out."""
+    import resource
+
+    import psutil
+
+    from torchdoctor.process.ending import _memory, batch_that_fits, host_capacity
+
+    total = psutil.virtual_memory().total
+    monkeypatch.setattr(_memory, "CGROUP_LIMITS", (str(tmp_path / "none"),))
+    monkeypatch.setattr(resource, "getrlimit", lambda _: (resource.RLIM_INFINITY,) * 2)
+    assert host_capacity() == (total, "")
+    (tmp_path / "memory.max").write_text(f"{total // 4}\n")
+    monkeypatch.setattr(_memory, "CGROUP_LIMITS", (str(tmp_path / "memory.max"),))
+    assert host_capacity() == (total // 4, "of the container's memory limit (cgroup)")
+    info = psutil.Process().memory_info()
+    limit = info.vms + 2**30  # a GiB of address space left
+    monkeypatch.setattr(resource, "getrlimit", lambda _: (limit, resource.RLIM_INFINITY))
+    capacity, words = host_capacity()
+    assert abs(capacity - (info.rss + 2**30)) < 2**28 and "ulimit -v" in words
+    said = batch_that_fits(32, 0, 32 * 2**20, capacity, "host", limit=words)
+    assert f"that the address-space limit (ulimit -v {limit // 1024}) left it" in said

@@ -20,7 +20,7 @@ from __future__ import annotations
 from ...record import Ending
 from ._exit import EXIT_FOR, exit_for, exit_status, measured_anything
 from ._job import JobEnd, decide_job, decide_launcher
-from ._memory import OutOfMemory, batch_that_fits, out_of_memory
+from ._memory import OutOfMemory, batch_that_fits, host_capacity, out_of_memory
 from ._script import (
     CTRL_C,
     FINISHED,
@@ -59,6 +59,7 @@ __all__ = [
     "ScriptEnd",
     "Stop",
     "batch_that_fits",
+    "host_capacity",
     "decide_job",
     "decide_launcher",
     "decide_not_started",

@@ -112,11 +112,15 @@ def batch_that_fits(
     capacity: int | None,
     memory: str,
     temporaries: bool = False,
+    limit: str = "",
 ) -> str:
     """The largest batch that fits, in words, from a step counted at ``rows`` samples: ``fixed``
     bytes whatever the batch (parameters, gradients, optimizer state), ``per_step`` bytes that
     grow with it (the activations saved for backward, and with ``temporaries`` the temporaries
-    a peak told), in :data:`FIT_SHARE` of ``capacity``; ``""`` when a figure is missing."""
+    a peak told), in :data:`FIT_SHARE` of ``capacity`` (``limit``: what bounds it, when not the
+    whole ``memory``: a ``ulimit -v``, a container's limit); ``""`` when a figure is missing."""
+    size = byte_words(capacity or 0)
+    bound = f"{size} {limit}" if limit else f"{memory} memory's {size}"
     if not rows or rows < 1 or per_step <= 0 or not capacity:
         return ""
     per_sample = per_step / rows
@@ -124,7 +128,7 @@ def batch_that_fits(
     if room <= 0:
         return (
             f"the parameters, gradients and optimizer state alone ({byte_words(fixed)}) fill "
-            f"{FIT_SHARE:.0%} of the {memory} memory ({byte_words(capacity)}): no batch fits; "
+            f"{FIT_SHARE:.0%} of the {bound}: no batch fits; "
             "shard them (FSDP2) or use a smaller model"
         )
     fits = int(room // per_sample)
@@ -134,5 +138,39 @@ def batch_that_fits(
         f"the largest batch that fits is about {fits:,} samples{unsure}, estimated from a step "
         f"counted at {rows}: {byte_words(int(per_sample))} a sample of {kinds}, "
         f"{byte_words(fixed)} for the model and its optimizer, in {FIT_SHARE:.0%} of the "
-        f"{memory} memory's {byte_words(capacity)}; a step of {rows} samples fitted"
+        f"{bound}; a step of {rows} samples fitted"
     )
+
+
+#: Where a container's memory limit is read (cgroup v2, then v1).
+CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+
+
+def host_capacity() -> tuple[int, str] | None:
+    """The host memory this process may use, in bytes, and what bounds it when it is less than
+    the machine's (``""`` for the machine's): a container's limit (cgroup), or an address-space
+    limit (``ulimit -v``: what the process holds plus the address space it has left)."""
+    try:
+        import psutil
+
+        best = (int(psutil.virtual_memory().total), "")
+        for path in CGROUP_LIMITS:
+            try:
+                with open(path) as f:
+                    text = f.read().strip()
+            except OSError:
+                continue
+            if text.isdigit() and int(text) < best[0]:
+                best = (int(text), "of the container's memory limit (cgroup)")
+            break
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+        if soft != resource.RLIM_INFINITY and soft > 0:
+            info = psutil.Process().memory_info()
+            room = info.rss + max(0, soft - info.vms)
+            if room < best[0]:
+                best = (room, f"that the address-space limit (ulimit -v {soft // 1024}) left it")
+        return best
+    except Exception:  # noqa: BLE001 - the ending is told without it
+        return None
