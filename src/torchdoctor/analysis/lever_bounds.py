@@ -11,6 +11,11 @@ whatever else runs on the machine:
   says nothing about the lever.
 - **The gain is capped.** Made free, the lever's parts give at most the baseline's step ÷ its
   untouched time. A speedup past that (beyond the allowance) cannot be the lever's.
+- **So is the loss, for a lever that only repeats work.** Checkpointing runs the forward once
+  more at worst, with bookkeeping of its own (saved-tensor hooks, the recomputed graph): the
+  step cannot grow by more than :data:`REPEAT_FACTOR` times the baseline's forward (beyond the
+  allowance). On ``tests/scenarios/tiny_transformer.py`` checkpointing measured 0.66x quiet,
+  an added 1.4 forwards; a trial beside load came out 0.13x.
 
 A trial outside either bound is judged :data:`~torchdoctor.record.UNCLEAR` ("could not tell"),
 never "worth it" or "slower", with the bound it broke in words. A lever that may change every
@@ -30,6 +35,9 @@ from ..record.part_names import PART_WORDS, STEP_PARTS
 #: move by a few percent; load that comes or goes moves them by tens of percent or more.
 UNTOUCHED_MARGIN = 0.15
 
+#: How many times the parts a lever repeats (``adds_at_most``) it may add to the step, at worst.
+REPEAT_FACTOR = 2.0
+
 Parts = Sequence[dict[str, float]]
 
 
@@ -39,13 +47,22 @@ def untouched_ms(steps: Parts, changed: Sequence[str]) -> list[float]:
 
 
 def outside_bounds(
-    lever: str, changed: Sequence[str], base: Parts, trial: Parts, allowance: float
+    lever: str,
+    changed: Sequence[str],
+    base: Parts,
+    trial: Parts,
+    allowance: float,
+    adds: Sequence[str] = (),
 ) -> str | None:
     """Why a trial's figure cannot be the lever's (the module's docstring), or ``None``.
 
     ``base`` and ``trial`` are the baseline's and the trial's measured steps, each as ms by
-    step part; ``changed`` the parts the lever can change.
+    step part; ``changed`` the parts the lever can change; ``adds`` those it may run once more
+    at worst.
     """
+    why = _slower_than_it_can(lever, adds, base, trial, allowance)
+    if why is not None:
+        return why
     if not base or not trial or set(STEP_PARTS) <= set(changed):
         return None
     base_step = statistics.median(sum(step.values()) for step in base)
@@ -71,6 +88,24 @@ def outside_bounds(
     return None
 
 
+def _slower_than_it_can(
+    lever: str, adds: Sequence[str], base: Parts, trial: Parts, allowance: float
+) -> str | None:
+    if not adds or not base or not trial:
+        return None
+    base_step = statistics.median(sum(step.values()) for step in base)
+    trial_step = statistics.median(sum(step.values()) for step in trial)
+    added = REPEAT_FACTOR * statistics.median(sum(step.get(p, 0.0) for p in adds) for step in base)
+    floor = base_step / (base_step + added) if base_step + added > 0 else 0.0
+    if trial_step <= 0 or base_step / trial_step >= floor / (1.0 + allowance):
+        return None
+    return (
+        f"{base_step / trial_step:.2f}x is slower than {lever} can make the step: it runs "
+        f"{_words(adds)} again, adding at most {added:.2f} ms to a {base_step:.2f} ms step, so "
+        f"at least {floor:.2f}x (the load changed during the trial)"
+    )
+
+
 def _moved(changed: Sequence[str], base: Parts, trial: Parts) -> list[str]:
     """The untouched parts that moved most: each holding a quarter or more of their move."""
     move = {
@@ -89,12 +124,13 @@ def bounded(
     changed: Sequence[str],
     base: Parts,
     trial: Parts,
+    adds: Sequence[str] = (),
 ) -> JudgedSpeedup | None:
     """``judged``, or the same figure judged :data:`~torchdoctor.record.UNCLEAR` with why when it
     is outside the lever's bounds."""
     if judged is None:
         return None
-    why = outside_bounds(lever, changed, base, trial, judged.allowance or 0.0)
+    why = outside_bounds(lever, changed, base, trial, judged.allowance or 0.0, adds)
     if why is None:
         return judged
     return JudgedSpeedup(

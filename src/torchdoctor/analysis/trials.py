@@ -148,6 +148,7 @@ def trials_of(record: RunRecord, runs: list[Any]) -> list[Trial]:
                 LEVERS[name].parts if name in LEVERS else (),
                 base_parts,
                 best.parts_ms,
+                LEVERS[name].adds_at_most if name in LEVERS else (),
             ),
             pick=best.setting or None,
             code=t.get("code", ""),

@@ -36,12 +36,15 @@ class LeverFacts:
             change; a trial cannot move the other parts, so they bound what it may gain.
         fix_remedy: the remedy ``torchdoctor fix`` writes it into the code as (its key in the
             patch), or ``None`` when ``fix`` does not write it.
+        adds_at_most: the parts it may run once more at worst (checkpointing recomputes the
+            forward in the backward): their time bounds how much slower it may make the step.
     """
 
     name: str
     title: str
     parts: tuple[str, ...]
     fix_remedy: str | None = None
+    adds_at_most: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         unknown = [p for p in self.parts if p not in STEP_PARTS]
@@ -78,6 +81,7 @@ LEVERS = MappingProxyType(
                 CHECKPOINT,
                 "activation checkpointing of the blocks holding the most activations",
                 _FORWARD_AND_BACKWARD,
+                adds_at_most=("forward",),
             ),
         )
     }

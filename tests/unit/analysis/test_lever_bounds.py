@@ -92,3 +92,16 @@ def test_without_parts_a_judgement_is_kept():
     judged = JudgedSpeedup(3.0, 2.5, 3.5, 0.05, IMPROVED)
     assert bounded(judged, "foreach", OPTIMIZER, [], []) is judged
     assert bounded(None, "foreach", OPTIMIZER, _steps(1, 1), _steps(1, 1)) is None
+
+
+def test_checkpointing_slower_than_twice_its_forward_again_is_could_not_tell():
+    """`--try checkpoint` judged 0.13x "slower" beside load: it recomputes the forward, so a
+    10 ms step whose forward is 3 ms grows to 16 ms at worst (0.62x)."""
+    base = _steps(optimizer=4.0, rest=6.0)  # forward 3 ms of 10
+    price = [dict(s, backward=s["backward"] + 4.0) for s in base]  # 0.71x: a forward and more
+    assert _trial(base, price, base, name="checkpoint").judged.judgement != UNCLEAR
+    loaded = [dict(s, backward=s["backward"] + 67.0) for s in base]  # 0.13x
+    trial = _trial(base, loaded, base, name="checkpoint")
+    assert trial.judged.judgement == UNCLEAR and "at least 0.62x" in trial.judged.why
+    # the same figure for a lever that may make forward and backward as slow as they like
+    assert _trial(base, loaded, base, name="amp").judged.judgement != UNCLEAR
