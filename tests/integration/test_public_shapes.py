@@ -145,6 +145,9 @@ def test_a_loss_summed_as_a_tensor_keeps_every_graph_and_is_found_at_its_line():
     script = (SHAPES / "loss_kept.py").read_text().splitlines()
     assert script[found.line - 1].strip() == "running_loss += loss"
     assert found.severity == "critical" and "running_loss += loss.item()" in found.fix
+    # listed before the step's `.item()` read, a warning of a millisecond: it ends the run
+    kinds = [f.kind for f in rec.findings]
+    assert "item" in kinds and kinds.index("loop.graph-kept") < kinds.index("item"), kinds
 
 
 @pytest.mark.parametrize("keep", ["features", "outputs", "nothing"])

@@ -101,8 +101,11 @@ def build_record(
     evaluation = evaluation_finding(record, session.data.evaluations)
     if evaluation is not None:
         record.findings.append(evaluation)
+    # a graph kept step after step ends the run: before the syncs' milliseconds
+    memory = session.data.memory_findings
+    record.findings.extend(f for f in memory if f.severity == "critical")
     record.findings.extend(session.data.sync_findings)
-    record.findings.extend(session.data.memory_findings)
+    record.findings.extend(f for f in memory if f.severity != "critical")
     record.overhead_ms.update(session.data.overheads_ms())
     record.sync_sampled_steps = len(session.data.sync_sample_ms)
     record.memory_split = session.data.memory_split

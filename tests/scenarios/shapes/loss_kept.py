@@ -1,6 +1,6 @@
 """The shape of a tutorial loop that reports its epoch's mean loss by summing the loss tensors
 (``running_loss += loss``, no ``.item()``): every step's autograd graph stays alive through the
-sum. Written here, for torchdoctor's tests."""
+sum; it also reads the loss each step. Written here, for torchdoctor's tests."""
 
 import torch
 from torch import nn
@@ -20,4 +20,6 @@ for epoch in range(100):
         loss.backward()
         optimizer.step()
         running_loss += loss
+        if loss.item() > 1e6:  # a divergence check: a sync each step, a warning
+            raise SystemExit("diverged")
     print(f"epoch {epoch}: loss {running_loss.item() / len(loader):.3f}")
