@@ -84,8 +84,8 @@ def add_creep(record: RunRecord) -> None:
         where = (None, None, None)
     finding = Finding(
         kind="loop.memory-creep",
-        title=f"memory grew by {rate / _MB:.1f} MB a step over {steps} measured steps "
-        f"({_KINDS.get(course.memory, course.memory)} {first / _MB:.0f} -> {last / _MB:.0f} MB)",
+        title=f"memory grew by {rate / _MB:.1f} MiB a step over {steps} measured steps "
+        f"({_KINDS.get(course.memory, course.memory)} {first / _MB:.0f} -> {last / _MB:.0f} MiB)",
         fix=fix,
         file=where[0],
         line=where[1],
@@ -104,7 +104,7 @@ def _runs_out(finding: Finding, rate: float, free: int | None, record: RunRecord
     detail = dict(finding.detail)
     left = free / rate
     detail["steps_to_exhaustion"] = int(left)
-    words = f"the {free / _MB / 1024:.1f} GB still free run out in about {left:,.0f} steps"
+    words = f"the {free / _MB / 1024:.1f} GiB still free run out in about {left:,.0f} steps"
     step_ms = statistics.median(record.steps.step_ms) if record.steps.step_ms else None
     seconds = left * step_ms / 1000.0 if step_ms else None
     if seconds is not None:
@@ -116,7 +116,7 @@ def _runs_out(finding: Finding, rate: float, free: int | None, record: RunRecord
         detail["epoch_steps"] = epoch
         text = (
             f"; kept over an epoch ({epoch} steps of its loader) it holds {least or 'about '}"
-            f"{epoch * rate / _MB:,.0f} MB at the epoch's end; kept over the run, {words}"
+            f"{epoch * rate / _MB:,.0f} MiB at the epoch's end; kept over the run, {words}"
         )
     else:
         text = f"; at this rate {words}"

@@ -204,7 +204,7 @@ def _tensors_finding(
     fix += "; clear the list once it is used"
     return Finding(
         kind="loop.memory-creep",
-        title=f"`{name}` keeps {nbytes / 2**20:.1f} MB of tensors {where} every step (a list that "
+        title=f"`{name}` keeps {nbytes / 2**20:.1f} MiB of tensors {where} every step (a list that "
         "grows each step): memory grows with every step until the list is cleared",
         fix=fix,
         file=frame.f_code.co_filename,

@@ -153,7 +153,8 @@ class MemoryWatch:
             return known[0]
         root, name = self._names[id(module)]
         label, block = block_of(root, name)
-        if len(self.roots) > 1 and block is not root:  # a GAN's two models: whose block it is
+        models = [r for r in self.roots if next(r.parameters(), None) is not None]
+        if len(models) > 1 and block is not root:  # a GAN's two models (not a loss module)
             label = f"{type(root).__name__}.{label}"
         self._blocks[id(module)] = (label, block)
         self._block_modules.setdefault(label, block)

@@ -272,6 +272,9 @@ def memory_words(split: MemorySplit) -> str:
 
 
 def byte_size(nbytes: int) -> str:
-    """``18063364`` as ``17.2 MB``; under 0.1 MB in kB."""
+    """``18063364`` as ``17.2 MiB``; under 0.1 MiB in KiB (binary units, as the out-of-memory
+    ending writes them)."""
     mb = 1024 * 1024
-    return f"{nbytes / mb:.1f} MB" if nbytes >= mb / 10 else f"{nbytes / 1024:.1f} kB"
+    if nbytes <= 0:
+        return "none"  # plain SGD's optimizer state
+    return f"{nbytes / mb:.1f} MiB" if nbytes >= mb / 10 else f"{nbytes / 1024:.1f} KiB"

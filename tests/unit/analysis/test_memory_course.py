@@ -76,7 +76,7 @@ def test_a_list_seen_keeping_tensors_is_given_its_end_and_the_epoch_not_changed_
     (found,) = rec.findings  # no second finding for the same creep
     assert found is not listed and listed.title == "`f` keeps 2.0 MB"  # a snapshot shares it
     assert found.detail["steps_to_exhaustion"] == 32 and found.detail["epoch_steps"] == 16
-    assert "holds about 32 MB at the epoch's end" in found.title
+    assert "holds about 32 MiB at the epoch's end" in found.title
     assert found.severity == "warning"  # 16 steps an epoch, 32 to run out
 
 
