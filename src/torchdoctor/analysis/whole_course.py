@@ -14,7 +14,7 @@ DRIFT_RISE = 0.10
 DRIFT_BLOCKS = 6
 #: ... and over this many seconds of the run at least.
 DRIFT_SPAN_S = 60.0
-#: Memory creep: resident memory rising by this share and this many MB.
+#: Memory creep: resident memory rising by this share and this many MiB (over any span).
 CREEP_RISE, CREEP_MB = 0.20, 200.0
 
 
@@ -41,16 +41,18 @@ def mark_cut(run: WholeRun) -> None:
 
 
 def course_findings(blocks: list[WholeBlock]) -> list[Finding]:
-    """Step time drifting up over the run, memory creeping up."""
+    """Step time drifting up over the run (over a minute at least: a shorter one's trend may be
+    a loaded machine's noise), memory creeping up (however fast: load moves no memory)."""
     body = blocks[1:]
-    if len(body) < DRIFT_BLOCKS or body[-1].end_s - body[0].end_s < DRIFT_SPAN_S:
-        return []  # too short a run to tell a trend from a loaded machine's noise
+    if len(body) < DRIFT_BLOCKS:
+        return []
     third = max(len(body) // 3, 1)
     first, last = body[:third], body[-third:]
     findings = []
     before = statistics.median(b.step_ms for b in first)
     after = statistics.median(b.step_ms for b in last)
-    if before > 0 and after / before - 1 >= DRIFT_RISE:
+    long_enough = body[-1].end_s - body[0].end_s >= DRIFT_SPAN_S
+    if long_enough and before > 0 and after / before - 1 >= DRIFT_RISE:
         findings.append(
             Finding(
                 kind="whole.drift",
@@ -85,17 +87,17 @@ def _memory_creep(body: list[WholeBlock]) -> Finding | None:
     steps = sum(b.steps for b in body if low.end_s < b.end_s <= high.end_s)
     seconds = high.end_s - low.end_s
     detail: dict = {"early_mb": round(low_mb, 1), "late_mb": round(high_mb, 1)}
-    title = f"the process's memory grew from {low_mb:.0f} MB to {high_mb:.0f} MB over the run"
+    title = f"the process's memory grew from {low_mb:.0f} MiB to {high_mb:.0f} MiB over the run"
     if steps and seconds > 0:
         per_step = (high_mb - low_mb) / steps
         detail["mb_per_step"] = round(per_step, 3)
-        title += f" ({per_step:.2f} MB a step)"
+        title += f" ({per_step:.2f} MiB a step)"
         free = read[-1].free_mb
         if free is not None:
             left_s = free / ((high_mb - low_mb) / seconds)
             detail["seconds_to_exhaustion"] = round(left_s, 1)
             title += (
-                f"; at this pace the {free / 1024:.1f} GB the host still had run out in about "
+                f"; at this pace the {free / 1024:.1f} GiB the host still had run out in about "
                 f"{_hours(left_s)}"
             )
     return Finding(

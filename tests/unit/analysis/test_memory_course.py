@@ -110,3 +110,16 @@ def test_a_whole_run_that_creeps_is_told_its_rate_and_when_the_host_runs_out():
     assert "run out in about 5 min" in found.title
     flat = [WholeBlock(10.0 * i, 10, 50.0, rss_mb=500.0, free_mb=3000.0) for i in range(13)]
     assert course_findings(flat) == []
+
+
+def test_a_whole_run_shorter_than_a_minute_is_told_its_creep_not_its_drift():
+    """A run of 30 s whose memory went 427 -> 776 MiB was told nothing: drift's minute was
+    asked of the creep too (load moves step times, not memory)."""
+    from torchdoctor.analysis.whole_course import course_findings
+    from torchdoctor.record import WholeBlock
+
+    blocks = [
+        WholeBlock(2.5 * i, 10, 50.0 + 10 * i, rss_mb=427.0 + 30 * i, free_mb=3000.0)
+        for i in range(13)
+    ]
+    assert [f.kind for f in course_findings(blocks)] == ["whole.memory-creep"]
