@@ -68,6 +68,9 @@ class MemoryWatch:
             register.register_module_forward_pre_hook(self._entered),
             register.register_module_forward_hook(self._left),
         ]
+        self._handles += [  # the batch: its inputs' keywords too (`model(**batch)`)
+            root.register_forward_pre_hook(self._batch, with_kwargs=True) for root in self.roots
+        ]
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
         self._hooks.__enter__()
         if self.device is not None and reset_peak_memory(self.device):
@@ -119,9 +122,12 @@ class MemoryWatch:
     def _entered(self, module: torch.nn.Module, args: Any) -> None:
         if id(module) in self._names:
             self._stack.append(module)
-            if self.rows is None and any(module is root for root in self.roots):
-                first = next((a for a in args if isinstance(a, torch.Tensor)), None)
-                self.rows = int(first.shape[0]) if first is not None and first.dim() else None
+
+    def _batch(self, module: torch.nn.Module, args: Any, kwargs: Any) -> None:
+        if self.rows is None:
+            inputs = [*args, *(kwargs or {}).values()]
+            first = next((a for a in inputs if isinstance(a, torch.Tensor) and a.dim()), None)
+            self.rows = int(first.shape[0]) if first is not None else None
 
     def _left(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         if self._stack and self._stack[-1] is module:

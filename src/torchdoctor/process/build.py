@@ -188,6 +188,8 @@ def _fits(session: CaptureSession, memory: str) -> str:
         )
     per_step = (split.first_pass or split.activations) + (split.temporaries or 0)
     fixed = split.parameters + split.gradients + split.optimizer_state
+    if not split.rows:
+        return "the batch's samples were not seen (no tensor input to the model): no estimate"
     capacity, limit = _capacity(session, memory)
     return batch_that_fits(
         split.rows, fixed, per_step, capacity, memory, split.peak is not None, limit

@@ -97,3 +97,22 @@ def test_a_step_accumulating_micro_batches_is_counted_by_one_of_them():
     single = one.stop([optimizer])
     assert split.rows == N and split.first_pass == single.activations == single.first_pass
     assert split.activations > 2 * split.first_pass  # later micro-batches' too
+
+
+def test_a_batch_passed_by_keyword_is_counted_in_samples():
+    """`model(**batch)` (a Hugging Face call): no positional tensor, so no estimate was told."""
+
+    class Keyed(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(A, C)
+
+        def forward(self, input_ids=None, labels=None):
+            return nn.functional.cross_entropy(self.fc(input_ids), labels)
+
+    model = Keyed()
+    watch = MemoryWatch([model], None)
+    watch.start()
+    model(input_ids=torch.randn(N, A), labels=torch.randint(0, C, (N,))).backward()
+    split = watch.stop([])
+    assert split.rows == N
