@@ -194,6 +194,7 @@ def blocks(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
     ``Sequential`` (``features`` for ``features.3``), and that a recurrent layer (an ``LSTM``,
     which saves its gates at every time step) is a block alone."""
     out: dict[str, torch.nn.Module] = {}
+    model = getattr(model, "_orig_mod", model)  # a torch.compile'd model: the one it wraps
     for name, module in model.named_modules():
         if not name or next(module.children(), None) is not None:
             continue  # found from its layers: each layer's block
@@ -215,6 +216,8 @@ def _blocks_expression(model: str, chosen: list[str], root: torch.nn.Module) -> 
     """``model.blocks.layers`` when the blocks are every child of one container, else a tuple
     of each (``(model.encoder, model.head[2])``)."""
     parents = {label.rpartition(".")[0] for label in chosen}
+    if hasattr(root, "_orig_mod"):  # a torch.compile'd model: reached through the one it wraps
+        model, root = f"{model}._orig_mod", root._orig_mod
     if len(parents) == 1:
         (parent,) = parents
         container = root.get_submodule(parent) if parent else None

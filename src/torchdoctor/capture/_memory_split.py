@@ -184,6 +184,10 @@ def block_of(root: torch.nn.Module, name: str) -> tuple[str, torch.nn.Module]:
     one element of a list of them (``layers[0] = Sequential(Linear, ReLU, Linear)``) is a block."""
     parts = name.split(".") if name else []
     block: Any = root
+    if parts[:1] == ["_orig_mod"]:  # a torch.compile'd model: named as the model it wraps
+        block, parts = root._orig_mod, parts[1:]
+        if not parts:
+            return type(block).__name__, block
     depth, wrapped = 0, False
     for i, part in enumerate(parts):
         parent = block
@@ -195,7 +199,7 @@ def block_of(root: torch.nn.Module, name: str) -> tuple[str, torch.nn.Module]:
         if wrapped or not _stack(following):
             break
         wrapped = True
-    return ".".join(parts[:depth]) or type(root).__name__, block
+    return ".".join(parts[:depth]) or type(getattr(root, "_orig_mod", root)).__name__, block
 
 
 def _stack(module: Any) -> bool:

@@ -204,3 +204,22 @@ def test_a_recurrent_layer_is_a_block_of_its_own():
     model = Language()
     assert list(blocks(model)) == ["rnn"]
     assert Checkpoint().skip_reason(SimpleNamespace(root_modules=lambda: [model])) is None
+
+
+def test_a_compiled_models_blocks_are_named_as_the_model_it_wraps():
+    """A torch.compile'd model's blocks were labelled `_orig_mod.0`. (Its wrapper, as
+    torch.compile builds it: the model as the submodule `_orig_mod`; compiling here would
+    import dynamo, which changes torch for the tests after.)"""
+
+    class Compiled(nn.Module):
+        def __init__(self, model: nn.Module) -> None:
+            super().__init__()
+            self._orig_mod = model
+
+    model = Compiled(Net())
+    assert block_of(model, "_orig_mod.layers.1.0")[0] == "layers.1"
+    assert block_of(model, "")[0] == "Net"
+    lever = Checkpoint()
+    lever._blocks, lever.chosen = blocks(model), ["layers.0", "layers.1"]
+    code = lever.code(_session(model, torch.optim.SGD(model.parameters())), "")
+    assert "for block in net._orig_mod.layers:" in code, code
