@@ -243,8 +243,7 @@ class RunOptions:
         Flag(
             "--try",
             "measure levers in the script's own loop, each against its measured steps: a comma "
-            "list of amp, channels-last, foreach, threads, batch-size, compile, or all "
-            "(docs/trials.md)",
+            f"list of {', '.join(TRIAL_NAMES)}, or all (docs/trials.md)",
             type=trial_list,
             metavar="LIST",
         ),

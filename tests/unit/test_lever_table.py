@@ -25,6 +25,15 @@ def test_try_offers_every_lever_of_the_table_and_no_other():
         trial_list("amp,warp-drive")
     parsed = cli.build_parser().parse_args(["run", "--try", "all", "train.py"])
     assert parsed.trials == TRIAL_NAMES and RunOptions().trials == ()
+    # its help lists them all (it lacked checkpoint)
+    (action,) = [a for a in _run_parser()._actions if "--try" in a.option_strings]
+    assert all(name in action.help for name in TRIAL_NAMES), action.help
+
+
+def _run_parser() -> argparse.ArgumentParser:
+    parser = cli.build_parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return commands.choices["run"]
 
 
 def test_the_trials_phase_pulls_each_lever_of_the_table():
