@@ -123,8 +123,10 @@ class MemoryWatch:
         if id(module) in self._names:
             self._stack.append(module)
 
-    def _batch(self, module: torch.nn.Module, args: Any, kwargs: Any) -> None:
-        if self.rows is None:
+    def _batch(self, module: torch.nn.Module, args: Any, kwargs: Any = None) -> None:
+        # kwargs may be missing: removed while torch runs the module's pre-hooks (the step
+        # ended in an earlier one), torch calls it as a hook without them
+        if self.rows is None and self._hooks is not None:
             inputs = [*args, *(kwargs or {}).values()]
             first = next((a for a in inputs if isinstance(a, torch.Tensor) and a.dim()), None)
             self.rows = int(first.shape[0]) if first is not None else None
