@@ -163,3 +163,46 @@ def nvml_read(handle: Any) -> tuple[float, float]:
     util = pynvml.nvmlDeviceGetUtilizationRates(handle)
     mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
     return float(util.gpu), mem.used / _MB
+
+
+# --- the host's memory: the machine's, or less inside a container ------------------------
+#
+# A container on a large host sees the host's memory in psutil.virtual_memory(): a 4 GiB
+# container on a 256 GiB host would be told 250 GiB free. Its cgroup's limit and use are read
+# where they are smaller.
+
+#: A container's memory limit and use: cgroup v2, then v1.
+CGROUP_FILES = (
+    ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+    ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"),
+)
+
+
+def _number(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None  # "max": no limit
+
+
+def cgroup_limit() -> tuple[int, int | None] | None:
+    """The container's memory limit and what it uses now, in bytes; ``None`` without one."""
+    for limit_file, used_file in CGROUP_FILES:
+        limit = _number(limit_file)
+        if limit is not None:
+            return limit, _number(used_file)
+    return None
+
+
+def available() -> int:
+    """Bytes the process could still take: the host's available memory, or less where its
+    container's limit leaves less."""
+    import psutil
+
+    free = int(psutil.virtual_memory().available)
+    cgroup = cgroup_limit()
+    if cgroup is not None and cgroup[1] is not None:
+        free = min(free, max(cgroup[0] - cgroup[1], 0))
+    return free

@@ -3,7 +3,7 @@ that keeps it when the kept-graph watch found one, and when it would run out at 
 on the record.
 
 The memory in use is read three times (``capture._memory_course``): at the measured steps'
-start, middle and end. It creeps when it grew by at least :data:`RATE_MB` MB a step over them
+start, middle and end. It creeps when it grew by at least :data:`RATE_MB` MiB a step over them
 *and* in each half by at least :data:`HALF_SHARE` of the whole growth: one jump (an allocator's
 arena, a first evaluation's buffers) grows one half only. The process's resident memory also
 grows while its allocator warms up (a plain loop here: by 24 MB over its first epoch of 16 steps,
@@ -98,7 +98,8 @@ def add_creep(record: RunRecord) -> None:
 def _runs_out(finding: Finding, rate: float, free: int | None, record: RunRecord) -> Finding:
     """The finding with when the memory still free would run out at ``rate`` bytes a step (and
     in how long at the median measured step), and what it holds at an epoch's end; critical
-    when it would run out within :data:`CRITICAL_S` or within an epoch."""
+    when it would run out within an epoch, or within :data:`CRITICAL_S` where no epoch is
+    known."""
     if free is None or rate <= 0:
         return finding
     detail = dict(finding.detail)

@@ -213,8 +213,8 @@ def _freed(trial: Trial) -> str:
     """``; frees 84% of the activations held for backward`` for a trial that counted them."""
     before = trial.detail.get("activations_before")
     after = trial.detail.get("activations_after")
-    if not before or after is None:
-        return ""
+    if not before or after is None or after >= before:
+        return ""  # nothing freed (a block that held its input only): no words of it
     return f"; frees {1 - after / before:.0%} of the activations held for backward"
 
 

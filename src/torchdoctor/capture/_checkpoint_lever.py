@@ -209,7 +209,9 @@ def blocks(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
             if block is model or not isinstance(block, torch.nn.Sequential):
                 continue
         out.setdefault(label, block)
-    return out
+    # a Sequential standing for its single layers holds blocks of its own too (SqueezeNet's
+    # features and its Fire modules): the inner ones, never both (checkpoints would nest)
+    return {k: v for k, v in out.items() if not any(o.startswith(k + ".") for o in out)}
 
 
 def _blocks_expression(model: str, chosen: list[str], root: torch.nn.Module) -> str:
@@ -232,10 +234,11 @@ def _blocks_expression(model: str, chosen: list[str], root: torch.nn.Module) -> 
 
 def _attribute(model: str, label: str, root: torch.nn.Module) -> str:
     """The Python that reaches ``label`` in ``root`` named ``model``: a list's element by its
-    index, a ``ModuleDict``'s by its key (a string, even ``'3'``), an attribute by its name."""
+    index, a ``ModuleDict``'s by its key (a string, even ``'3'``), an attribute (a named
+    ``Sequential``'s child too: ``features.denseblock1``) by its name."""
     out, module = model, root
     for part in label.split("."):
-        if isinstance(module, _INDEXED):
+        if isinstance(module, _INDEXED) and part.isdigit():
             out += f"[{part}]"
         elif isinstance(module, torch.nn.ModuleDict) or not part.isidentifier():
             out += f"[{part!r}]"

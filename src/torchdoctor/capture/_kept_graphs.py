@@ -29,7 +29,7 @@ WALK_LIMIT = 20_000
 LIST_LIMIT = 1_000_000
 #: A dict of more entries than this is not looked into for lists (``history['loss']``).
 DICT_LIMIT = 64
-#: A list that grows by this many MB of tensors (without graphs) a step is memory creeping.
+#: A list that grows by this many MiB of tensors (without graphs) a step is memory creeping.
 TENSORS_MB = 1.0
 
 
@@ -289,7 +289,7 @@ def _nodes(code: CodeType) -> list[Any] | None:
     first, last = code.co_firstlineno, max(numbers, default=code.co_firstlineno)
     try:
         tree = ast.parse("".join(linecache.getlines(code.co_filename)))
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     return [n for n in ast.walk(tree) if first <= getattr(n, "lineno", 0) <= last]
 

@@ -29,6 +29,7 @@ import torch
 from .._batches import map_tensors
 from .._devices import bf16_supported
 from ..record import lever_names
+from ._autocast_guard import guarded
 from ._frames import statement_at
 from ._patch import Patcher
 
@@ -135,26 +136,12 @@ class Amp(Lever):
         for module in session.root_modules():
             patcher.hook(module.register_forward_pre_hook(enter))
             patcher.hook(module.register_forward_hook(leave, always_call=True))
-            patcher.set(module, "forward", self._guarded(module.forward, device_type, live))
+            patcher.set(module, "forward", guarded(module.forward, device_type, live, self._fail))
         patcher.on_restore(lambda: [c.__exit__(None, None, None) for c in reversed(contexts)])
         patcher.on_restore(lambda: live.clear() or live.append(False))
 
-    def _guarded(self, forward: Callable[..., Any], device_type: str, live: list[bool]) -> Any:
-        """The forward, rerun without autocast when it raises under it (oneDNN's bf16 LSTM on a
-        CPU without AVX-512): the trial fails with the error, the script's step goes on."""
-
-        def forward_or_eager(*args: Any, **kwargs: Any) -> Any:
-            try:
-                return forward(*args, **kwargs)
-            except RuntimeError as exc:
-                if not live[0] or not torch.is_autocast_enabled(device_type):
-                    raise
-                self.error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
-                live[0] = False  # no further forward enters autocast
-                with torch.autocast(device_type=device_type, enabled=False):
-                    return forward(*args, **kwargs)
-
-        return forward_or_eager
+    def _fail(self, error: str) -> None:
+        self.error = error
 
     def changed(self, setting: str) -> str:
         return "the outermost forward under torch.autocast"

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from .._devices import available
 from ..record import MemoryCourse
 
 
@@ -45,7 +46,7 @@ class MemoryCourseReader:
 def _host_reading() -> tuple[int, int | None]:
     import psutil
 
-    return psutil.Process().memory_info().rss, psutil.virtual_memory().available
+    return psutil.Process().memory_info().rss, available()
 
 
 def _device_reading(device: torch.device) -> tuple[int | None, int | None]:

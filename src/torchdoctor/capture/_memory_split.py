@@ -161,8 +161,8 @@ class MemoryWatch:
             return known[0]
         root, name = self._names[id(module)]
         label, block = block_of(root, name)
-        models = [r for r in self.roots if next(r.parameters(), None) is not None]
-        if len(models) > 1 and block is not root:  # a GAN's two models (not a loss module)
+        models = [r for r in self.roots if any(p.requires_grad for p in r.parameters())]
+        if len(models) > 1 and block is not root:  # a GAN's two models (no loss, no teacher)
             label = f"{type(root).__name__}.{label}"
         self._blocks[id(module)] = (label, block)
         self._block_modules.setdefault(label, block)

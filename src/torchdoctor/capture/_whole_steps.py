@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .._devices import available
 from ..record import SampledPlace, TimedCost, WholeBlock
 from ._stacks import MAX_PLACES, add, fold
 
@@ -159,7 +160,7 @@ def _memory_mb() -> tuple[float | None, float | None]:
         import psutil
 
         rss = psutil.Process().memory_info().rss / 2**20
-        return round(rss, 1), round(psutil.virtual_memory().available / 2**20, 1)
+        return round(rss, 1), round(available() / 2**20, 1)
     except Exception:  # noqa: BLE001 - memory is a detail of the series
         return None, None
 

@@ -101,16 +101,14 @@ def build_record(
     evaluation = evaluation_finding(record, session.data.evaluations)
     if evaluation is not None:
         record.findings.append(evaluation)
-    # a graph kept step after step ends the run: before the syncs' milliseconds
-    memory = session.data.memory_findings
-    record.findings.extend(f for f in memory if f.severity == "critical")
     record.findings.extend(session.data.sync_findings)
-    record.findings.extend(f for f in memory if f.severity != "critical")
+    record.findings.extend(session.data.memory_findings)
     record.overhead_ms.update(session.data.overheads_ms())
     record.sync_sampled_steps = len(session.data.sync_sample_ms)
     record.memory_split = session.data.memory_split
     record.memory_course = session.data.memory_course
     add_creep(record)  # after the kept-graph findings: it names their line
+    _memory_before_syncs(record, session.data.sync_findings)
     if session.data.loader_diagnosis is not None:
         record.loader_report = session.data.loader_diagnosis.report
         record.findings.extend(session.data.loader_diagnosis.findings)
@@ -170,6 +168,17 @@ def _out_of_memory(session: CaptureSession, error: BaseException | None) -> OutO
     return replace(oom, held=tuple(held.items()), fits=_fits(session, oom.memory))
 
 
+def _memory_before_syncs(record: RunRecord, syncs: list) -> None:
+    """A critical memory finding (a graph kept step after step, a creep that runs out within an
+    epoch) ends the run: it is listed before the syncs' milliseconds."""
+    kinds = ("loop.graph-kept", "loop.memory-creep")
+    critical = [f for f in record.findings if f.kind in kinds and f.severity == "critical"]
+    rest = [f for f in record.findings if not any(f is c for c in critical)]
+    first = next((i for i, f in enumerate(rest) if any(f is s for s in syncs)), None)
+    if critical and first is not None:  # a new list: a snapshot's record may share the old
+        record.findings = rest[:first] + critical + rest[first:]
+
+
 def _fits(session: CaptureSession, memory: str) -> str:
     """The largest batch that fits, from the step the memory split counted (on the memory that
     ran out); what to do where no step was counted."""
@@ -186,8 +195,12 @@ def _fits(session: CaptureSession, memory: str) -> str:
             "then torchdoctor run --try batch-size,checkpoint measures memory per size and "
             "what checkpointing frees"
         )
-    per_step = (split.first_pass or split.activations) + (split.temporaries or 0)
     fixed = split.parameters + split.gradients + split.optimizer_state
+    # one pass's activations (a micro-batch's, where the step accumulates), and the peak beyond
+    # them and the model: the temporaries of that pass
+    activations = split.first_pass or split.activations
+    temporaries = 0 if split.peak is None else max(split.peak - fixed - activations, 0)
+    per_step = activations + temporaries
     if not split.rows:
         return "the batch's samples were not seen (no tensor input to the model): no estimate"
     capacity, limit = _capacity(session, memory)

@@ -223,3 +223,32 @@ def test_a_compiled_models_blocks_are_named_as_the_model_it_wraps():
     lever._blocks, lever.chosen = blocks(model), ["layers.0", "layers.1"]
     code = lever.code(_session(model, torch.optim.SGD(model.parameters())), "")
     assert "for block in net._orig_mod.layers:" in code, code
+
+
+def test_a_sequential_standing_for_its_layers_never_nests_its_own_blocks():
+    """SqueezeNet's shape: `features` holds single layers and Fire modules; `features` stood
+    for its layers beside `features.3` (a Fire), so checkpoints nested. A DenseNet's named
+    Sequential gave `net.features[denseblock1]` (a NameError)."""
+    from collections import OrderedDict
+
+    class Fire(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.squeeze, self.expand = nn.Linear(D, 8), nn.Linear(8, D)
+
+    class Squeeze(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.features = nn.Sequential(
+                OrderedDict(
+                    [("conv0", nn.Linear(D, D)), ("relu0", nn.ReLU()), ("fire1", Fire()),
+                     ("fire2", Fire())]
+                )
+            )  # fmt: skip
+
+    model = Squeeze()
+    assert set(blocks(model)) == {"features.fire1", "features.fire2"}
+    lever = Checkpoint()
+    lever._blocks, lever.chosen = blocks(model), ["features.fire1"]
+    code = lever.code(_session(model, torch.optim.SGD(model.parameters())), "")
+    assert "(net.features.fire1,)" in code, code

@@ -116,3 +116,15 @@ def test_a_batch_passed_by_keyword_is_counted_in_samples():
     model(input_ids=torch.randn(N, A), labels=torch.randint(0, C, (N,))).backward()
     split = watch.stop([])
     assert split.rows == N
+
+
+def test_a_frozen_teacher_is_no_second_model_in_the_labels():
+    student, teacher = nn.Sequential(nn.Linear(A, B), nn.ReLU()), nn.Linear(A, B)
+    teacher.requires_grad_(False)
+    watch = MemoryWatch([student, teacher], None)
+    watch.start()
+    with torch.no_grad():
+        target = teacher(torch.randn(N, A))
+    (student(torch.randn(N, A)) - target).pow(2).mean().backward()
+    split = watch.stop([])
+    assert {m.module for m in split.largest} >= {"0", "1"}, split.largest  # not "Sequential.0"

@@ -5,6 +5,8 @@ own status and exit status; and a verdict that says to make the step fit before 
 
 from __future__ import annotations
 
+import pytest
+
 from torchdoctor._errors import EXIT_OUT_OF_MEMORY, EXIT_SCRIPT_ERROR
 from torchdoctor.analysis.verdict import summarise
 from torchdoctor.process.ending import (
@@ -168,15 +170,21 @@ def test_the_host_memory_that_fits_is_what_a_ulimit_or_a_container_leaves(monkey
 
     import psutil
 
-    from torchdoctor.process.ending import _memory, batch_that_fits, host_capacity
+    from torchdoctor import _devices as _host_memory
+    from torchdoctor.process.ending import batch_that_fits, host_capacity
 
     total = psutil.virtual_memory().total
-    monkeypatch.setattr(_memory, "CGROUP_LIMITS", (str(tmp_path / "none"),))
+    none = (str(tmp_path / "none"), str(tmp_path / "none"))
+    monkeypatch.setattr(_host_memory, "CGROUP_FILES", (none,))
     monkeypatch.setattr(resource, "getrlimit", lambda _: (resource.RLIM_INFINITY,) * 2)
     assert host_capacity() == (total, "")
+    assert _host_memory.available() == pytest.approx(psutil.virtual_memory().available, rel=0.1)
     (tmp_path / "memory.max").write_text(f"{total // 4}\n")
-    monkeypatch.setattr(_memory, "CGROUP_LIMITS", (str(tmp_path / "memory.max"),))
+    (tmp_path / "memory.current").write_text(f"{total // 8}\n")
+    cgroup = (str(tmp_path / "memory.max"), str(tmp_path / "memory.current"))
+    monkeypatch.setattr(_host_memory, "CGROUP_FILES", (cgroup,))
     assert host_capacity() == (total // 4, "of the container's memory limit (cgroup)")
+    assert _host_memory.available() <= total // 8  # the container's, not the host's
     info = psutil.Process().memory_info()
     limit = info.vms + 2**30  # a GiB of address space left
     monkeypatch.setattr(resource, "getrlimit", lambda _: (limit, resource.RLIM_INFINITY))
@@ -184,3 +192,24 @@ def test_the_host_memory_that_fits_is_what_a_ulimit_or_a_container_leaves(monkey
     assert abs(capacity - (info.rss + 2**30)) < 2**28 and "ulimit -v" in words
     said = batch_that_fits(32, 0, 32 * 2**20, capacity, "host", limit=words)
     assert f"that the address-space limit (ulimit -v {limit // 1024}) left it" in said
+
+
+def test_a_step_accumulating_micro_batches_is_estimated_from_one_pass(monkeypatch):
+    """Four micro-batches of 32 held 4 GiB of activations in all, 1 GiB at a time, and the peak
+    was 3 GiB: the temporaries are the peak beyond the model and one pass (1 GiB), not beyond
+    all four (none), which told a batch twice as large."""
+    from types import SimpleNamespace
+
+    from torchdoctor.process import build
+    from torchdoctor.record import MemorySplit
+
+    gib = 2**30
+    split = MemorySplit(
+        parameters=gib // 2, gradients=gib // 2, optimizer_state=0, activations=4 * gib,
+        device="cuda:0", peak=3 * gib, rows=32, first_pass=gib,
+    )  # fmt: skip
+    session = SimpleNamespace(data=SimpleNamespace(memory_split=split))
+    monkeypatch.setattr(build, "_capacity", lambda session, memory: (80 * gib, ""))
+    words = build._fits(session, "device")
+    # 90% of 80 GiB less 1 GiB of model: 71 GiB; 2 GiB (one pass and its temporaries) a 32
+    assert "about 1,136 samples" in words and "64.0 MiB a sample of activations and temp" in words

@@ -142,10 +142,6 @@ def batch_that_fits(
     )
 
 
-#: Where a container's memory limit is read (cgroup v2, then v1).
-CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
-
-
 def host_capacity() -> tuple[int, str] | None:
     """The host memory this process may use, in bytes, and what bounds it when it is less than
     the machine's (``""`` for the machine's): a container's limit (cgroup), or an address-space
@@ -153,16 +149,12 @@ def host_capacity() -> tuple[int, str] | None:
     try:
         import psutil
 
+        from ..._devices import cgroup_limit  # torch is loaded where a run ends
+
         best = (int(psutil.virtual_memory().total), "")
-        for path in CGROUP_LIMITS:
-            try:
-                with open(path) as f:
-                    text = f.read().strip()
-            except OSError:
-                continue
-            if text.isdigit() and int(text) < best[0]:
-                best = (int(text), "of the container's memory limit (cgroup)")
-            break
+        cgroup = cgroup_limit()
+        if cgroup is not None and cgroup[0] < best[0]:
+            best = (cgroup[0], "of the container's memory limit (cgroup)")
         import resource
 
         soft, _ = resource.getrlimit(resource.RLIMIT_AS)
