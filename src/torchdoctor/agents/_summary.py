@@ -136,7 +136,7 @@ def memory(record: dict[str, Any]) -> dict[str, Any] | None:
         "optimizer_state_mb": mb(split.get("optimizer_state", 0)),
         "activations_mb": mb(split.get("activations", 0)),
         "largest": [
-            f"{m.get('module')} ({m.get('type')}) {mb(m.get('nbytes', 0))} MB"
+            f"{m.get('module')} ({m.get('type')}) {mb(m.get('nbytes', 0))} MiB"
             for m in split.get("largest") or []
         ],
         "peak_mb": mb(peak),

@@ -13,6 +13,7 @@ from ..record import (
     PARTIAL,
     SCRIPT_ERROR,
     TIMED_OUT,
+    TOO_LARGE,
     UNKNOWN,
     RunRecord,
     Verdict,
@@ -27,6 +28,20 @@ OOM_NEXT = (
     "effective batch), activation checkpointing (torch.utils.checkpoint) on the largest blocks, "
     "or mixed precision (torch.autocast); then run torchdoctor again"
 )
+#: What to do about a run one of whose allocations asked for more than the whole memory.
+TOO_LARGE_NEXT = (
+    "check the shape of the tensor made at the line that ran out (a dimension multiplied by "
+    "mistake, a count used as a size): one allocation asked for more than the whole memory, "
+    "which no batch size, checkpointing or mixed precision changes; then run torchdoctor again"
+)
+
+
+def oom_next(record: RunRecord) -> str:
+    """What a run that ran out of memory is told to do first."""
+    ending = getattr(record, "ending", None)
+    return TOO_LARGE_NEXT if ending is not None and TOO_LARGE in ending.words else OOM_NEXT
+
+
 #: What to do about a verdict on too few steps, by how the run ended (``ENDED_SHORT``): the
 #: status is set before the verdict is derived (``process.ending.settle``), so a run cut at the
 #: bound is told to raise it.
@@ -50,7 +65,9 @@ def too_few(record: RunRecord, shares: dict[str, float]) -> Verdict:
         why=f"only {n} step{'' if n == 1 else 's'} measured before the run ended "
         f"({record.status}): too few for a verdict ({MIN_VERDICT_STEPS} needed); the step parts "
         "below cover those steps only",
-        next=_TOO_FEW_NEXT.get(record.status, _TOO_FEW_NEXT[PARTIAL]),
+        next=oom_next(record)
+        if record.status == OUT_OF_MEMORY
+        else _TOO_FEW_NEXT.get(record.status, _TOO_FEW_NEXT[PARTIAL]),
         shares=shares,
     )
 
@@ -60,5 +77,5 @@ def fit_first(record: RunRecord, verdict: Verdict) -> Verdict:
     steps' verdict stands for the steps that fitted (too few for one already say so)."""
     if record.status != OUT_OF_MEMORY or verdict.kind == UNKNOWN:
         return verdict
-    first = OOM_NEXT.removesuffix("; then run torchdoctor again")
+    first = oom_next(record).removesuffix("; then run torchdoctor again")
     return replace(verdict, next=f"{first}; then {verdict.next}")

@@ -212,7 +212,8 @@ def next_with_trials(record: RunRecord) -> str | None:
 def _freed(trial: Trial) -> str:
     """``; frees 84% of the activations held for backward`` for a trial that counted them."""
     before = trial.detail.get("activations_before")
-    after = trial.detail.get("activations_after")
+    # held at once: what stays saved, and a block rebuilt in the backward
+    after = trial.detail.get("held_at_most", trial.detail.get("activations_after"))
     if not before or after is None or after >= before:
         return ""  # nothing freed (a block that held its input only): no words of it
     return f"; frees {1 - after / before:.0%} of the activations held for backward"

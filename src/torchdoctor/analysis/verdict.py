@@ -9,6 +9,7 @@ from ..record import (
     ENDED_SHORT,
     HOST_BOUND,
     INPUT_BOUND,
+    OUT_OF_MEMORY,
     SCRIPT_ERROR,
     STEP_PARTS,
     UNKNOWN,
@@ -20,7 +21,7 @@ from ..record import (
 from ..record.part_names import OPTIONAL_PARTS, PART_GROUPS
 from .compute_advice import CEILING_NO_GAIN, next_compute, pct, why_compute
 from .firmness import BUSY_CORES, firm, others_cores
-from .short_run import MIN_VERDICT_STEPS, fit_first, too_few
+from .short_run import MIN_VERDICT_STEPS, fit_first, oom_next, too_few
 
 #: Share of step time spent waiting for batches (and copying them) that makes a run input-bound.
 #: A quarter of the step is where fixing the input pays at least 1.33x.
@@ -208,6 +209,14 @@ def _no_step(record: RunRecord) -> Verdict:
             why=f"the run took {whole.steps} step(s), all of them in --warmup: none was "
             "measured part by part",
             next="read the whole run's accounts above; for the steps' verdict, lower --warmup",
+        )
+    if record.status == OUT_OF_MEMORY:
+        stepped = record.seen.get("optimizer_steps") or record.seen.get("backward_calls") or 0
+        return Verdict(
+            kind=UNKNOWN,
+            why="the script ran out of memory before a training step was measured"
+            + (f" ({stepped} step(s) of the warm-up fitted)" if stepped else ""),
+            next=oom_next(record),
         )
     if record.status == SCRIPT_ERROR:
         return Verdict(

@@ -38,6 +38,8 @@ class Checkpoint(Lever):
         self._on: set[int] = set()
         self._watch: MemoryWatch | None = None
         self.chosen: list[str] = []
+        #: The largest chosen block's activations, rebuilt in the backward one block at a time.
+        self.rebuilt = 0
         self.before: Any = None
         self.after: Any = None
         self.error: str | None = None
@@ -85,6 +87,8 @@ class Checkpoint(Lever):
                     f"(each under {SHARE:.0%}; the rest were saved by the model's own code)"
                 )
             self._on = {id(self._blocks[label]) for label in self.chosen}
+            # the backward rebuilds one block's activations at a time: the largest, at most
+            self.rebuilt = max((saved[label] for label in self.chosen), default=0)
             (model,) = trained_roots(session)
             self._start_watch(session, model)
         elif index == 2:
@@ -143,6 +147,9 @@ class Checkpoint(Lever):
                 out[f"activations_{side}"] = split.activations
                 out[f"peak_{side}"] = split.peak
                 out["device"] = split.device
+        if self.after is not None and self.chosen:
+            # held at once in the backward: what stays saved, and a block rebuilt in turn
+            out["held_at_most"] = self.after.activations + self.rebuilt
         return out
 
     def code(self, session: Any, setting: str) -> str:

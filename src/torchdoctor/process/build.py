@@ -27,6 +27,7 @@ from .ending import (
     host_capacity,
     out_of_memory,
     settle,
+    too_large,
 )
 
 
@@ -165,7 +166,8 @@ def _out_of_memory(session: CaptureSession, error: BaseException | None) -> OutO
         held = held_by_category(session.root_modules(), session.optimizers.known(), oom.memory)
     except Exception:  # noqa: BLE001 - an odd optimizer's state: the ending is told without it
         return oom
-    return replace(oom, held=tuple(held.items()), fits=_fits(session, oom.memory))
+    whole = too_large(oom, _capacity(session, oom.memory)[0])
+    return replace(oom, held=tuple(held.items()), fits=whole or _fits(session, oom.memory))
 
 
 def _memory_before_syncs(record: RunRecord, syncs: list) -> None:
@@ -190,10 +192,17 @@ def _fits(session: CaptureSession, memory: str) -> str:
             "that ran out: the batch that fits is not estimated from it"
         )
     if split is None:
+        seen = session.data.seen
+        stepped = seen.get("optimizer_steps") or seen.get("backward_calls") or 0
+        ran = (
+            f"{stepped} step(s) of the warm-up fitted, none counted by kind (the first after "
+            "the warm-up is): with a batch that grows, lower --warmup; else "
+            if stepped
+            else "no step was counted before it ran out: "
+        )
         return (
-            "no step was counted before it ran out: lower the batch size until a step runs, "
-            "then torchdoctor run --try batch-size,checkpoint measures memory per size and "
-            "what checkpointing frees"
+            f"{ran}lower the batch size until a step runs, then torchdoctor run --try "
+            "batch-size,checkpoint measures memory per size and what checkpointing frees"
         )
     fixed = split.parameters + split.gradients + split.optimizer_state
     # one pass's activations (a micro-batch's, where the step accumulates), and the peak beyond

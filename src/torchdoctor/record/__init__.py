@@ -7,7 +7,7 @@ documented in ``docs/record.md``; this package is its only door.
 
 from __future__ import annotations
 
-from ._ending import Ending
+from ._ending import TOO_LARGE, Ending
 from ._fix import FixTrial
 from ._judged import (
     IMPROVED,
@@ -124,6 +124,7 @@ from ._whole_summary import PlaceKey, SampledPlace, TimedCost, WholeSummary
 from .part_names import STEP_PARTS
 
 __all__ = [
+    "TOO_LARGE",
     "RankEnv",
     "IMPROVED",
     "JUDGEMENTS",

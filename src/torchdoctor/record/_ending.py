@@ -7,6 +7,10 @@ from dataclasses import dataclass, field
 
 from ._kinds import STATUS_PRECEDENCE, EndingCause, Status
 
+#: In an out-of-memory ending's words: one allocation asked for more than the whole memory, so
+#: no batch size makes it fit (the verdict's Next then says to check that tensor's shape).
+TOO_LARGE = "more than the whole"
+
 
 @dataclass(frozen=True)
 class Ending:

@@ -147,8 +147,8 @@ def environment_rows(record: RunRecord) -> list[tuple[str, str]]:
         rows.append(
             (
                 "memory",
-                f"main process RSS {usage.main_rss_mb_max:.0f} MB; "
-                f"{usage.workers} worker process(es) RSS {usage.workers_rss_mb_max:.0f} MB",
+                f"main process RSS {usage.main_rss_mb_max:.0f} MiB; "
+                f"{usage.workers} worker process(es) RSS {usage.workers_rss_mb_max:.0f} MiB",
             )
         )
         if record.memory_split is not None:

@@ -372,7 +372,7 @@ def _memory(record: RunRecord) -> str:
     mem = record.loader_report.memory if record.loader_report else None
     if mem is not None:
         rows.append(("batches in flight", mem.bytes_in_flight / 2**20, _style.COPY.css))
-    return _section("memory", "Memory", _svg.bars(rows, "MB")) if rows else ""
+    return _section("memory", "Memory", _svg.bars(rows, "MiB")) if rows else ""
 
 
 def _findings(record: RunRecord) -> str:

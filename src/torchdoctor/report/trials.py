@@ -140,9 +140,14 @@ def memory_line(t: Trial) -> str | None:
     if before is None or after is None:
         return None
     text = f"{t.name}: activations held for backward {byte_size(before)} -> {byte_size(after)}"
+    peak_before, peak_after = t.detail.get("peak_before"), t.detail.get("peak_after")
+    at_most = t.detail.get("held_at_most")
+    if at_most is not None and not (peak_before and peak_after):
+        # no allocator peak (the CPU): the backward rebuilds a block at a time on top of them
+        text += f", {byte_size(at_most)} at most during the backward (a block rebuilt at a time)"
+        after = at_most
     if before:
         text += f" ({after / before - 1:+.0%})"
-    peak_before, peak_after = t.detail.get("peak_before"), t.detail.get("peak_after")
     if peak_before and peak_after:
         text += (
             f"; the step's peak on {t.detail.get('device', 'the device')} "
@@ -154,8 +159,10 @@ def memory_line(t: Trial) -> str | None:
 
 
 def frees_memory(t: Trial) -> bool:
-    """A measured trial that freed at least :data:`MEMORY_FREED` of the activations."""
-    before, after = t.detail.get("activations_before"), t.detail.get("activations_after")
+    """A measured trial that freed at least :data:`MEMORY_FREED` of the activations held at
+    once (with a block rebuilt in the backward, where the trial counts one)."""
+    before = t.detail.get("activations_before")
+    after = t.detail.get("held_at_most", t.detail.get("activations_after"))
     return (
         t.status == "measured"
         and bool(before)

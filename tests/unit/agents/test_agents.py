@@ -182,7 +182,7 @@ def test_a_diagnosis_tells_the_steps_memory_in_mb():
     }  # fmt: skip
     said = summary.memory(record)
     assert said["activations_mb"] == 8.0 and said["peak_mb"] == 20.0
-    assert said["temporaries_mb"] == 4.0 and said["largest"] == ["layers.0 (Block) 6.0 MB"]
+    assert said["temporaries_mb"] == 4.0 and said["largest"] == ["layers.0 (Block) 6.0 MiB"]
     assert summary.memory({}) is None
     cpu = summary.memory({"memory_split": {**record["memory_split"], "peak": None}})
     assert cpu["peak_mb"] is None and cpu["temporaries_mb"] is None

@@ -77,6 +77,13 @@ def test_blocks_with_layers_of_their_own_are_checkpointed_and_counted_exactly():
     detail = lever.detail(session)
     assert detail["activations_before"] - detail["activations_after"] == 2 * 4 * N * H
     assert detail["activations_after"] >= 3 * 4 * N * D  # x, the block between, the head's
+    # the backward rebuilds one block at a time: its input and its ReLU's output, on top
+    assert detail["held_at_most"] == detail["activations_after"] + 4 * N * D + 4 * N * H
+    from torchdoctor.record import Trial
+    from torchdoctor.report.trials import memory_line
+
+    line = memory_line(Trial(name="checkpoint", changed="", detail=detail))
+    assert "at most during the backward (a block rebuilt at a time)" in line, line
     code = lever.code(session, "")
     assert "for block in net.layers:" in code and "use_reentrant=False" in code
 

@@ -5,6 +5,8 @@ own status and exit status; and a verdict that says to make the step fit before 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from torchdoctor._errors import EXIT_OUT_OF_MEMORY, EXIT_SCRIPT_ERROR
@@ -56,6 +58,14 @@ def test_a_device_or_a_host_that_ran_out_is_recognised_and_another_error_is_not(
     assert out_of_memory(RuntimeError("mat1 and mat2 shapes cannot be multiplied")) is None
     assert out_of_memory(ValueError("out of memory")) is None  # not torch's nor the host's
     assert out_of_memory(None) is None
+    # the script's own `raise MemoryError("cache full")` asked for no memory: its own error;
+    # a bare `raise` passing torch's on is still torch's
+    own = out_of_memory(
+        MemoryError("shard cache full"), lambda e: ("t.py:7", "raise MemoryError(f'x')")
+    )
+    assert own is None
+    passed_on = out_of_memory(OutOfMemoryError(CUDA_OOM), lambda e: ("t.py:9", "raise"))
+    assert passed_on is not None and passed_on.memory == "device"
     assert device.words() == (
         "the script ran out of device memory at train.py:12 (`x = model(batch)`), asking for "
         "2.00 GiB"
@@ -213,3 +223,41 @@ def test_a_step_accumulating_micro_batches_is_estimated_from_one_pass(monkeypatc
     words = build._fits(session, "device")
     # 90% of 80 GiB less 1 GiB of model: 71 GiB; 2 GiB (one pass and its temporaries) a 32
     assert "about 1,136 samples" in words and "64.0 MiB a sample of activations and temp" in words
+
+
+def test_one_allocation_larger_than_the_whole_memory_is_told_to_check_its_shape():
+    """`torch.empty(1 << 40)` (4 TiB on a 23.5 GiB host) was told the batch that fits and to
+    lower the batch size: no batch makes one such tensor fit."""
+    from torchdoctor.process.ending import too_large
+
+    oom = out_of_memory(RuntimeError(CPU_REFUSED), at_line)  # 1.0 PiB
+    assert oom.asked_bytes == 2**50
+    assert out_of_memory(OutOfMemoryError(CUDA_OOM)).asked_bytes == 2 * 2**30  # "2.00 GiB"
+    words = too_large(oom, 24 * 2**30)
+    assert "more than the whole host memory (24.0 GiB)" in words and "shape" in words
+    assert too_large(out_of_memory(OutOfMemoryError(CUDA_OOM)), 80 * 2**30) == ""
+    record = RunRecord()
+    for _ in range(13):
+        record.steps.add_step({"forward": 6.0, "backward": 12.0, "optimizer": 1.0}, 1)
+    settle(record, decide_script(
+        ScriptEnd(RAISED, 13, {"optimizer_steps": 16}, 3, 20, error="RuntimeError",
+                  out_of_memory=replace(oom, fits=words))
+    ))  # fmt: skip
+    summarise(record)
+    assert record.verdict.next.startswith("check the shape of the tensor"), record.verdict.next
+    assert "smaller batch size" not in record.verdict.next
+
+
+def test_out_of_memory_in_the_warm_up_is_told_the_steps_that_fitted():
+    """13 steps of the warm-up fitted, then one ran out: "check that the script reaches
+    optimizer.step()" was said."""
+    record = RunRecord()
+    record.seen = {"optimizer_steps": 13}
+    settle(record, decide_script(
+        ScriptEnd(RAISED, 0, {"optimizer_steps": 13}, 20, 8, error="RuntimeError",
+                  out_of_memory=OutOfMemory("host", "4.0 GiB", "train.py:12"))
+    ))  # fmt: skip
+    summarise(record)
+    assert record.status == OUT_OF_MEMORY
+    assert "13 step(s) of the warm-up fitted" in record.verdict.why, record.verdict
+    assert record.verdict.next.startswith("make the step fit first")

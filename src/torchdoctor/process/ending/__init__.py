@@ -20,7 +20,13 @@ from __future__ import annotations
 from ...record import Ending
 from ._exit import EXIT_FOR, exit_for, exit_status, measured_anything
 from ._job import JobEnd, decide_job, decide_launcher
-from ._memory import OutOfMemory, batch_that_fits, host_capacity, out_of_memory
+from ._memory import (
+    OutOfMemory,
+    batch_that_fits,
+    host_capacity,
+    out_of_memory,
+    too_large,
+)
 from ._script import (
     CTRL_C,
     FINISHED,
@@ -70,6 +76,7 @@ __all__ = [
     "exited",
     "measured_anything",
     "out_of_memory",
+    "too_large",
     "settle",
     "signal_name",
     "stop_words",

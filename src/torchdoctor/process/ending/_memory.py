@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from ...record import TOO_LARGE
 
 #: Messages of a host allocation refused (the CPU allocator's words, glibc's errno text).
 HOST_WORDS = ("can't allocate memory", "cannot allocate memory")
@@ -21,6 +23,8 @@ DEVICE_WORDS = ("out of memory",)
 
 _BYTES = re.compile(r"tried to allocate (\d+) bytes", re.IGNORECASE)
 _SIZED = re.compile(r"tried to allocate ([\d.]+ ?[KMGTP]i?B)", re.IGNORECASE)
+#: The script's own ``raise SomeError(...)`` (not a bare ``raise`` passing torch's on).
+_RAISED = re.compile(r"raise\s+[\w.]+\s*\(")
 
 
 @dataclass(frozen=True)
@@ -38,6 +42,8 @@ class OutOfMemory:
     #: The largest batch that fits, in words, where a counted step tells it
     #: (:func:`batch_that_fits`).
     fits: str = ""
+    #: The size asked for, in bytes, where the message says it (``asked`` in figures).
+    asked_bytes: int | None = field(default=None, compare=False)
 
     def words(self) -> str:
         """``the script ran out of device memory at train.py:12 (`x = ...`), asking for 2.00
@@ -78,16 +84,43 @@ def out_of_memory(
     else:
         return None
     where, statement = user_line(error)
-    return OutOfMemory(memory, _asked(message), where, statement)
+    if _RAISED.match(statement):
+        return None  # `raise MemoryError("cache full")`: the script's own error, no allocation
+    nbytes = _asked_bytes(message)
+    words = byte_words(nbytes) if _BYTES.search(message) and nbytes else _sized(message)
+    return OutOfMemory(memory, words, where, statement, asked_bytes=nbytes)
 
 
-def _asked(message: str) -> str:
-    """The size the allocation asked for, in words (``""`` when the message does not say)."""
-    found = _BYTES.search(message)
-    if found:
-        return byte_words(int(found.group(1)))
+_UNITS = {"B": 1, "KB": 2**10, "MB": 2**20, "GB": 2**30, "TB": 2**40, "PB": 2**50}
+
+
+def _sized(message: str) -> str:
     found = _SIZED.search(message)
     return found.group(1) if found else ""
+
+
+def _asked_bytes(message: str) -> int | None:
+    """The size the allocation asked for, in bytes (``None`` when the message does not say)."""
+    found = _BYTES.search(message)
+    if found:
+        return int(found.group(1))
+    words = _sized(message).replace(" ", "").upper().replace("IB", "B")
+    unit = next((u for u in ("KB", "MB", "GB", "TB", "PB") if words.endswith(u)), None)
+    try:
+        return int(float(words[: -len(unit)]) * _UNITS[unit]) if unit else None
+    except ValueError:
+        return None
+
+
+def too_large(oom: OutOfMemory, capacity: int | None) -> str:
+    """Words for one allocation larger than all of ``capacity`` (no batch fits it), or ``""``."""
+    if not oom.asked_bytes or not capacity or oom.asked_bytes <= capacity:
+        return ""
+    return (
+        f"that one allocation is {TOO_LARGE} {oom.memory} memory ({byte_words(capacity)}): no "
+        "batch size, checkpointing or mixed precision makes it fit; check the shape of the "
+        "tensor made at that line"
+    )
 
 
 def byte_words(n: int) -> str:
