@@ -51,3 +51,6 @@ def test_a_batch_that_grows_out_of_memory_is_told_the_batch_that_fits(tmp_path):
     found = int(told.replace(",", ""))
     assert abs(found - expected) <= expected * 0.01  # the host's total, read twice
     assert "a step of 32 samples fitted" in words and "temporaries not counted" in words
+    # 4 PiB asked at once: more than the whole host memory, a shape to check first
+    assert "that one allocation is more than the whole host memory" in words
+    assert rec.verdict.next.startswith("check the shape of the tensor"), rec.verdict.next

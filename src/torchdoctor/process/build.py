@@ -166,8 +166,9 @@ def _out_of_memory(session: CaptureSession, error: BaseException | None) -> OutO
         held = held_by_category(session.root_modules(), session.optimizers.known(), oom.memory)
     except Exception:  # noqa: BLE001 - an odd optimizer's state: the ending is told without it
         return oom
-    whole = too_large(oom, _capacity(session, oom.memory)[0])
-    return replace(oom, held=tuple(held.items()), fits=whole or _fits(session, oom.memory))
+    whole = too_large(oom, _capacity(session, oom.memory)[0])  # a shape to check, first
+    fits = "; ".join(w for w in (whole, _fits(session, oom.memory)) if w)
+    return replace(oom, held=tuple(held.items()), fits=fits)
 
 
 def _memory_before_syncs(record: RunRecord, syncs: list) -> None:

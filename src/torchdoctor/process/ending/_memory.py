@@ -117,9 +117,8 @@ def too_large(oom: OutOfMemory, capacity: int | None) -> str:
     if not oom.asked_bytes or not capacity or oom.asked_bytes <= capacity:
         return ""
     return (
-        f"that one allocation is {TOO_LARGE} {oom.memory} memory ({byte_words(capacity)}): no "
-        "batch size, checkpointing or mixed precision makes it fit; check the shape of the "
-        "tensor made at that line"
+        f"that one allocation is {TOO_LARGE} {oom.memory} memory ({byte_words(capacity)}): "
+        "check the shape of the tensor made at that line"
     )
 
 
