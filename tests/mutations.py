@@ -532,6 +532,27 @@ MUTATIONS = (
         ("tests/unit/capture/test_kept_graphs.py",),
     ),
     Mutation(
+        "out of memory: the script's own raise MemoryError(...) read as out of memory",
+        "process/ending/_memory.py",
+        "    if _RAISED.match(statement):",
+        "    if False:",
+        ("tests/unit/process/test_out_of_memory.py",),
+    ),
+    Mutation(
+        "out of memory: an allocation within the memory called larger than the whole",
+        "process/ending/_memory.py",
+        "if not oom.asked_bytes or not capacity or oom.asked_bytes <= capacity:",
+        "if not oom.asked_bytes or not capacity:",
+        ("tests/unit/process/test_out_of_memory.py",),
+    ),
+    Mutation(
+        "checkpoint: what is held at once told without the block rebuilt in the backward",
+        "capture/_checkpoint_lever.py",
+        'out["held_at_most"] = self.after.activations + self.rebuilt',
+        'out["held_at_most"] = self.after.activations',
+        ("tests/unit/capture/test_checkpoint_lever.py",),
+    ),
+    Mutation(
         "out of memory: the batch that fits from the step's bytes, not a sample's",
         "process/ending/_memory.py",
         "fits = int(room // per_sample)",
