@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from ..record import lever_names
-from ._levers import Lever, trained_roots
+from ._levers import Lever, not_one_model, trained_roots
 from ._memory_split import _INDEXED, OUTSIDE, MemoryWatch, block_of
 
 #: A block is checkpointed when it saved at least this share of the step's activations.
@@ -46,14 +46,10 @@ class Checkpoint(Lever):
         self._last_saved: dict[str, int] = {}
 
     def skip_reason(self, session: Any) -> str | None:
-        models = trained_roots(session)
-        if len(models) != 1:
-            names = ", ".join(type(m).__name__ for m in models) or "none"
-            return (
-                "checkpointing is tried on the one model the loss is computed from; this loop "
-                f"calls {len(models)} modules with trainable parameters ({names})"
-            )
-        if not blocks(models[0]):
+        several = not_one_model(session, "checkpointing")
+        if several is not None:
+            return several
+        if not blocks(trained_roots(session)[0]):
             return (
                 "no block of the model has layers of its own to recompute: checkpointing a "
                 "single layer keeps its input, as the backward does anyway (a flat Sequential: "

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from ..record import lever_names
-from ._levers import Lever, model_detail, trained_roots
+from ._levers import Lever, model_detail, not_one_model, trained_roots
 
 
 class Compile(Lever):
@@ -25,14 +25,10 @@ class Compile(Lever):
         self.graph_count: int | None = None
 
     def skip_reason(self, session) -> str | None:
-        models = trained_roots(session)
-        if len(models) != 1:
-            names = ", ".join(type(m).__name__ for m in models) or "none"
-            return (
-                "compile is tried on the one model the loss is computed from; this loop calls "
-                f"{len(models)} modules with trainable parameters ({names})"
-            )
-        (model,) = models
+        several = not_one_model(session, "compile")
+        if several is not None:
+            return several
+        (model,) = trained_roots(session)
         if _compiled(model):
             return "already in use: the model is compiled (torch.compile)"
         return None

@@ -406,6 +406,19 @@ def trained_roots(session: Any) -> list[Any]:
     return [m for m in session.root_modules() if any(p.requires_grad for p in m.parameters())]
 
 
+def not_one_model(session: Any, lever: str) -> str | None:
+    """Why a lever tried on the one model the loss is computed from cannot be (the loop calls
+    several, or none), or ``None``."""
+    models = trained_roots(session)
+    if len(models) == 1:
+        return None
+    names = ", ".join(type(m).__name__ for m in models) or "none"
+    return (
+        f"{lever} is tried on the one model the loss is computed from; this loop calls "
+        f"{len(models)} modules with trainable parameters ({names})"
+    )
+
+
 def model_detail(session: Any) -> dict[str, Any]:
     """Where the script calls its model and its name for it there (for ``torchdoctor fix``)."""
     site = session.state.model
