@@ -133,6 +133,15 @@ def _threads_kept(fn):
         torch.set_num_threads(threads)
 
 
+def _amp_trial_of(script):
+    """``run --try amp`` on a script of the test's own, 2 warm-up and 4 measured steps."""
+    return _threads_kept(
+        lambda: run_target(
+            Target(script=str(script)), RunOptions(steps=4, warmup=2, trials=("amp",))
+        )
+    )
+
+
 def test_a_custom_optimizer_and_an_lstm_get_every_trial_or_a_reason():
     out = _threads_kept(
         lambda: run_target(
@@ -208,12 +217,7 @@ def test_a_forward_that_raises_under_autocast_fails_the_amp_trial_not_the_script
         "for step in range(100000):\n"
         "    model(torch.randn(4, 8)).sum().backward()\n    opt.step()\n    opt.zero_grad()\n"
     )
-    out = _threads_kept(
-        lambda: run_target(
-            Target(script=str(script)), RunOptions(steps=4, warmup=2, trials=("amp",))
-        )
-    )
-    rec = out.record
+    rec = _amp_trial_of(script).record
     assert rec.status == "complete", rec.notes
     amp = trial(rec, "amp")
     assert amp.status == "failed", amp
@@ -260,12 +264,7 @@ def test_the_models_call_the_trials_record_is_a_training_forward(tmp_path):
         "    out = model(torch.randn(4, 8))  # line 9: training\n"
         "    out.sum().backward()\n    opt.step()\n    opt.zero_grad()\n"
     )
-    out = _threads_kept(
-        lambda: run_target(
-            Target(script=str(script)), RunOptions(steps=4, warmup=2, trials=("amp",))
-        )
-    )
-    assert trial(out.record, "amp").detail["model_at"] == f"{script}:9"
+    assert trial(_amp_trial_of(script).record, "amp").detail["model_at"] == f"{script}:9"
 
 
 def test_the_model_the_trials_record_is_the_largest_one_trained(tmp_path):

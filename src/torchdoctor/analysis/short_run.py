@@ -38,8 +38,8 @@ TOO_LARGE_NEXT = (
 
 def oom_next(record: RunRecord) -> str:
     """What a run that ran out of memory is told to do first."""
-    ending = getattr(record, "ending", None)
-    return TOO_LARGE_NEXT if ending is not None and TOO_LARGE in ending.words else OOM_NEXT
+    too_large = record.ending is not None and TOO_LARGE in record.ending.words
+    return TOO_LARGE_NEXT if too_large else OOM_NEXT
 
 
 #: What to do about a verdict on too few steps, by how the run ended (``ENDED_SHORT``): the
@@ -49,7 +49,7 @@ _TOO_FEW_NEXT = {
     SCRIPT_ERROR: "fix the script's error (its traceback is above, and in the notes) and run "
     "torchdoctor again",
     KILLED: "find what ended the process (the notes say how it ended) and run torchdoctor again",
-    OUT_OF_MEMORY: OOM_NEXT,
+    OUT_OF_MEMORY: OOM_NEXT,  # or TOO_LARGE_NEXT: oom_next reads the ending
     PARTIAL: "give the run more data or epochs, or lower --warmup and --steps",
     TIMED_OUT: "raise --max-seconds, or lower --warmup and --steps",
     INTERRUPTED: "let the run measure a few more steps before stopping it",
@@ -65,7 +65,7 @@ def too_few(record: RunRecord, shares: dict[str, float]) -> Verdict:
         why=f"only {n} step{'' if n == 1 else 's'} measured before the run ended "
         f"({record.status}): too few for a verdict ({MIN_VERDICT_STEPS} needed); the step parts "
         "below cover those steps only",
-        next=oom_next(record)
+        next=oom_next(record)  # out of memory: its Next depends on what ran out
         if record.status == OUT_OF_MEMORY
         else _TOO_FEW_NEXT.get(record.status, _TOO_FEW_NEXT[PARTIAL]),
         shares=shares,

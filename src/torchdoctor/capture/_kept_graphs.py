@@ -142,13 +142,14 @@ def _reaches(start: Any, target: Any) -> bool:
 
 
 def _finding(frame: FrameType, name: str, how: str, earlier: Any, now: Any) -> Finding | None:
-    line, source, added, others = _keeping_line(frame, name, how)
+    nodes = _nodes(frame.f_code)  # the frame's code, parsed once for both questions
+    line, source, added, others = _keeping_line(frame, nodes, name, how)
+    also = f" (also appended to at line {', '.join(map(str, others))})" if others else ""
     if how == "tensors":
-        if _trimmed(frame, name):
+        if _trimmed(nodes, name):
             return None  # a buffer the loop trims (`replay.pop(0)`): bounded, not a creep
         finding = _tensors_finding(frame, name, line, source, earlier, now)
-        if others:
-            finding.title += f" (also appended to at line {', '.join(map(str, others))})"
+        finding.title += also
         return finding
     if how == "list":
         title = (
@@ -168,8 +169,7 @@ def _finding(frame: FrameType, name: str, how: str, earlier: Any, now: Any) -> F
             else f"{source or name + ' = ...'}\n{name} = {name}.detach()  # the value, not the "
             "graph it was computed with"
         )
-    if others:
-        title += f" (also appended to at line {', '.join(map(str, others))})"
+    title += also
     detail: dict[str, Any] = {"variable": name, "how": how}
     if how == "list":  # the tensors themselves, at least (their graphs hold more)
         added = [t for t in now[1][earlier[2] : now[2]] if isinstance(t, torch.Tensor)]
@@ -216,14 +216,15 @@ def _tensors_finding(
     )  # fmt: skip
 
 
-def _keeping_line(frame: FrameType, name: str, how: str) -> tuple[int, str, str, list[int]]:
+def _keeping_line(
+    frame: FrameType, nodes: list[Any] | None, name: str, how: str
+) -> tuple[int, str, str, list[int]]:
     """The statement of the frame's code that keeps the value (``name += ...``,
     ``name.append(...)``, ``name += [x]``, ``name = ... name ...``), else the frame's current
     line; for a sum (``name += x``) or an append, ``x`` as code (its ``.item()`` or
     ``.detach()`` is the fix); and the lines of the other appends to a list (which one ran
     is not told: the first in the file is named)."""
     code = frame.f_code
-    nodes = _nodes(code)
     if nodes is None:
         return frame.f_lineno, "", "", []
     ranked: list[tuple[int, int, str]] = []  # (rank, line, added): the likeliest first
@@ -257,10 +258,11 @@ def _keeping_line(frame: FrameType, name: str, how: str) -> tuple[int, str, str,
     return line, linecache.getline(code.co_filename, line).strip(), added, others
 
 
-def _trimmed(frame: FrameType, name: str) -> bool:
-    """Whether the frame's code takes items out of the list ``name`` (``name.pop(0)``,
-    ``del name[0]``, ``name.clear()``, ``name = name[-k:]``): a bounded buffer."""
-    for node in _nodes(frame.f_code) or []:
+def _trimmed(nodes: list[Any] | None, name: str) -> bool:
+    """Whether the frame's code (its ``nodes``) takes items out of the list ``name``
+    (``name.pop(0)``, ``del name[0]``, ``name.clear()``, ``name = name[-k:]``): a bounded
+    buffer."""
+    for node in nodes or []:
         if (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)

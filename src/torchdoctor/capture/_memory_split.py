@@ -56,8 +56,11 @@ class MemoryWatch:
         self.rows: int | None = None
         #: Bytes saved when the first backward read a saved tensor (the first pass's).
         self.first_pass: int | None = None
+        #: Outermost modules that train (from start): more than one names each block's model.
+        self._models = 0
 
     def start(self) -> None:
+        self._models = sum(any(p.requires_grad for p in r.parameters()) for r in self.roots)
         for root in self.roots:
             for name, module in root.named_modules():
                 self._names.setdefault(id(module), (root, name))
@@ -161,8 +164,7 @@ class MemoryWatch:
             return known[0]
         root, name = self._names[id(module)]
         label, block = block_of(root, name)
-        models = [r for r in self.roots if any(p.requires_grad for p in r.parameters())]
-        if len(models) > 1 and block is not root:  # a GAN's two models (no loss, no teacher)
+        if self._models > 1 and block is not root:  # a GAN's two models (no loss, no teacher)
             label = f"{type(root).__name__}.{label}"
         self._blocks[id(module)] = (label, block)
         self._block_modules.setdefault(label, block)

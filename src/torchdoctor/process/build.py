@@ -166,8 +166,9 @@ def _out_of_memory(session: CaptureSession, error: BaseException | None) -> OutO
         held = held_by_category(session.root_modules(), session.optimizers.known(), oom.memory)
     except Exception:  # noqa: BLE001 - an odd optimizer's state: the ending is told without it
         return oom
-    whole = too_large(oom, _capacity(session, oom.memory)[0])  # a shape to check, first
-    fits = "; ".join(w for w in (whole, _fits(session, oom.memory)) if w)
+    capacity = _capacity(session, oom.memory)
+    whole = too_large(oom, capacity[0])  # a shape to check, first
+    fits = "; ".join(w for w in (whole, _fits(session, oom.memory, capacity)) if w)
     return replace(oom, held=tuple(held.items()), fits=fits)
 
 
@@ -182,9 +183,10 @@ def _memory_before_syncs(record: RunRecord, syncs: list) -> None:
         record.findings = rest[:first] + critical + rest[first:]
 
 
-def _fits(session: CaptureSession, memory: str) -> str:
+def _fits(session: CaptureSession, memory: str, capacity: tuple[int | None, str]) -> str:
     """The largest batch that fits, from the step the memory split counted (on the memory that
-    ran out); what to do where no step was counted."""
+    ran out, of ``capacity``: its bytes and what bounds it); what to do where no step was
+    counted."""
     split = session.data.memory_split
     on_device = split is not None and split.device != "cpu"
     if split is not None and on_device != (memory == "device"):
@@ -213,9 +215,8 @@ def _fits(session: CaptureSession, memory: str) -> str:
     per_step = activations + temporaries
     if not split.rows:
         return "the batch's samples were not seen (no tensor input to the model): no estimate"
-    capacity, limit = _capacity(session, memory)
     return batch_that_fits(
-        split.rows, fixed, per_step, capacity, memory, split.peak is not None, limit
+        split.rows, fixed, per_step, capacity[0], memory, split.peak is not None, capacity[1]
     )
 
 

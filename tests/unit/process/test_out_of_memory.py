@@ -204,7 +204,7 @@ def test_the_host_memory_that_fits_is_what_a_ulimit_or_a_container_leaves(monkey
     assert f"that the address-space limit (ulimit -v {limit // 1024}) left it" in said
 
 
-def test_a_step_accumulating_micro_batches_is_estimated_from_one_pass(monkeypatch):
+def test_a_step_accumulating_micro_batches_is_estimated_from_one_pass():
     """Four micro-batches of 32 held 4 GiB of activations in all, 1 GiB at a time, and the peak
     was 3 GiB: the temporaries are the peak beyond the model and one pass (1 GiB), not beyond
     all four (none), which told a batch twice as large."""
@@ -219,8 +219,7 @@ def test_a_step_accumulating_micro_batches_is_estimated_from_one_pass(monkeypatc
         device="cuda:0", peak=3 * gib, rows=32, first_pass=gib,
     )  # fmt: skip
     session = SimpleNamespace(data=SimpleNamespace(memory_split=split))
-    monkeypatch.setattr(build, "_capacity", lambda session, memory: (80 * gib, ""))
-    words = build._fits(session, "device")
+    words = build._fits(session, "device", (80 * gib, ""))
     # 90% of 80 GiB less 1 GiB of model: 71 GiB; 2 GiB (one pass and its temporaries) a 32
     assert "about 1,136 samples" in words and "64.0 MiB a sample of activations and temp" in words
 
