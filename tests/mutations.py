@@ -58,15 +58,22 @@ MUTATIONS = (
     Mutation(
         "lever bounds: the parts a lever leaves alone may move as far as they like",
         "analysis/lever_bounds.py",
-        "if abs(trial_rest - base_rest) > max(UNTOUCHED_MARGIN, allowance) * base_step:",
+        "if moved > max(UNTOUCHED_MARGIN, allowance):",
         "if False:",
         ("tests/unit/analysis/test_lever_bounds.py",),
     ),
     Mutation(
         "lever bounds: a gain past the lever's parts is allowed",
         "analysis/lever_bounds.py",
-        "base_step / trial_step > ceiling * (1.0 + allowance)",
-        "base_step / trial_step > ceiling * 100.0",
+        "if speedup > ceiling * (1.0 + allowance):",
+        "if speedup > ceiling * 100.0:",
+        ("tests/unit/analysis/test_lever_bounds.py",),
+    ),
+    Mutation(
+        "lever bounds: runs taken in pairs are bounded on their pooled steps",
+        "analysis/lever_bounds.py",
+        "if len(paired) >= 2",
+        "if False",
         ("tests/unit/analysis/test_lever_bounds.py",),
     ),
     Mutation(

@@ -364,15 +364,15 @@ def _judge_remedy(remedy: PatchRemedy, original: Variant, variant: Variant) -> N
 
 
 def _bounded(remedy: PatchRemedy, original: Variant, variant: Variant, judged: JudgedSpeedup):
-    """``judged``, held to what the parts of the remedy's lever allow (the module's docstring);
-    only the rounds both variants ran are compared."""
+    """``judged``, held to what the parts of the remedy's lever allow (the module's docstring),
+    pair by pair as it was judged; only the rounds both variants ran are compared."""
     changed = REMEDY_PARTS.get(remedy.key)
     if changed is None:
         return judged
-    rounds = [r for r in original.parts if r in variant.parts]
-    base = [step for r in rounds for step in original.parts[r]]
-    trial = [step for r in rounds for step in variant.parts[r]]
-    return bounded(judged, remedy.title, changed, base, trial)
+    pairs = [(original.parts[r], variant.parts[r]) for r in original.parts if r in variant.parts]
+    base = [step for b, _ in pairs for step in b]
+    trial = [step for _, t in pairs for step in t]
+    return bounded(judged, remedy.title, changed, base, trial, pairs=pairs)
 
 
 def _speedup(remedy: PatchRemedy) -> float:

@@ -105,3 +105,35 @@ def test_checkpointing_slower_than_twice_its_forward_again_is_could_not_tell():
     assert trial.judged.judgement == UNCLEAR and "at least 0.62x" in trial.judged.why
     # the same figure for a lever that may make forward and backward as slow as they like
     assert _trial(base, loaded, base, name="amp").judged.judgement != UNCLEAR
+
+
+def _mixed(optimizer: float, rest: float, loaded: int, n: int = 10) -> list[dict[str, float]]:
+    """``n`` steps, ``loaded`` of them twice as long (beside a busy-looping process, a run's
+    steps come in two kinds: those that had a core, and those that shared it)."""
+    return [_step(optimizer * (2 if i < loaded else 1), rest * (2 if i < loaded else 1))
+            for i in range(n)]  # fmt: skip
+
+
+def test_pairs_are_bounded_pair_by_pair_as_they_are_judged():
+    """CI beside a hog: a fused step judged 1.71x in pairs was refused, its pooled medians past
+    the optimizer's bound. Here each run has a share of steps slowed: pooled, the baseline's
+    median falls on a slowed step and the trial's on a quick one (3.3x, past 2.2x)."""
+    shares = [(6, 4), (4, 6), (6, 4)]  # each pair's slowed steps: the baseline's, the trial's
+    pairs = [(_mixed(11.0, 9.0, b), _mixed(3.0, 9.0, t)) for b, t in shares]
+    base = [step for b, _ in pairs for step in b]
+    trial = [step for _, t in pairs for step in t]
+    assert "more than fused can give" in outside_bounds("fused", OPTIMIZER, base, trial, 0.1)
+    assert outside_bounds("fused", OPTIMIZER, base, trial, 0.1, pairs=pairs) is None
+    judged = JudgedSpeedup(1.74, 1.46, 1.9, 0.1, IMPROVED)
+    assert bounded(judged, "fused", OPTIMIZER, base, trial, pairs=pairs) is judged
+
+
+def test_pairs_whose_untouched_parts_moved_alike_are_could_not_tell():
+    """Taken pair by pair, load that moved every trial's forward and backward still shows."""
+    pairs = [(_steps(11.0, 9.0), _steps(3.0, 9.0 * slow)) for slow in (1.5, 1.6, 1.4)]
+    base = [step for b, _ in pairs for step in b]
+    trial = [step for _, t in pairs for step in t]
+    why = outside_bounds("fused", OPTIMIZER, base, trial, 0.1, pairs=pairs)
+    assert why is not None and why.startswith("the load changed during the trial: forward")
+    gain = [(_steps(11.0, 9.0 * slow), _steps(3.0, 9.0)) for slow in (1.5, 1.6, 1.4)]
+    assert "more than fused can give" in outside_bounds("fused", OPTIMIZER, [], [], 0.1, pairs=gain)
