@@ -9,10 +9,16 @@ reader in a fresh child process so its peak RSS is its own:
 - ``load_trace``    : torchdoctor's reader building the per-rank column tables;
 - ``analyze``       : load_trace plus every analysis and the verdict (the whole ``analyze``).
 
+With ``--ranks N`` it writes a folder of N rank files of that size each and analyses the folder
+three ways: every rank's tables held at once (``analyze_parsed_traces``, how ``analyze`` read a
+folder before), a file at a time in one process (``--jobs 1``), and in worker processes (the
+default). Peak RSS is the analysing process's own and the largest worker's.
+
 Usage::
 
     .venv/bin/python benchmarks/trace_parse.py --size-mb 1024
     .venv/bin/python benchmarks/trace_parse.py --size-mb 100 --readers stream,load_trace
+    .venv/bin/python benchmarks/trace_parse.py --size-mb 100 --ranks 4
 """
 
 from __future__ import annotations
@@ -27,9 +33,10 @@ import time
 from pathlib import Path
 
 READERS = ("json.load", "ijson-yajl2_c", "stream", "load_trace", "analyze")
+FOLDER_READERS = ("all-at-once", "jobs-1", "workers")
 
 
-def generate(path: Path, size_mb: float) -> int:
+def generate(path: Path, size_mb: float, rank: int = 0, world_size: int = 1) -> int:
     """Write a trace of about ``size_mb`` MB: steps of host ops, launches, kernels, stacks."""
     target = int(size_mb * 1e6)
     written = 0
@@ -37,7 +44,10 @@ def generate(path: Path, size_mb: float) -> int:
     ts = 1_700_000_000_000_000
     step = 0
     with open(path, "w", encoding="utf-8") as fh:
-        head = '{"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 1},\n'
+        head = (
+            f'{{"schemaVersion": 1, "distributedInfo": {{"rank": {rank}, '
+            f'"world_size": {world_size}}},\n'
+        )
         head += '"deviceProperties": [{"id": 0, "name": "Synthetic GPU"}],\n"traceEvents": [\n'
         fh.write(head)
         written += len(head)
@@ -119,16 +129,28 @@ def measure(reader: str, path: Path) -> dict[str, float]:
 
         record = analyze_trace(str(path))
         events = record.trace.ranks[0].events
+    elif reader in FOLDER_READERS:
+        from torchdoctor.analysis.trace_analysis import analyze_parsed_traces, analyze_trace
+        from torchdoctor.trace import find_trace_files, load_trace
+
+        if reader == "all-at-once":
+            traces = [load_trace(f) for f in find_trace_files([str(path)])]
+            record = analyze_parsed_traces(traces)
+        else:
+            record = analyze_trace(str(path), jobs=1 if reader == "jobs-1" else None)
+        events = sum(r.events for r in record.trace.ranks)
     seconds = time.perf_counter() - started
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"seconds": seconds, "events": events, "peak_rss_mb": peak_mb}
+    worker_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    return {"seconds": seconds, "events": events, "peak_rss_mb": peak_mb, "worker_mb": worker_mb}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-mb", type=float, default=1024)
     parser.add_argument("--path", type=Path, default=None, help="reuse or write this trace")
-    parser.add_argument("--readers", default=",".join(READERS))
+    parser.add_argument("--readers", default=None)
+    parser.add_argument("--ranks", type=int, default=0, help="a folder of this many rank files")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
 
@@ -136,16 +158,30 @@ def main() -> None:
         print(json.dumps(measure(args.child, args.path)))
         return
 
-    path = args.path or Path("/tmp/torchdoctor-bench") / f"trace_{int(args.size_mb)}MB.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if not path.exists():
-        t0 = time.perf_counter()
-        generate(path, args.size_mb)
-        print(f"generated {path} in {time.perf_counter() - t0:.1f} s")
-    size_mb = path.stat().st_size / 1e6
-    print(f"trace: {path} ({size_mb:.0f} MB uncompressed JSON)")
-    print(f"{'reader':<16}{'seconds':>9}{'MB/s':>8}{'events':>11}{'peak RSS MB':>13}")
-    for reader in args.readers.split(","):
+    bench = Path("/tmp/torchdoctor-bench")
+    if args.ranks:
+        path = args.path or bench / f"ranks_{args.ranks}x{int(args.size_mb)}MB"
+        path.mkdir(parents=True, exist_ok=True)
+        for rank in range(args.ranks):
+            if not (path / f"rank{rank}.json").exists():
+                generate(path / f"rank{rank}.json", args.size_mb, rank, args.ranks)
+        size_mb = sum(f.stat().st_size for f in path.glob("*.json")) / 1e6
+        print(f"folder: {path} ({args.ranks} ranks, {size_mb:.0f} MB uncompressed JSON)")
+        readers = args.readers.split(",") if args.readers else list(FOLDER_READERS)
+    else:
+        path = args.path or bench / f"trace_{int(args.size_mb)}MB.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.exists():
+            t0 = time.perf_counter()
+            generate(path, args.size_mb)
+            print(f"generated {path} in {time.perf_counter() - t0:.1f} s")
+        size_mb = path.stat().st_size / 1e6
+        print(f"trace: {path} ({size_mb:.0f} MB uncompressed JSON)")
+        readers = args.readers.split(",") if args.readers else list(READERS)
+    print(
+        f"{'reader':<16}{'seconds':>9}{'MB/s':>8}{'events':>11}{'peak RSS MB':>13}{'worker MB':>11}"
+    )
+    for reader in readers:
         proc = subprocess.run(
             [sys.executable, __file__, "--child", reader, "--path", str(path)],
             capture_output=True,
@@ -159,7 +195,7 @@ def main() -> None:
         r = json.loads(proc.stdout.strip().splitlines()[-1])
         print(
             f"{reader:<16}{r['seconds']:>9.1f}{size_mb / r['seconds']:>8.1f}"
-            f"{r['events']:>11,}{r['peak_rss_mb']:>13,.0f}"
+            f"{r['events']:>11,}{r['peak_rss_mb']:>13,.0f}{r['worker_mb']:>11,.0f}"
         )
 
 

@@ -70,6 +70,20 @@ MUTATIONS = (
         ("tests/unit/analysis/test_lever_bounds.py",),
     ),
     Mutation(
+        "trace ranks: a rank's own step names decide its GPU view",
+        "analysis/trace_ranks.py",
+        "(len(r.step_names) >= 2) != (len(names) >= 2)",
+        "False",
+        ("tests/unit/analysis/test_trace_ranks.py",),
+    ),
+    Mutation(
+        "trace ranks: a worker that ended without its result loses its file",
+        "analysis/trace_ranks.py",
+        "r if r is not None else analyse_file(p, include_last_step, c)",
+        "r",
+        ("tests/unit/analysis/test_trace_ranks.py",),
+    ),
+    Mutation(
         "lever bounds: runs taken in pairs are bounded on their pooled steps",
         "analysis/lever_bounds.py",
         "if len(paired) >= 2",

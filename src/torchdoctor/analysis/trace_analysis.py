@@ -79,22 +79,27 @@ def analyze_parsed_traces(
         A :class:`RunRecord` whose ``trace`` holds the breakdowns per rank.
     """
     n_step_names = len(trace_gpu.step_names(traces))
+    ranks = [analyse_rank(t, n_step_names, include_last_step) for t in traces]
+    return _record(ranks, command, include_last_step)
+
+
+def _record(
+    ranks: list[RankReport], command: list[str] | None, include_last_step: bool
+) -> RunRecord:
+    """The record of the ranks' analyses: the job's skew, verdict and findings."""
     notes: list[str] = []
-    ranks: list[RankReport] = []
     seen_ranks: set[int] = set()
-    for t in traces:
-        if t.rank is None:
+    for r in ranks:
+        if r.rank is None:
             notes.append(
-                f"{t.path}: no distributedInfo.rank in the trace; shown as {t.label} "
+                f"{r.path}: no distributedInfo.rank in the trace; shown as {r.label} "
                 "(HTA would call it rank 0)"
             )
-        elif t.rank in seen_ranks:
-            notes.append(f"{t.path}: rank {t.rank} appears in more than one file")
+        elif r.rank in seen_ranks:
+            notes.append(f"{r.path}: rank {r.rank} appears in more than one file")
         else:
-            seen_ranks.add(t.rank)
-        result = analyse_rank(t, n_step_names, include_last_step)
-        notes.extend(result.notes)
-        ranks.append(result)
+            seen_ranks.add(r.rank)
+        notes.extend(r.notes)
     skew = trace_comm.rank_skew(ranks)
     verdict = trace_verdict.verdict(ranks, skew)
     findings: list[Finding] = trace_verdict.findings(ranks, skew)
@@ -112,15 +117,15 @@ def analyze_parsed_traces(
     )
     record.steps.step_ms = step_ms
     record.trace = TraceReport(
-        files=[t.path for t in traces],
+        files=[r.path for r in ranks],
         ranks=ranks,
         skew=skew,
         include_last_step=include_last_step,
         thresholds=trace_verdict.thresholds(),
         verdict=dataclasses.replace(verdict, shares=dict(verdict.shares)),
         parse=ParseStats(
-            mb=sum(t.uncompressed_bytes for t in traces) / 1e6,
-            seconds=sum(t.parse_seconds for t in traces),
+            mb=sum(r.parse.mb for r in ranks if r.parse is not None),
+            seconds=sum(r.parse.seconds for r in ranks if r.parse is not None),
         ),
     )
     if first and len(ranks) > 1:
@@ -135,7 +140,10 @@ def analyze_parsed_traces(
 
 
 def analyze_trace(
-    paths: list[str] | str, include_last_step: bool = False, command: list[str] | None = None
+    paths: list[str] | str,
+    include_last_step: bool = False,
+    command: list[str] | None = None,
+    jobs: int | None = None,
 ) -> RunRecord:
     """Parse trace files or directories (one file per rank) and analyse them.
 
@@ -143,6 +151,8 @@ def analyze_trace(
         paths: ``.json`` / ``.json.gz`` trace files, or directories holding them.
         include_last_step: keep the last ProfilerStep (HTA leaves it out by default).
         command: the command line to store in the record.
+        jobs: worker processes for a folder of rank files (default: one per usable core, as
+            the memory available allows; :mod:`~torchdoctor.analysis.trace_ranks`).
 
     Returns:
         The analysed :class:`RunRecord` (verdict, findings, ``trace``).
@@ -153,18 +163,17 @@ def analyze_trace(
     Raises:
         TraceFormatError: for a missing path, or when no file given is a readable trace.
     """
-    from ..trace import TraceFormatError, find_trace_files, load_trace
+    from ..trace import TraceFormatError, find_trace_files
+    from .trace_ranks import analyse_files
+    from .trace_ranks import jobs as worker_count
 
-    files = find_trace_files([paths] if isinstance(paths, str) else list(paths))
-    traces, skipped = [], []
-    for f in files:
-        try:
-            traces.append(load_trace(f))
-        except TraceFormatError as exc:
-            skipped.append(exc)
-    if not traces:
+    files = [str(f) for f in find_trace_files([paths] if isinstance(paths, str) else list(paths))]
+    results, _ = analyse_files(files, include_last_step, worker_count(files, jobs))
+    ranks = [r.report for r in results if r.report is not None]
+    skipped = [TraceFormatError(*r.error) for r in results if r.error is not None]
+    if not ranks:
         raise skipped[0]
-    record = analyze_parsed_traces(traces, command, include_last_step)
+    record = _record(ranks, command, include_last_step)
     record.notes[:0] = [f"skipped {exc.message} (the other files are analysed)" for exc in skipped]
     return record
 
@@ -183,7 +192,8 @@ def attach_trace(record: RunRecord, paths: list[str] | list[Any]) -> RunRecord:
     Returns:
         ``record``, changed in place.
     """
-    traced = analyze_trace([str(p) for p in paths])
+    # in the run's own process, no workers: a run's traces are a few steps
+    traced = analyze_trace([str(p) for p in paths], jobs=1)
     recorded = record.trace.recorded_files if record.trace is not None else []
     record.trace = traced.trace
     if record.trace is not None:

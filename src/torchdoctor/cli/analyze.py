@@ -26,7 +26,24 @@ def add_analyze(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="keep the last ProfilerStep (left out by default, as HTA does)",
     )
+    p.add_argument(
+        "--jobs",
+        type=_jobs,
+        metavar="N",
+        help="processes analysing a folder's rank files at once (default: one per usable core, "
+        "as many as the memory available holds; 1 analyses them one by one in this process)",
+    )
     p.set_defaults(handler=_cmd_analyze)
+
+
+def _jobs(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of processes (1 or more)")
+    return n
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
@@ -41,6 +58,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         args.traces,
         include_last_step=args.include_last_step,
         command=["torchdoctor", "analyze", *args.traces],
+        jobs=args.jobs,
     )
     render_trace_report(record)
     if args.json:
