@@ -84,6 +84,20 @@ MUTATIONS = (
         ("tests/unit/analysis/test_trace_ranks.py",),
     ),
     Mutation(
+        "gpu view: a correlation two kept host calls carry is joined once",
+        "analysis/trace_gpu.py",
+        "repeated[c] = repeated.get(c, keep[h]) + keep[i]",
+        "pass",
+        ("tests/unit/analysis/test_trace_analysis.py",),
+    ),
+    Mutation(
+        "intervals: rows out of order are merged as they come",
+        "analysis/_intervals.py",
+        "ordered = sorted(rows, key=starts.__getitem__)",
+        "ordered = rows",
+        ("tests/unit/analysis/test_intervals.py",),
+    ),
+    Mutation(
         "lever bounds: runs taken in pairs are bounded on their pooled steps",
         "analysis/lever_bounds.py",
         "if len(paired) >= 2",

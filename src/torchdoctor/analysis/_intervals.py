@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_right
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 
 def merge(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -16,6 +17,37 @@ def merge(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]
                 out[-1] = (out[-1][0], e)
         else:
             out.append((s, e))
+    return out
+
+
+def merge_rows(
+    starts: Sequence[float], lengths: Sequence[float], rows: Sequence[int]
+) -> list[tuple[float, float]]:
+    """:func:`merge` of the intervals ``starts[i], starts[i] + lengths[i]`` of ``rows``, without
+    a list of them all: the rows are walked in order of start (sorted only when they are not
+    already, as a trace's rows mostly are)."""
+    ordered: Iterable[int] = rows
+    last = -math.inf
+    for i in rows:
+        if starts[i] < last:
+            ordered = sorted(rows, key=starts.__getitem__)
+            break
+        last = starts[i]
+    out: list[tuple[float, float]] = []
+    begin = end = -math.inf  # the interval being grown; none yet
+    for i in ordered:
+        s = starts[i]
+        e = s + lengths[i]
+        if e <= s:
+            continue
+        if s <= end:
+            end = max(end, e)
+            continue
+        if end > -math.inf:
+            out.append((begin, end))
+        begin, end = s, e
+    if end > -math.inf:
+        out.append((begin, end))
     return out
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections import Counter
+from array import array
 from dataclasses import dataclass, field
 
 from ..record import IdleBreakdown, TemporalBreakdown
@@ -58,17 +58,18 @@ def kernel_types(names: list[str], ids: list[int]) -> dict[int, str]:
 
 @dataclass
 class GpuView:
-    """The GPU events of one rank after HTA's filtering: parallel lists, one entry per event."""
+    """The GPU events of one rank after HTA's filtering: parallel columns, one entry per event
+    (``array``: 8 bytes an entry, where a list of floats takes 32)."""
 
     rank_label: str
-    ts: list[float] = field(default_factory=list)
-    end: list[float] = field(default_factory=list)
-    stream: list[int] = field(default_factory=list)
-    name: list[int] = field(default_factory=list)
+    ts: array[float] = field(default_factory=lambda: array("d"))
+    end: array[float] = field(default_factory=lambda: array("d"))
+    stream: array[int] = field(default_factory=lambda: array("q"))
+    name: array[int] = field(default_factory=lambda: array("q"))
     #: start of the host call that launched the event (nan when unknown)
-    launch_ts: list[float] = field(default_factory=list)
+    launch_ts: array[float] = field(default_factory=lambda: array("d"))
     #: rows of the RankTrace (for names, categories)
-    row: list[int] = field(default_factory=list)
+    row: array[int] = field(default_factory=lambda: array("q"))
 
 
 def step_names(traces: list[RankTrace]) -> set[str]:
@@ -79,13 +80,16 @@ def step_names(traces: list[RankTrace]) -> set[str]:
     return out
 
 
-def _rounded(t: RankTrace) -> tuple[list[float], list[float]]:
+def _rounded(t: RankTrace) -> tuple[array[float], array[float]]:
     """Start and end times, rounded like HTA when the trace has fractional timestamps."""
     ts, dur = t.ts, t.dur
     if not t.ts_fractional:
-        return list(ts), [ts[i] + dur[i] for i in range(len(ts))]
+        return array("d", ts), array("d", map(float.__add__, ts, dur))
     ceil, floor = math.ceil, math.floor
-    return [float(ceil(x)) for x in ts], [float(floor(ts[i] + dur[i])) for i in range(len(ts))]
+    return (
+        array("d", (float(ceil(x)) for x in ts)),
+        array("d", (float(floor(a + b)) for a, b in zip(ts, dur, strict=True))),
+    )
 
 
 def gpu_view(t: RankTrace, n_step_names: int, include_last_step: bool = False) -> GpuView:
@@ -94,41 +98,58 @@ def gpu_view(t: RankTrace, n_step_names: int, include_last_step: bool = False) -
     stream, corr, name = t.stream, t.correlation, t.name
     sync_ids = {i for i, n in enumerate(t.names) if n in _DEVICE_SYNC_NAMES}
     n = len(start)
-    is_gpu = [(stream[i] >= 0 and corr[i] >= 0) or name[i] in sync_ids for i in range(n)]
+    is_gpu = bytearray((stream[i] >= 0 and corr[i] >= 0) or name[i] in sync_ids for i in range(n))
 
-    # The host event each GPU event links to: the last host event (in file order) that
-    # carries the same correlation id.
-    host_by_corr: dict[int, int] = {}
-    for i in range(n):
-        if not is_gpu[i] and corr[i] != -1:
-            host_by_corr[corr[i]] = i
-
-    multiplicity = [1] * n
-    keep = [True] * n
-    view = GpuView(t.label)
+    multiplicity = array("q", [1]) * n
+    keep = bytearray(b"\x01") * n
+    filtered = False
     if n_step_names >= 2:
         step_ids = {i for i, nm in enumerate(t.names) if "ProfilerStep" in nm}
         step_rows = [i for i in range(n) if not is_gpu[i] and name[i] in step_ids]
         if step_rows:
+            filtered = True
             last_start = max(start[i] for i in step_rows)
             last_end = max(end[i] for i in step_rows)
-            kept_corr: Counter[int] = Counter()
             for i in range(n):
-                if is_gpu[i]:
-                    continue
-                ok = start[i] <= last_end if include_last_step else start[i] < last_start
-                keep[i] = ok
-                if ok:
-                    kept_corr[corr[i]] += 1
-            for i in range(n):
-                if is_gpu[i]:
-                    # An inner join: one copy per kept host event with this correlation.
-                    # Device syncs without a correlation (-1) would match every host event;
-                    # copies change no union and syncs are not in the idle split, so keep one.
-                    copies = kept_corr.get(corr[i], 0)
-                    multiplicity[i] = min(copies, 1) if corr[i] == -1 else copies
-                    keep[i] = multiplicity[i] > 0
+                if not is_gpu[i]:
+                    keep[i] = start[i] <= last_end if include_last_step else start[i] < last_start
 
+    # The host event each GPU event links to: the last host event (in file order) that carries
+    # the same correlation id. One dict: how many kept host events share a correlation is
+    # counted apart only for the few correlations more than one host event carries.
+    host_by_corr: dict[int, int] = {}
+    repeated: dict[int, int] = {}
+    uncorrelated_kept = False
+    for i in range(n):
+        if is_gpu[i]:
+            continue
+        c = corr[i]
+        if c == -1:
+            uncorrelated_kept = uncorrelated_kept or bool(keep[i])
+            continue
+        h = host_by_corr.get(c)
+        if h is not None:
+            repeated[c] = repeated.get(c, keep[h]) + keep[i]
+        host_by_corr[c] = i
+
+    if filtered:
+        for i in range(n):
+            if is_gpu[i]:
+                # An inner join: one copy per kept host event with this correlation. Device
+                # syncs without a correlation (-1) would match every host event; copies change
+                # no union and syncs are not in the idle split, so keep one.
+                c = corr[i]
+                if c == -1:
+                    copies = int(uncorrelated_kept)
+                elif c in repeated:
+                    copies = repeated[c]
+                else:
+                    h = host_by_corr.get(c)
+                    copies = keep[h] if h is not None else 0
+                multiplicity[i] = copies
+                keep[i] = copies > 0
+
+    view = GpuView(t.label)
     nan = math.nan
     for i in range(n):
         if not keep[i] or stream[i] == -1:

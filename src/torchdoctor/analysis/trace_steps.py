@@ -9,6 +9,7 @@ up exactly to its wall time, and the first parts show what the step could not go
 from __future__ import annotations
 
 import re
+from array import array
 from dataclasses import dataclass, field
 
 from ..trace import (
@@ -97,7 +98,7 @@ def step_windows(t: RankTrace) -> tuple[list[StepWindow], list[str]]:
     return [StepWindow("whole trace", start, end)], notes
 
 
-def _part_rows(t: RankTrace) -> dict[str, list[int]]:
+def _part_rows(t: RankTrace) -> dict[str, array[int]]:
     """Rows of the events that make up each part (``other`` has none: it is the remainder)."""
     cat_of = {c: t.cat_id(c) for c in t.cats}
     kernel = cat_of.get(CAT_KERNEL, -1)
@@ -110,7 +111,7 @@ def _part_rows(t: RankTrace) -> dict[str, list[int]]:
     annotation = {cat_of.get(CAT_USER_ANNOTATION, -1), cat_of.get(CAT_PYTHON, -1)} - {-1}
     comm_names = {i for i, n in enumerate(t.names) if kernel_type(n) == "COMMUNICATION"}
     loader_names = {i for i, n in enumerate(t.names) if n.startswith(DATALOADER_PREFIX)}
-    parts: dict[str, list[int]] = {p: [] for p in STEP_PARTS}
+    parts: dict[str, array[int]] = {p: array("q") for p in STEP_PARTS}
     cat, name = t.cat, t.name
     for i in range(len(t)):
         c = cat[i]
@@ -133,11 +134,7 @@ def step_breakdown(t: RankTrace, include_last_step: bool = False) -> StepBreakdo
     """Claim each step's wall time part by part (see the module docstring)."""
     windows, notes = step_windows(t)
     rows = _part_rows(t)
-    merged = {
-        p: _intervals.merge((t.ts[i], t.ts[i] + t.dur[i]) for i in rows[p])
-        for p in STEP_PARTS
-        if p != "other"
-    }
+    merged = {p: _intervals.merge_rows(t.ts, t.dur, rows[p]) for p in STEP_PARTS if p != "other"}
     ends = {p: [e for _, e in merged[p]] for p in merged}
     per_step: list[dict[str, float]] = []
     for w in windows:

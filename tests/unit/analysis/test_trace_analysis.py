@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -334,3 +335,22 @@ def test_a_folder_with_a_broken_file_skips_it_by_name_and_analyses_the_rest(tmp_
     (folder / "rank1.json").unlink()
     with pytest.raises(Exception, match="config.json: not a readable trace"):
         analyze_trace(str(folder))
+
+
+def test_a_kernel_is_joined_once_per_kept_host_call_of_its_correlation(tmp_path):
+    """HTA's inner join of GPU events with the kept host events that share their correlation:
+    two kept calls carrying one correlation give the kernel twice (its busy time once), a call
+    from the left-out last step gives it no copy."""
+    b = TraceBuilder()
+    b.step(1, 0, 1000)
+    b.step(2, 1000, 1000)
+    b.launch("cudaLaunchKernel", 100, 10, "gemm", 120, 300)
+    twice = b._corr
+    b.host("cudaGraphLaunch", 150, 10, cat="cuda_runtime", correlation=twice)
+    b.launch("cudaLaunchKernel", 500, 10, "gemm", 520, 200)
+    late = b._corr
+    b.host("cudaLaunchKernel", 1100, 10, cat="cuda_runtime", correlation=late)  # left out
+    view = trace_gpu.gpu_view(_load(b, tmp_path), 2)
+    assert list(view.ts) == [120.0, 120.0, 520.0]
+    # the launch is the last host call's, unknown when that one was left out
+    assert list(view.launch_ts)[:2] == [150.0, 150.0] and math.isnan(view.launch_ts[2])
