@@ -79,8 +79,22 @@ MUTATIONS = (
     Mutation(
         "trace ranks: a worker that ended without its result loses its file",
         "analysis/trace_ranks.py",
-        "r if r is not None else analyse_file(p, include_last_step, c)",
-        "r",
+        "        if r is None:\n            r = analyse_file(p, include_last_step, c)",
+        "        if False:\n            r = analyse_file(p, include_last_step, c)",
+        ("tests/unit/analysis/test_trace_ranks.py",),
+    ),
+    Mutation(
+        "trace ranks: a worker imports the modules of the current directory",
+        "analysis/trace_ranks.py",
+        '"import sys; del sys.path[0]; "',
+        '"import sys; "',
+        ("tests/unit/analysis/test_trace_ranks.py",),
+    ),
+    Mutation(
+        "trace ranks: a worker outlives the process that started it",
+        "analysis/trace_ranks.py",
+        "        while os.getppid() == parent:",
+        "        while True:",
         ("tests/unit/analysis/test_trace_ranks.py",),
     ),
     Mutation(

@@ -167,6 +167,8 @@ def analyze_trace(
     from .trace_ranks import analyse_files
     from .trace_ranks import jobs as worker_count
 
+    if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
+        raise ValueError(f"jobs={jobs!r}: expected a number of processes, 1 or more, or None")
     files = [str(f) for f in find_trace_files([paths] if isinstance(paths, str) else list(paths))]
     results, _ = analyse_files(files, include_last_step, worker_count(files, jobs))
     ranks = [r.report for r in results if r.report is not None]
@@ -175,6 +177,7 @@ def analyze_trace(
         raise skipped[0]
     record = _record(ranks, command, include_last_step)
     record.notes[:0] = [f"skipped {exc.message} (the other files are analysed)" for exc in skipped]
+    record.notes.extend(r.note for r in results if r.note)
     return record
 
 

@@ -12,22 +12,29 @@ analysed with its own names; a file whose own count falls on the other side of t
 union's is analysed again with the union's (ranks of one job name their steps alike, so this is
 rare).
 
-Each worker is a fresh interpreter (``python -m torchdoctor.analysis.trace_ranks``) that imports
-the trace reader and the analyses (torch-free), never a fork of a process that may hold threads,
-and leaves no helper process behind; it writes its result to a file in a temporary folder. A
-worker that ends without one (killed, out of memory) has its file analysed in this process; on
-any ending of this one, the workers still running are killed.
+The files are shared among the workers before they start, largest first to the least loaded,
+so a worker's start (a fresh interpreter and its imports, about 0.15 s) is paid once per worker,
+not per file; below :data:`WORKERS_FROM_MB` of JSON in all no worker is started. A worker is a
+fresh interpreter that imports the trace reader and the analyses (torch-free) with the current
+directory left off its path, never a fork of a process that may hold threads; it writes each
+file's result to a temporary folder as it goes, and ends when the process that started it is
+gone. A file without a result (its worker could not start, was killed, ran out of memory) is
+analysed in this process, and the record's notes say so; on any ending of this one the workers
+still running are killed.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,6 +57,8 @@ class FileResult:
     report: RankReport | None = None
     error: tuple[str, str | None] | None = None  # a TraceFormatError's message and hint
     step_names: set[str] = field(default_factory=set)
+    #: Said in the record's notes: why the file was analysed here and not in its worker.
+    note: str = ""
 
 
 def analyse_file(path: str, include_last_step: bool, n_step_names: int | None) -> FileResult:
@@ -85,10 +94,10 @@ def estimate_mb(path: str) -> float:
     """The peak memory one file's analysis is expected to need, in MB."""
     try:
         size = Path(path).stat().st_size / 1e6
-    except OSError:
+        with open(path, "rb") as fh:
+            gz = fh.read(2) == b"\x1f\x8b"
+    except OSError:  # unreadable: the file is skipped with its reason when it is analysed
         return WORKER_MB
-    with open(path, "rb") as fh:
-        gz = fh.read(2) == b"\x1f\x8b"
     return WORKER_MB + MEMORY_PER_MB * size * (GZIP_RATIO if gz else 1.0)
 
 
@@ -127,45 +136,101 @@ def analyse_files(
 def _run(
     paths: Sequence[str], include_last_step: bool, counts: list[int | None], workers: int
 ) -> list[FileResult]:
-    if workers <= 1 or len(paths) <= 1:
+    work = [estimate_mb(p) - WORKER_MB for p in paths]
+    if workers <= 1 or len(paths) <= 1 or sum(work) < WORKERS_FROM_MB:
         return [analyse_file(p, include_last_step, c) for p, c in zip(paths, counts, strict=True)]
     results: list[FileResult | None] = [None] * len(paths)
-    waiting = list(range(len(paths)))
-    running: dict[int, subprocess.Popen[bytes]] = {}
+    why: dict[int, str] = {}
     with tempfile.TemporaryDirectory(prefix="torchdoctor-analyze-") as out:
+        running: list[tuple[subprocess.Popen[bytes], list[int]]] = []
         try:
-            while waiting or running:
-                while waiting and len(running) < workers:
-                    i = waiting.pop(0)
-                    running[i] = _start(paths[i], include_last_step, counts[i], Path(out, f"{i}"))
-                for i, proc in list(running.items()):
-                    if proc.poll() is not None:
-                        del running[i]
-                        results[i] = _read(Path(out, f"{i}"))
-                time.sleep(POLL_S)
+            for batch in _batches(work, min(workers, len(paths))):
+                jobs_file = Path(out, f"batch{batch[0]}.json")
+                jobs_file.write_text(json.dumps([[i, paths[i], counts[i]] for i in batch]))
+                try:
+                    running.append((_start(jobs_file, include_last_step, Path(out)), batch))
+                except OSError as exc:
+                    why.update(
+                        (i, f"no worker process could start ({exc.strerror})") for i in batch
+                    )
+            for proc, batch in running:
+                while proc.poll() is None:
+                    time.sleep(POLL_S)
+                for i in batch:
+                    results[i] = _read(Path(out, f"{i}"))
+                    if results[i] is None:
+                        why[i] = (
+                            f"its worker process ended without a result (status {proc.returncode})"
+                        )
         finally:
-            for proc in running.values():
+            _end(p for p, _ in running)
+    # a file without a result (its worker did not start, was killed, ran out of memory): here
+    done = []
+    for i, (r, p, c) in enumerate(zip(results, paths, counts, strict=True)):
+        if r is None:
+            r = analyse_file(p, include_last_step, c)
+            r.note = f"{p}: {why.get(i, 'no result from its worker')}; analysed in this process"
+        done.append(r)
+    return done
+
+
+def _batches(work: Sequence[float], n: int) -> list[list[int]]:
+    """The files shared among ``n`` workers, largest first to the least loaded; each worker's
+    files in their given order."""
+    load = [0.0] * n
+    batches: list[list[int]] = [[] for _ in range(n)]
+    for i in sorted(range(len(work)), key=lambda i: -work[i]):
+        k = load.index(min(load))
+        batches[k].append(i)
+        load[k] += max(work[i], 0.0)
+    return [sorted(b) for b in batches if b]
+
+
+def _end(procs: Iterable[subprocess.Popen[bytes]]) -> None:
+    """Kill the workers still running and reap them, with SIGINT and SIGTERM held off meanwhile
+    (a second Ctrl-C must not leave one running); they are delivered after."""
+    held = threading.current_thread() is threading.main_thread() and hasattr(
+        signal, "pthread_sigmask"
+    )
+    if held:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        procs = list(procs)
+        for proc in procs:
+            if proc.poll() is None:
                 proc.kill()
-                proc.wait()
-    # a worker that ended without its result (killed, out of memory): that file in this process
-    return [
-        r if r is not None else analyse_file(p, include_last_step, c)
-        for r, p, c in zip(results, paths, counts, strict=True)
-    ]
+        for proc in procs:
+            proc.wait()
+    finally:
+        if held:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
 
 
 #: How often the parent looks for workers that ended, in seconds.
 POLL_S = 0.02
 
+#: Below this much JSON in all (MB) the files are analysed in this process: a worker's start
+#: (an interpreter and its imports, about 0.15 s) would cost more than it saves (40 files of
+#: 1.75 MB each: 2.2 s in one process, 7.2 s with a worker a file).
+WORKERS_FROM_MB = 20.0
 
-def _start(
-    path: str, include_last_step: bool, count: int | None, out: Path
-) -> subprocess.Popen[bytes]:
+#: A worker: the current directory left off ``sys.path`` (a ``tokenize.py`` or ``pickle.py``
+#: beside the user's traces must not be imported in our place).
+_WORKER_CODE = (
+    "import sys; del sys.path[0]; "
+    "from torchdoctor.analysis.trace_ranks import _worker; _worker(sys.argv[1:])"
+)
+
+
+def _start(jobs_file: Path, include_last_step: bool, out: Path) -> subprocess.Popen[bytes]:
     src = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(x for x in (src, env.get("PYTHONPATH")) if x)
-    argv = [sys.executable, "-m", __name__, path, str(int(include_last_step)),
-            "-" if count is None else str(count), str(out)]  # fmt: skip
+    # an empty entry (``PYTHONPATH=$PYTHONPATH:/x`` with none before) or "." is the current
+    # directory: left out like the path's first entry (_WORKER_CODE)
+    given = [x for x in env.get("PYTHONPATH", "").split(os.pathsep) if x not in ("", ".")]
+    env["PYTHONPATH"] = os.pathsep.join([src, *given])
+    argv = [sys.executable, "-c", _WORKER_CODE, str(jobs_file), str(int(include_last_step)),
+            str(out), str(os.getpid())]  # fmt: skip
     return subprocess.Popen(
         argv,
         env=env,
@@ -185,17 +250,25 @@ def _read(out: Path) -> FileResult | None:
 
 
 def _worker(argv: list[str]) -> None:
-    """A worker process: one file's :class:`FileResult`, pickled whole to ``argv[3]``."""
-    path, last, count, out = argv
-    result = analyse_file(path, last == "1", None if count == "-" else int(count))
-    partial = f"{out}.partial"
-    with open(partial, "wb") as fh:
-        pickle.dump(result, fh, protocol=pickle.HIGHEST_PROTOCOL)
-    os.replace(partial, out)
+    """A worker process: each file of its batch (``argv[0]``, a JSON list of ``[index, path,
+    step-name count]``) analysed in turn, its :class:`FileResult` pickled whole to ``argv[2]``
+    as ``<index>``. It ends when the process that started it (``argv[3]``) is gone."""
+    jobs_file, last, out, parent = argv
+    _end_with(int(parent))
+    for i, path, count in json.loads(Path(jobs_file).read_text()):
+        result = analyse_file(path, last == "1", count)
+        partial = Path(out, f"{i}.partial")
+        with open(partial, "wb") as fh:
+            pickle.dump(result, fh, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(partial, Path(out, f"{i}"))
 
 
-if __name__ == "__main__":
-    # this module's own name, so the result pickles as torchdoctor's class, not __main__'s
-    from torchdoctor.analysis.trace_ranks import _worker as worker
+def _end_with(parent: int) -> None:
+    """End this process when ``parent`` is no longer its parent (killed, hung up)."""
 
-    worker(sys.argv[1:])
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.2)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="torchdoctor-parent-watch", daemon=True).start()
