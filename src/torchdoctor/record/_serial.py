@@ -49,8 +49,9 @@ def write_json_atomic(path: str | os.PathLike[str], data: Any) -> Path:
 
 def write_text_atomic(path: str | os.PathLike[str], text: str, mode: int | None = None) -> Path:
     """Write ``text`` (UTF-8, its line endings as they are) to ``path`` through a temp file and
-    a rename; with ``mode`` (a file's permission bits to keep), that mode."""
-    return write_bytes_atomic(path, text.encode("utf-8"), mode)
+    a rename; with ``mode`` (a file's permission bits to keep), that mode. A file name that is not
+    UTF-8 (its bytes held as surrogates) is written as its escapes (``\\udcff``)."""
+    return write_bytes_atomic(path, text.encode("utf-8", "backslashreplace"), mode)
 
 
 def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, mode: int | None = None) -> Path:
