@@ -365,4 +365,8 @@ def find_trace_files(paths: list[str | os.PathLike[str]]) -> list[Path]:
             found.append(p)
         else:
             raise TraceFormatError(f"{p}: no such file or directory")
-    return found
+    # a file named twice (a folder and a file in it, a link to it) is one rank's trace, once
+    once: dict[str, Path] = {}
+    for q in found:
+        once.setdefault(os.path.realpath(q), q)
+    return list(once.values())

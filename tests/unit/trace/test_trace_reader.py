@@ -157,6 +157,9 @@ def test_find_trace_files_expands_directories(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(TraceFormatError, match="no .json"):
         find_trace_files([tmp_path / "empty"])
+    # a file named twice, or through a link, is one rank's trace, once
+    (tmp_path / "link.json").symlink_to(a)
+    assert find_trace_files([tmp_path / "run", a, tmp_path / "link.json"]) == sorted([a, b])
 
 
 def test_fractional_timestamps_are_flagged(tmp_path):
