@@ -154,17 +154,27 @@ def test_analyze_records_compare_too():
 
 
 @pytest.mark.timing  # its headline must be IMPROVED, measured side by side
-def test_the_demo_writes_its_page_and_prints_where(tmp_path, capsys):
+def test_the_demo_writes_its_page_and_prints_where(tmp_path, capsys, cpu_hog):
     pytest.importorskip("PIL")
     page = tmp_path / "demo.html"
     assert main(["demo", "--steps", "6", "--html", str(page), "--json", str(tmp_path)]) == 0
     side = json.loads((tmp_path / "speedup.json").read_text())
-    assert side["judged"]["judgement"] == "IMPROVED" and len(side["pairs"]) == 2, side
+    judged = side["judged"]["judgement"]
+    assert len(side["pairs"]) == 2 and min(side["pairs"]) > 1.0, side
+    if cpu_hog is None:  # quiet: the fix's gain is clear in both pairs (3.19x from a fresh clone)
+        assert judged == "IMPROVED", side
+    else:
+        # beside a busy loop the fixed loader's workers have a core less (pairs of 1.08x and
+        # 1.58x were measured): IMPROVED, or unclear and said so ("run it again"), never a
+        # firm other answer
+        assert judged == "IMPROVED" or (
+            judged == "NO CHANGE" and "run it again" in side["notes"][0]
+        )
     out = " ".join(capsys.readouterr().out.split())
     assert str(page.resolve()) in out
     view = browser_view(page)
     assert_offline(view, page)
-    assert "IMPROVED" in view["text"] and "COMPUTE-BOUND" in view["text"]
+    assert judged in view["text"] and "COMPUTE-BOUND" in view["text"]
     # its speedup is measured side by side, and the page does not warn against its own story
     assert "measured side by side" in view["text"]
     assert "like-for-like" not in view["text"] and "different scripts" not in view["text"]
