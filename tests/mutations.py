@@ -98,6 +98,13 @@ MUTATIONS = (
         ("tests/unit/analysis/test_trace_ranks.py",),
     ),
     Mutation(
+        "trace reader: a slice of events ends on its boundary's ','",
+        "trace/_reader.py",
+        "self._pos = cut + 2",
+        "self._pos = cut + 1",
+        ("tests/unit/trace/test_trace_reader.py",),
+    ),
+    Mutation(
         "gpu view: a correlation two kept host calls carry is joined once",
         "analysis/trace_gpu.py",
         "repeated[c] = repeated.get(c, keep[h]) + keep[i]",

@@ -28,6 +28,8 @@ CHUNK_BYTES = 1 << 20
 
 #: One event larger than this cannot be a real Kineto event; the file is corrupt.
 MAX_EVENT_CHARS = 64 << 20
+#: The least text worth decoding as one slice of events (:meth:`EventStream._batch`).
+BATCH_MIN_CHARS = 64 << 10
 
 _WS = " \t\n\r"
 
@@ -76,6 +78,8 @@ class EventStream:
         self.non_events = 0
         self.first_non_event: Any = None
         self._decoder = json.JSONDecoder()
+        #: Read events one at a time while the cursor is before this (:meth:`_batch`).
+        self._one_by_one_until = -1
         self._buf = ""
         self._pos = 0
         self._eof = False
@@ -204,15 +208,47 @@ class EventStream:
             self._pos += 1
             return
         while True:
-            event = self._value()
-            if isinstance(event, dict):
-                yield event
-            else:
-                if not self.non_events:
-                    self.first_non_event = event
-                self.non_events += 1
+            batch = self._batch()
+            for event in batch if batch is not None else (self._value(),):
+                if isinstance(event, dict):
+                    yield event
+                else:
+                    if not self.non_events:
+                        self.first_non_event = event
+                    self.non_events += 1
+            if batch is not None:
+                continue  # the cursor is past the batch's last ','
             if self._expect(",]", "',' or ']' between events") == "]":
                 return
+
+    def _batch(self) -> list[Any] | None:
+        """The whole events between the cursor and the buffer's last event boundary (``}``,
+        ``,``, ``{``), decoded in one call of the C scanner; ``None`` to read one at a time.
+
+        A boundary found inside a string leaves that string open in the slice, and one inside an
+        event leaves the event open: either way the slice does not decode and nothing is taken,
+        so a decoded slice is whole events. After a slice that did not decode, events are read
+        one at a time up to its end (one failed attempt per buffer at most).
+        """
+        buf, pos = self._buf, self._pos
+        if pos < self._one_by_one_until or len(buf) - pos < BATCH_MIN_CHARS:
+            return None
+        cut = buf.rfind("},", pos)
+        for _ in range(8):  # the last '},' followed by '{', among the last few
+            if cut - pos < BATCH_MIN_CHARS:
+                return None
+            if buf[cut + 2 : cut + 66].lstrip(_WS)[:1] == "{":
+                break
+            cut = buf.rfind("},", pos, cut)
+        else:
+            return None
+        try:
+            events = self._decoder.decode("[" + buf[pos : cut + 1] + "]")
+        except (json.JSONDecodeError, RecursionError):
+            self._one_by_one_until = cut
+            return None
+        self._pos = cut + 2
+        return events
 
 
 def iter_events(path: str | os.PathLike[str]) -> EventStream:

@@ -229,3 +229,48 @@ def test_binary_file_is_named_as_binary(tmp_path):
     path.write_bytes(bytes(range(128, 256)))
     with pytest.raises(TraceFormatError, match="binary data"):
         load_trace(path)
+
+
+def _awkward_events(n: int) -> list:
+    """Events whose strings and args hold the text of an event boundary, and entries that are
+    not events: a slice cut at a false boundary must not decode."""
+    out: list = []
+    for i in range(n):
+        name = "f(a}, {b)" if i % 7 == 0 else f"op{i}"
+        args = {"inner": {"x": i}, "after": "},{"} if i % 5 == 0 else {"External id": i}
+        out.append({"ph": "X", "cat": "cpu_op", "name": name, "ts": i * 10, "dur": 5, "args": args})
+        if i % 997 == 0:
+            out.append(i)  # not an event: counted and skipped
+    return out
+
+
+@pytest.mark.parametrize("indent", [None, 1])
+def test_events_decoded_in_slices_are_those_decoded_one_by_one(tmp_path, monkeypatch, indent):
+    events = _awkward_events(6000)  # about 700 KB: several slices and chunks
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events, "traceName": "t"}, indent=indent))
+    monkeypatch.setattr(_reader, "CHUNK_BYTES", 200_000)
+    real, decoded = _reader.EventStream._batch, []
+
+    def counted(self):
+        got = real(self)
+        decoded.append(got is not None)
+        return got
+
+    monkeypatch.setattr(_reader.EventStream, "_batch", counted)
+    stream = iter_events(path)
+    sliced = list(stream)
+    assert sum(decoded) >= 2  # slices were decoded (and some refused: false boundaries)
+    monkeypatch.setattr(_reader.EventStream, "_batch", lambda self: None)
+    one_by_one = list(iter_events(path))
+    assert sliced == one_by_one == [e for e in events if isinstance(e, dict)]
+    assert stream.non_events == 7 and stream.first_non_event == 0
+    assert stream.metadata == {"traceName": "t"}
+
+
+def test_a_large_trace_cut_short_is_a_clear_error_after_its_slices(tmp_path):
+    text = json.dumps({"traceEvents": _awkward_events(6000)})
+    path = tmp_path / "cut.json"
+    path.write_text(text[: len(text) * 2 // 3])
+    with pytest.raises(TraceFormatError, match="the file ends early"):
+        load_trace(path)
