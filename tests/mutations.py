@@ -105,6 +105,13 @@ MUTATIONS = (
         ("tests/unit/trace/test_trace_reader.py",),
     ),
     Mutation(
+        "trace reader: the one-by-one mark stays where the old buffer put it",
+        "trace/_reader.py",
+        "self._one_by_one_until -= self._pos",
+        "pass",
+        ("tests/unit/trace/test_trace_reader.py",),
+    ),
+    Mutation(
         "gpu view: a correlation two kept host calls carry is joined once",
         "analysis/trace_gpu.py",
         "repeated[c] = repeated.get(c, keep[h]) + keep[i]",

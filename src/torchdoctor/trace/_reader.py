@@ -98,6 +98,7 @@ class EventStream:
         except (EOFError, OSError, zlib.error) as exc:
             raise self._error(f"the compressed stream is damaged ({exc})") from None
         self.bytes_read += len(data)
+        self._one_by_one_until -= self._pos  # the buffer's start moves to the cursor
         if not data:
             self._eof = True
             self._buf = self._buf[self._pos :] + self._text.decode(b"", final=True)
@@ -153,6 +154,8 @@ class EventStream:
                         raise self._error("the file ends early (truncated)") from None
                     raise self._error(f"invalid JSON ({exc.msg})") from None
                 continue
+            except ValueError as exc:  # a number Python will not convert (over 4300 digits)
+                raise self._error(f"a value cannot be read ({exc})") from None
             if end == len(self._buf) and not self._eof:
                 # A number may continue in the next chunk ("12" + "34"); re-read to be sure.
                 if self._fill():
@@ -244,7 +247,8 @@ class EventStream:
             return None
         try:
             events = self._decoder.decode("[" + buf[pos : cut + 1] + "]")
-        except (json.JSONDecodeError, RecursionError):
+        except (ValueError, RecursionError):  # JSONDecodeError is a ValueError, as is a
+            # number too long to convert: read one by one, and fail where the value is
             self._one_by_one_until = cut
             return None
         self._pos = cut + 2

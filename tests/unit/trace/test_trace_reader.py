@@ -274,3 +274,43 @@ def test_a_large_trace_cut_short_is_a_clear_error_after_its_slices(tmp_path):
     path.write_text(text[: len(text) * 2 // 3])
     with pytest.raises(TraceFormatError, match="the file ends early"):
         load_trace(path)
+
+
+def test_a_number_too_long_to_convert_is_a_clear_error_after_the_events_before_it(tmp_path):
+    """Python refuses integers of over 4300 digits with a ValueError, not a JSONDecodeError: it
+    escaped a slice whole (none of the events before it read) and ended in a traceback."""
+    events = [{"ph": "X", "name": f"op{i}", "ts": i, "dur": 1} for i in range(3000)]
+    text = json.dumps({"traceEvents": events})[:-2] + ', {"ts": ' + "9" * 4400 + "}]}"
+    path = tmp_path / "long.json"
+    path.write_text(text)
+    read = []
+    with pytest.raises(TraceFormatError, match="a value cannot be read .*4300 digits"):
+        for event in iter_events(path):
+            read.append(event)
+    assert len(read) == 3000
+
+
+def test_after_a_slice_that_did_not_decode_the_next_buffers_are_sliced(tmp_path, monkeypatch):
+    """A false boundary (a name holding '}, {') at the end of the first buffer: the next
+    buffers' events are still decoded as slices (the one-by-one mark moves with the buffer)."""
+    monkeypatch.setattr(_reader, "CHUNK_BYTES", 100_000)
+    head = '{"traceEvents": ['
+    one = json.dumps({"ph": "X", "name": "op", "ts": 1, "dur": 1})
+    before = (100_000 - len(head) - 40) // (len(one) + 2)
+    awkward = json.dumps({"ph": "X", "name": "x" * 20 + "}, {" + "y" * 200, "ts": 2, "dur": 1})
+    events = [one] * before + [awkward] + [one] * 5000
+    path = tmp_path / "t.json"
+    path.write_text(head + ", ".join(events) + "]}")
+    text = path.read_text()
+    assert text.find("}, {y") < 100_000 < text.find('"ts": 2')  # the name spans the buffer end
+    real, decoded = _reader.EventStream._batch, []
+
+    def counted(self):
+        got = real(self)
+        decoded.append(got is not None)
+        return got
+
+    monkeypatch.setattr(_reader.EventStream, "_batch", counted)
+    assert len(list(iter_events(path))) == before + 5001
+    first_refused = decoded.index(False)
+    assert first_refused <= 1 and decoded[first_refused:].count(True) >= 2, decoded[:12]
