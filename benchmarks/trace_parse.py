@@ -7,7 +7,11 @@ reader in a fresh child process so its peak RSS is its own:
 - ``ijson-yajl2_c`` : ijson's C backend streaming ``traceEvents.item`` (if ijson is installed);
 - ``stream``        : torchdoctor's streaming reader, events only (no tables);
 - ``load_trace``    : torchdoctor's reader building the per-rank column tables;
-- ``analyze``       : load_trace plus every analysis and the verdict (the whole ``analyze``).
+- ``analyze``       : load_trace plus every analysis and the verdict (the whole ``analyze``);
+- ``hta``           : HolisticTraceAnalysis's ``TraceAnalysis`` of the trace and its temporal
+  breakdown, in the Python ``--hta-python`` names (one with HolisticTraceAnalysis installed; by
+  default this one), when that Python has it. ``analyze`` and ``hta`` both print the GPU idle
+  share they found, and, when both ran, their ratios.
 
 With ``--ranks N`` it writes a folder of N rank files of that size each and analyses the folder
 three ways: every rank's tables held at once (``analyze_parsed_traces``, how ``analyze`` read a
@@ -19,6 +23,8 @@ Usage::
     .venv/bin/python benchmarks/trace_parse.py --size-mb 1024
     .venv/bin/python benchmarks/trace_parse.py --size-mb 100 --readers stream,load_trace
     .venv/bin/python benchmarks/trace_parse.py --size-mb 100 --ranks 4
+    .venv/bin/python benchmarks/trace_parse.py --size-mb 300 --readers analyze,hta \
+        --hta-python /tmp/htavenv/bin/python   # pip install HolisticTraceAnalysis there
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ import sys
 import time
 from pathlib import Path
 
-READERS = ("json.load", "ijson-yajl2_c", "stream", "load_trace", "analyze")
+READERS = ("json.load", "ijson-yajl2_c", "stream", "load_trace", "analyze", "hta")
 FOLDER_READERS = ("all-at-once", "jobs-1", "workers")
 
 
@@ -104,6 +110,7 @@ def measure(reader: str, path: Path) -> dict[str, float]:
     """Run one reader over ``path`` in this process; return seconds, events, peak RSS."""
     started = time.perf_counter()
     events = 0
+    idle_pct = None
     if reader == "json.load":
         with open(path, "rb") as fh:
             events = len(json.load(fh)["traceEvents"])
@@ -129,6 +136,24 @@ def measure(reader: str, path: Path) -> dict[str, float]:
 
         record = analyze_trace(str(path))
         events = record.trace.ranks[0].events
+        temporal = record.trace.ranks[0].temporal
+        idle_pct = temporal.idle_pct if temporal else None
+    elif reader == "hta":
+        import tempfile
+
+        try:
+            from hta.trace_analysis import TraceAnalysis
+        except ImportError:
+            raise SystemExit(
+                "HolisticTraceAnalysis is not installed in this Python: pass --hta-python"
+            ) from None
+
+        with tempfile.TemporaryDirectory() as folder:  # HTA reads a folder of rank files
+            os.symlink(path.resolve(), Path(folder) / "rank0.json")
+            analysis = TraceAnalysis(trace_dir=folder)
+            breakdown = analysis.get_temporal_breakdown(visualize=False)
+            events = len(analysis.t.get_trace(0))
+            idle_pct = float(breakdown["idle_time_pctg"].iloc[0])
     elif reader in FOLDER_READERS:
         from torchdoctor.analysis.trace_analysis import analyze_parsed_traces, analyze_trace
         from torchdoctor.trace import find_trace_files, load_trace
@@ -142,7 +167,13 @@ def measure(reader: str, path: Path) -> dict[str, float]:
     seconds = time.perf_counter() - started
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     worker_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    return {"seconds": seconds, "events": events, "peak_rss_mb": peak_mb, "worker_mb": worker_mb}
+    return {
+        "seconds": seconds,
+        "events": events,
+        "peak_rss_mb": peak_mb,
+        "worker_mb": worker_mb,
+        "idle_pct": idle_pct,
+    }
 
 
 def main() -> None:
@@ -151,6 +182,11 @@ def main() -> None:
     parser.add_argument("--path", type=Path, default=None, help="reuse or write this trace")
     parser.add_argument("--readers", default=None)
     parser.add_argument("--ranks", type=int, default=0, help="a folder of this many rank files")
+    parser.add_argument(
+        "--hta-python",
+        default=sys.executable,
+        help="the Python that runs the hta reader (HolisticTraceAnalysis installed)",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
 
@@ -180,10 +216,13 @@ def main() -> None:
         readers = args.readers.split(",") if args.readers else list(READERS)
     print(
         f"{'reader':<16}{'seconds':>9}{'MB/s':>8}{'events':>11}{'peak RSS MB':>13}{'worker MB':>11}"
+        f"{'GPU idle %':>12}"
     )
+    results = {}
     for reader in readers:
+        python = args.hta_python if reader == "hta" else sys.executable
         proc = subprocess.run(
-            [sys.executable, __file__, "--child", reader, "--path", str(path)],
+            [python, __file__, "--child", reader, "--path", str(path)],
             capture_output=True,
             text=True,
             env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")},
@@ -192,10 +231,17 @@ def main() -> None:
             last = (proc.stderr.strip().splitlines() or ["failed"])[-1]
             print(f"{reader:<16} failed: {last}")
             continue
-        r = json.loads(proc.stdout.strip().splitlines()[-1])
+        r = results[reader] = json.loads(proc.stdout.strip().splitlines()[-1])
+        idle = f"{r['idle_pct']:>12.1f}" if r.get("idle_pct") is not None else ""
         print(
             f"{reader:<16}{r['seconds']:>9.1f}{size_mb / r['seconds']:>8.1f}"
-            f"{r['events']:>11,}{r['peak_rss_mb']:>13,.0f}{r['worker_mb']:>11,.0f}"
+            f"{r['events']:>11,}{r['peak_rss_mb']:>13,.0f}{r['worker_mb']:>11,.0f}{idle}"
+        )
+    if "analyze" in results and "hta" in results:
+        ours, hta = results["analyze"], results["hta"]
+        print(
+            f"analyze against HTA, this run: {hta['seconds'] / ours['seconds']:.1f}x faster, "
+            f"{hta['peak_rss_mb'] / ours['peak_rss_mb']:.1f}x less peak RSS"
         )
 
 

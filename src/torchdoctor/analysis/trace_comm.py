@@ -12,6 +12,7 @@ kernels, so its own work shrinks by exactly its wait.
 from __future__ import annotations
 
 import statistics
+from array import array
 
 from ..record import CommOverlap, RankReport, RankSkew
 from ..trace import RankTrace
@@ -34,18 +35,19 @@ TRACE_PART_WORDS = {
 
 def comm_overlap(t: RankTrace, view: GpuView) -> CommOverlap | None:
     """Overlap of communication and computation kernels; ``None`` without communication."""
-    comm, comp = [], []
+    comm, comp = array("q"), array("q")
     types = kernel_types(t.names, view.name)
-    for s, e, nid in zip(view.ts, view.end, view.name, strict=True):
+    for k, nid in enumerate(view.name):
         kind = types[nid]
         if kind == "COMMUNICATION":
-            comm.append((s, e))
+            comm.append(k)
         elif kind == "COMPUTATION":
-            comp.append((s, e))
+            comp.append(k)
     if not comm:
         return None
-    comm_m, comp_m = _intervals.merge(comm), _intervals.merge(comp)
-    comm_us, comp_us = _intervals.covered(comm_m), _intervals.covered(comp_m)
+    comm_m = _intervals.merge_ends(view.ts, view.end, comm)
+    comp_m = _intervals.merge_ends(view.ts, view.end, comp)
+    comm_us, comp_us = _intervals.spans_covered(comm_m), _intervals.spans_covered(comp_m)
     both = _intervals.intersection(comm_m, comp_m)
     span = max(view.end) - min(view.ts)
     return CommOverlap(

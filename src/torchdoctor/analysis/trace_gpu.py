@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import re
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..record import IdleBreakdown, TemporalBreakdown
@@ -71,6 +72,9 @@ class GpuView:
     #: rows of the RankTrace (for names, categories)
     row: array[int] = field(default_factory=lambda: array("q"))
 
+    def __len__(self) -> int:
+        return len(self.ts)
+
 
 def step_names(traces: list[RankTrace]) -> set[str]:
     """Distinct names containing ``ProfilerStep`` across ``traces`` (HTA counts symbols)."""
@@ -80,27 +84,26 @@ def step_names(traces: list[RankTrace]) -> set[str]:
     return out
 
 
-def _rounded(t: RankTrace) -> tuple[array[float], array[float]]:
-    """Start and end times, rounded like HTA when the trace has fractional timestamps."""
+def _times(t: RankTrace) -> tuple[Callable[[int], float], Callable[[int], float]]:
+    """A row's start and end time, rounded like HTA when the trace has fractional timestamps
+    (computed per row: no column of them is held beside the trace's)."""
     ts, dur = t.ts, t.dur
     if not t.ts_fractional:
-        return array("d", ts), array("d", map(float.__add__, ts, dur))
+        return ts.__getitem__, lambda i: ts[i] + dur[i]
     ceil, floor = math.ceil, math.floor
-    return (
-        array("d", (float(ceil(x)) for x in ts)),
-        array("d", (float(floor(a + b)) for a, b in zip(ts, dur, strict=True))),
-    )
+    return (lambda i: float(ceil(ts[i]))), (lambda i: float(floor(ts[i] + dur[i])))
 
 
 def gpu_view(t: RankTrace, n_step_names: int, include_last_step: bool = False) -> GpuView:
     """Select the GPU events of ``t`` as HTA does (see the module docstring)."""
-    start, end = _rounded(t)
+    start, end = _times(t)
     stream, corr, name = t.stream, t.correlation, t.name
     sync_ids = {i for i, n in enumerate(t.names) if n in _DEVICE_SYNC_NAMES}
-    n = len(start)
+    n = len(t)
     is_gpu = bytearray((stream[i] >= 0 and corr[i] >= 0) or name[i] in sync_ids for i in range(n))
 
-    multiplicity = array("q", [1]) * n
+    #: how many copies of a GPU row the view holds, where that is not one
+    multiplicity: dict[int, int] = {}
     keep = bytearray(b"\x01") * n
     filtered = False
     if n_step_names >= 2:
@@ -108,11 +111,11 @@ def gpu_view(t: RankTrace, n_step_names: int, include_last_step: bool = False) -
         step_rows = [i for i in range(n) if not is_gpu[i] and name[i] in step_ids]
         if step_rows:
             filtered = True
-            last_start = max(start[i] for i in step_rows)
-            last_end = max(end[i] for i in step_rows)
+            last_start = max(start(i) for i in step_rows)
+            last_end = max(end(i) for i in step_rows)
             for i in range(n):
                 if not is_gpu[i]:
-                    keep[i] = start[i] <= last_end if include_last_step else start[i] < last_start
+                    keep[i] = start(i) <= last_end if include_last_step else start(i) < last_start
 
     # The host event each GPU event links to: the last host event (in file order) that carries
     # the same correlation id. One dict: how many kept host events share a correlation is
@@ -146,7 +149,8 @@ def gpu_view(t: RankTrace, n_step_names: int, include_last_step: bool = False) -
                 else:
                     h = host_by_corr.get(c)
                     copies = keep[h] if h is not None else 0
-                multiplicity[i] = copies
+                if copies != 1:
+                    multiplicity[i] = copies
                 keep[i] = copies > 0
 
     view = GpuView(t.label)
@@ -156,12 +160,13 @@ def gpu_view(t: RankTrace, n_step_names: int, include_last_step: bool = False) -
             continue
         if is_gpu[i]:
             h = host_by_corr.get(corr[i])
-            launch = start[h] if h is not None and keep[h] else nan
+            launch = start(h) if h is not None and keep[h] else nan
         else:
             launch = nan
-        for _ in range(multiplicity[i]):
-            view.ts.append(start[i])
-            view.end.append(end[i])
+        s, e = start(i), end(i)
+        for _ in range(multiplicity.get(i, 1)):
+            view.ts.append(s)
+            view.end.append(e)
             view.stream.append(stream[i])
             view.name.append(name[i])
             view.launch_ts.append(launch)
@@ -175,12 +180,18 @@ def temporal_breakdown(t: RankTrace, view: GpuView) -> TemporalBreakdown | None:
         return None
     names = t.names
     span = max(view.end) - min(view.ts)
-    busy = _intervals.covered(_intervals.merge(zip(view.ts, view.end, strict=True)))
+    busy = _intervals.spans_covered(_intervals.merge_ends(view.ts, view.end, range(len(view))))
     types = kernel_types(names, view.name)
-    by_type: dict[str, list[tuple[float, float]]] = {}
-    for s, e, nid in zip(view.ts, view.end, view.name, strict=True):
-        by_type.setdefault(types[nid], []).append((s, e))
-    by_type_us = {k: _intervals.covered(_intervals.merge(v)) for k, v in by_type.items()}
+    by_type: dict[str, array[int]] = {}
+    for k, nid in enumerate(view.name):
+        rows = by_type.get(types[nid])
+        if rows is None:
+            rows = by_type[types[nid]] = array("q")
+        rows.append(k)
+    by_type_us = {
+        k: _intervals.spans_covered(_intervals.merge_ends(view.ts, view.end, rows))
+        for k, rows in by_type.items()
+    }
     compute = by_type_us.get("COMPUTATION", 0.0)
     idle = span - busy
     non_compute = span - compute - idle

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import statistics
+from bisect import bisect_left
 
 from ..record import KernelStat, LaunchStats, PageableCopies, SyncReport, SyncSite
 from ..trace import CAT_CPU_OP, CAT_KERNEL, CAT_MEMCPY, CAT_PYTHON, CAT_RUNTIME, RankTrace
@@ -48,29 +49,46 @@ def _user_frame(name: str) -> tuple[str, int, str] | None:
     return m["file"], int(m["line"]), m["func"]
 
 
-def _enclosing(t: RankTrace, targets: list[int], containers: list[int]) -> dict[int, list[int]]:
-    """For each target row, the container rows on the same thread that enclose it, outer first.
+def _enclosing(t: RankTrace, targets: list[int], container_cat: int) -> dict[int, list[int]]:
+    """For each target row, the rows of category ``container_cat`` on the same thread that
+    enclose it, outer first.
 
-    Events on one thread nest, so one sweep with a stack per thread finds them.
+    Events on one thread nest, so one sweep with a stack per thread finds them. Only the
+    containers that start at or before some target on their thread and end at or after its
+    start take part (a trace holds hundreds of thousands, the targets a few): no list of them
+    all is made.
     """
-    by_tid: dict[int, list[tuple[float, int, int]]] = {}
-    # kind 0 = container (sorted before a target at the same start), 1 = target
-    for r in containers:
-        by_tid.setdefault(t.tid[r], []).append((t.ts[r], 0, r))
+    starts: dict[int, list[float]] = {}
     for r in targets:
-        by_tid.setdefault(t.tid[r], []).append((t.ts[r], 1, r))
+        starts.setdefault(t.tid[r], []).append(t.ts[r])
+    for s in starts.values():
+        s.sort()
+    by_tid: dict[int, list[tuple[float, int, int]]] = {}
+    ts, dur, tid, cat = t.ts, t.dur, t.tid, t.cat
+    for r in range(len(t)):
+        if cat[r] != container_cat:
+            continue
+        on_thread = starts.get(tid[r])
+        if on_thread is None:
+            continue
+        first = bisect_left(on_thread, ts[r])
+        if first < len(on_thread) and on_thread[first] <= ts[r] + dur[r]:
+            # kind 0 = container (sorted before a target at the same start), 1 = target
+            by_tid.setdefault(tid[r], []).append((ts[r], 0, r))
+    for r in targets:
+        by_tid.setdefault(tid[r], []).append((ts[r], 1, r))
     out: dict[int, list[int]] = {}
     for items in by_tid.values():
-        items.sort(key=lambda x: (x[0], x[1], -t.dur[x[2]]))
+        items.sort(key=lambda x: (x[0], x[1], -dur[x[2]]))
         stack: list[int] = []
         for start, kind, r in items:
-            while stack and t.ts[stack[-1]] + t.dur[stack[-1]] <= start:
+            while stack and ts[stack[-1]] + dur[stack[-1]] <= start:
                 stack.pop()
             if kind == 0:
                 stack.append(r)
             else:
-                end = start + t.dur[r]
-                out[r] = [c for c in stack if t.ts[c] + t.dur[c] >= end]
+                end = start + dur[r]
+                out[r] = [c for c in stack if ts[c] + dur[c] >= end]
     return out
 
 
@@ -78,16 +96,21 @@ def sync_report(t: RankTrace, window: tuple[float, float] | None = None) -> Sync
     """Blocking runtime calls with counts, blocked time, the user's frame and the op."""
     runtime = t.cat_id(CAT_RUNTIME)
     sync_ids = {i for i, n in enumerate(t.names) if n in SYNC_CALLS}
-    rows = [
-        i
-        for i in range(len(t))
-        if t.cat[i] == runtime
-        and t.name[i] in sync_ids
-        and (window is None or window[0] <= t.ts[i] < window[1])
-    ]
-    python_rows = t.rows_of(CAT_PYTHON)
-    frames = _enclosing(t, rows, python_rows) if python_rows else {}
-    ops = _enclosing(t, rows, t.rows_of(CAT_CPU_OP))
+    rows = (
+        [
+            i
+            for i in range(len(t))
+            if t.cat[i] == runtime
+            and t.name[i] in sync_ids
+            and (window is None or window[0] <= t.ts[i] < window[1])
+        ]
+        if sync_ids and runtime >= 0
+        else []
+    )
+    python = t.cat_id(CAT_PYTHON)
+    has_stacks = python >= 0 and python in t.cat
+    frames = _enclosing(t, rows, python) if has_stacks and rows else {}
+    ops = _enclosing(t, rows, t.cat_id(CAT_CPU_OP)) if rows else {}
     sites: dict[tuple, SyncSite] = {}
     for r in rows:
         call = t.names[t.name[r]]
@@ -112,7 +135,7 @@ def sync_report(t: RankTrace, window: tuple[float, float] | None = None) -> Sync
         count=len(rows),
         blocked_ms=sum(s.blocked_ms for s in ordered),
         sites=ordered,
-        has_stacks=bool(python_rows),
+        has_stacks=has_stacks,
     )
 
 

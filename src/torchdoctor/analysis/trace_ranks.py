@@ -40,9 +40,10 @@ from pathlib import Path
 
 from ..record import RankReport
 
-#: Peak memory of one file's analysis, as a multiple of its JSON's size (1 GB of JSON peaked at
-#: 933 MB; ``benchmarks/trace_parse.py``), plus a worker's interpreter and imports.
-MEMORY_PER_MB = 1.0
+#: Peak memory of one file's analysis beyond the interpreter's, at most, as a multiple of its
+#: JSON's size (a 300 MB trace peaked at 117 MB, 17 of them the interpreter's:
+#: ``benchmarks/trace_parse.py``; a test holds it), plus a worker's interpreter and imports.
+MEMORY_PER_MB_OF_TRACE = 0.5
 WORKER_MB = 60.0
 #: A ``.json.gz`` file's JSON, as a multiple of its compressed size (Kineto traces compress
 #: about 8-15x; the larger figure keeps the estimate on the safe side).
@@ -98,7 +99,7 @@ def estimate_mb(path: str) -> float:
             gz = fh.read(2) == b"\x1f\x8b"
     except OSError:  # unreadable: the file is skipped with its reason when it is analysed
         return WORKER_MB
-    return WORKER_MB + MEMORY_PER_MB * size * (GZIP_RATIO if gz else 1.0)
+    return WORKER_MB + MEMORY_PER_MB_OF_TRACE * size * (GZIP_RATIO if gz else 1.0)
 
 
 def _available_mb() -> float | None:

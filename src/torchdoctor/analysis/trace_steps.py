@@ -134,8 +134,10 @@ def step_breakdown(t: RankTrace, include_last_step: bool = False) -> StepBreakdo
     """Claim each step's wall time part by part (see the module docstring)."""
     windows, notes = step_windows(t)
     rows = _part_rows(t)
-    merged = {p: _intervals.merge_rows(t.ts, t.dur, rows[p]) for p in STEP_PARTS if p != "other"}
-    ends = {p: [e for _, e in merged[p]] for p in merged}
+    # each part's rows are let go once merged
+    merged = {
+        p: _intervals.merge_rows(t.ts, t.dur, rows.pop(p)) for p in STEP_PARTS if p != "other"
+    }
     per_step: list[dict[str, float]] = []
     for w in windows:
         claimed: list[tuple[float, float]] = []
@@ -145,7 +147,7 @@ def step_breakdown(t: RankTrace, include_last_step: bool = False) -> StepBreakdo
             if p == "other":
                 parts[p] = max(0.0, w.wall_us - before) / 1000.0
                 continue
-            inside = _intervals.clip(merged[p], w.start_us, w.end_us, ends[p])
+            inside = _intervals.clip_spans(merged[p], w.start_us, w.end_us)
             claimed = _intervals.merge(claimed + inside)
             now = _intervals.covered(claimed)
             parts[p] = (now - before) / 1000.0

@@ -58,13 +58,16 @@ _COPY_CATS = frozenset({CAT_MEMCPY, CAT_MEMSET})
 #: Skipped events named in the note about them; the rest are counted.
 _NAMED_SKIPS = 5
 _INF = float("inf")
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 @dataclass
 class RankTrace:
     """One trace file (one rank) as column tables. Row ``i`` of every column is one event.
 
-    Times are microseconds as written in the file (``ts`` absolute, ``dur`` a length).
+    Times are microseconds as written in the file (``ts`` absolute, ``dur`` a length). The
+    integer columns take 2 or 4 bytes an entry, and 8 (:meth:`widen`) from the first value that
+    does not fit.
     ``stream`` is -1 for host events; ``correlation`` is -1 when absent. The args of
     ``cpu_op`` and ``python_function`` events (the bulk of a trace) are not read: neither
     carries a stream or a correlation id. ``cats`` holds the current Kineto names only (see
@@ -78,15 +81,15 @@ class RankTrace:
     names: list[str]
     cats: list[str]
     #: position of the event in the file's traceEvents array
-    index: array = field(default_factory=lambda: array("q"))
+    index: array = field(default_factory=lambda: array("I"))
     cat: array = field(default_factory=lambda: array("H"))
     name: array = field(default_factory=lambda: array("I"))
     ts: array = field(default_factory=lambda: array("d"))
     dur: array = field(default_factory=lambda: array("d"))
-    pid: array = field(default_factory=lambda: array("q"))
-    tid: array = field(default_factory=lambda: array("q"))
-    stream: array = field(default_factory=lambda: array("q"))
-    correlation: array = field(default_factory=lambda: array("q"))
+    pid: array = field(default_factory=lambda: array("i"))
+    tid: array = field(default_factory=lambda: array("i"))
+    stream: array = field(default_factory=lambda: array("i"))
+    correlation: array = field(default_factory=lambda: array("i"))
     #: bytes moved by gpu_memcpy / gpu_memset rows, by row number
     copy_bytes: dict[int, float] = field(default_factory=dict)
     #: whether any event has a fractional or missing ``ts`` (HTA then rounds timestamps)
@@ -101,6 +104,17 @@ class RankTrace:
     def __len__(self) -> int:
         return len(self.ts)
 
+    #: The integer columns, in the order :func:`load_trace` appends a row's values to them.
+    INTEGER_COLUMNS = ("index", "cat", "name", "pid", "tid", "stream", "correlation")
+
+    def widen(self, rows: int) -> None:
+        """Hold every integer column in 8 bytes an entry, its first ``rows`` entries kept."""
+        for column in self.INTEGER_COLUMNS:
+            values = getattr(self, column)
+            del values[rows:]
+            if values.typecode != "q":
+                setattr(self, column, array("q", values))
+
     @property
     def label(self) -> str:
         """``rank N``, or the file name's first part when the trace names no rank."""
@@ -114,14 +128,6 @@ class RankTrace:
             return self.cats.index(cat)
         except ValueError:
             return -1
-
-    def rows_of(self, *cats: str) -> list[int]:
-        """Row numbers of the events in any of ``cats``."""
-        wanted = {self.cat_id(c) for c in cats} - {-1}
-        if not wanted:
-            return []
-        cat = self.cat
-        return [i for i in range(len(cat)) if cat[i] in wanted]
 
 
 def _int_or(value: Any, default: int) -> int:
@@ -146,6 +152,7 @@ def load_trace(path: str | os.PathLike[str]) -> RankTrace:
     cats: list[str] = []
     #: category as written -> id of the name it is stored under
     cat_ids: dict[Any, int] = {}
+    stored_cats: dict[str, int] = {}
     #: ids of the categories whose args are skipped, of gpu_memcpy/gpu_memset, of label hosts
     no_link: set[int] = set()
     copies: set[int] = set()
@@ -154,9 +161,8 @@ def load_trace(path: str | os.PathLike[str]) -> RankTrace:
     labels: set[int] = set()
     ids: dict[Any, int] = {}  # non-integer pid/tid values -> negative ids
     t = RankTrace(str(path), None, None, {}, names, cats)
-    a_index, a_cat, a_name = t.index.append, t.cat.append, t.name.append
-    a_ts, a_dur, a_pid, a_tid = t.ts.append, t.dur.append, t.pid.append, t.tid.append
-    a_stream, a_corr = t.stream.append, t.correlation.append
+    a_ts, a_dur = t.ts.append, t.dur.append
+    a_index, a_cat, a_name, a_pid, a_tid, a_stream, a_corr = _appends(t)
     copy_bytes = t.copy_bytes
     fractional = False
     row = 0
@@ -214,7 +220,7 @@ def load_trace(path: str | os.PathLike[str]) -> RankTrace:
             cat = str(cat)
             cid = cat_ids.get(cat)
         if cid is None:
-            cid = cat_ids[cat] = _intern_category(cat, cats)
+            cid = cat_ids[cat] = _intern_category(cat, cats, stored_cats)
             stored = cats[cid]
             if stored in _NO_LINK_CATS:
                 no_link.add(cid)
@@ -224,7 +230,7 @@ def load_trace(path: str | os.PathLike[str]) -> RankTrace:
                 label_hosts.add(cid)
         args = ev.get("args") if cid not in no_link else None
         if nid in labels and cid in label_hosts:
-            cid = _intern_category(CAT_USER_ANNOTATION, cats)
+            cid = _intern_category(CAT_USER_ANNOTATION, cats, stored_cats)
         if args:
             s = args.get("stream")
             stream_id = s if type(s) is int else _int_or(s, -1)
@@ -242,15 +248,37 @@ def load_trace(path: str | os.PathLike[str]) -> RankTrace:
             a_dur(dur)
         except TypeError:
             raise _not_numeric(path, position) from None
-        a_index(position)
-        a_cat(cid)
-        a_name(nid)
         pid = ev.get("pid", -1)
-        a_pid(pid if type(pid) is int else ident(pid))
+        if type(pid) is not int:
+            pid = ident(pid)
         tid = ev.get("tid", -1)
-        a_tid(tid if type(tid) is int else ident(tid))
-        a_stream(stream_id)
-        a_corr(corr)
+        if type(tid) is not int:
+            tid = ident(tid)
+        try:
+            a_index(position)
+            a_cat(cid)
+            a_name(nid)
+            a_pid(pid)
+            a_tid(tid)
+            a_stream(stream_id)
+            a_corr(corr)
+        except OverflowError:  # a value past the narrow columns: every one takes 8 bytes now
+            t.widen(row)
+            a_index, a_cat, a_name, a_pid, a_tid, a_stream, a_corr = _appends(t)
+            if not _INT64_MIN <= pid <= _INT64_MAX:
+                pid = ident(str(pid))  # a number no column holds: an id, as its text would be
+            if not _INT64_MIN <= tid <= _INT64_MAX:
+                tid = ident(str(tid))
+            if not _INT64_MIN <= stream_id <= _INT64_MAX:
+                stream_id = -1
+            if not _INT64_MIN <= corr <= _INT64_MAX:
+                corr = -1
+            for append, value in zip(
+                (a_index, a_cat, a_name, a_pid, a_tid, a_stream, a_corr),
+                (position, cid, nid, pid, tid, stream_id, corr),
+                strict=True,
+            ):
+                append(value)
         row += 1
 
     meta = stream.metadata
@@ -275,15 +303,21 @@ def load_trace(path: str | os.PathLike[str]) -> RankTrace:
     return t
 
 
-def _intern_category(cat: Any, cats: list[str]) -> int:
-    """Id of ``cat``'s current name (``Kernel`` -> ``kernel``) in ``cats``, appended when new."""
+def _appends(t: RankTrace) -> tuple[Any, ...]:
+    """The ``append`` of each of ``t``'s integer columns (:attr:`RankTrace.INTEGER_COLUMNS`)."""
+    return tuple(getattr(t, column).append for column in t.INTEGER_COLUMNS)
+
+
+def _intern_category(cat: Any, cats: list[str], stored: dict[str, int]) -> int:
+    """Id of ``cat``'s current name (``Kernel`` -> ``kernel``) in ``cats``, appended when new
+    (``stored``: each name's id, so a trace of many categories is not read in quadratic time)."""
     text = str(cat)
     name = CATEGORY_ALIASES.get(text.lower(), text)
-    try:
-        return cats.index(name)
-    except ValueError:
+    cid = stored.get(name)
+    if cid is None:
+        cid = stored[name] = len(cats)
         cats.append(name)
-        return len(cats) - 1
+    return cid
 
 
 def _check_events(path: Any, stream: Any, events: int) -> None:

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import random
+import subprocess
+import sys
 
 import pytest
 
 from torchdoctor.analysis import trace_gpu, trace_host, trace_steps
 from torchdoctor.analysis.trace_analysis import analyze_parsed_traces, analyze_trace
 from torchdoctor.analysis.trace_comm import rank_skew
+from torchdoctor.analysis.trace_ranks import MEMORY_PER_MB_OF_TRACE
 from torchdoctor.cli import main
 from torchdoctor.record import RunRecord
 from torchdoctor.trace import load_trace
@@ -354,3 +359,122 @@ def test_a_kernel_is_joined_once_per_kept_host_call_of_its_correlation(tmp_path)
     assert list(view.ts) == [120.0, 120.0, 520.0]
     # the launch is the last host call's, unknown when that one was left out
     assert list(view.launch_ts)[:2] == [150.0, 150.0] and math.isnan(view.launch_ts[2])
+
+
+def test_each_sync_is_given_the_frame_and_the_ops_that_enclose_it_among_many(tmp_path):
+    """Nested frames and ops on two threads, most of them enclosing no sync: the report's
+    frame and ops of each sync are those a search of every event finds."""
+    rng = random.Random(11)
+    b = TraceBuilder()
+    b.step(1, 0, 100_000)
+    b.step(2, 100_000, 10)
+    events = []  # (tid, ts, end, cat, name)
+
+    def nest(tid, start, end, depth):
+        at = start
+        while at < end - 40:
+            length = rng.randint(20, min(4_000, end - at))
+            if depth < 4 and rng.random() < 0.6:
+                cat, name = rng.choice(
+                    [("python_function", f"train.py({depth}{at % 7}): f{depth}"),
+                     ("python_function", "/x/site-packages/torch/nn/module.py(9): call"),
+                     ("cpu_op", f"aten::op{depth}_{at % 3}")]
+                )  # fmt: skip
+                events.append((tid, at, at + length, cat, name))
+                nest(tid, at + 1, at + length - 1, depth + 1)
+            elif rng.random() < 0.05:
+                events.append((tid, at, at + length, "cuda_runtime", "cudaStreamSynchronize"))
+            at += length + rng.randint(0, 30)
+
+    for tid in (1, 2):
+        nest(tid, 0, 90_000, 0)
+    for tid, ts, end, cat, name in events:
+        if cat == "cuda_runtime":
+            b.host(name, ts, end - ts, cat=cat, tid=tid, correlation=ts)
+        elif cat == "python_function":
+            b.host(name, ts, end - ts, cat=cat, tid=tid)
+        else:
+            b.host(name, ts, end - ts, tid=tid)
+    syncs = [e for e in events if e[3] == "cuda_runtime"]
+    assert len(syncs) > 20 and len(events) > 10 * len(syncs)
+
+    def enclosing(sync, cat):
+        tid, ts, end = sync[:3]
+        inside = [e for e in events if e[0] == tid and e[3] == cat and e[1] <= ts and e[2] >= end]
+        return sorted(inside, key=lambda e: (e[1], -(e[2] - e[1])))
+
+    expected: dict[tuple, int] = {}
+    for sync in syncs:
+        frames = [f for f in enclosing(sync, "python_function") if "site-packages" not in f[4]]
+        user = frames[-1][4] if frames else None
+        ops = enclosing(sync, "cpu_op")
+        op = None
+        if ops:
+            op = ops[0][4] if ops[0][4] == ops[-1][4] else f"{ops[0][4]} > {ops[-1][4]}"
+        where = (user.split("(")[0], int(user.split("(")[1].split(")")[0])) if user else None
+        key = (where, op)
+        expected[key] = expected.get(key, 0) + 1
+    report = trace_host.sync_report(_load(b, tmp_path))
+    got: dict[tuple, int] = {}
+    for site in report.sites:
+        key = ((site.file, site.line) if site.file else None, site.ops)
+        got[key] = got.get(key, 0) + site.count
+    assert got == expected
+    assert report.count == len(syncs) and report.has_stacks
+
+
+def _analysis_peak_mb(path) -> float:
+    """Peak RSS, in MB, of a fresh process that analyses ``path`` whole."""
+    # VmHWM, not ru_maxrss: Linux carries a process's peak over exec, so a child of this
+    # pytest process (torch imported) would start at its peak
+    code = (
+        "import sys\n"
+        "from torchdoctor.analysis.trace_analysis import analyze_trace\n"
+        "analyze_trace(sys.argv[1], jobs=1)\n"
+        "print(next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True
+    )
+    return float(done.stdout.split()[-1]) / 1024
+
+
+def _kineto_like(steps: int) -> TraceBuilder:
+    """Steps of Python frames, ops, launches and kernels with the args torch.profiler writes
+    (an event about 300 bytes of JSON, as in the traces it writes)."""
+    b = TraceBuilder()
+    op_args = {"Record function id": 0, "Ev Idx": 5, "Fwd thread id": 0, "Sequence number": 77}
+    op_args |= {"Input Dims": [[64, 128], [128, 64]], "Input type": ["float", "float"]}
+    kernel_args = {"device": 0, "context": 1, "registers per thread": 128, "shared memory": 0}
+    kernel_args |= {"blocks per SM": 1.6, "warps per SM": 12.8, "grid": [80, 1, 1]}
+    kernel_args |= {"block": [256, 1, 1], "est. achieved occupancy %": 38}
+    for s in range(steps):
+        t0 = 10_000.0 + s * 2_000.0
+        b.step(s + 1, t0, 2_000.0)
+        for k in range(40):
+            t = t0 + k * 45.0
+            b.python(f"train.py({20 + k % 5}): step", t, 40.0)
+            b.host("aten::mm", t + 1, 30.0, **{"External id": s * 40 + k}, **op_args)
+            b.launch(
+                "cudaLaunchKernel",
+                t + 2,
+                8.0,
+                f"sm80_xmma_gemm_{k % 7}",
+                t + 12,
+                40.0,
+                **kernel_args,
+            )
+    return b
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads Linux's VmHWM")
+def test_a_trace_is_analysed_in_well_under_its_size_of_memory(tmp_path):
+    """A trace four times longer takes at most half a MB more memory per MB more of JSON to
+    analyse (docs/analyze.md): 0.33 measured, 0.81 before the analyses' columns."""
+    short = _kineto_like(steps=400).write(tmp_path / "short.json")
+    long = _kineto_like(steps=1_600).write(tmp_path / "long.json")
+    more_mb = (long.stat().st_size - short.stat().st_size) / 1e6
+    assert more_mb > 40
+    per_mb = (_analysis_peak_mb(long) - _analysis_peak_mb(short)) / more_mb
+    assert per_mb <= MEMORY_PER_MB_OF_TRACE, f"{per_mb:.2f} MB per MB of trace"

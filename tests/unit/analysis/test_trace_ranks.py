@@ -166,11 +166,11 @@ def test_as_many_workers_as_cores_files_and_memory_allow(tmp_path, monkeypatch):
         with open(path, "wb") as fh:
             fh.truncate(100_000_000)  # 100 MB, sparse
         files.append(str(path))
-    assert trace_ranks.estimate_mb(files[0]) == pytest.approx(160.0)
+    assert trace_ranks.estimate_mb(files[0]) == pytest.approx(110.0)
     monkeypatch.setattr(trace_ranks.os, "sched_getaffinity", lambda _: {0, 1, 2, 3, 4, 5})
     monkeypatch.setattr(trace_ranks, "_available_mb", lambda: 10_000.0)
     assert trace_ranks.jobs(files) == 4  # no more than the files
-    monkeypatch.setattr(trace_ranks, "_available_mb", lambda: 400.0)
+    monkeypatch.setattr(trace_ranks, "_available_mb", lambda: 250.0)
     assert trace_ranks.jobs(files) == 2  # two files' analyses fit
     monkeypatch.setattr(trace_ranks, "_available_mb", lambda: 50.0)
     assert trace_ranks.jobs(files) == 1

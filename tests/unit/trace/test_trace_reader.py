@@ -314,3 +314,48 @@ def test_after_a_slice_that_did_not_decode_the_next_buffers_are_sliced(tmp_path,
     assert len(list(iter_events(path))) == before + 5001
     first_refused = decoded.index(False)
     assert first_refused <= 1 and decoded[first_refused:].count(True) >= 2, decoded[:12]
+
+
+def test_columns_take_four_bytes_an_id_until_a_value_needs_eight(tmp_path):
+    def event(name, cat="cpu_op", **fields):
+        return {
+            "ph": "X",
+            "cat": cat,
+            "name": name,
+            "ts": 10,
+            "dur": 2,
+            "pid": 1,
+            "tid": 2,
+            **fields,
+        }
+
+    narrow = load_trace(_write(tmp_path / "narrow.json", [event("a"), event("b")]))
+    assert [narrow.pid.itemsize, narrow.correlation.itemsize, narrow.index.itemsize] == [4, 4, 4]
+    wide = [
+        event("a"),
+        event("k", "kernel", args={"stream": 2**33, "correlation": 7}),
+        event("h", pid=2**40, tid=-(2**35)),
+        event("r", "cuda_runtime", args={"correlation": 2**62}),
+        event("z", pid=2**70, args={}),  # no column holds it: an id, as its text would be
+        event("s", "kernel", args={"stream": -(2**80), "correlation": 2**80}),
+    ]
+    t = load_trace(_write(tmp_path / "wide.json", wide))
+    assert len(t) == 6 and all(len(getattr(t, c)) == 6 for c in t.INTEGER_COLUMNS)
+    assert list(t.index) == [0, 1, 2, 3, 4, 5]
+    assert [t.names[n] for n in t.name] == ["a", "k", "h", "r", "z", "s"]
+    assert t.stream[1] == 2**33 and t.correlation[1] == 7
+    assert (t.pid[2], t.tid[2]) == (2**40, -(2**35))
+    assert t.correlation[3] == 2**62
+    assert t.pid[4] < 0 and t.pid[4] != -1
+    assert (t.stream[5], t.correlation[5]) == (-1, -1)
+
+
+def test_more_categories_than_two_bytes_number_are_read(tmp_path):
+    events = [{"ph": "X", "cat": f"c{k}", "name": "a", "ts": k, "dur": 1} for k in range(70_000)]
+    t = load_trace(_write(tmp_path / "cats.json", events))
+    assert len(t) == 70_000 and t.cats[t.cat[69_999]] == "c69999"
+
+
+def _write(path, events):
+    path.write_text(json.dumps({"traceEvents": events}))
+    return path
