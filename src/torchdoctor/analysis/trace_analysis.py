@@ -170,7 +170,10 @@ def analyze_trace(
     if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
         raise ValueError(f"jobs={jobs!r}: expected a number of processes, 1 or more, or None")
     files = [str(f) for f in find_trace_files([paths] if isinstance(paths, str) else list(paths))]
-    results, _ = analyse_files(files, include_last_step, worker_count(files, jobs))
+    # ``jobs=1``: no process but this one (a large file is then read in one part too)
+    results, _ = analyse_files(
+        files, include_last_step, worker_count(files, jobs), split=None if jobs != 1 else False
+    )
     ranks = [r.report for r in results if r.report is not None]
     skipped = [TraceFormatError(*r.error) for r in results if r.error is not None]
     if not ranks:

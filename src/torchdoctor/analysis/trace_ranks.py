@@ -28,17 +28,15 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import signal
 import subprocess
-import sys
 import tempfile
-import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..record import RankReport
+from ..trace import end_with, end_workers, start_worker, worker_code
 
 #: Peak memory of one file's analysis beyond the interpreter's, at most, as a multiple of its
 #: JSON's size (a 300 MB trace peaked at 117 MB, 17 of them the interpreter's:
@@ -62,14 +60,17 @@ class FileResult:
     note: str = ""
 
 
-def analyse_file(path: str, include_last_step: bool, n_step_names: int | None) -> FileResult:
-    """Parse and analyse one trace file; ``n_step_names`` ``None`` counts the file's own."""
+def analyse_file(
+    path: str, include_last_step: bool, n_step_names: int | None, split: bool | None = False
+) -> FileResult:
+    """Parse and analyse one trace file; ``n_step_names`` ``None`` counts the file's own;
+    ``split`` as :func:`~torchdoctor.trace.load_trace` takes it."""
     from ..trace import TraceFormatError, load_trace
     from .trace_analysis import analyse_rank
     from .trace_gpu import step_names
 
     try:
-        trace = load_trace(path)
+        trace = load_trace(path, split=split)
     except TraceFormatError as exc:
         return FileResult(path, error=(exc.message, exc.hint))
     names = step_names([trace])
@@ -115,11 +116,16 @@ def _available_mb() -> float | None:
 
 
 def analyse_files(
-    paths: Sequence[str], include_last_step: bool = False, workers: int = 1
+    paths: Sequence[str],
+    include_last_step: bool = False,
+    workers: int = 1,
+    split: bool | None = False,
 ) -> tuple[list[FileResult], set[str]]:
     """Every file's result, in the order given, and the step names of them all (the module's
-    docstring); ``workers`` above one runs them in that many processes."""
-    results = _run(paths, include_last_step, [None] * len(paths), workers)
+    docstring); ``workers`` above one runs them in that many processes. A file analysed in this
+    process is read in two parts at once when ``split`` (``None``: when it pays) and no other
+    worker runs (:mod:`~torchdoctor.trace._split`)."""
+    results = _run(paths, include_last_step, [None] * len(paths), workers, split)
     names = set().union(*(r.step_names for r in results))
     again = [
         i
@@ -128,18 +134,23 @@ def analyse_files(
     ]
     if again:
         redone = _run([paths[i] for i in again], include_last_step, [len(names)] * len(again),
-                      workers)  # fmt: skip
+                      workers, split)  # fmt: skip
         for i, r in zip(again, redone, strict=True):
             results[i] = r
     return results, names
 
 
 def _run(
-    paths: Sequence[str], include_last_step: bool, counts: list[int | None], workers: int
+    paths: Sequence[str],
+    include_last_step: bool,
+    counts: list[int | None],
+    workers: int,
+    split: bool | None,
 ) -> list[FileResult]:
     work = [estimate_mb(p) - WORKER_MB for p in paths]
     if workers <= 1 or len(paths) <= 1 or sum(work) < WORKERS_FROM_MB:
-        return [analyse_file(p, include_last_step, c) for p, c in zip(paths, counts, strict=True)]
+        return [analyse_file(p, include_last_step, c, split)
+                for p, c in zip(paths, counts, strict=True)]  # fmt: skip
     results: list[FileResult | None] = [None] * len(paths)
     why: dict[int, str] = {}
     with tempfile.TemporaryDirectory(prefix="torchdoctor-analyze-") as out:
@@ -164,7 +175,7 @@ def _run(
                             f"its worker process ended without a result (status {proc.returncode})"
                         )
         finally:
-            _end(p for p, _ in running)
+            end_workers(p for p, _ in running)
     # a file without a result (its worker did not start, was killed, ran out of memory): here
     done = []
     for i, (r, p, c) in enumerate(zip(results, paths, counts, strict=True)):
@@ -187,26 +198,6 @@ def _batches(work: Sequence[float], n: int) -> list[list[int]]:
     return [sorted(b) for b in batches if b]
 
 
-def _end(procs: Iterable[subprocess.Popen[bytes]]) -> None:
-    """Kill the workers still running and reap them, with SIGINT and SIGTERM held off meanwhile
-    (a second Ctrl-C must not leave one running); they are delivered after."""
-    held = threading.current_thread() is threading.main_thread() and hasattr(
-        signal, "pthread_sigmask"
-    )
-    if held:
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-    try:
-        procs = list(procs)
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-        for proc in procs:
-            proc.wait()
-    finally:
-        if held:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
-
-
 #: How often the parent looks for workers that ended, in seconds.
 POLL_S = 0.02
 
@@ -215,30 +206,12 @@ POLL_S = 0.02
 #: 1.75 MB each: 2.2 s in one process, 7.2 s with a worker a file).
 WORKERS_FROM_MB = 20.0
 
-#: A worker: the current directory left off ``sys.path`` (a ``tokenize.py`` or ``pickle.py``
-#: beside the user's traces must not be imported in our place).
-_WORKER_CODE = (
-    "import sys; del sys.path[0]; "
-    "from torchdoctor.analysis.trace_ranks import _worker; _worker(sys.argv[1:])"
-)
+#: A worker's line (:func:`~torchdoctor._workers.worker_code`).
+_WORKER_CODE = worker_code("torchdoctor.analysis.trace_ranks", "_worker")
 
 
 def _start(jobs_file: Path, include_last_step: bool, out: Path) -> subprocess.Popen[bytes]:
-    src = str(Path(__file__).resolve().parents[2])
-    env = dict(os.environ)
-    # an empty entry (``PYTHONPATH=$PYTHONPATH:/x`` with none before) or "." is the current
-    # directory: left out like the path's first entry (_WORKER_CODE)
-    given = [x for x in env.get("PYTHONPATH", "").split(os.pathsep) if x not in ("", ".")]
-    env["PYTHONPATH"] = os.pathsep.join([src, *given])
-    argv = [sys.executable, "-c", _WORKER_CODE, str(jobs_file), str(int(include_last_step)),
-            str(out), str(os.getpid())]  # fmt: skip
-    return subprocess.Popen(
-        argv,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    return start_worker(_WORKER_CODE, [str(jobs_file), str(int(include_last_step)), str(out)])
 
 
 def _read(out: Path) -> FileResult | None:
@@ -255,21 +228,10 @@ def _worker(argv: list[str]) -> None:
     step-name count]``) analysed in turn, its :class:`FileResult` pickled whole to ``argv[2]``
     as ``<index>``. It ends when the process that started it (``argv[3]``) is gone."""
     jobs_file, last, out, parent = argv
-    _end_with(int(parent))
+    end_with(int(parent))
     for i, path, count in json.loads(Path(jobs_file).read_text()):
         result = analyse_file(path, last == "1", count)
         partial = Path(out, f"{i}.partial")
         with open(partial, "wb") as fh:
             pickle.dump(result, fh, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(partial, Path(out, f"{i}"))
-
-
-def _end_with(parent: int) -> None:
-    """End this process when ``parent`` is no longer its parent (killed, hung up)."""
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(0.2)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="torchdoctor-parent-watch", daemon=True).start()

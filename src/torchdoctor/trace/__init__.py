@@ -1,5 +1,6 @@
 """torchdoctor.trace: read torch.profiler (Kineto) traces into compact per-rank tables."""
 
+from ._files import find_trace_files
 from ._reader import EventStream, TraceFormatError, iter_events
 from ._tables import (
     CAT_CPU_OP,
@@ -14,9 +15,9 @@ from ._tables import (
     CAT_USER_ANNOTATION,
     CATEGORY_ALIASES,
     RankTrace,
-    find_trace_files,
     load_trace,
 )
+from ._workers import end_with, end_workers, start_worker, worker_code
 
 __all__ = [
     "CAT_CPU_OP",
@@ -33,7 +34,11 @@ __all__ = [
     "EventStream",
     "RankTrace",
     "TraceFormatError",
+    "end_with",
+    "end_workers",
     "find_trace_files",
     "iter_events",
     "load_trace",
+    "start_worker",
+    "worker_code",
 ]

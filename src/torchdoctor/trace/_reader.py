@@ -63,10 +63,25 @@ class EventStream:
 
     Args:
         path: a ``.json`` or ``.json.gz`` Kineto trace.
+        start: read from this byte of a plain file on, where an event of the document's event
+            array begins (a reader of the file's second part); ``layout`` says which document
+            that array is in: ``"object"`` (its ``traceEvents``) or ``"array"`` (bare).
+        stop: read no byte from here on; the events end at the event array's separator just
+            before it (:attr:`stopped`), where a reader from ``start=stop`` goes on.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        start: int = 0,
+        stop: int | None = None,
+        layout: str = "object",
+    ) -> None:
         self.path = Path(path)
+        self._start, self._stop, self._layout = start, stop, layout
+        #: Whether the events ended at ``stop``, after a separator between two events (a reader
+        #: from ``stop`` on reads the rest); False when the document ended before it.
+        self.stopped = False
         self.metadata: dict[str, Any] = {}
         #: Uncompressed bytes read so far (for MB/s figures).
         self.bytes_read = 0
@@ -93,8 +108,11 @@ class EventStream:
         if self._eof:
             return False
         assert self._fh is not None
+        size = CHUNK_BYTES
+        if self._stop is not None:
+            size = min(size, self._stop - self._start - self.bytes_read)
         try:
-            data = self._fh.read(CHUNK_BYTES)
+            data = self._fh.read(size) if size > 0 else b""
         except (EOFError, OSError, zlib.error) as exc:
             raise self._error(f"the compressed stream is damaged ({exc})") from None
         self.bytes_read += len(data)
@@ -176,7 +194,16 @@ class EventStream:
     def __iter__(self) -> Iterator[dict[str, Any]]:
         self._fh = open_text(self.path)
         try:
-            yield from self._document()
+            if self._start:
+                self._fh.seek(self._start)
+                self.has_events = True
+                self.bare_array = self._layout == "array"
+                yield from self._events()
+                if not self.bare_array and not self.stopped:
+                    if self._expect(",}", "',' or '}'") == ",":
+                        yield from self._members()
+            else:
+                yield from self._document()
         finally:
             self._fh.close()
 
@@ -192,6 +219,10 @@ class EventStream:
         if self._skip_ws() == "}":
             self._pos += 1
             return
+        yield from self._members()
+
+    def _members(self) -> Iterator[dict[str, Any]]:
+        """The document object's members from the cursor (at a key) to its closing ``}``."""
         while True:
             key = self._value()
             if not isinstance(key, str):
@@ -201,6 +232,8 @@ class EventStream:
                 self._expect("[", "the traceEvents array '['")
                 self.has_events = True
                 yield from self._events()
+                if self.stopped:
+                    return
             else:
                 self.metadata[key] = self._value()
             if self._expect(",}", "',' or '}'") == "}":
@@ -219,9 +252,11 @@ class EventStream:
                     if not self.non_events:
                         self.first_non_event = event
                     self.non_events += 1
-            if batch is not None:
-                continue  # the cursor is past the batch's last ','
-            if self._expect(",]", "',' or ']' between events") == "]":
+            if batch is None and self._expect(",]", "',' or ']' between events") == "]":
+                return
+            # the cursor is past a ',' (a batch's last, or the one just read)
+            if self._stop is not None and self._skip_ws() == "" and self._eof:
+                self.stopped = True  # at ``stop``: a reader from there reads the rest
                 return
 
     def _batch(self) -> list[Any] | None:

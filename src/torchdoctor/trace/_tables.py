@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._reader import TraceFormatError, iter_events
+from ._reader import EventStream, TraceFormatError, iter_events
 
 #: Categories the analyses look at, by their Kineto names.
 CAT_CPU_OP = "cpu_op"
@@ -135,18 +135,78 @@ def _int_or(value: Any, default: int) -> int:
         return default
     try:
         return int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an infinite float
         return default
 
 
-def load_trace(path: str | os.PathLike[str]) -> RankTrace:
+def load_trace(path: str | os.PathLike[str], split: bool | None = None) -> RankTrace:
     """Parse one Kineto trace file (``.json`` or ``.json.gz``) into a :class:`RankTrace`.
+
+    ``split``: read a large plain file in two parts at once, its second in a worker process
+    (:mod:`._split`): ``None`` when it pays (the file's size, the cores free), False never.
 
     Raises:
         TraceFormatError: when the file is missing, truncated, corrupt or not a trace.
     """
+    from ._split import read_in_two
+
     started = time.perf_counter()
-    stream = iter_events(path)
+    part = read_in_two(path, forced=split) if split is not False else None
+    if part is None:
+        part = read_rows(path, iter_events(path))
+    t = part.trace
+    _check_events(path, part, events=part.events)
+    if part.non_events:
+        t.notes.append(
+            f"{path}: skipped {part.non_events} entries of the event array that are not "
+            f"event objects (the first: {_short(part.first_non_event)})"
+        )
+    if part.bad_durations:
+        t.notes.append(
+            _skipped_note(path, part.bad_durations, "a negative or non-finite duration", "dur")
+        )
+    if part.bad_times:
+        t.notes.append(_skipped_note(path, part.bad_times, "a timestamp that is not finite", "ts"))
+    meta = t.metadata = part.metadata
+    dist = meta.get("distributedInfo") or {}
+    if isinstance(dist, dict):
+        t.rank = _int_or(dist.get("rank"), -1) if "rank" in dist else None
+        t.world_size = _int_or(dist.get("world_size"), -1) if "world_size" in dist else None
+        if t.rank is not None and t.rank < 0:
+            t.rank = None
+    t.uncompressed_bytes = part.bytes_read
+    t.parse_seconds = time.perf_counter() - started
+    return t
+
+
+@dataclass
+class Rows:
+    """What :func:`read_rows` read of a trace (or of a part of it: :mod:`._split`)."""
+
+    trace: RankTrace
+    #: pid and tid values that are not integers (and those past 64 bits) -> their negative ids
+    ids: dict[Any, int]
+    #: events whose duration is negative, NaN or infinite: (position, name, dur)
+    bad_durations: list[tuple[int, Any, Any]]
+    #: events whose timestamp is NaN or infinite: (position, name, ts)
+    bad_times: list[tuple[int, Any, Any]]
+    #: event objects read (a row's ``index`` counts them)
+    events: int
+    metadata: dict[str, Any]
+    bytes_read: int
+    has_events: bool
+    bare_array: bool
+    non_events: int
+    first_non_event: Any
+    #: whether the events ended at the reader's ``stop`` (:attr:`EventStream.stopped`)
+    stopped: bool = False
+    #: how many of the rows' pid and tid values were given an id
+    id_uses: int = 0
+
+
+def read_rows(path: str | os.PathLike[str], stream: EventStream, first_id: int = -2) -> Rows:
+    """The rows of ``stream``'s events, names and categories interned; a pid or tid that is
+    not an integer gets an id from ``first_id`` down."""
     names: list[str] = []
     name_ids: dict[str, int] = {}
     cats: list[str] = []
@@ -167,16 +227,23 @@ def load_trace(path: str | os.PathLike[str]) -> RankTrace:
     fractional = False
     row = 0
     position = -1
+    id_uses = 0  # pid and tid values of the rows given an id
     #: events whose duration is negative, NaN or infinite: (position, name, dur)
     bad_durations: list[tuple[int, Any, Any]] = []
+    #: events whose timestamp is NaN or infinite: (position, name, ts)
+    bad_times: list[tuple[int, Any, Any]] = []
     inf = _INF
 
     def ident(value: Any) -> int:
         if type(value) is int:
             return value
-        got = ids.get(value)
+        try:
+            got = ids.get(value)
+        except TypeError:  # a list or an object: the id of its text
+            value = repr(value)
+            got = ids.get(value)
         if got is None:
-            got = ids[value] = -2 - len(ids)
+            got = ids[value] = first_id - len(ids)
         return got
 
     for ev in stream:
@@ -198,6 +265,9 @@ def load_trace(path: str | os.PathLike[str]) -> RankTrace:
             continue
         try:
             sane = 0 <= dur < inf  # False for NaN too
+            if fractional and not -inf < ts < inf:  # NaN or infinite: no time to place it at
+                bad_times.append((position, ev.get("name"), ts))
+                continue
         except TypeError:
             raise _not_numeric(path, position) from None
         if not sane:
@@ -246,14 +316,17 @@ def load_trace(path: str | os.PathLike[str]) -> RankTrace:
         try:
             a_ts(ts)
             a_dur(dur)
-        except TypeError:
+        except (TypeError, OverflowError):  # OverflowError: an integer past a float's range
+            del t.ts[row:]
             raise _not_numeric(path, position) from None
         pid = ev.get("pid", -1)
         if type(pid) is not int:
             pid = ident(pid)
+            id_uses += 1
         tid = ev.get("tid", -1)
         if type(tid) is not int:
             tid = ident(tid)
+            id_uses += 1
         try:
             a_index(position)
             a_cat(cid)
@@ -267,8 +340,10 @@ def load_trace(path: str | os.PathLike[str]) -> RankTrace:
             a_index, a_cat, a_name, a_pid, a_tid, a_stream, a_corr = _appends(t)
             if not _INT64_MIN <= pid <= _INT64_MAX:
                 pid = ident(str(pid))  # a number no column holds: an id, as its text would be
+                id_uses += 1
             if not _INT64_MIN <= tid <= _INT64_MAX:
                 tid = ident(str(tid))
+                id_uses += 1
             if not _INT64_MIN <= stream_id <= _INT64_MAX:
                 stream_id = -1
             if not _INT64_MIN <= corr <= _INT64_MAX:
@@ -281,26 +356,22 @@ def load_trace(path: str | os.PathLike[str]) -> RankTrace:
                 append(value)
         row += 1
 
-    meta = stream.metadata
-    _check_events(path, stream, events=position + 1)
-    if stream.non_events:
-        t.notes.append(
-            f"{path}: skipped {stream.non_events} entries of the event array that are not "
-            f"event objects (the first: {_short(stream.first_non_event)})"
-        )
-    if bad_durations:
-        t.notes.append(_bad_durations_note(path, bad_durations))
-    t.metadata = meta
-    dist = meta.get("distributedInfo") or {}
-    if isinstance(dist, dict):
-        t.rank = _int_or(dist.get("rank"), -1) if "rank" in dist else None
-        t.world_size = _int_or(dist.get("world_size"), -1) if "world_size" in dist else None
-        if t.rank is not None and t.rank < 0:
-            t.rank = None
     t.ts_fractional = fractional
-    t.uncompressed_bytes = stream.bytes_read
-    t.parse_seconds = time.perf_counter() - started
-    return t
+    return Rows(
+        trace=t,
+        ids=ids,
+        bad_durations=bad_durations,
+        bad_times=bad_times,
+        events=position + 1,
+        metadata=stream.metadata,
+        bytes_read=stream.bytes_read,
+        has_events=stream.has_events,
+        bare_array=stream.bare_array,
+        non_events=stream.non_events,
+        first_non_event=stream.first_non_event,
+        stopped=stream.stopped,
+        id_uses=id_uses,
+    )
 
 
 def _appends(t: RankTrace) -> tuple[Any, ...]:
@@ -341,66 +412,23 @@ def _check_events(path: Any, stream: Any, events: int) -> None:
 
 def _not_numeric(path: Any, position: int) -> TraceFormatError:
     return TraceFormatError(
-        f"{path}: not a readable trace: event {position} has a non-numeric ts/dur",
+        f"{path}: not a readable trace: event {position} has a ts/dur that is not a number "
+        "a float can hold",
         "the file may be corrupt; re-export it with torch.profiler",
     )
 
 
-def _bad_durations_note(path: Any, bad: list[tuple[int, Any, Any]]) -> str:
+def _skipped_note(path: Any, bad: list[tuple[int, Any, Any]], what: str, field: str) -> str:
     named = ", ".join(
-        f"#{position} {_short(name)} ({dur} us)" for position, name, dur in bad[:_NAMED_SKIPS]
+        f"#{position} {_short(name)} ({value} us)" for position, name, value in bad[:_NAMED_SKIPS]
     )
     more = f" and {len(bad) - _NAMED_SKIPS} more" if len(bad) > _NAMED_SKIPS else ""
     return (
-        f"{path}: skipped {len(bad)} event(s) with a negative or non-finite duration "
-        f"(position in traceEvents, name, dur): {named}{more}"
+        f"{path}: skipped {len(bad)} event(s) with {what} "
+        f"(position in traceEvents, name, {field}): {named}{more}"
     )
 
 
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
-
-
-def find_trace_files(paths: list[str | os.PathLike[str]]) -> list[Path]:
-    """Expand files and directories into the trace files they hold (``*.json``, ``*.json.gz``).
-
-    Raises:
-        TraceFormatError: when a path is missing or a directory holds no trace.
-    """
-    found: list[Path] = []
-    for raw in paths:
-        p = Path(raw)
-        try:
-            p.stat()
-        except FileNotFoundError:
-            pass  # told below, with the other missing paths
-        except OSError as exc:  # a name too long, a symlink loop: the path is at fault
-            raise TraceFormatError(
-                f"{p}: cannot be read ({exc.strerror or exc})", "check the path"
-            ) from None
-        if p.is_dir():
-            inside = sorted(
-                q
-                for q in p.rglob("*")
-                if q.is_file() and (q.name.endswith(".json") or q.name.endswith(".json.gz"))
-            )
-            # tensorboard_trace_handler names its files *.pt.trace.json[.gz]; when a directory
-            # has those, other JSON files beside them (saved records, configs) are not traces.
-            profiler_files = [q for q in inside if ".pt.trace.json" in q.name]
-            inside = profiler_files or inside
-            if not inside:
-                raise TraceFormatError(
-                    f"{p}: no .json or .json.gz trace files in this directory",
-                    "pass the directory torch.profiler.tensorboard_trace_handler wrote to",
-                )
-            found.extend(inside)
-        elif p.is_file():
-            found.append(p)
-        else:
-            raise TraceFormatError(f"{p}: no such file or directory")
-    # a file named twice (a folder and a file in it, a link to it) is one rank's trace, once
-    once: dict[str, Path] = {}
-    for q in found:
-        once.setdefault(os.path.realpath(q), q)
-    return list(once.values())

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from torchdoctor.analysis.trace_analysis import analyze_trace
 from torchdoctor.trace import TraceFormatError, _reader, find_trace_files, iter_events, load_trace
 from tracegen import TraceBuilder, training_trace
 
@@ -359,3 +360,46 @@ def test_more_categories_than_two_bytes_number_are_read(tmp_path):
 def _write(path, events):
     path.write_text(json.dumps({"traceEvents": events}))
     return path
+
+
+def _steps_and(event):
+    steps = [
+        {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{k}", "pid": 1, "tid": 1,
+         "ts": 100 * k, "dur": 100} for k in (1, 2)
+    ]  # fmt: skip
+    return steps + [{"ph": "X", "cat": "cpu_op", "name": "aten::x", "pid": 1, "tid": 1,
+                     "ts": 120, "dur": 5, **event}]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['"ts": NaN', '"ts": Infinity', '"ts": -Infinity', '"pid": [1]', '"tid": {"a": 1}',
+     '"args": {"stream": Infinity, "correlation": 1e400}', '"pid": 18446744073709551616'],
+)  # fmt: skip
+def test_odd_values_in_an_event_are_read_or_skipped_and_named(tmp_path, text):
+    event = json.loads("{" + text.replace("NaN", "0").replace("-Infinity", "0").replace(
+        "Infinity", "0").replace("1e400", "0") + "}")  # fmt: skip
+    path = tmp_path / "t.json"
+    doc = json.dumps({"traceEvents": _steps_and(event)})
+    key = text.split(":")[0]
+    value = text.split(":", 1)[1].strip()
+    doc = doc.replace(f"{key}: {json.dumps(event[key.strip(chr(34))])}", f"{key}: {value}", 1)
+    assert f"{key}: {value}" in doc
+    path.write_text(doc)
+    record = analyze_trace(str(path), jobs=1)  # no traceback: the analyses run on what was read
+    t = load_trace(path)
+    if "ts" in text:
+        assert len(t) == 2 and any("a timestamp that is not finite" in n for n in t.notes)
+    else:
+        assert len(t) == 3 and record.trace.ranks[0].events == 3
+
+
+@pytest.mark.parametrize("field", ["ts", "dur"])
+def test_a_time_past_a_floats_range_is_a_clear_error(tmp_path, field):
+    event = {"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1, "dur": 1}
+    path = tmp_path / "t.json"
+    path.write_text(
+        json.dumps({"traceEvents": [event]}).replace(f'"{field}": 1', f'"{field}": 1{"0" * 400}')
+    )
+    with pytest.raises(TraceFormatError, match="not a number a float can hold"):
+        load_trace(path)
