@@ -123,7 +123,10 @@ def gpu_view(t: RankTrace, n_step_names: int, include_last_step: bool = False) -
     host_by_corr: dict[int, int] = {}
     repeated: dict[int, int] = {}
     uncorrelated_kept = False
+    streamed = array("q")  # the rows with a stream: the view's rows are among them
     for i in range(n):
+        if stream[i] != -1:
+            streamed.append(i)
         if is_gpu[i]:
             continue
         c = corr[i]
@@ -136,7 +139,7 @@ def gpu_view(t: RankTrace, n_step_names: int, include_last_step: bool = False) -
         host_by_corr[c] = i
 
     if filtered:
-        for i in range(n):
+        for i in streamed:
             if is_gpu[i]:
                 # An inner join: one copy per kept host event with this correlation. Device
                 # syncs without a correlation (-1) would match every host event; copies change
@@ -155,8 +158,8 @@ def gpu_view(t: RankTrace, n_step_names: int, include_last_step: bool = False) -
 
     view = GpuView(t.label)
     nan = math.nan
-    for i in range(n):
-        if not keep[i] or stream[i] == -1:
+    for i in streamed:
+        if not keep[i]:
             continue
         if is_gpu[i]:
             h = host_by_corr.get(corr[i])

@@ -148,6 +148,9 @@ def step_breakdown(t: RankTrace, include_last_step: bool = False) -> StepBreakdo
                 parts[p] = max(0.0, w.wall_us - before) / 1000.0
                 continue
             inside = _intervals.clip_spans(merged[p], w.start_us, w.end_us)
+            if not inside:  # nothing of this part in the step: the claimed time is as it was
+                parts[p] = 0.0
+                continue
             claimed = _intervals.merge(claimed + inside)
             now = _intervals.covered(claimed)
             parts[p] = (now - before) / 1000.0
