@@ -72,8 +72,12 @@ def read_in_two(path: str | os.PathLike[str], forced: bool | None = None) -> Row
     if where is None:
         return None
     stop, layout = where
-    with tempfile.TemporaryDirectory(prefix="torchdoctor-split-") as folder:
-        out = Path(folder, "rest")
+    try:
+        folder = tempfile.TemporaryDirectory(prefix="torchdoctor-split-")
+    except OSError:  # no temporary folder to be had (read-only, full): one reading
+        return None
+    with folder:
+        out = Path(folder.name, "rest")
         try:
             proc = start_worker(_WORKER_CODE, [str(path), str(stop), layout, str(out)])
         except OSError:

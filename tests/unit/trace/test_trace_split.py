@@ -150,3 +150,15 @@ def test_a_file_cut_short_in_its_second_part_is_the_error_one_reading_gives(tmp_
     with pytest.raises(type(whole.value)) as two:
         load_trace(path, split=True)
     assert str(two.value) == str(whole.value)
+
+
+def test_no_temporary_folder_leaves_the_file_read_whole(tmp_path, monkeypatch):
+    path = training_trace(steps=40).write(tmp_path / "t.json")
+    whole = _fields(load_trace(path, split=False))
+
+    def full(**_):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(_split.tempfile, "TemporaryDirectory", full)
+    assert _split.read_in_two(path, forced=True) is None
+    assert _fields(load_trace(path, split=True)) == whole
