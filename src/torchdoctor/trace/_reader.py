@@ -66,8 +66,10 @@ class EventStream:
         start: read from this byte of a plain file on, where an event of the document's event
             array begins (a reader of the file's second part); ``layout`` says which document
             that array is in: ``"object"`` (its ``traceEvents``) or ``"array"`` (bare).
-        stop: read no byte from here on; the events end at the event array's separator just
-            before it (:attr:`stopped`), where a reader from ``start=stop`` goes on.
+        stop: end the events at the event array's separator just before this byte
+            (:attr:`stopped`), where a reader from ``start=stop`` goes on. When the reading
+            meets ``stop`` anywhere else (inside an event or a string, before the events or
+            after them), it reads on to the document's end as without it (:attr:`read_past`).
     """
 
     def __init__(
@@ -82,6 +84,11 @@ class EventStream:
         #: Whether the events ended at ``stop``, after a separator between two events (a reader
         #: from ``stop`` on reads the rest); False when the document ended before it.
         self.stopped = False
+        #: Whether the reading met ``stop`` elsewhere than between two events and read on: the
+        #: events are then the whole document's, as one reading without ``stop`` gives them.
+        self.read_past = False
+        #: Set while the reading looks whether it is at ``stop`` between two events.
+        self._at_separator = False
         self.metadata: dict[str, Any] = {}
         #: Uncompressed bytes read so far (for MB/s figures).
         self.bytes_read = 0
@@ -110,7 +117,13 @@ class EventStream:
         assert self._fh is not None
         size = CHUNK_BYTES
         if self._stop is not None:
-            size = min(size, self._stop - self._start - self.bytes_read)
+            left = self._stop - self._start - self.bytes_read
+            if left <= 0 and self._at_separator:
+                return False  # at ``stop``, between two events
+            if left <= 0:
+                self._stop, self.read_past = None, True
+            else:
+                size = min(size, left)
         try:
             data = self._fh.read(size) if size > 0 else b""
         except (EOFError, OSError, zlib.error) as exc:
@@ -255,9 +268,15 @@ class EventStream:
             if batch is None and self._expect(",]", "',' or ']' between events") == "]":
                 return
             # the cursor is past a ',' (a batch's last, or the one just read)
-            if self._stop is not None and self._skip_ws() == "" and self._eof:
-                self.stopped = True  # at ``stop``: a reader from there reads the rest
-                return
+            if self._stop is not None:
+                self._at_separator = True
+                try:
+                    at_stop = self._skip_ws() == ""
+                finally:
+                    self._at_separator = False
+                if at_stop:
+                    self.stopped = True  # at ``stop``: a reader from there reads the rest
+                    return
 
     def _batch(self) -> list[Any] | None:
         """The whole events between the cursor and the buffer's last event boundary (``}``,

@@ -9,9 +9,10 @@ names, categories and ids mapped onto this process's.
 Where the cut falls is found by looking for the text between two events (``},`` then ``{``),
 which a string inside an event may also hold. It is proved by this process's own reading: from
 the start of the document, its events must end exactly at the cut, just after a separator of the
-event array. Anything else (the text was inside a string, the cut is outside the array, the
-worker failed, was killed or could not start) and the whole file is read here, one part, as
-without a worker: the rows are those of one reading either way.
+event array. Where the reading meets the cut anywhere else (inside a string or an event,
+before the events or after them) it reads on to the end, and those are the rows; where the
+worker failed, was killed or could not start, the file is read whole here. The rows are those of
+one reading either way.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import os
 import pickle
 import re
+import stat
 import tempfile
 import time
 from array import array
@@ -48,6 +50,8 @@ def cut(path: str | os.PathLike[str], forced: bool | None = None) -> tuple[int, 
     ``traceEvents`` array, ``"array"``: a bare one); ``None`` when it is not worth it or cannot
     be: gzip, small (unless ``forced``), one usable core."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None  # a pipe or a device: read once, as it comes
         size = os.path.getsize(path)
         with open(path, "rb") as fh:
             head = fh.read(64).lstrip()
@@ -84,8 +88,8 @@ def read_in_two(path: str | os.PathLike[str], forced: bool | None = None) -> Row
             return None
         try:
             first = _first_part(path, stop)
-            if first is None:
-                return None
+            if first is None or not first.stopped:
+                return first  # None: an error, told by one reading; else read whole past the cut
             while proc.poll() is None:
                 time.sleep(_POLL_S)
             rest = _load(out)
@@ -97,12 +101,13 @@ def read_in_two(path: str | os.PathLike[str], forced: bool | None = None) -> Row
 
 
 def _first_part(path: str | os.PathLike[str], stop: int) -> Rows | None:
-    """The rows before ``stop``, when this reading ends exactly there; else ``None``."""
+    """The rows before ``stop`` when this reading ends exactly there (``stopped``); the whole
+    file's when it met ``stop`` inside an event or a string and read on; ``None`` when the file
+    is not readable (one reading then says why, in its words)."""
     try:
-        rows = read_rows(path, EventStream(path, stop=stop))
-    except TraceFormatError:  # cut inside a string or an event: the whole reading will tell
+        return read_rows(path, EventStream(path, stop=stop))
+    except TraceFormatError:
         return None
-    return rows if rows.stopped else None
 
 
 def _load(out: Path) -> Rows | None:
@@ -123,7 +128,7 @@ def _worker(argv: list[str]) -> None:
         rows = read_rows(path, EventStream(path, start=int(start), layout=layout), _FIRST_ID)
     except TraceFormatError:
         return
-    if rows.ids and _in_id_range(rows) != rows.id_uses:
+    if rows.ids and (rows.low_names or _in_id_range(rows) != rows.id_uses):
         return  # an integer pid or tid among the ids: only one reading numbers them as it does
     partial = out + ".partial"
     with open(partial, "wb") as fh:

@@ -202,6 +202,8 @@ class Rows:
     stopped: bool = False
     #: how many of the rows' pid and tid values were given an id
     id_uses: int = 0
+    #: how many integer pids and tids of thread names are at or below the first id given
+    low_names: int = 0
 
 
 def read_rows(path: str | os.PathLike[str], stream: EventStream, first_id: int = -2) -> Rows:
@@ -227,7 +229,8 @@ def read_rows(path: str | os.PathLike[str], stream: EventStream, first_id: int =
     fractional = False
     row = 0
     position = -1
-    id_uses = 0  # pid and tid values of the rows given an id
+    id_uses = 0  # the rows' pid and tid values given an id
+    low_names = 0  # integer pids and tids of thread names from ``first_id`` down
     #: events whose duration is negative, NaN or infinite: (position, name, dur)
     bad_durations: list[tuple[int, Any, Any]] = []
     #: events whose timestamp is NaN or infinite: (position, name, ts)
@@ -237,11 +240,9 @@ def read_rows(path: str | os.PathLike[str], stream: EventStream, first_id: int =
     def ident(value: Any) -> int:
         if type(value) is int:
             return value
-        try:
-            got = ids.get(value)
-        except TypeError:  # a list or an object: the id of its text
+        if type(value) is not str:  # a float (NaN equals no NaN), a list, an object: its text
             value = repr(value)
-            got = ids.get(value)
+        got = ids.get(value)
         if got is None:
             got = ids[value] = first_id - len(ids)
         return got
@@ -258,7 +259,9 @@ def read_rows(path: str | os.PathLike[str], stream: EventStream, first_id: int =
             if ev.get("ph") == "M" and ev.get("name") == "thread_name":
                 label = (ev.get("args") or {}).get("name")
                 if isinstance(label, str):
-                    t.thread_names[(ident(ev.get("pid")), ident(ev.get("tid")))] = label
+                    key = (ev.get("pid"), ev.get("tid"))
+                    low_names += sum(type(v) is int and v <= first_id for v in key)
+                    t.thread_names[(ident(key[0]), ident(key[1]))] = label
             continue
         cat = ev.get("cat")
         if cat is None or cat == "Trace":
@@ -284,11 +287,9 @@ def read_rows(path: str | os.PathLike[str], stream: EventStream, first_id: int =
             names.append(name)
             if name.startswith(LABEL_PREFIXES):
                 labels.add(nid)
-        try:
-            cid = cat_ids.get(cat)
-        except TypeError:  # a list or an object: no Kineto category, stored as its text
-            cat = str(cat)
-            cid = cat_ids.get(cat)
+        if type(cat) is not str:  # a number, a list, an object: no Kineto category, its text
+            cat = str(cat)  # (1 and True, equal as keys, are two texts)
+        cid = cat_ids.get(cat)
         if cid is None:
             cid = cat_ids[cat] = _intern_category(cat, cats, stored_cats)
             stored = cats[cid]
@@ -371,6 +372,7 @@ def read_rows(path: str | os.PathLike[str], stream: EventStream, first_id: int =
         first_non_event=stream.first_non_event,
         stopped=stream.stopped,
         id_uses=id_uses,
+        low_names=low_names,
     )
 
 

@@ -23,7 +23,11 @@ from pathlib import Path
 def worker_code(module: str, function: str) -> str:
     """The line a worker runs: ``module.function(sys.argv[1:])``, the current directory left
     off ``sys.path``."""
-    return f"import sys; del sys.path[0]; from {module} import {function}; {function}(sys.argv[1:])"
+    # under PYTHONSAFEPATH (or -P) no current directory was put first: nothing to take off
+    return (
+        "import sys\nif not getattr(sys.flags, 'safe_path', False): del sys.path[0]\n"
+        f"from {module} import {function}; {function}(sys.argv[1:])"
+    )
 
 
 def start_worker(code: str, args: list[str]) -> subprocess.Popen[bytes]:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import json
+import os
 import subprocess
 import sys
 
 import pytest
 
-from torchdoctor.trace import _split, load_trace
+from torchdoctor.trace import _split, load_trace, worker_code
 from tracegen import training_trace
 
 
@@ -22,6 +23,13 @@ def _fields(t):
         value = getattr(t, f.name)
         out[f.name] = (value.typecode, list(value)) if hasattr(value, "typecode") else value
     return out
+
+
+def _columns(t):
+    """The rows' columns and what is interned, as :func:`~torchdoctor.trace._tables.read_rows`
+    leaves them (load_trace adds the notes, the metadata and the sizes)."""
+    return {k: v for k, v in _fields(t).items() if k not in ("notes", "metadata", "rank",
+            "world_size", "uncompressed_bytes")}  # fmt: skip
 
 
 def _same_either_way(path, split_expected=True):
@@ -74,9 +82,10 @@ def test_two_parts_give_the_rows_one_reading_gives(tmp_path, layout, separators)
         assert t.metadata["traceName"] == "after" and t.rank == 3
 
 
-def test_a_cut_inside_a_string_is_not_taken(tmp_path, monkeypatch):
+def test_a_cut_inside_a_string_is_read_past(tmp_path, monkeypatch):
     """Names that hold the text between two events: a cut at one of them (inside a string) is
-    not where this process's reading ends, and the file is read whole."""
+    not where this process's reading ends; it reads on to the end, and the worker's part is not
+    used."""
     name = 'x"}, {"ph": "X", "cat": "cpu_op", "name": "fake", "ts": 1, "dur": 1}, {"y'
     events = [{"ph": "X", "cat": "cpu_op", "name": name * 40, "ts": i, "dur": 1} for i in range(60)]
     path = tmp_path / "t.json"
@@ -85,13 +94,18 @@ def test_a_cut_inside_a_string_is_not_taken(tmp_path, monkeypatch):
     fakes = [k + 3 for k in range(len(text) // 3, len(text)) if text[k : k + 6] == b'}, {\\"'][:5]
     true = text.index(b"}, {", len(text) // 2) + 3
     assert len(fakes) == 5 and text[true : true + 2] == b'{"'
-    whole = _fields(load_trace(path, split=False))
+    tables = load_trace(path, split=False)
+    whole = _fields(tables)
+    joined = []
+    join = _split.join
+    monkeypatch.setattr(_split, "join", lambda *parts: joined.append(1) or join(*parts))
     for at in fakes:
         monkeypatch.setattr(_split, "cut", lambda *_, at=at, **__: (at, "object"))
-        assert _split.read_in_two(path) is None
+        rows = _split.read_in_two(path)  # read on past the cut, to the end: no second part
+        assert rows is not None and _columns(rows.trace) == _columns(tables) and not joined
         assert _fields(load_trace(path, split=True)) == whole
     monkeypatch.setattr(_split, "cut", lambda *_, **__: (true, "object"))
-    assert _split.read_in_two(path) is not None  # a true boundary is taken
+    assert _split.read_in_two(path) is not None and joined  # a true boundary is taken
     assert _fields(load_trace(path, split=True)) == whole
 
 
@@ -162,3 +176,51 @@ def test_no_temporary_folder_leaves_the_file_read_whole(tmp_path, monkeypatch):
     monkeypatch.setattr(_split.tempfile, "TemporaryDirectory", full)
     assert _split.read_in_two(path, forced=True) is None
     assert _fields(load_trace(path, split=True)) == whole
+
+
+def _event(i, **fields):
+    return {"ph": "X", "cat": "kernel", "name": f"k{i % 7}", "pid": 0, "tid": 7,
+            "ts": 1000 + 10 * i, "dur": 5, "args": {"stream": 7, "correlation": i}} | fields  # fmt: skip
+
+
+@pytest.mark.parametrize("case", ["numeric categories", "nan pids", "a thread name's pid"])
+def test_values_equal_or_alike_across_the_parts_are_told_as_one_reading_tells_them(tmp_path, case):
+    events = [_event(i) for i in range(400)]
+    if case == "numeric categories":  # 1 and True are one key to a dict, two texts here
+        events[100]["cat"], events[300]["cat"] = 1, True
+    elif case == "nan pids":  # NaN equals no NaN: one id for every NaN pid, in either part
+        for i in range(0, 400, 50):
+            events[i]["pid"] = float("nan")
+    else:  # an integer pid where the worker numbers text pids: read whole
+        events[300] = {"ph": "M", "name": "thread_name", "pid": _split._FIRST_ID, "tid": 5, "ts": 0,
+                       "args": {"name": "an integer"}}  # fmt: skip
+        events[310]["pid"] = "y"
+        events[320] = {"ph": "M", "name": "thread_name", "pid": "y", "tid": 5, "ts": 0,
+                       "args": {"name": "a text"}}  # fmt: skip
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    _same_either_way(path, split_expected=case != "a thread name's pid")
+    t = load_trace(path, split=True)
+    if case == "nan pids":
+        assert len({p for p in t.pid if p < -1}) == 1
+    if case == "a thread name's pid":
+        assert sorted(t.thread_names.values()) == ["a text", "an integer"]
+
+
+def test_a_pipe_is_read_once_as_it_comes(tmp_path):
+    source = training_trace(steps=5).write(tmp_path / "t.json")
+    fifo = tmp_path / "trace.fifo"
+    os.mkfifo(fifo)
+    assert _split.cut(fifo, forced=True) is None  # never opened: a pipe's bytes are read once
+    feed = subprocess.Popen(f"cat {source} > {fifo}", shell=True)
+    try:
+        assert len(load_trace(fifo)) == len(load_trace(source))
+    finally:
+        feed.wait()
+
+
+def test_a_worker_under_safe_path_keeps_the_path_it_was_given():
+    code = worker_code("builtins", "print") + "\nprint(sys.path[0])"
+    env = {**os.environ, "PYTHONPATH": "/a-marker", "PYTHONSAFEPATH": "1"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert done.stdout.splitlines()[-1] == "/a-marker", done.stdout + done.stderr
