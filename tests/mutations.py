@@ -156,8 +156,8 @@ MUTATIONS = (
     Mutation(
         "split trace: the worker's text ids are numbered on from this process's",
         "trace/_split.py",
-        "ids.setdefault(value, -2 - len(ids))",
-        "ids.setdefault(value, -3 - len(ids))",
+        "ids.setdefault(value, FIRST_ID - len(ids))",
+        "ids.setdefault(value, FIRST_ID - 1 - len(ids))",
         ("tests/unit/trace/test_trace_split.py",),
     ),
     Mutation(

@@ -18,7 +18,7 @@ from ..record import CommOverlap, RankReport, RankSkew
 from ..trace import RankTrace
 from . import _intervals
 from .distributed import STRAGGLER_RATIO
-from .trace_gpu import GpuView, kernel_types
+from .trace_gpu import GpuView, rows_by_type
 
 #: How a straggler's slowest step part is named (the words of ``run`` where they exist).
 TRACE_PART_WORDS = {
@@ -35,14 +35,8 @@ TRACE_PART_WORDS = {
 
 def comm_overlap(t: RankTrace, view: GpuView) -> CommOverlap | None:
     """Overlap of communication and computation kernels; ``None`` without communication."""
-    comm, comp = array("q"), array("q")
-    types = kernel_types(t.names, view.name)
-    for k, nid in enumerate(view.name):
-        kind = types[nid]
-        if kind == "COMMUNICATION":
-            comm.append(k)
-        elif kind == "COMPUTATION":
-            comp.append(k)
+    by_type = rows_by_type(t.names, view)
+    comm, comp = by_type.get("COMMUNICATION"), by_type.get("COMPUTATION", array("q"))
     if not comm:
         return None
     comm_m = _intervals.merge_ends(view.ts, view.end, comm)

@@ -177,6 +177,18 @@ def gpu_view(t: RankTrace, n_step_names: int, include_last_step: bool = False) -
     return view
 
 
+def rows_by_type(names: list[str], view: GpuView) -> dict[str, array[int]]:
+    """The view's rows by :func:`kernel_type` of their names."""
+    types = kernel_types(names, view.name)
+    out: dict[str, array[int]] = {}
+    for k, nid in enumerate(view.name):
+        rows = out.get(types[nid])
+        if rows is None:
+            rows = out[types[nid]] = array("q")
+        rows.append(k)
+    return out
+
+
 def temporal_breakdown(t: RankTrace, view: GpuView) -> TemporalBreakdown | None:
     """The temporal breakdown of one rank; ``None`` when it has no GPU events."""
     if not view.ts:
@@ -184,16 +196,9 @@ def temporal_breakdown(t: RankTrace, view: GpuView) -> TemporalBreakdown | None:
     names = t.names
     span = max(view.end) - min(view.ts)
     busy = _intervals.spans_covered(_intervals.merge_ends(view.ts, view.end, range(len(view))))
-    types = kernel_types(names, view.name)
-    by_type: dict[str, array[int]] = {}
-    for k, nid in enumerate(view.name):
-        rows = by_type.get(types[nid])
-        if rows is None:
-            rows = by_type[types[nid]] = array("q")
-        rows.append(k)
     by_type_us = {
         k: _intervals.spans_covered(_intervals.merge_ends(view.ts, view.end, rows))
-        for k, rows in by_type.items()
+        for k, rows in rows_by_type(names, view).items()
     }
     compute = by_type_us.get("COMPUTATION", 0.0)
     idle = span - busy

@@ -206,7 +206,7 @@ POLL_S = 0.02
 #: 1.75 MB each: 2.2 s in one process, 7.2 s with a worker a file).
 WORKERS_FROM_MB = 20.0
 
-#: A worker's line (:func:`~torchdoctor._workers.worker_code`).
+#: A worker's line (:func:`~torchdoctor.trace.worker_code`).
 _WORKER_CODE = worker_code("torchdoctor.analysis.trace_ranks", "_worker")
 
 

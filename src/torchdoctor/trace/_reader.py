@@ -69,7 +69,7 @@ class EventStream:
         stop: end the events at the event array's separator just before this byte
             (:attr:`stopped`), where a reader from ``start=stop`` goes on. When the reading
             meets ``stop`` anywhere else (inside an event or a string, before the events or
-            after them), it reads on to the document's end as without it (:attr:`read_past`).
+            after them), it reads on to the document's end as without it.
     """
 
     def __init__(
@@ -84,9 +84,6 @@ class EventStream:
         #: Whether the events ended at ``stop``, after a separator between two events (a reader
         #: from ``stop`` on reads the rest); False when the document ended before it.
         self.stopped = False
-        #: Whether the reading met ``stop`` elsewhere than between two events and read on: the
-        #: events are then the whole document's, as one reading without ``stop`` gives them.
-        self.read_past = False
         #: Set while the reading looks whether it is at ``stop`` between two events.
         self._at_separator = False
         self.metadata: dict[str, Any] = {}
@@ -121,7 +118,7 @@ class EventStream:
             if left <= 0 and self._at_separator:
                 return False  # at ``stop``, between two events
             if left <= 0:
-                self._stop, self.read_past = None, True
+                self._stop = None  # met elsewhere than between two events: read on
             else:
                 size = min(size, left)
         try:

@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ._reader import EventStream, TraceFormatError
-from ._tables import RankTrace, Rows, read_rows
+from ._tables import FIRST_ID, RankTrace, Rows, read_rows
 from ._workers import end_with, end_workers, start_worker, worker_code
 
 #: Plain files from this size (MB) are read in two parts: below it a worker's start (about
@@ -150,7 +150,7 @@ def join(first: Rows, rest: Rows) -> Rows:
     cats = _map(r.cats, t.cats)
     ids = first.ids
     for value in rest.ids:  # in order of arrival, as one reading numbers them
-        ids.setdefault(value, -2 - len(ids))
+        ids.setdefault(value, FIRST_ID - len(ids))
     id_of = {old: ids[value] for value, old in rest.ids.items()}
     rows = len(t)
     mapped = {

@@ -59,6 +59,8 @@ _COPY_CATS = frozenset({CAT_MEMCPY, CAT_MEMSET})
 _NAMED_SKIPS = 5
 _INF = float("inf")
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+#: The id of the first pid or tid that is not an integer; the next ones count down from it.
+FIRST_ID = -2
 
 
 @dataclass
@@ -206,7 +208,7 @@ class Rows:
     low_names: int = 0
 
 
-def read_rows(path: str | os.PathLike[str], stream: EventStream, first_id: int = -2) -> Rows:
+def read_rows(path: str | os.PathLike[str], stream: EventStream, first_id: int = FIRST_ID) -> Rows:
     """The rows of ``stream``'s events, names and categories interned; a pid or tid that is
     not an integer gets an id from ``first_id`` down."""
     names: list[str] = []
