@@ -6,13 +6,15 @@ step's peak (docs/memory.md).
 hooks see each tensor the forward keeps for backward (their pack hook returns the tensor itself:
 nothing the script computes changes), global module hooks say which module was running, and at
 the step's end the parameters, their gradients and the optimizers' state are summed. Exact
-byte counts, each storage once; no timing is read.
+byte counts, each storage once while it lives (an address freed and taken again by a later
+micro-batch's tensor is that tensor's, counted anew); no timing is read.
 """
 
 from __future__ import annotations
 
 import inspect
 import os
+import weakref
 from typing import Any
 
 import torch
@@ -42,7 +44,9 @@ class MemoryWatch:
         self._names: dict[int, tuple[torch.nn.Module, str]] = {}
         self._blocks: dict[int, tuple[str, torch.nn.Module]] = {}
         self._stack: list[torch.nn.Module] = []
-        self._seen: set[int] = set()
+        #: Saved storages by address, each with a weak reference to the tensor that brought it:
+        #: an address whose tensor is gone was freed, and a tensor found there later is new.
+        self._seen: dict[int, Any] = {}
         self._params: set[int] = set()
         #: Bytes saved for backward, by block label; the block's module by label.
         self.saved: dict[str, int] = {}
@@ -142,8 +146,9 @@ class MemoryWatch:
         try:
             with torch._C.DisableTorchFunction():  # the sync finder's mode need not see them
                 key = _storage(tensor)
-                if key and key not in self._seen and key not in self._params:
-                    self._seen.add(key)
+                known = self._seen.get(key)
+                if key and (known is None or known() is None) and key not in self._params:
+                    self._seen[key] = weakref.ref(tensor)
                     label = self._block(self._stack[-1]) if self._stack else OUTSIDE
                     nbytes = tensor.untyped_storage().nbytes()
                     self.saved[label] = self.saved.get(label, 0) + nbytes

@@ -99,6 +99,27 @@ def test_a_step_accumulating_micro_batches_is_counted_by_one_of_them():
     assert split.activations > 2 * split.first_pass  # later micro-batches' too
 
 
+def test_an_address_freed_and_taken_again_is_a_new_tensor():
+    """Each micro-batch's input at the address the one before freed (the allocator's choice, made
+    certain here by one buffer): the later inputs were taken for the first one's storage and left
+    out, so a machine whose allocator reuses addresses counted one micro-batch."""
+    torch.manual_seed(0)
+    model = nn.Linear(A, C)
+    buffer = bytearray(4 * N * A)
+    watch = MemoryWatch([model], None)
+    watch.start()
+    for _ in range(3):
+        x = torch.frombuffer(buffer, dtype=torch.float32).view(N, A)
+        model(x).sum().backward()
+        del x  # backward let it go too: its address is free
+    live = torch.frombuffer(buffer, dtype=torch.float32).view(N, A)
+    model(live).sum().backward(retain_graph=True)  # saved, still held: the same storage...
+    model(live).sum().backward()  # ...saved again is counted once
+    split = watch.stop([])
+    assert split.first_pass == 4 * N * A
+    assert split.activations == 4 * 4 * N * A
+
+
 def test_a_batch_passed_by_keyword_is_counted_in_samples():
     """`model(**batch)` (a Hugging Face call): no positional tensor, so no estimate was told."""
 
