@@ -70,6 +70,27 @@ MUTATIONS = (
         ("tests/unit/analysis/test_lever_bounds.py",),
     ),
     Mutation(
+        "lever bounds: pairs corrected however thin their untouched parts",
+        "analysis/lever_bounds.py",
+        "rest < GAUGE_SHARE * step",
+        "rest <= 0",
+        ("tests/unit/analysis/test_lever_bounds.py",),
+    ),
+    Mutation(
+        "lever bounds: pairs corrected whatever the data wait",
+        "analysis/lever_bounds.py",
+        "wait > WAIT_SHARE * step",
+        "wait < 0",
+        ("tests/unit/analysis/test_lever_bounds.py",),
+    ),
+    Mutation(
+        "fix: a bounded remedy's pairs are never corrected",
+        "patch/_measure.py",
+        "    if not corrected:\n",
+        "    if True:\n",
+        ("tests/unit/patch/test_patched_run.py",),
+    ),
+    Mutation(
         "trace ranks: a rank's own step names decide its GPU view",
         "analysis/trace_ranks.py",
         "(len(r.step_names) >= 2) != (len(names) >= 2)",

@@ -14,7 +14,9 @@ allowance, and each round's own speedup, which must agree). A timed remedy is ke
 ``IMPROVED``. A remedy that writes a lever (the optimizer's multi-tensor step, autocast,
 channels_last, compile) changes only some of the step's parts: its figure is also held to what
 those parts allow (:mod:`torchdoctor.analysis.lever_bounds`), and one outside is "could not
-tell" and not kept.
+tell" and not kept. Where the parts such a remedy leaves alone hold a large share of the step
+(the optimizer's remedy), they gauge the load each run saw: its rounds' pairs are judged
+corrected by them, the figure as timed beside it (the same module).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import itertools
 import math
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -37,7 +39,7 @@ from ..analysis.compare import (
     pair_words,
     step_times,
 )
-from ..analysis.lever_bounds import bounded
+from ..analysis.lever_bounds import bounded, corrected_pairs
 from ..record import (
     COMPLETE,
     GONE,
@@ -165,7 +167,7 @@ def _measure(
             by_key[k].reason = f"the whole patch failed when run ({failure})"
         patch.notes.append(f"the whole patch failed when run ({failure}): nothing was written")
         kept = frozenset()
-    verdict = judged(original, measure(kept)) if kept else None
+    verdict = judged(original, measure(kept), _parts_of(kept)) if kept else None
     if verdict is not None and verdict.kind != IMPROVED and len(kept_timed) > 1:
         # together they do not pay: the best single timed remedy is the patch
         best = max(kept_timed, key=lambda k: _speedup(by_key[k]))
@@ -173,10 +175,10 @@ def _measure(
             by_key[k].kept = False
             by_key[k].reason = "together with the others it measured no faster"
         kept = frozenset([best]) | kept_numeric
-        verdict = judged(original, measure(kept))
+        verdict = judged(original, measure(kept), _parts_of(kept))
     if verdict is not None and verdict.kind == REGRESSED and kept_numeric and kept_timed:
         # with the rewrites the patch is slower here: the timed remedies alone, if they pay
-        alone_verdict = judged(original, measure(kept_timed))
+        alone_verdict = judged(original, measure(kept_timed), _parts_of(kept_timed))
         if alone_verdict is not None and alone_verdict.kind == IMPROVED:
             for k in kept_numeric:
                 by_key[k].kept = False
@@ -325,27 +327,51 @@ def _failure(record: RunRecord) -> str:
     return f"{what}: {note}" if note else what
 
 
-def judged(original: Variant, variant: Variant) -> Judgement | None:
-    """``variant`` against ``original``, or ``None`` when either has too few steps."""
+def judged(
+    original: Variant, variant: Variant, changed: Sequence[str] | None = None
+) -> Judgement | None:
+    """``variant`` against ``original``, or ``None`` when either has too few steps. ``changed``:
+    the only step parts ``variant`` can change (its levers'), whose untouched parts may then
+    correct each round's pair for the load its runs saw (:func:`corrected_pairs`)."""
     if len(original.steps) < 2 or len(variant.steps) < 2 or variant.failures:
         return None
     # the rounds alternate the variants (ABBA): every round's own speedup must show a change
     rounds = [r for r in original.runs if r in variant.runs]
     pairs = pair_speedups([original.runs[r] for r in rounds], [variant.runs[r] for r in rounds])
-    return judge(original.steps, variant.steps, pairs=pairs)
+    verdict = judge(original.steps, variant.steps, pairs=pairs)
+    if changed is None or len(pairs) != len(rounds):
+        return verdict
+    corrected = corrected_pairs(changed, [(original.parts[r], variant.parts[r]) for r in rounds])
+    if not corrected:
+        return verdict
+    fixed = judge(original.steps, variant.steps, pairs=corrected)
+    return replace(fixed, judged=replace(fixed.judged, as_timed=verdict.judged.speedup))
+
+
+def _parts_of(remedies: frozenset[str]) -> tuple[str, ...] | None:
+    """The step parts a set of remedies can change (their levers'), or ``None`` when one of them
+    is not a lever's (a loader's remedy, a rewrite: any part may move)."""
+    if not remedies or any(k not in REMEDY_PARTS for k in remedies):
+        return None
+    return tuple(p for p in STEP_PARTS if any(p in REMEDY_PARTS[k] for k in remedies))
 
 
 def _judge_remedy(remedy: PatchRemedy, original: Variant, variant: Variant) -> None:
     if variant.failures:
         remedy.reason = f"the patched script failed ({variant.failures[0]})"
         return
-    verdict = judged(original, variant)
+    verdict = judged(original, variant, REMEDY_PARTS.get(remedy.key))
     if verdict is None:
         remedy.reason = "too few steps were measured to judge it"
         return
-    result = remedy.judged = _bounded(remedy, original, variant, verdict.judged)
+    result = verdict.judged
+    if result.as_timed is None:  # corrected, it is within the bounds by its making
+        result = _bounded(remedy, original, variant, result)
+    remedy.judged = result
     remedy.kept = result.judgement == IMPROVED
     measured = f"measured {result.figure('–', '()')}"
+    if result.as_timed is not None:
+        measured += f" {result.as_timed_words()}"
     allowance = result.allowance or 0.0
     if result.judgement == UNCLEAR:
         remedy.reason = f"{measured}: {result.word}: {result.why}"

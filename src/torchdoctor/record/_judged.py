@@ -49,6 +49,9 @@ class JudgedSpeedup:
             clear (``None`` where an older record did not keep it).
         judgement: what it was judged (:func:`judged_speedup`).
         why: for an :data:`UNCLEAR` figure, the bound it broke, in words (else ``""``).
+        as_timed: for a figure corrected for the load each run saw (``torchdoctor fix``'s
+            pairs, by the parts its lever leaves alone: ``analysis.lever_bounds``), the pairs'
+            figure as timed; ``None`` for a figure as timed.
     """
 
     speedup: float
@@ -57,6 +60,7 @@ class JudgedSpeedup:
     allowance: float | None = None
     judgement: JudgementWord = NO_CHANGE
     why: str = ""
+    as_timed: float | None = None
 
     @property
     def interval(self) -> tuple[float, float] | None:
@@ -81,6 +85,13 @@ class JudgedSpeedup:
         if self.interval is None:
             return ""
         return f"{self.low:.2f}{dash}{self.high:.2f}"
+
+    def as_timed_words(self) -> str:
+        """``corrected for the load each run saw (2.31x as timed)`` for a corrected figure, else
+        ``""``."""
+        if self.as_timed is None:
+            return ""
+        return f"corrected for the load each run saw ({self.as_timed:.2f}x as timed)"
 
     def figure(self, dash: str = "-", brackets: str = "[]") -> str:
         """``1.30x [1.20-1.40]``: the speedup and its interval."""

@@ -9,7 +9,7 @@ from rich.console import Group, RenderableType
 from rich.panel import Panel
 from rich.text import Text
 
-from ..record import GONE, IMPROVED, REGRESSED, Patch, PatchRemedy, RunRecord
+from ..record import GONE, IMPROVED, REGRESSED, JudgedSpeedup, Patch, PatchRemedy, RunRecord
 from ._style import BAD, GOOD
 
 
@@ -74,7 +74,7 @@ def whole_lines(patch: Patch) -> list[tuple[str, bool]]:
     if judged is not None and judged.interval is not None:
         faster = judged.judgement == IMPROVED
         measured = (
-            f"{judged.figure('–', '()')}, mean step {patch.before_ms:.1f} → "
+            f"{judged_figure(judged)}, mean step {patch.before_ms:.1f} → "
             f"{patch.after_ms:.1f} ms over {patch.rounds} alternated rounds"
         )
         # Not faster: the judgement leads, the figure after it (a kept rewrite's noise once
@@ -132,4 +132,11 @@ def figure_words(remedy: PatchRemedy) -> str:
         return "numerics not checked"
     if remedy.judged is None or remedy.judged.interval is None:
         return ""
-    return remedy.judged.figure("–", "()")
+    return judged_figure(remedy.judged)
+
+
+def judged_figure(judged: JudgedSpeedup) -> str:
+    """``1.78x (1.70–1.85)``, with ``corrected for the load each run saw (2.31x as timed)``
+    after it for a corrected figure."""
+    corrected = judged.as_timed_words()
+    return judged.figure("–", "()") + (f", {corrected}" if corrected else "")

@@ -5,9 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from torchdoctor.analysis.lever_bounds import UNTOUCHED_MARGIN, bounded, outside_bounds
+from torchdoctor.analysis.lever_bounds import (
+    GAUGE_SHARE,
+    UNTOUCHED_MARGIN,
+    WAIT_SHARE,
+    bounded,
+    corrected_pairs,
+    outside_bounds,
+)
 from torchdoctor.analysis.trials import trials_of
-from torchdoctor.record import IMPROVED, UNCLEAR, JudgedSpeedup, RunRecord, StepSeries
+from torchdoctor.record import IMPROVED, STEP_PARTS, UNCLEAR, JudgedSpeedup, RunRecord, StepSeries
 from trialruns import BASE, Lever, Run
 
 OPTIMIZER = ("optimizer",)
@@ -137,3 +144,25 @@ def test_pairs_whose_untouched_parts_moved_alike_are_could_not_tell():
     assert why is not None and why.startswith("the load changed during the trial: forward")
     gain = [(_steps(11.0, 9.0 * slow), _steps(3.0, 9.0)) for slow in (1.5, 1.6, 1.4)]
     assert "more than fused can give" in outside_bounds("fused", OPTIMIZER, [], [], 0.1, pairs=gain)
+
+
+def test_pairs_are_corrected_by_the_untouched_parts_only_where_they_can_gauge_the_load():
+    # the optimizer 4 -> 2 ms of a 10 ms step: 1.25x, whatever load slowed each run
+    base, trial = _steps(4.0, 6.0), _steps(2.0, 6.0)
+    slowed = [{k: 2.5 * v for k, v in s.items()} for s in trial]
+    corrected = corrected_pairs(OPTIMIZER, [(base, slowed), ([*base], trial)])
+    assert corrected == pytest.approx([1.25, 1.25])
+    assert corrected_pairs(OPTIMIZER, [(base, slowed)]) == []  # one pair: nothing to take across
+    assert corrected_pairs(OPTIMIZER, [(base, []), (base, trial)]) == []
+    assert corrected_pairs(STEP_PARTS, [(base, trial), (base, trial)]) == []  # every part moves
+    # the untouched parts a sliver of the step (below GAUGE_SHARE): their noise, not the load
+    thin = _steps(8.0, (GAUGE_SHARE - 0.05) / (1 - GAUGE_SHARE + 0.05) * 8.0)
+    assert corrected_pairs(OPTIMIZER, [(thin, trial), (thin, trial)]) == []
+    enough = _steps(8.0, (GAUGE_SHARE + 0.05) / (1 - GAUGE_SHARE - 0.05) * 8.0)
+    assert len(corrected_pairs(OPTIMIZER, [(enough, trial), (enough, trial)])) == 2
+    # a data wait past WAIT_SHARE (a loader's processes see load their own way), on either side
+    wait = (WAIT_SHARE + 0.05) / (1 - WAIT_SHARE - 0.05) * 8.0  # of an 8 ms step, as a share
+    waits = [{**s, "data_wait": wait} for s in trial]
+    assert corrected_pairs(OPTIMIZER, [(base, waits), (base, trial)]) == []
+    small = [{**s, "data_wait": 0.5} for s in trial]
+    assert corrected_pairs(OPTIMIZER, [(base, small), (base, trial)]) != []
