@@ -84,6 +84,13 @@ MUTATIONS = (
         ("tests/unit/analysis/test_lever_bounds.py",),
     ),
     Mutation(
+        "lever bounds: the lever's own effect on the untouched parts taken for load",
+        "analysis/lever_bounds.py",
+        "return [t * m / across for t, m in zip(timed, moved)]",
+        "return [t * m for t, m in zip(timed, moved)]",
+        ("tests/unit/analysis/test_lever_bounds.py",),
+    ),
+    Mutation(
         "fix: a bounded remedy's pairs are never corrected",
         "patch/_measure.py",
         "    if not corrected:\n",

@@ -15,8 +15,8 @@ allowance, and each round's own speedup, which must agree). A timed remedy is ke
 channels_last, compile) changes only some of the step's parts: its figure is also held to what
 those parts allow (:mod:`torchdoctor.analysis.lever_bounds`), and one outside is "could not
 tell" and not kept. Where the parts such a remedy leaves alone hold a large share of the step
-(the optimizer's remedy), they gauge the load each run saw: its rounds' pairs are judged
-corrected by them, the figure as timed beside it (the same module).
+(the optimizer's remedy), they gauge the load each run saw: its rounds are judged corrected by
+them, each round as timed beside it (the same module).
 """
 
 from __future__ import annotations
@@ -345,7 +345,7 @@ def judged(
     if not corrected:
         return verdict
     fixed = judge(original.steps, variant.steps, pairs=corrected)
-    return replace(fixed, judged=replace(fixed.judged, as_timed=verdict.judged.speedup))
+    return replace(fixed, judged=replace(fixed.judged, as_timed=verdict.pairs))
 
 
 def _parts_of(remedies: frozenset[str]) -> tuple[str, ...] | None:
@@ -364,14 +364,11 @@ def _judge_remedy(remedy: PatchRemedy, original: Variant, variant: Variant) -> N
     if verdict is None:
         remedy.reason = "too few steps were measured to judge it"
         return
-    result = verdict.judged
-    if result.as_timed is None:  # corrected, it is within the bounds by its making
-        result = _bounded(remedy, original, variant, result)
-    remedy.judged = result
+    result = remedy.judged = _bounded(remedy, original, variant, verdict.judged)
     remedy.kept = result.judgement == IMPROVED
     measured = f"measured {result.figure('–', '()')}"
-    if result.as_timed is not None:
-        measured += f" {result.as_timed_words()}"
+    if result.as_timed:
+        measured += f", {result.as_timed_words()}"
     allowance = result.allowance or 0.0
     if result.judgement == UNCLEAR:
         remedy.reason = f"{measured}: {result.word}: {result.why}"

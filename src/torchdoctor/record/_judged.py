@@ -49,9 +49,9 @@ class JudgedSpeedup:
             clear (``None`` where an older record did not keep it).
         judgement: what it was judged (:func:`judged_speedup`).
         why: for an :data:`UNCLEAR` figure, the bound it broke, in words (else ``""``).
-        as_timed: for a figure corrected for the load each run saw (``torchdoctor fix``'s
-            pairs, by the parts its lever leaves alone: ``analysis.lever_bounds``), the pairs'
-            figure as timed; ``None`` for a figure as timed.
+        as_timed: where the pairs of runs it was judged on were corrected for the load each
+            run saw (``torchdoctor fix``'s rounds, by the parts its lever leaves alone:
+            ``analysis.lever_bounds``), each pair's speedup as timed; ``None`` otherwise.
     """
 
     speedup: float
@@ -60,7 +60,7 @@ class JudgedSpeedup:
     allowance: float | None = None
     judgement: JudgementWord = NO_CHANGE
     why: str = ""
-    as_timed: float | None = None
+    as_timed: list[float] | None = None
 
     @property
     def interval(self) -> tuple[float, float] | None:
@@ -87,11 +87,12 @@ class JudgedSpeedup:
         return f"{self.low:.2f}{dash}{self.high:.2f}"
 
     def as_timed_words(self) -> str:
-        """``corrected for the load each run saw (2.31x as timed)`` for a corrected figure, else
-        ``""``."""
-        if self.as_timed is None:
+        """``its rounds read against the load each run saw (as timed: 1.11x, 3.18x)`` for a
+        figure judged on corrected pairs, else ``""``."""
+        if not self.as_timed:
             return ""
-        return f"corrected for the load each run saw ({self.as_timed:.2f}x as timed)"
+        timed = ", ".join(f"{x:.2f}x" for x in self.as_timed)
+        return f"its rounds read against the load each run saw (as timed: {timed})"
 
     def figure(self, dash: str = "-", brackets: str = "[]") -> str:
         """``1.30x [1.20-1.40]``: the speedup and its interval."""

@@ -136,7 +136,7 @@ def figure_words(remedy: PatchRemedy) -> str:
 
 
 def judged_figure(judged: JudgedSpeedup) -> str:
-    """``1.78x (1.70–1.85)``, with ``corrected for the load each run saw (2.31x as timed)``
-    after it for a corrected figure."""
+    """``1.78x (1.70–1.85)``, with ``its rounds read against the load each run saw (as timed:
+    1.11x, 3.18x)`` after it for a figure judged on corrected rounds."""
     corrected = judged.as_timed_words()
     return judged.figure("–", "()") + (f", {corrected}" if corrected else "")

@@ -147,11 +147,20 @@ def test_pairs_whose_untouched_parts_moved_alike_are_could_not_tell():
 
 
 def test_pairs_are_corrected_by_the_untouched_parts_only_where_they_can_gauge_the_load():
-    # the optimizer 4 -> 2 ms of a 10 ms step: 1.25x, whatever load slowed each run
+    # the optimizer 4 -> 2 ms of a 10 ms step: 1.25x; the first pair's trial and the second's
+    # baseline slowed 2.5x by load: as timed 0.50x and 3.12x, read against what their untouched
+    # parts moved beyond both pairs' (none here: the lever leaves them as they were), 1.25x each
     base, trial = _steps(4.0, 6.0), _steps(2.0, 6.0)
     slowed = [{k: 2.5 * v for k, v in s.items()} for s in trial]
-    corrected = corrected_pairs(OPTIMIZER, [(base, slowed), ([*base], trial)])
+    loaded = [{k: 2.5 * v for k, v in s.items()} for s in base]
+    corrected = corrected_pairs(OPTIMIZER, [(base, slowed), (loaded, trial)])
     assert corrected == pytest.approx([1.25, 1.25])
+    # a lever that also makes the untouched parts a fifth quicker keeps that gain (as timed:
+    # 10 / 6.8 = 1.47x), and its pairs still agree
+    quicker = [{**s, "forward": 0.8 * s["forward"], "backward": 0.8 * s["backward"]} for s in trial]
+    slower = [{k: 2.5 * v for k, v in s.items()} for s in quicker]
+    corrected = corrected_pairs(OPTIMIZER, [(base, slower), (loaded, quicker)])
+    assert corrected == pytest.approx([10 / 6.8, 10 / 6.8], rel=1e-3)
     assert corrected_pairs(OPTIMIZER, [(base, slowed)]) == []  # one pair: nothing to take across
     assert corrected_pairs(OPTIMIZER, [(base, []), (base, trial)]) == []
     assert corrected_pairs(STEP_PARTS, [(base, trial), (base, trial)]) == []  # every part moves

@@ -6,6 +6,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 from torchdoctor.patch import Project, measure_patch, plan_loader, plan_threads
 from torchdoctor.process.patched import patched_imports, run_patched_script
 from torchdoctor.record import Patch, PatchRemedy, RunRecord
@@ -391,19 +393,18 @@ def _optimizer_patch(tmp_path: Path):
     return project, patch, active
 
 
-def test_a_gain_past_what_the_optimizer_allows_is_corrected_or_could_not_tell(tmp_path):
+def test_a_gain_past_what_the_optimizer_allows_is_could_not_tell_and_not_written(tmp_path):
     # The optimizer is 3% of the step; the patched runs came out 14x faster in every round
-    # (the load left whenever they ran): not the fused optimizer's doing. The parts it leaves
-    # alone, 97% of the step, were as much slower: read against them, no gain.
+    # (the load left whenever they ran): not the fused optimizer's doing. Its rounds agree (the
+    # load moved each alike): read against their untouched parts, as timed.
     project, patch, active = _optimizer_patch(tmp_path)
     slow = [(194.0 + i % 3, 6.0) for i in range(10)]
     fast = [(13.8 + 0.1 * (i % 3), 0.4) for i in range(10)]
     measure_patch(project, patch, active, _optimizer_run({False: slow, True: fast}), rounds=2)
     (optimizer,) = patch.remedies
-    judged = optimizer.judged
-    assert judged.judgement == "NO CHANGE" and not optimizer.kept, optimizer
-    assert 0.97 < judged.speedup < 1.03 and 13.5 < judged.as_timed < 14.5
-    assert "corrected for the load each run saw (14.06x as timed)" in optimizer.reason
+    assert optimizer.judged.judgement == "UNCLEAR" and not optimizer.kept, optimizer
+    assert "could not tell" in optimizer.reason and "at most 1.03x" in optimizer.reason
+    assert optimizer.judged.as_timed == pytest.approx([14.06, 14.06], rel=1e-3)
     assert patch.diff == ""
     # A data wait of 30% of the step (a loader's processes see load their own way): nothing to
     # correct by, and 14x is past what the optimizer allows.
@@ -429,7 +430,7 @@ def test_pairs_whose_runs_saw_other_loads_are_judged_by_the_parts_the_lever_leav
     """The optimizer halved (1.25x on the step), the original's run of the first round and the
     patched one of the second each slowed 2.5x by load (ABBA rounds: original, patched, patched,
     original): as timed the pairs say 0.50x and 3.12x (no clear gain); each read against its
-    untouched parts, 1.25x and 1.25x, so it is kept, with both figures told."""
+    untouched parts, 1.25x and 1.25x, so it is kept, with the rounds as timed told."""
     project, patch, active = _optimizer_patch(tmp_path)
     before = [(6.0 + 0.1 * (i % 3), 4.0) for i in range(10)]
     after = [(6.0 + 0.1 * (i % 3), 2.0) for i in range(10)]
@@ -439,9 +440,9 @@ def test_pairs_whose_runs_saw_other_loads_are_judged_by_the_parts_the_lever_leav
     judged = optimizer.judged
     assert optimizer.kept and judged.judgement == "IMPROVED", optimizer
     assert 1.24 < judged.low <= judged.high < 1.26
-    assert 1.2 < judged.as_timed < 1.3  # the geometric mean of 0.50x and 3.12x
+    assert judged.as_timed == pytest.approx([0.5, 3.125], rel=1e-2)
     assert patch.judged.judgement == "IMPROVED" and patch.judged.as_timed is not None
-    assert "x as timed" in whole_lines(patch)[0][0] and patch.diff
+    assert "(as timed: 0.50x, 3.12x)" in whole_lines(patch)[0][0] and patch.diff
 
 
 def test_a_diagnosis_the_script_outran_is_told_to_run_longer_not_to_fix_a_failure():
