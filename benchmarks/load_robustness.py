@@ -145,8 +145,8 @@ def answer(case: str, steps: int, src: Path) -> Answer:
         j = remedies[0]["judged"]
         judged = j["judgement"]
         figure = f" {j['speedup']:.2f}x ({j['low']:.2f}-{j['high']:.2f})"
-        if j.get("as_timed") is not None:
-            figure += f" as timed {j['as_timed']:.2f}x"
+        if j.get("as_timed"):
+            figure += " as timed " + "/".join(f"{x:.2f}" for x in j["as_timed"])
     return Answer(verdict.get("kind", "?"), verdict.get("firm", True), judged, figure)
 
 
@@ -200,6 +200,7 @@ def main() -> None:
                 "same",
                 "not_firm",
                 "firm_wrong",
+                "trial_same",
                 "trial_unclear",
                 "trial_wrong",
             ):
