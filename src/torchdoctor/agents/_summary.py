@@ -15,7 +15,8 @@ def _where(item: dict[str, Any]) -> str | None:
 
 
 def judged(value: dict[str, Any] | None) -> dict[str, Any] | None:
-    """A judged speedup (``JudgedSpeedup`` in the record): figure, interval, allowance, word."""
+    """A judged speedup (``JudgedSpeedup`` in the record): figure, interval, allowance, word, and
+    the pairs as timed where they were read against the load each run saw."""
     if not value:
         return None
     return {
@@ -25,6 +26,7 @@ def judged(value: dict[str, Any] | None) -> dict[str, Any] | None:
         "allowance": value.get("allowance"),
         "judgement": value.get("judgement"),
         "why": value.get("why") or "",
+        "as_timed": value.get("as_timed"),
     }
 
 

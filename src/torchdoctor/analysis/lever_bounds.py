@@ -23,16 +23,19 @@ part (threads, batch size) has no bound here. Runs taken side by side in pairs (
 are bounded as they are judged: each pair's figures, then their geometric mean.
 
 **The untouched parts gauge the load.** Load that slows a run slows the parts its lever leaves
-alone as much as the parts it changes (one Python thread's work, each part in turn). So in pairs
-where those parts hold a large share of every run's step (:data:`GAUGE_SHARE`; the data wait,
-a loader's other processes, left out and held small, :data:`WAIT_SHARE`), how far a pair's
-untouched parts moved beyond what they moved in every pair (the lever's own effect on them: the
-fused optimizer's step leaves the caches to the forward and backward, about a fifth quicker) is
-the load its runs saw apart, and is taken out of that pair (:func:`corrected_pairs`). The pairs
-then agree as the lever's effect does, and their geometric mean is the one as timed. Beside a
-busy-looping process the fused optimizer's rounds as timed ranged 1.14x to 2.89x over 4 runs of
-``fix``, and each run's corrected rounds lay within 9% of each other. The figure, as timed, is
-still held to the two bounds above.
+alone with the parts it changes. So in pairs where those parts hold a large share of every run's
+step (:data:`GAUGE_SHARE`; the data wait, a loader's other processes, left out and held small,
+:data:`WAIT_SHARE`), how far a pair's untouched parts moved beyond how far they moved in every
+pair is load its two runs saw apart, and is taken out of that pair (:func:`corrected_pairs`).
+How far they moved in every pair (their geometric mean) cannot be told apart: the lever's own
+effect on them (the fused optimizer leaves the caches to the forward and backward, a fifth
+quicker) or load that weighed on one side's runs more (the first run of each alternation is the
+original's). So it is never credited (:func:`judge_rounds`): a gain must clear the allowance in
+every pair with a common quickening of the untouched parts left out, a loss with a common
+slowing left out; the figure is the pairs' as timed. One slowed run can then make a remedy
+unclear, never make it. Beside a busy-looping process the fused optimizer's rounds as timed
+ranged 1.14x to 2.89x over 4 runs of ``fix``, and each run's corrected rounds lay within 9% of
+each other.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from ..record import UNCLEAR, JudgedSpeedup
+from ..record import UNCLEAR, JudgedSpeedup, judged_speedup
 from ..record.part_names import PART_WORDS, STEP_PARTS
 
 #: How far, as a share of the baseline's median step, the parts a lever does not change may
@@ -135,33 +138,63 @@ class _Run:
     base_adds: float
 
 
-def corrected_pairs(changed: Sequence[str], pairs: Sequence[tuple[Parts, Parts]]) -> list[float]:
+@dataclass(frozen=True)
+class Corrected:
+    """Pairs of runs read against the load each run saw (:func:`corrected_pairs`)."""
+
+    #: Each pair's speedup, its own load taken out (they agree as the lever's effect does).
+    pairs: list[float]
+    #: How far the untouched parts moved in every pair (trial ÷ baseline, geometric mean): the
+    #: lever's own effect on them or load on one side, never told apart.
+    common: float
+
+
+def corrected_pairs(
+    changed: Sequence[str], pairs: Sequence[tuple[Parts, Parts]]
+) -> Corrected | None:
     """Each pair's speedup with the load its two runs saw apart taken out (the module's
     docstring): its mean steps' ratio × how far its untouched parts moved (trial ÷ baseline, the
-    data wait left out) ÷ how far they moved across all the pairs (their geometric mean). The
-    pairs' geometric mean is theirs as timed. ``[]`` where the pairs cannot be corrected: fewer
-    than two, a lever that may change every part, or a run whose untouched parts hold less than
-    :data:`GAUGE_SHARE` of its step or whose data wait more than :data:`WAIT_SHARE`."""
+    data wait left out) ÷ how far they moved across all the pairs (their geometric mean).
+    ``None`` where the pairs cannot be corrected: fewer than two, a lever that may change every
+    part, or a run whose untouched parts hold less than :data:`GAUGE_SHARE` of its step or whose
+    data wait more than :data:`WAIT_SHARE`."""
     gauge = [p for p in STEP_PARTS if p not in changed and p != "data_wait"]
     if len(pairs) < 2 or not gauge:
-        return []
+        return None
     timed, moved = [], []
     for base, trial in pairs:
         sides = []
         for steps in (base, trial):
             if not steps:
-                return []
+                return None
             step = statistics.fmean(sum(s.values()) for s in steps)
             rest = statistics.fmean(sum(s.get(p, 0.0) for p in gauge) for s in steps)
             wait = statistics.fmean(s.get("data_wait", 0.0) for s in steps)
             if step <= 0 or rest < GAUGE_SHARE * step or wait > WAIT_SHARE * step:
-                return []
+                return None
             sides.append((step, rest))
         (base_step, base_rest), (trial_step, trial_rest) = sides
         timed.append(base_step / trial_step)
         moved.append(trial_rest / base_rest)
-    across = _across(moved)
-    return [t * m / across for t, m in zip(timed, moved)]
+    common = _across(moved)
+    return Corrected([t * m / common for t, m in zip(timed, moved)], common)
+
+
+def judge_rounds(corrected: Corrected, speedup: float, allowance: float) -> JudgedSpeedup:
+    """The judgement of corrected pairs whose figure as timed is ``speedup`` (the module's
+    docstring): faster only when every pair clears ``allowance`` with a common quickening of the
+    untouched parts left out (its low end), slower only when every pair does the other way with
+    a common slowing left out (its high end)."""
+    low = min(corrected.pairs) * min(1.0, corrected.common)
+    high = max(corrected.pairs) * max(1.0, corrected.common)
+    return judged_speedup(
+        round(speedup, 3),
+        round(low, 3),
+        round(high, 3),
+        round(allowance, 3),
+        faster=low >= 1.0 + allowance,
+        slower=high <= 1.0 / (1.0 + allowance),
+    )
 
 
 def _runs(

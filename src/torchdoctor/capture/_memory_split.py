@@ -7,7 +7,8 @@ hooks see each tensor the forward keeps for backward (their pack hook returns th
 nothing the script computes changes), global module hooks say which module was running, and at
 the step's end the parameters, their gradients and the optimizers' state are summed. Exact
 byte counts, each storage once while it lives (an address freed and taken again by a later
-micro-batch's tensor is that tensor's, counted anew); no timing is read.
+micro-batch's tensor is that tensor's, counted anew; a buffer's storage, saved through a new view
+every micro-batch, is counted once); no timing is read.
 """
 
 from __future__ import annotations
@@ -44,8 +45,9 @@ class MemoryWatch:
         self._names: dict[int, tuple[torch.nn.Module, str]] = {}
         self._blocks: dict[int, tuple[str, torch.nn.Module]] = {}
         self._stack: list[torch.nn.Module] = []
-        #: Saved storages by address, each with a weak reference to the tensor that brought it:
-        #: an address whose tensor is gone was freed, and a tensor found there later is new.
+        #: Saved storages by address, each with a weak reference to its storage: an address
+        #: whose storage is gone was freed, and a tensor found there later is new (a view of a
+        #: buffer that lives on, saved again, is not).
         self._seen: dict[int, Any] = {}
         self._params: set[int] = set()
         #: Bytes saved for backward, by block label; the block's module by label.
@@ -148,7 +150,7 @@ class MemoryWatch:
                 key = _storage(tensor)
                 known = self._seen.get(key)
                 if key and (known is None or known() is None) and key not in self._params:
-                    self._seen[key] = weakref.ref(tensor)
+                    self._seen[key] = weakref.ref(tensor.untyped_storage())
                     label = self._block(self._stack[-1]) if self._stack else OUTSIDE
                     nbytes = tensor.untyped_storage().nbytes()
                     self.saved[label] = self.saved.get(label, 0) + nbytes

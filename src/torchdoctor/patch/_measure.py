@@ -32,14 +32,16 @@ from typing import Protocol
 from .._errors import EXIT_INTERRUPTED, EXIT_OK
 from ..analysis.compare import (
     IMPROVED,
+    NO_CHANGE,
     REGRESSED,
+    RUN_TO_RUN,
     Judgement,
     judge,
     pair_speedups,
     pair_words,
     step_times,
 )
-from ..analysis.lever_bounds import bounded, corrected_pairs
+from ..analysis.lever_bounds import bounded, corrected_pairs, judge_rounds
 from ..record import (
     COMPLETE,
     GONE,
@@ -342,10 +344,20 @@ def judged(
     if changed is None or len(pairs) != len(rounds):
         return verdict
     corrected = corrected_pairs(changed, [(original.parts[r], variant.parts[r]) for r in rounds])
-    if not corrected:
+    if corrected is None:
         return verdict
-    fixed = judge(original.steps, variant.steps, pairs=corrected)
-    return replace(fixed, judged=replace(fixed.judged, as_timed=verdict.pairs))
+    allowance = verdict.judged.allowance or RUN_TO_RUN
+    judged = judge_rounds(corrected, verdict.judged.speedup, allowance)
+    notes = []
+    low, high = judged.interval or (1.0, 1.0)
+    if judged.judgement == NO_CHANGE and (high >= 1.0 + allowance or low <= 1 / (1 + allowance)):
+        notes.append(
+            f"read against the load each run saw, its rounds lie between {low:.2f}x and "
+            f"{high:.2f}x: the parts it leaves alone moved alike in every round, by it or by "
+            "load that weighed on one side; run it again at a quieter moment"
+        )
+    pairs = [round(x, 3) for x in corrected.pairs]
+    return Judgement(replace(judged, as_timed=verdict.pairs), notes, pairs)
 
 
 def _parts_of(remedies: frozenset[str]) -> tuple[str, ...] | None:
@@ -374,6 +386,11 @@ def _judge_remedy(remedy: PatchRemedy, original: Variant, variant: Variant) -> N
         remedy.reason = f"{measured}: {result.word}: {result.why}"
     elif result.judgement == REGRESSED:
         remedy.reason = f"{measured}: {result.word}"
+    elif not remedy.kept and result.as_timed:
+        remedy.reason = (
+            f"{measured}: not faster by more than {allowance:.0%} in every round read against "
+            "the load each run saw"
+        )
     elif not remedy.kept and verdict.pairs:
         remedy.reason = (
             f"{measured}: not faster by more than {allowance:.0%} in every round (each "

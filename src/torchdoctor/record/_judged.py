@@ -10,7 +10,7 @@ far two runs of one script may differ here) the same way; otherwise it is no cle
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
 
@@ -60,7 +60,7 @@ class JudgedSpeedup:
     allowance: float | None = None
     judgement: JudgementWord = NO_CHANGE
     why: str = ""
-    as_timed: list[float] | None = None
+    as_timed: list[float] | None = field(default=None, hash=False)
 
     @property
     def interval(self) -> tuple[float, float] | None:

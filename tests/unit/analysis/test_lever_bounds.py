@@ -3,6 +3,8 @@ is "could not tell" (``analysis.lever_bounds``), on the issue's figures, through
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from torchdoctor.analysis.lever_bounds import (
@@ -11,6 +13,7 @@ from torchdoctor.analysis.lever_bounds import (
     WAIT_SHARE,
     bounded,
     corrected_pairs,
+    judge_rounds,
     outside_bounds,
 )
 from torchdoctor.analysis.trials import trials_of
@@ -154,24 +157,62 @@ def test_pairs_are_corrected_by_the_untouched_parts_only_where_they_can_gauge_th
     slowed = [{k: 2.5 * v for k, v in s.items()} for s in trial]
     loaded = [{k: 2.5 * v for k, v in s.items()} for s in base]
     corrected = corrected_pairs(OPTIMIZER, [(base, slowed), (loaded, trial)])
-    assert corrected == pytest.approx([1.25, 1.25])
+    assert corrected.pairs == pytest.approx([1.25, 1.25]) and corrected.common == pytest.approx(1)
     # a lever that also makes the untouched parts a fifth quicker keeps that gain (as timed:
     # 10 / 6.8 = 1.47x), and its pairs still agree
     quicker = [{**s, "forward": 0.8 * s["forward"], "backward": 0.8 * s["backward"]} for s in trial]
     slower = [{k: 2.5 * v for k, v in s.items()} for s in quicker]
     corrected = corrected_pairs(OPTIMIZER, [(base, slower), (loaded, quicker)])
-    assert corrected == pytest.approx([10 / 6.8, 10 / 6.8], rel=1e-3)
-    assert corrected_pairs(OPTIMIZER, [(base, slowed)]) == []  # one pair: nothing to take across
-    assert corrected_pairs(OPTIMIZER, [(base, []), (base, trial)]) == []
-    assert corrected_pairs(STEP_PARTS, [(base, trial), (base, trial)]) == []  # every part moves
+    assert corrected.pairs == pytest.approx([10 / 6.8, 10 / 6.8], rel=1e-3)
+    assert corrected.common == pytest.approx(0.8)
+    assert corrected_pairs(OPTIMIZER, [(base, slowed)]) is None  # one pair: nothing to take across
+    assert corrected_pairs(OPTIMIZER, [(base, []), (base, trial)]) is None
+    assert corrected_pairs(STEP_PARTS, [(base, trial), (base, trial)]) is None  # every part moves
     # the untouched parts a sliver of the step (below GAUGE_SHARE): their noise, not the load
     thin = _steps(8.0, (GAUGE_SHARE - 0.05) / (1 - GAUGE_SHARE + 0.05) * 8.0)
-    assert corrected_pairs(OPTIMIZER, [(thin, trial), (thin, trial)]) == []
+    assert corrected_pairs(OPTIMIZER, [(thin, trial), (thin, trial)]) is None
     enough = _steps(8.0, (GAUGE_SHARE + 0.05) / (1 - GAUGE_SHARE - 0.05) * 8.0)
-    assert len(corrected_pairs(OPTIMIZER, [(enough, trial), (enough, trial)])) == 2
+    assert corrected_pairs(OPTIMIZER, [(enough, trial), (enough, trial)]) is not None
     # a data wait past WAIT_SHARE (a loader's processes see load their own way), on either side
     wait = (WAIT_SHARE + 0.05) / (1 - WAIT_SHARE - 0.05) * 8.0  # of an 8 ms step, as a share
     waits = [{**s, "data_wait": wait} for s in trial]
-    assert corrected_pairs(OPTIMIZER, [(base, waits), (base, trial)]) == []
+    assert corrected_pairs(OPTIMIZER, [(base, waits), (base, trial)]) is None
     small = [{**s, "data_wait": 0.5} for s in trial]
-    assert corrected_pairs(OPTIMIZER, [(base, small), (base, trial)]) != []
+    assert corrected_pairs(OPTIMIZER, [(base, small), (base, trial)]) is not None
+
+
+def _slowed(steps, factor: float):
+    return [{k: factor * v for k, v in s.items()} for s in steps]
+
+
+def _rounds(pairs) -> JudgedSpeedup:
+    """Pairs judged as ``fix`` judges corrected rounds: their figure as timed, allowance 10%."""
+    corrected = corrected_pairs(OPTIMIZER, pairs)
+    timed = [
+        sum(map(sum, (s.values() for s in b))) / sum(map(sum, (s.values() for s in t)))
+        for b, t in pairs
+    ]
+    return judge_rounds(corrected, math.prod(timed) ** (1 / len(timed)), 0.10)
+
+
+def test_one_slowed_run_cannot_make_a_lever_worth_it_or_slower():
+    """A remedy that changes nothing, two rounds, one run slowed 1.5x: as timed 1.50x and 1.00x
+    (no clear gain). Corrected, the pairs agree at 1.22x: the untouched parts' common move
+    (the originals' load) was taken for the lever's own effect, and it was kept. Never credited,
+    the rounds lie between 1.00x and 1.22x: no clear gain. The same the other way."""
+    same = _steps(4.0, 6.0)
+    judged = _rounds([(_slowed(same, 1.5), same), (same, same)])
+    assert judged.judgement == "NO CHANGE", judged
+    assert judged.low == pytest.approx(1.0, abs=1e-3) and judged.high == pytest.approx(1.225, 1e-3)
+    judged = _rounds([(same, same), (same, _slowed(same, 1.5))])
+    assert judged.judgement == "NO CHANGE", judged
+    # a real gain (1.72x: 10 -> 5.8 ms) whose lever also makes the untouched parts a fifth
+    # quicker, one original run slowed: read with that quickening left out (1.72x x 0.8 =
+    # 1.38x), it still clears 10%
+    quicker = [{**s, "optimizer": 1.0, "forward": 2.4, "backward": 2.4} for s in same]
+    judged = _rounds([(_slowed(same, 1.5), quicker), (same, quicker)])
+    assert judged.judgement == IMPROVED and judged.low == pytest.approx(10 / 5.8 * 0.8, rel=1e-3)
+    # and a real loss past the allowance, the patched run of one round slowed
+    costly = [{**s, "optimizer": 8.0} for s in same]
+    judged = _rounds([(same, _slowed(costly, 1.5)), (same, costly)])
+    assert judged.judgement == "REGRESSED", judged

@@ -118,6 +118,16 @@ def test_an_address_freed_and_taken_again_is_a_new_tensor():
     split = watch.stop([])
     assert split.first_pass == 4 * N * A
     assert split.activations == 4 * 4 * N * A
+    # a buffer that lives on, saved through a new view every micro-batch (a causal mask cut to
+    # the sequence): its storage is counted once, not once a micro-batch
+    mask = torch.rand(4 * N, A)
+    watch = MemoryWatch([model], None)
+    watch.start()
+    for _ in range(4):
+        model(mask[:N] * 1.0).sum().backward()  # a fresh input each time...
+        (model.weight * mask[:C]).sum().backward()  # ...and the mask's view, saved by the mul
+    split = watch.stop([])
+    assert split.activations == 4 * 4 * N * A + mask.untyped_storage().nbytes()
 
 
 def test_a_batch_passed_by_keyword_is_counted_in_samples():

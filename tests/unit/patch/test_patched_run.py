@@ -427,8 +427,8 @@ def test_a_gain_past_what_the_optimizer_allows_is_could_not_tell_and_not_written
 
 
 def test_pairs_whose_runs_saw_other_loads_are_judged_by_the_parts_the_lever_leaves_alone(tmp_path):
-    """The optimizer halved (1.25x on the step), the original's run of the first round and the
-    patched one of the second each slowed 2.5x by load (ABBA rounds: original, patched, patched,
+    """The optimizer halved (1.25x on the step), the patched run of the first round and the
+    original's of the second each slowed 2.5x by load (ABBA rounds: original, patched, patched,
     original): as timed the pairs say 0.50x and 3.12x (no clear gain); each read against its
     untouched parts, 1.25x and 1.25x, so it is kept, with the rounds as timed told."""
     project, patch, active = _optimizer_patch(tmp_path)
