@@ -107,7 +107,7 @@ MUTATIONS = (
     Mutation(
         "memory split: a saved storage known while the view that brought it lives",
         "capture/_memory_split.py",
-        "self._seen[key] = weakref.ref(tensor.untyped_storage())",
+        "self._seen[key] = weakref.ref(storage)",
         "self._seen[key] = weakref.ref(tensor)",
         ("tests/unit/capture/test_memory_split.py",),
     ),

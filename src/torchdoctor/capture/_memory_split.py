@@ -150,9 +150,10 @@ class MemoryWatch:
                 key = _storage(tensor)
                 known = self._seen.get(key)
                 if key and (known is None or known() is None) and key not in self._params:
-                    self._seen[key] = weakref.ref(tensor.untyped_storage())
+                    storage = tensor.untyped_storage()
+                    self._seen[key] = weakref.ref(storage)
                     label = self._block(self._stack[-1]) if self._stack else OUTSIDE
-                    nbytes = tensor.untyped_storage().nbytes()
+                    nbytes = storage.nbytes()
                     self.saved[label] = self.saved.get(label, 0) + nbytes
         except Exception:  # noqa: BLE001 - a tensor we cannot read is not the script's error
             self.unread += 1
