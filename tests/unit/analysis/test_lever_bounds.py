@@ -181,6 +181,23 @@ def test_pairs_are_corrected_by_the_untouched_parts_only_where_they_can_gauge_th
     assert corrected_pairs(OPTIMIZER, [(base, small), (base, trial)]) is not None
 
 
+def test_the_common_move_is_the_middle_pairs_not_one_loaded_pairs():
+    """Three pairs, the lever making the untouched parts a fifth quicker, one original run
+    slowed 3x: the common move is 0.8, the pairs' median (their geometric mean, 0.56, carried
+    the loaded pair's 0.27 with it, past the margin); of two pairs, the geometric mean of their
+    moves (2.5 and 0.4 are no move at all)."""
+    base, trial = _steps(5.9, 4.1), _steps(2.0, 4.1 * 0.8)
+    pairs = [(_slowed(base, 3.0), trial), (base, trial), (base, trial)]
+    corrected = corrected_pairs(OPTIMIZER, pairs)
+    assert corrected.common == pytest.approx(0.8, rel=1e-3)
+    assert corrected.pairs == pytest.approx([10 / 5.28] * 3, rel=1e-3)
+    assert outside_bounds("fused", OPTIMIZER, [], [], 0.1, pairs=pairs, corrected=True) is None
+    why = outside_bounds("fused", OPTIMIZER, [], [], 0.1, pairs=pairs)
+    assert "more than fused can give" in why
+    two = [(base, _slowed(trial, 2.5)), (_slowed(base, 2.5), trial)]
+    assert corrected_pairs(OPTIMIZER, two).common == pytest.approx(0.8, rel=1e-3)
+
+
 def _slowed(steps, factor: float):
     return [{k: factor * v for k, v in s.items()} for s in steps]
 
