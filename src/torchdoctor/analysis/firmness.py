@@ -18,6 +18,12 @@ things can make it a product of the load rather than of the script:
   went from about 4 ms to 220 ms a step that way), and a verdict that the model's compute
   leads is not firm. The same script on a quieter machine may be bound by something else.
 
+Steps too short for the machine's CPU counters (under
+:data:`~torchdoctor.record.MIN_CPU_WINDOW_S` in all) leave the other processes' load unmeasured;
+there the training thread's measured waiting alone decides (:func:`unseen_load_waited`): beside a
+busy-looping process, 3 steps of a 1 ms loop came out HOST-BOUND, firm, with the thread waiting
+for a core 35% of their time (quiet, the loop is COMPUTE-BOUND).
+
 A verdict that is not firm keeps its kind (what was measured), says so in its ``why`` with the
 evidence, lists its ``candidates``, and its ``next`` starts with what to do about the doubt
 (a quieter moment, more steps, fewer threads); "input fixes will not help" is never said.
@@ -38,6 +44,7 @@ from dataclasses import replace
 from ..record import (
     COMPUTE_BOUND,
     IMPROVED,
+    MIN_CPU_WINDOW_S,
     NO_CHANGE,
     REGRESSED,
     RunRecord,
@@ -63,6 +70,12 @@ CANDIDATE_SHARE = 0.1
 #: waited 0.1 ms of 182 ms of steps; beside two busy loops 3.1 s of 6.2 s (50%), its steps 36x
 #: as long.
 WAITING_SHARE = 0.1
+#: Said of a verdict whose steps were too short for the machine's CPU counters (the others' load
+#: then unmeasured) when the training thread waited for a core (:func:`unseen_load_waited`).
+UNSEEN_LOAD = (
+    f"the other processes' load went unmeasured: the measured steps took under "
+    f"{MIN_CPU_WINDOW_S:g} s, too little for the machine's CPU counters"
+)
 #: What a compute-bound verdict said of input that is not said when it is not firm.
 NO_INPUT_HELP = "; input fixes will not help"
 
@@ -119,13 +132,24 @@ def thread_waits(record: RunRecord) -> ThreadWaits | None:
     return record.system.waits if record.system is not None else None
 
 
+def unseen_load_waited(record: RunRecord) -> bool:
+    """Whether the other processes' load went unmeasured (the steps too short for the CPU
+    counters) while the training thread, measured, waited for a core :data:`WAITING_SHARE` of
+    the steps' time or more: the load can then have decided the verdict, seen or not."""
+    waits = thread_waits(record)
+    return (
+        others_cores(record) is None and waits is not None and waits.waited_share() >= WAITING_SHARE
+    )
+
+
 def firm(
     record: RunRecord, verdict: Verdict, decide: Callable[[RunRecord], Verdict], busy: str
 ) -> Verdict:
     """``verdict``, or the same kind marked not firm (the module's docstring). ``busy`` is the
-    busy machine's words (``""`` on a quiet machine: the verdict stands). A run with too few
+    busy machine's words (``""`` on a quiet machine: the verdict stands, unless the load went
+    unmeasured and the training thread waited, :func:`unseen_load_waited`). A run with too few
     steps for a verdict already says so, and what to do."""
-    if not busy or len(record.steps.step_ms) < MIN_VERDICT_STEPS:
+    if not (busy or unseen_load_waited(record)) or len(record.steps.step_ms) < MIN_VERDICT_STEPS:
         return verdict
     counts = resampled_kinds(record, decide)
     total = sum(counts.values())

@@ -125,3 +125,22 @@ def test_measured_waiting_overrides_the_threads_and_cores_inference():
     record = _waited(_record([_step(1.0, 20.0)] * 10, others=1.3, threads=2), 0.02)
     summarise(record)
     assert record.verdict.kind == COMPUTE_BOUND and record.verdict.firm, record.verdict
+
+
+def test_steps_too_short_for_the_cpu_counters_are_judged_by_the_threads_measured_waiting():
+    # Beside a busy-looping process, 3 steps of a 1 ms loop: the others' load unmeasured (under
+    # half a second of steps), the training thread waiting for a core 35% of their time. The
+    # resamples agree; the waiting alone makes the verdict not firm, and says why.
+    record = _waited(_record([_step(8.0, 4.0)] * 3, others=None, threads=2), 0.35)
+    summarise(record)
+    v = record.verdict
+    assert v.kind == INPUT_BOUND and not v.firm and v.candidates == [INPUT_BOUND], v
+    assert "the other processes' load went unmeasured: the measured steps took under 0.5 s" in v.why
+    assert "the training thread waited for a core" in v.why and "fewer threads" in v.next
+    # waiting under the threshold, or no waiting read: it stands, and nothing is said of the load
+    for waited in (0.05, None):
+        record = _record([_step(8.0, 4.0)] * 3, others=None, threads=2)
+        if waited is not None:
+            _waited(record, waited)
+        summarise(record)
+        assert record.verdict.firm and "went unmeasured" not in record.verdict.why
