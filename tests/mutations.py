@@ -133,6 +133,16 @@ MUTATIONS = (
         ("tests/unit/analysis/test_firmness.py",),
     ),
     Mutation(
+        "supervisor: a Ctrl-C the script ignores is waited on until the bound",
+        "process/_processes.py",
+        "answer_by = time.monotonic() + INTERRUPT_GRACE_S",
+        "answer_by = None",
+        (
+            "tests/integration/test_supervised.py"
+            "::test_a_script_that_ignores_ctrl_c_is_stopped_after_the_grace",
+        ),
+    ),
+    Mutation(
         "memory split: a saved storage known while the view that brought it lives",
         "capture/_memory_split.py",
         "self._seen[key] = weakref.ref(storage)",

@@ -212,6 +212,33 @@ def test_sigterm_to_torchdoctor_keeps_the_record(tmp_path):
     _timeline_holds_the_record(record, data, out.decode(errors="replace"))
 
 
+def test_a_script_that_ignores_ctrl_c_is_stopped_after_the_grace(tmp_path):
+    """The first Ctrl-C is handed to the script; one that ignores it (or swallows it, or hangs
+    ending) was waited for until --max-seconds (900 s by default): in CI a run handed Ctrl-C
+    once outlived its test's 60 s. Now it is stopped INTERRUPT_GRACE_S later, and says so."""
+    from torchdoctor.process._processes import INTERRUPT_GRACE_S, TERMINATE_GRACE_S
+
+    case = Case("ignores Ctrl-C", "ignores_ctrl_c.py", ["--steps", "200"], 130, "interrupted", "")
+    cmd, env, record, pidfile = _run(tmp_path, case)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not pidfile.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(3.0)  # into the measured steps (0.2 s each)
+    proc.send_signal(signal.SIGINT)
+    sent = time.monotonic()
+    out, err = proc.communicate(timeout=INTERRUPT_GRACE_S + TERMINATE_GRACE_S + 60)
+    took = time.monotonic() - sent
+    assert proc.returncode == case.exit_status, (out + err).decode(errors="replace")
+    assert INTERRUPT_GRACE_S <= took, took  # the script had its grace
+    data = json.loads(record.read_text())
+    assert data["status"] == "interrupted" and len(data["steps"]["step_ms"]) > 0, data["notes"]
+    words = f"handed it to the script, which had not ended {INTERRUPT_GRACE_S:g} s later"
+    assert any(words in n for n in data["notes"]), data["notes"]
+    assert _script_gone(pidfile)
+    _timeline_holds_the_record(record, data, out.decode(errors="replace"))
+
+
 def test_a_closed_pipe_loses_the_text_not_the_record(tmp_path):
     case = Case(
         "head", "slow_steps.py", ["--steps", "3", "--no-counterfactuals"], 0, "complete", ""

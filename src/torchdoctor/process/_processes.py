@@ -21,6 +21,10 @@ from .stream import StreamState
 
 #: After the bound, or a SIGTERM to torchdoctor, the script gets this long to end before SIGKILL.
 TERMINATE_GRACE_S = 5.0
+#: After the first Ctrl-C handed on, the script gets this long to end (its record sent) before
+#: it is stopped as by a second one: a script that ignores or swallows Ctrl-C, or hangs ending,
+#: must not hold the run until ``--max-seconds``.
+INTERRUPT_GRACE_S = 15.0
 #: How often the wait for the script looks at the clock.
 POLL_S = 0.2
 
@@ -60,6 +64,9 @@ class Signals:
     def __init__(self) -> None:
         self.received: list[int] = []
         self.handled = 0
+        #: The first Ctrl-C was handed on and the script had not ended :data:`INTERRUPT_GRACE_S`
+        #: later: it was stopped.
+        self.unanswered = False
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> Signals:
@@ -85,8 +92,9 @@ def wait(
 ) -> bool:
     """Wait for the child within the bound, handing signals on; returns whether it timed out.
 
-    The first Ctrl-C is handed to the script (it ends with its record); a second one, or a
-    SIGTERM, stops it. With ``interrupt_first`` (``run --whole``) the bound is a Ctrl-C too, and
+    The first Ctrl-C is handed to the script (it ends with its record); a second one, a
+    SIGTERM, or the script not ended :data:`INTERRUPT_GRACE_S` after the first stops it
+    (``signals.unanswered`` then says so). With ``interrupt_first`` (``run --whole``) the bound is a Ctrl-C too, and
     a stop only after the grace: the script's process sends its accounts as they are then.
     ``before_stop`` runs once, before the first stop handed on (where the script was then:
     :mod:`.stacks`).
@@ -94,6 +102,7 @@ def wait(
     deadline = None if not max_seconds else time.monotonic() + max_seconds
     timed_out = False
     grace: float | None = None
+    answer_by: float | None = None  # the first Ctrl-C's grace
     pending = [before_stop] if before_stop is not None else []
     while proc.poll() is None:
         stopping = signals.handled < len(signals.received) or (
@@ -106,6 +115,7 @@ def wait(
             signals.handled += 1
             if signum == signal.SIGINT and signals.handled == 1:
                 signal_group(proc.pid, signal.SIGINT)
+                answer_by = time.monotonic() + INTERRUPT_GRACE_S
             else:
                 terminate(proc)
         if deadline is not None and time.monotonic() >= deadline and not timed_out:
@@ -117,6 +127,10 @@ def wait(
                 terminate(proc)
         if grace is not None and time.monotonic() >= grace:
             grace = None
+            terminate(proc)
+        if answer_by is not None and time.monotonic() >= answer_by and proc.poll() is None:
+            answer_by = None
+            signals.unanswered = True
             terminate(proc)
         try:
             proc.wait(timeout=POLL_S)

@@ -28,6 +28,7 @@ from ..record import RunRecord
 from . import stacks
 from ._processes import (
     CHILD_CODE,
+    INTERRUPT_GRACE_S,
     Signals,
     Supervised,
     child_spec,
@@ -95,7 +96,10 @@ def run_supervised(
     signalled = signals.received[0] if signals.received else None
     # a signal that came as the script ended was never handed on: the run was still asked to stop
     late = signals.handled < len(signals.received)
-    outcome = _outcome(reader.state, proc.returncode, target, options, timed_out, signalled, late)
+    unanswered = INTERRUPT_GRACE_S if signals.unanswered else None
+    outcome = _outcome(
+        reader.state, proc.returncode, target, options, timed_out, signalled, late, unanswered
+    )
     if asked and not late:
         stalled = stacks.stalled_for(reader.state.logged, asked[0])
         stacks.attach(outcome.record, stopped, stalled)
@@ -110,6 +114,7 @@ def _outcome(
     timed_out: bool,
     signalled: int | None,
     late: bool = False,
+    unanswered_s: float | None = None,
 ) -> Supervised:
     """The record and exit status of a supervised run, from what its process streamed and how
     it ended (the decision: :func:`.ending.decide_supervised`)."""
@@ -124,6 +129,7 @@ def _outcome(
         max_seconds=options.max_seconds,
         whole=options.whole,
         failure=error.message if state.final is None and error is not None else "",
+        unanswered_s=unanswered_s,
     )
     if state.final is not None:
         record = record_from_dict(state.final.record)

@@ -51,6 +51,9 @@ class Stop:
     whole: bool = False
     #: torchdoctor's own failure the child streamed instead of its record, if any.
     failure: str = ""
+    #: The Ctrl-C handed on went unanswered: the script had not ended this many seconds later,
+    #: and torchdoctor stopped it (``None``: it ended, or no Ctrl-C was handed on).
+    unanswered_s: float | None = None
 
     @property
     def handed_on(self) -> bool:
@@ -117,6 +120,12 @@ def stop_words(stop: Stop) -> str:
             f"stopped at the --max-seconds bound ({stop.max_seconds or 0:g} s) before the "
             "measurement finished; the figures cover what was measured until then (raise "
             "--max-seconds, or check that the loop reaches optimizer.step())"
+        )
+    if stop.signalled is not None and stop.unanswered_s is not None:
+        return (
+            f"torchdoctor received {signal_name(stop.signalled)} and handed it to the script, "
+            f"which had not ended {stop.unanswered_s:g} s later (it ignored or caught it, or "
+            "hung ending): torchdoctor stopped it; the figures cover what was measured until then"
         )
     if stop.signalled is not None:
         return f"torchdoctor received {signal_name(stop.signalled)} and stopped the script"
