@@ -170,7 +170,9 @@ def test_the_seed_004_round_trips_are_rewritten_checked_and_gone_on_a_rerun(tmp_
 
 
 @pytest.mark.timing
-def test_a_measured_fused_optimizer_trial_is_written_at_the_optimizers_construction(tmp_path):
+def test_a_measured_fused_optimizer_trial_is_written_at_the_optimizers_construction(
+    tmp_path, cpu_hog
+):
     shutil.copy(SCENARIOS / "many_params.py", tmp_path / "train.py")
     out = torchdoctor(
         # three rounds, each of which must show the fused step faster by 10% on its own: beside
@@ -187,10 +189,18 @@ def test_a_measured_fused_optimizer_trial_is_written_at_the_optimizers_construct
         trial.detail["where"] == f"{tmp_path / 'train.py'}:10" and trial.detail["flag"] == "fused"
     )
     (remedy,) = record.patch.remedies
-    assert remedy.key == "optimizer" and remedy.kept, remedy  # ~1.9x: 150 layers' Adam step
     assert [(c.file, c.line, c.what) for c in remedy.changes] == [
         ("train.py", 10, "fused=True added")
     ]
+    # ~1.9x quiet (150 layers' Adam step): kept. Beside the hog, whole runs came out up to 2.1x
+    # apart, and in CI the patched runs' forward and backward once ran 31% slower than the
+    # original's (the lever makes them a fifth quicker): could not tell is then the answer, and
+    # nothing is written; never a firm "no gain" or "slower".
+    if cpu_hog is not None and not remedy.kept:
+        assert remedy.judged.judgement == "UNCLEAR", remedy
+        assert "could not tell" in remedy.reason and record.patch.diff == "", remedy.reason
+        return
+    assert remedy.key == "optimizer" and remedy.kept, remedy
     assert "+    fused=True,\n" in record.patch.diff
     check = subprocess.run(
         ["git", "apply", "--check", "torchdoctor-fix.diff"], cwd=tmp_path, capture_output=True

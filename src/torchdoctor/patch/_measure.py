@@ -347,7 +347,7 @@ def judged(
     if corrected is None:
         return verdict
     allowance = verdict.judged.allowance or RUN_TO_RUN
-    judged = judge_rounds(corrected, verdict.judged.speedup, allowance)
+    judged = judge_rounds(corrected, allowance)
     notes = []
     low, high = judged.interval or (1.0, 1.0)
     if judged.judgement == NO_CHANGE and (high >= 1.0 + allowance or low <= 1 / (1 + allowance)):

@@ -3,6 +3,7 @@ remedies judged faster beyond the noise (a fake run with injected step times).""
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -449,9 +450,10 @@ def test_a_fused_optimizer_whose_rounds_pass_its_ceiling_by_load_on_one_run_is_k
     """CI beside a busy-looping process: a fused optimizer (59% of the step, 2.44x at most with
     the other parts held) was refused as "more than it can give". The lever itself makes the
     forward a fifth quicker (10 -> 5.28 ms: 1.89x) and load tripled the first round's original
-    run: as timed 5.68x, 1.89x, 1.89x, past the ceiling and its allowance. Each round read against
-    its untouched parts says 1.89x, their common move (0.8, the middle round's: the loaded one
-    does not carry it) is within the margin: kept, its low end the gain with that move left out."""
+    run: as timed 5.68x, 1.89x, 1.89x (2.73x across them), past the ceiling and its allowance.
+    Each round read against its untouched parts says 1.89x, their common move (0.8, the middle
+    round's: the loaded one does not carry it) is within the margin: kept at 1.89x, its low end
+    the gain with that move left out, within the ceiling."""
     project, patch, active = _optimizer_patch(tmp_path)
     before = [(4.1, 5.9) for _ in range(10)]
     after = [(3.28, 2.0) for _ in range(10)]
@@ -460,8 +462,9 @@ def test_a_fused_optimizer_whose_rounds_pass_its_ceiling_by_load_on_one_run_is_k
     (optimizer,) = patch.remedies
     judged = optimizer.judged
     assert judged.as_timed == pytest.approx([30 / 5.28, 10 / 5.28, 10 / 5.28], rel=1e-3)
-    assert judged.speedup > 10 / 4.1 * 1.1  # the figure as timed passes the ceiling
+    assert math.prod(judged.as_timed) ** (1 / 3) > 10 / 4.1 * 1.1  # as timed: past the ceiling
     assert optimizer.kept and judged.judgement == "IMPROVED", optimizer.reason
+    assert judged.speedup == pytest.approx(10 / 5.28, rel=1e-2)
     assert judged.low == pytest.approx(10 / 5.28 * 0.8, rel=1e-2)
     # every round's forward 40% quicker (16% of the step, beyond the margin: by load or by the
     # lever, never told apart): could not tell
@@ -471,6 +474,15 @@ def test_a_fused_optimizer_whose_rounds_pass_its_ceiling_by_load_on_one_run_is_k
     (optimizer,) = patch.remedies
     assert optimizer.judged.judgement == "UNCLEAR" and not optimizer.kept, optimizer
     assert "the load changed during the trial: forward" in optimizer.reason
+    # a data wait of 10% of the step gone from every patched run (the correction leaves the data
+    # wait out; the ceiling does not): 2.70x credited, past the optimizer's 2.27x
+    project, patch, active = _optimizer_patch(tmp_path)
+    before, after = [(3.4, 5.6, 1.0) for _ in range(10)], [(3.4, 0.3, 0.0) for _ in range(10)]
+    measure_patch(project, patch, active, _optimizer_run({False: before, True: after}), 3)
+    (optimizer,) = patch.remedies
+    assert optimizer.judged.judgement == "UNCLEAR" and not optimizer.kept, optimizer
+    assert "2.70x, its rounds read against the load, is more than" in optimizer.reason
+    assert "at most 2.27x" in optimizer.reason
 
 
 def test_a_diagnosis_the_script_outran_is_told_to_run_longer_not_to_fix_a_failure():
