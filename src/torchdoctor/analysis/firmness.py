@@ -71,11 +71,17 @@ CANDIDATE_SHARE = 0.1
 #: as long.
 WAITING_SHARE = 0.1
 #: Said of a verdict whose steps were too short for the machine's CPU counters (the others' load
-#: then unmeasured) when the training thread waited for a core (:func:`unseen_load_waited`).
+#: then unmeasured) when the training thread waited for a core (:func:`unseen_load_waited`):
+#: other processes, or the script's own threads, workers or ranks, may have kept it waiting.
 UNSEEN_LOAD = (
-    f"the other processes' load went unmeasured: the measured steps took under "
-    f"{MIN_CPU_WINDOW_S:g} s, too little for the machine's CPU counters"
+    f"the load on the machine went unmeasured (the measured steps took under "
+    f"{MIN_CPU_WINDOW_S:g} s, too little for its CPU counters), so other processes or the "
+    "script's own threads may have kept it waiting"
 )
+#: The least waiting, in all, that :func:`unseen_load_waited` counts: in a window of a few
+#: milliseconds one preemption reaches any share (quiet, a small MLP's training thread waited
+#: 0.1 ms in 182 ms of steps; beside a busy loop, 2 ms in 6 ms).
+UNSEEN_MIN_WAIT_S = 0.001
 #: What a compute-bound verdict said of input that is not said when it is not firm.
 NO_INPUT_HELP = "; input fixes will not help"
 
@@ -135,10 +141,14 @@ def thread_waits(record: RunRecord) -> ThreadWaits | None:
 def unseen_load_waited(record: RunRecord) -> bool:
     """Whether the other processes' load went unmeasured (the steps too short for the CPU
     counters) while the training thread, measured, waited for a core :data:`WAITING_SHARE` of
-    the steps' time or more: the load can then have decided the verdict, seen or not."""
+    the steps' time, and :data:`UNSEEN_MIN_WAIT_S`, or more: the load can then have decided
+    the verdict, seen or not."""
     waits = thread_waits(record)
     return (
-        others_cores(record) is None and waits is not None and waits.waited_share() >= WAITING_SHARE
+        others_cores(record) is None
+        and waits is not None
+        and waits.training_waited_s >= UNSEEN_MIN_WAIT_S
+        and waits.waited_share() >= WAITING_SHARE
     )
 
 
@@ -168,6 +178,8 @@ def firm(
         if thread_waits(record) is not None or verdict.kind == COMPUTE_BOUND
         else ""
     )
+    if waiting and not busy:  # the load went unmeasured: the thread's waiting alone tells it
+        waiting = f"{UNSEEN_LOAD}: {waiting}"
     if waiting:
         doubts.append(waiting)
     if not doubts:
