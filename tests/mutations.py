@@ -65,8 +65,8 @@ MUTATIONS = (
     Mutation(
         "lever bounds: a gain past the lever's parts is allowed",
         "analysis/lever_bounds.py",
-        "if speedup > ceiling * (1.0 + allowance) and",
-        "if speedup > ceiling * 100.0 and",
+        "limit = ceiling * (1.0 + allowance)",
+        "limit = ceiling * 100.0",
         ("tests/unit/analysis/test_lever_bounds.py",),
     ),
     Mutation(
@@ -107,9 +107,23 @@ MUTATIONS = (
     Mutation(
         "lever bounds: corrected pairs held to a ceiling on their figure as timed",
         "analysis/lever_bounds.py",
-        "and (not corrected or moved > margin):",
-        ":",
+        "if speedup > limit and (not corrected or moved > margin):",
+        "if speedup > limit:",
         ("tests/unit/analysis/test_lever_bounds.py", "tests/unit/patch/test_patched_run.py"),
+    ),
+    Mutation(
+        "lever bounds: what corrected pairs credit never held to the ceiling",
+        "analysis/lever_bounds.py",
+        "if credited is not None and credited > limit:",
+        "if False:",
+        ("tests/unit/patch/test_patched_run.py",),
+    ),
+    Mutation(
+        "fix: corrected rounds' figure taken as timed (one loaded round lifts it)",
+        "patch/_measure.py",
+        "judged = judge_rounds(corrected, allowance)",
+        "judged = replace(judge_rounds(corrected, allowance), speedup=verdict.judged.speedup)",
+        ("tests/unit/patch/test_patched_run.py",),
     ),
     Mutation(
         "lever bounds: one loaded pair carries the common move (a geometric mean)",
@@ -130,6 +144,13 @@ MUTATIONS = (
         "analysis/firmness.py",
         "if not (busy or unseen_load_waited(record)) or",
         "if not busy or",
+        ("tests/unit/analysis/test_firmness.py",),
+    ),
+    Mutation(
+        "firmness: one preemption in a window of milliseconds makes a verdict not firm",
+        "analysis/firmness.py",
+        "        and waits.training_waited_s >= UNSEEN_MIN_WAIT_S\n",
+        "",
         ("tests/unit/analysis/test_firmness.py",),
     ),
     Mutation(

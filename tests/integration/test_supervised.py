@@ -218,7 +218,7 @@ def test_a_script_that_ignores_ctrl_c_is_stopped_after_the_grace(tmp_path):
     once outlived its test's 60 s. Now it is stopped INTERRUPT_GRACE_S later, and says so."""
     from torchdoctor.process._processes import INTERRUPT_GRACE_S, TERMINATE_GRACE_S
 
-    case = Case("ignores Ctrl-C", "ignores_ctrl_c.py", ["--steps", "200"], 130, "interrupted", "")
+    case = Case("ignores Ctrl-C", "ignores_ctrl_c.py", ["--steps", "1000"], 130, "interrupted", "")
     cmd, env, record, pidfile = _run(tmp_path, case)
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 60

@@ -23,8 +23,9 @@ from .stream import StreamState
 TERMINATE_GRACE_S = 5.0
 #: After the first Ctrl-C handed on, the script gets this long to end (its record sent) before
 #: it is stopped as by a second one: a script that ignores or swallows Ctrl-C, or hangs ending,
-#: must not hold the run until ``--max-seconds``.
-INTERRUPT_GRACE_S = 15.0
+#: must not hold the run until ``--max-seconds``. Long enough for a checkpoint saved on
+#: ``KeyboardInterrupt`` and for torchrun, which gives its workers 30 s after a SIGINT.
+INTERRUPT_GRACE_S = 60.0
 #: How often the wait for the script looks at the clock.
 POLL_S = 0.2
 

@@ -46,6 +46,7 @@ from ..record import (
 from . import stacks
 from ._processes import (
     CHILD_CODE,
+    INTERRUPT_GRACE_S,
     Signals,
     Supervised,
     child_spec,
@@ -218,9 +219,11 @@ def run_launched(
             if found is not None and found.where:
                 where[state.hello.rank] = found
     signalled = signals.received[0] if signals.received else None
+    unanswered = INTERRUPT_GRACE_S if signals.unanswered else None
     outcome = job_outcome(
-        streams.states(), proc.returncode, target, options, timed_out, signalled, exitcodes
-    )
+        streams.states(), proc.returncode, target, options, timed_out, signalled, exitcodes,
+        unanswered_s=unanswered,
+    )  # fmt: skip
     if asked:
         stalled(outcome.record, streams.states(), where, asked[0])
     return outcome
@@ -290,9 +293,11 @@ def job_outcome(
     timed_out: bool,
     signalled: int | None,
     exitcodes: dict[int, int] | None = None,
+    unanswered_s: float | None = None,
 ) -> Supervised:
     """The job's record: rank 0's gathered one, or one put together from this node's ranks
-    (how each ended: :mod:`.rank_endings`)."""
+    (how each ended: :mod:`.rank_endings`). ``unanswered_s``: the Ctrl-C handed on had not ended
+    the job this many seconds later, and torchdoctor stopped it."""
     from ..analysis.distributed import combine
 
     for state in states:
@@ -315,7 +320,7 @@ def job_outcome(
     ends = rank_ends(states, exitcodes or {}, stopped)
     cause = first_cause(ends)
     short = uneven(ends)
-    how = describe(ends, _stopped_words(options, timed_out, signalled))
+    how = describe(ends, _stopped_words(options, timed_out, signalled, unanswered_s))
     records = [_rank_record(s, command, options, world, stopped) for s in states if s.hello]
     errors = {e.rank: e.error for e in ends if e.ending == "raised" and e.error}
     evidence = JobEnd(
@@ -353,9 +358,13 @@ def job_outcome(
     return Supervised(job, ending.exit_status, reports=reports)
 
 
-def _stopped_words(options: RunOptions, timed_out: bool, signalled: int | None) -> str:
+def _stopped_words(
+    options: RunOptions, timed_out: bool, signalled: int | None, unanswered_s: float | None = None
+) -> str:
     if timed_out:
         return f"at the --max-seconds bound ({options.max_seconds:g} s)"
+    if signalled is not None and unanswered_s is not None:
+        return f"on {signal_name(signalled)}, which had not ended it {unanswered_s:g} s later"
     return f"on {signal_name(signalled)}" if signalled is not None else ""
 
 

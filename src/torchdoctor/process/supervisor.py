@@ -95,7 +95,7 @@ def run_supervised(
         stopped = stacks.read(tmp, proc.pid) if asked else None
     signalled = signals.received[0] if signals.received else None
     # a signal that came as the script ended was never handed on: the run was still asked to stop
-    late = signals.handled < len(signals.received)
+    late = signals.handled < len(signals.received) and not signals.unanswered
     unanswered = INTERRUPT_GRACE_S if signals.unanswered else None
     outcome = _outcome(
         reader.state, proc.returncode, target, options, timed_out, signalled, late, unanswered
