@@ -194,14 +194,21 @@ def _timeline_holds_the_record(record, data: dict, stdout: str) -> None:
     assert f"timeline written to {timeline}" in " ".join(stdout.split())
 
 
-def test_sigterm_to_torchdoctor_keeps_the_record(tmp_path):
-    case = Case("sigterm", "slow_steps.py", [], 130, "interrupted", "received SIGTERM")
-    cmd, env, record, pidfile = _run(tmp_path, case)
+def _measuring(cmd, env, pidfile) -> subprocess.Popen:
+    """``cmd`` started, once its script's loop has begun and 3 s more (into the measured steps
+    of a script that steps every 0.2 s)."""
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 60
     while not pidfile.exists() and time.monotonic() < deadline:
         time.sleep(0.1)
-    time.sleep(3.0)  # into the measured steps (0.2 s each)
+    time.sleep(3.0)
+    return proc
+
+
+def test_sigterm_to_torchdoctor_keeps_the_record(tmp_path):
+    case = Case("sigterm", "slow_steps.py", [], 130, "interrupted", "received SIGTERM")
+    cmd, env, record, pidfile = _run(tmp_path, case)
+    proc = _measuring(cmd, env, pidfile)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == case.exit_status, (out + err).decode(errors="replace")
@@ -220,11 +227,7 @@ def test_a_script_that_ignores_ctrl_c_is_stopped_after_the_grace(tmp_path):
 
     case = Case("ignores Ctrl-C", "ignores_ctrl_c.py", ["--steps", "1000"], 130, "interrupted", "")
     cmd, env, record, pidfile = _run(tmp_path, case)
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
-    while not pidfile.exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    time.sleep(3.0)  # into the measured steps (0.2 s each)
+    proc = _measuring(cmd, env, pidfile)
     proc.send_signal(signal.SIGINT)
     sent = time.monotonic()
     out, err = proc.communicate(timeout=INTERRUPT_GRACE_S + TERMINATE_GRACE_S + 60)
