@@ -172,3 +172,16 @@ def test_a_rank_whose_heartbeat_still_counts_steps_is_not_stalled():
     job, states, where = job_and_states(rank0_stepped_at=10.0)
     stalled(job, states, where, at=30.0)
     assert job.notes[0].startswith("the job stalled: every rank was waiting in a collective")
+
+
+def test_a_job_whose_ctrl_c_went_unanswered_says_so():
+    # the launcher was handed Ctrl-C and the job had not ended INTERRUPT_GRACE_S later
+    from torchdoctor.options import RunOptions
+    from torchdoctor.process.launch import _stopped_words
+
+    words = _stopped_words(RunOptions(nproc_per_node=2), False, signal.SIGINT, 60.0)
+    ends = rank_ends([rank(0, None, 2.0), rank(1, None, 1.0)], {}, "interrupted")
+    assert describe(ends, words)[0] == (
+        "stopped by torchdoctor after SIGINT (signal 2) went unanswered for 60 s at step 10"
+    )
+    assert _stopped_words(RunOptions(), False, signal.SIGINT) == "on SIGINT (signal 2)"

@@ -364,7 +364,7 @@ def _stopped_words(
     if timed_out:
         return f"at the --max-seconds bound ({options.max_seconds:g} s)"
     if signalled is not None and unanswered_s is not None:
-        return f"on {signal_name(signalled)}, which had not ended it {unanswered_s:g} s later"
+        return f"after {signal_name(signalled)} went unanswered for {unanswered_s:g} s"
     return f"on {signal_name(signalled)}" if signalled is not None else ""
 
 
