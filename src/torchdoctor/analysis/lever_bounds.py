@@ -28,17 +28,16 @@ step (:data:`GAUGE_SHARE`; the data wait, a loader's other processes, left out a
 :data:`WAIT_SHARE`), how far a pair's untouched parts moved beyond how far they moved in every
 pair is load its two runs saw apart, and is taken out of that pair (:func:`corrected_pairs`).
 How far they moved in every pair (the pairs' median move: one pair whose runs saw load apart
-would carry a geometric mean with it) cannot be told apart: the lever's own
-effect on them (the fused optimizer leaves the caches to the forward and backward, a fifth
-quicker) or load that weighed on one side's runs more (the first run of each alternation is the
+would carry a geometric mean with it) cannot be told apart: the lever's own effect on them (the
+fused optimizer leaves the caches to the forward and backward, a fifth quicker) or load that weighed on one side's runs more (the first run of each alternation is the
 original's). So it is never credited (:func:`judge_rounds`): a gain must clear the allowance in
 every pair with a common quickening of the untouched parts left out, a loss with a common
 slowing left out. The figure is the corrected pairs' geometric mean: of two pairs the same as
 their figure as timed; of three or more, one loaded pair no longer lifts it (as timed, a round
 tripled by load on its original run made a fused optimizer's 1.89x read 2.73x). One slowed run
-can then make a remedy unclear, never make it. Beside a busy-looping process the fused optimizer's rounds as timed
-ranged 1.14x to 2.89x over 4 runs of ``fix``, and each run's corrected rounds lay within 9% of
-each other.
+can then make a remedy unclear, never make it. Beside a busy-looping process the fused
+optimizer's rounds as timed ranged 1.14x to 2.89x over 4 runs of ``fix``, and each run's
+corrected rounds lay within 9% of each other.
 
 **Corrected pairs are held to the ceiling by what they credit.** The ceiling bounds the gain
 with the untouched parts held; a corrected judgement credits its lowest pair with their common

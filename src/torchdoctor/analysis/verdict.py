@@ -20,7 +20,7 @@ from ..record import (
 )
 from ..record.part_names import OPTIONAL_PARTS, PART_GROUPS
 from .compute_advice import CEILING_NO_GAIN, next_compute, pct, why_compute
-from .firmness import BUSY_CORES, firm, others_cores, unseen_load_waited
+from .firmness import BUSY_CORES, firm, others_cores
 from .short_run import MIN_VERDICT_STEPS, fit_first, oom_next, too_few
 
 #: Share of step time spent waiting for batches (and copying them) that makes a run input-bound.
@@ -94,11 +94,10 @@ def derive(record: RunRecord) -> Derived:
     )
     verdict = decide(view)
     busy = busy_words(view)
-    if busy and verdict.kind != UNKNOWN:
-        verdict.why += f"; {busy}"
-        verdict = firm(view, verdict, decide, busy)
-    elif verdict.kind != UNKNOWN and unseen_load_waited(view):
-        verdict = firm(view, verdict, decide, busy)
+    if verdict.kind != UNKNOWN:
+        if busy:
+            verdict.why += f"; {busy}"
+        verdict = firm(view, verdict, decide, busy)  # it stands on a quiet machine
     verdict = fit_first(record, verdict)
     return Derived(step_ms, parts, model_alone, ceiling, ceiling_interval, needed, verdict)
 

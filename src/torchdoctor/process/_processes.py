@@ -65,9 +65,9 @@ class Signals:
     def __init__(self) -> None:
         self.received: list[int] = []
         self.handled = 0
-        #: The first Ctrl-C was handed on and the script had not ended :data:`INTERRUPT_GRACE_S`
-        #: later: it was stopped.
-        self.unanswered = False
+        #: Where the first Ctrl-C was handed on and the script had not ended this many seconds
+        #: later (:data:`INTERRUPT_GRACE_S`), so it was stopped; else ``None``.
+        self.unanswered_s: float | None = None
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> Signals:
@@ -95,8 +95,9 @@ def wait(
 
     The first Ctrl-C is handed to the script (it ends with its record); a second one, a
     SIGTERM, or the script not ended :data:`INTERRUPT_GRACE_S` after the first stops it
-    (``signals.unanswered`` then says so). With ``interrupt_first`` (``run --whole``) the bound is a Ctrl-C too, and
-    a stop only after the grace: the script's process sends its accounts as they are then.
+    (``signals.unanswered_s`` then says so). With ``interrupt_first`` (``run --whole``) the
+    bound is a Ctrl-C too, and a stop only after the grace: the script's process sends its
+    accounts as they are then.
     ``before_stop`` runs once, before the first stop handed on (where the script was then:
     :mod:`.stacks`).
     """
@@ -131,7 +132,7 @@ def wait(
             terminate(proc)
         if answer_by is not None and time.monotonic() >= answer_by and proc.poll() is None:
             answer_by = None
-            signals.unanswered = True
+            signals.unanswered_s = INTERRUPT_GRACE_S
             terminate(proc)
         try:
             proc.wait(timeout=POLL_S)

@@ -46,7 +46,6 @@ from ..record import (
 from . import stacks
 from ._processes import (
     CHILD_CODE,
-    INTERRUPT_GRACE_S,
     Signals,
     Supervised,
     child_spec,
@@ -219,10 +218,9 @@ def run_launched(
             if found is not None and found.where:
                 where[state.hello.rank] = found
     signalled = signals.received[0] if signals.received else None
-    unanswered = INTERRUPT_GRACE_S if signals.unanswered else None
     outcome = job_outcome(
         streams.states(), proc.returncode, target, options, timed_out, signalled, exitcodes,
-        unanswered_s=unanswered,
+        unanswered_s=signals.unanswered_s,
     )  # fmt: skip
     if asked:
         stalled(outcome.record, streams.states(), where, asked[0])

@@ -28,7 +28,6 @@ from ..record import RunRecord
 from . import stacks
 from ._processes import (
     CHILD_CODE,
-    INTERRUPT_GRACE_S,
     Signals,
     Supervised,
     child_spec,
@@ -95,11 +94,11 @@ def run_supervised(
         stopped = stacks.read(tmp, proc.pid) if asked else None
     signalled = signals.received[0] if signals.received else None
     # a signal that came as the script ended was never handed on: the run was still asked to stop
-    late = signals.handled < len(signals.received) and not signals.unanswered
-    unanswered = INTERRUPT_GRACE_S if signals.unanswered else None
+    late = signals.handled < len(signals.received) and signals.unanswered_s is None
     outcome = _outcome(
-        reader.state, proc.returncode, target, options, timed_out, signalled, late, unanswered
-    )
+        reader.state, proc.returncode, target, options, timed_out, signalled, late,
+        signals.unanswered_s,
+    )  # fmt: skip
     if asked and not late:
         stalled = stacks.stalled_for(reader.state.logged, asked[0])
         stacks.attach(outcome.record, stopped, stalled)
