@@ -10,8 +10,10 @@ worth it or slower against a quiet judgement of the other way or of no clear gai
 (issue 39): no firm wrong answer; the quiet verdict in at least 2 of 3 loaded runs; no trial
 judged outside its bound.
 
-The ``fix`` case runs ``torchdoctor fix --try foreach`` (three alternated rounds): its answer is
-the remedy's judgement, with its figure (and the figure as timed, where its rounds were corrected
+The ``fix`` cases run ``torchdoctor fix``: ``--try foreach`` (three alternated rounds) on a
+script with many parameters, and the demo's slow pipeline on the demo's JPEG images (made once per
+run), whose remedies are the DataLoader's settings and the loss's rewrites. The answer is the
+first remedy's judgement, with its figure (and the figure as timed, where its rounds were corrected
 for the load each run saw). ``--versus SRC`` runs every answer a second time from another
 checkout's ``src`` (an older commit's ``git worktree``), right after this one's and under the
 same load, and tallies both: the two codes side by side. ``--steady`` makes the load processes
@@ -43,6 +45,8 @@ SCENARIOS = ROOT / "tests" / "scenarios"
 
 #: The trial name of a case that runs ``torchdoctor fix``: its remedy is judged.
 FIX = "fix"
+#: Stands in a case's arguments for the folder of the demo's JPEG images (made once per run).
+IMAGES = "{images}"
 #: name -> (script, its arguments, extra ``run`` flags, the trial judged, if any)
 CASES: dict[str, tuple[Path, list[str], list[str], str | None]] = {
     "gan, per-sample numpy (input)": (ROOT / "benchmarks" / "_gan_numpy.py", [], [], None),
@@ -53,6 +57,12 @@ CASES: dict[str, tuple[Path, list[str], list[str], str | None]] = {
         SCENARIOS / "many_params.py",
         [],
         ["--try", "foreach", "--rounds", "3", "--warmup", "2"],
+        FIX,
+    ),
+    "the demo's images, fix (loader)": (
+        ROOT / "src" / "torchdoctor" / "cli" / "demo" / "scenarios" / "demo_train.py",
+        ["--data", IMAGES, "--variant", "slow"],
+        ["--warmup", "3"],
         FIX,
     ),
 }
@@ -120,8 +130,9 @@ class Tally:
     lines: list[str] = field(default_factory=list)
 
 
-def answer(case: str, steps: int, src: Path) -> Answer:
+def answer(case: str, steps: int, src: Path, images: Path) -> Answer:
     script, args, flags, trial = CASES[case]
+    args = [str(images) if a == IMAGES else a for a in args]
     command = "fix" if trial == FIX else "run"
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "run.json"
@@ -172,6 +183,12 @@ def main() -> None:
     parser.add_argument("--steady", action="store_true", help="load busy throughout")
     opts = parser.parse_args()
     cases = [c for c in CASES if opts.only in c]
+    images = Path(tempfile.mkdtemp(prefix="torchdoctor-images-"))
+    if any(IMAGES in CASES[c][1] for c in cases):
+        sys.path.insert(0, str(ROOT / "src"))
+        from torchdoctor.cli.demo.runner import generate_images
+
+        images = generate_images(images)
     trees = {"this": ROOT / "src"}
     if opts.versus is not None:
         trees["versus"] = opts.versus.resolve()
@@ -180,14 +197,14 @@ def main() -> None:
     print(f"{opts.loaded} loaded runs per scenario beside {opts.load_procs} {load} processes "
           f"on {os.cpu_count()} cores; --steps {opts.steps}")  # fmt: skip
     for n, case in enumerate(cases):
-        quiet = {name: answer(case, opts.steps, src) for name, src in trees.items()}
+        quiet = {name: answer(case, opts.steps, src, images) for name, src in trees.items()}
         tallies = {name: Tally() for name in trees}
         loaded: dict[str, list[str]] = {name: [] for name in trees}
         with Load(opts.load_procs, seed=n, steady=opts.steady):
             for i in range(opts.loaded):
                 names = list(trees) if i % 2 == 0 else list(reversed(trees))
                 for name in names:
-                    got = answer(case, opts.steps, trees[name])
+                    got = answer(case, opts.steps, trees[name], images)
                     loaded[name].append(got.words())
                     judge(quiet[name], got, tallies[name])
         for name in trees:

@@ -56,6 +56,27 @@ MUTATIONS = (
         ("tests/unit/analysis/test_firmness.py",),
     ),
     Mutation(
+        "fix on a busy machine: a loader's remedy measured slower is slower",
+        "patch/_busy.py",
+        "    if not known or max(known) < BUSY_CORES:",
+        "    if True:",
+        ("tests/unit/patch/test_patched_run.py",),
+    ),
+    Mutation(
+        "fix on a busy machine: the doubt is said of every remedy, not only the cores' ones",
+        "patch/_busy.py",
+        "    if not rewrites and not CORE_REMEDIES & set(remedies):",
+        "    if False:",
+        ("tests/unit/patch/test_patched_run.py",),
+    ),
+    Mutation(
+        "fix on a busy machine: a patch of rewrites alone measured slower is slower",
+        "patch/_measure.py",
+        "_loads(original, measured[kept]), kept <= kept_numeric)",
+        "_loads(original, measured[kept]), False)",
+        ("tests/unit/patch/test_patched_run.py",),
+    ),
+    Mutation(
         "lever bounds: the parts a lever leaves alone may move as far as they like",
         "analysis/lever_bounds.py",
         "    if moved > margin:",

@@ -41,6 +41,7 @@ from ..analysis.compare import (
     pair_words,
     step_times,
 )
+from ..analysis.firmness import others_cores
 from ..analysis.lever_bounds import bounded, corrected_pairs, judge_rounds
 from ..record import (
     COMPLETE,
@@ -54,6 +55,7 @@ from ..record import (
     RunRecord,
 )
 from ..record.lever_names import LEVERS
+from ._busy import busy_doubt, unless_busy
 from ._project import Project
 from ._remedies import Remedy
 
@@ -91,6 +93,8 @@ class Variant:
     runs: dict[tuple[int, int], list[float]] = field(default_factory=dict)
     #: The same runs' steps, each as ms by step part.
     parts: dict[tuple[int, int], list[dict[str, float]]] = field(default_factory=dict)
+    #: The same runs' load: the cores other processes took while their steps ran.
+    loads: dict[tuple[int, int], float | None] = field(default_factory=dict)
     #: How runs of it failed (the script raised, no step measured), in words.
     failures: list[str] = field(default_factory=list)
 
@@ -188,12 +192,16 @@ def _measure(
             kept, verdict = kept_timed, alone_verdict
     judged_steps = measured[kept].steps if verdict is not None else []
     if verdict is not None and verdict.kind == REGRESSED:
+        doubt = busy_doubt(kept, _loads(original, measured[kept]), kept <= kept_numeric)
+        said = f"could not be told faster: {doubt}" if doubt else "measured slower"
         for k in kept:
             by_key[k].kept = False
-            by_key[k].reason = "the whole patch measured slower"
+            by_key[k].reason = f"the whole patch {said}"
         patch.notes.append(
-            f"the whole patch measured slower ({verdict.judged.speedup:.2f}x): nothing was written"
+            f"the whole patch {said} ({verdict.judged.speedup:.2f}x): nothing was written"
         )
+        if doubt:
+            verdict = replace(verdict, judged=replace(verdict.judged, judgement=UNCLEAR, why=doubt))
         kept = frozenset()
     allowance = (verdict.judged.allowance or 0.0) if verdict is not None else 0.0
     if verdict is not None and verdict.kind != IMPROVED and allowance > TOO_NOISY:
@@ -312,6 +320,7 @@ def alternate(variants: Sequence[Variant], run: RunVariant, rounds: int) -> None
                 v.steps.extend(steps)
                 v.runs[(call, r)] = steps
                 v.parts[(call, r)] = _step_parts(record)
+                v.loads[(call, r)] = others_cores(record)
 
 
 def _step_parts(record: RunRecord) -> list[dict[str, float]]:
@@ -376,7 +385,8 @@ def _judge_remedy(remedy: PatchRemedy, original: Variant, variant: Variant) -> N
     if verdict is None:
         remedy.reason = "too few steps were measured to judge it"
         return
-    result = remedy.judged = _bounded(remedy, original, variant, verdict.judged)
+    result = _bounded(remedy, original, variant, verdict.judged)
+    result = remedy.judged = unless_busy(result, [remedy.key], _loads(original, variant))
     remedy.kept = result.judgement == IMPROVED
     measured = f"measured {result.figure('–', '()')}"
     if result.as_timed:
@@ -413,6 +423,12 @@ def _bounded(remedy: PatchRemedy, original: Variant, variant: Variant, judged: J
     base = [step for b, _ in pairs for step in b]
     trial = [step for _, t in pairs for step in t]
     return bounded(judged, remedy.title, changed, base, trial, pairs=pairs)
+
+
+def _loads(original: Variant, variant: Variant) -> list[float | None]:
+    """The load of every run of the rounds both variants ran."""
+    rounds = [r for r in original.loads if r in variant.loads]
+    return [v.loads[r] for r in rounds for v in (original, variant)]
 
 
 def _speedup(remedy: PatchRemedy) -> float:

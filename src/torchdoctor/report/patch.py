@@ -9,7 +9,16 @@ from rich.console import Group, RenderableType
 from rich.panel import Panel
 from rich.text import Text
 
-from ..record import GONE, IMPROVED, REGRESSED, JudgedSpeedup, Patch, PatchRemedy, RunRecord
+from ..record import (
+    GONE,
+    IMPROVED,
+    REGRESSED,
+    UNCLEAR,
+    JudgedSpeedup,
+    Patch,
+    PatchRemedy,
+    RunRecord,
+)
 from ._style import BAD, GOOD
 
 
@@ -83,6 +92,8 @@ def whole_lines(patch: Patch) -> list[tuple[str, bool]]:
             line = f"The patch: {measured}."
         elif judged.judgement == REGRESSED:
             line = f"The patch: slower on this device (measured {measured})."
+        elif judged.judgement == UNCLEAR:
+            line = f"The patch: could not tell (measured {measured}): {judged.why}."
         else:
             line = f"The patch: no faster beyond the noise on this device (measured {measured})."
         lines.append((line, faster))

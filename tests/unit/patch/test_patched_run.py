@@ -499,3 +499,91 @@ def test_a_diagnosis_the_script_outran_is_told_to_run_longer_not_to_fix_a_failur
     failed = _not_patched(RunRecord(status=SCRIPT_ERROR), 1)
     assert "fix what the report says stopped the script first" in failed
     assert "run fix again" in _not_patched(ran_out, EXIT_INTERRUPTED)
+
+
+def _busy_run(times: dict[frozenset, float], others: float | None):
+    """:func:`_fake_run`, each timed run's record telling that other processes took ``others``
+    cores while its steps ran."""
+    from torchdoctor.record import SystemUsage
+
+    steady = _fake_run(times, [])
+
+    def run(overrides, label, losses=0):
+        record = steady(overrides, label, losses)
+        record.system = SystemUsage(0.1, 5, [], None, 0.0, 0, 0.0, others_cpu_cores=others)
+        return record
+
+    return run
+
+
+def test_a_loader_remedy_measured_slower_beside_other_processes_is_could_not_tell(tmp_path):
+    # the demo's loader remedy, 1.50x quiet, measured 0.87x beside other tests: its workers had
+    # no cores to run on
+    times = {frozenset(): 100.0, frozenset({"loader"}): 115.0}
+    for others, expected in ((1.3, "UNCLEAR"), (0.1, "REGRESSED"), (None, "REGRESSED")):
+        folder = tmp_path / str(others)
+        folder.mkdir()
+        project, patch, active = _planned(folder)
+        active, patch.remedies = active[:1], patch.remedies[:1]
+        measure_patch(project, patch, active, _busy_run(times, others), rounds=2)
+        (loader,) = patch.remedies
+        assert loader.judged.judgement == expected and not loader.kept and patch.diff == ""
+        if expected == "UNCLEAR":
+            assert "could not tell: other processes took up to 1.3 cores" in loader.reason
+            assert "workers and threads" in loader.reason and "quieter moment" in loader.reason
+        else:
+            assert loader.reason.endswith("slower"), loader.reason
+    # no clear gain is as much the load's: could not tell too; a gain beside the load stands
+    for ms, expected in ((98.0, "UNCLEAR"), (50.0, "IMPROVED")):
+        folder = tmp_path / f"busy-{ms}"
+        folder.mkdir()
+        project, patch, active = _planned(folder)
+        times = {frozenset(): 100.0, frozenset({"loader"}): ms, frozenset({"threads"}): ms}
+        times[frozenset({"loader", "threads"})] = ms
+        measure_patch(project, patch, active, _busy_run(times, 1.3), rounds=2)
+        assert [r.judged.judgement for r in patch.remedies] == [expected] * 2
+
+
+def test_a_patch_of_rewrites_measured_slower_on_a_busy_machine_is_could_not_tell(tmp_path):
+    # the demo beside other tests: the loader's remedy 0.95x (dropped), then the rewrites, kept
+    # on their losses, measured 0.87x "slower on this device"; on a quiet machine 1.50x in all
+    times = {
+        frozenset(): 50.0,
+        frozenset({"loader"}): 49.0,  # no clear gain
+        frozenset({"threads"}): 100.0,  # the rewrite (kept on its losses) alone: slower
+        frozenset({"loader", "threads"}): 100.0,
+    }
+    for others in (1.3, None):
+        folder = tmp_path / str(others)
+        folder.mkdir()
+        project, patch, active = _planned(folder)
+        active[1].numerics = patch.remedies[1].numerics = True
+        measure_patch(project, patch, active, _busy_run(times, others), rounds=2)
+        assert patch.diff == "" and not any(r.kept for r in patch.remedies)
+        busy = others is not None
+        assert patch.judged.judgement == ("UNCLEAR" if busy else "REGRESSED")
+        said = " ".join(patch.notes)
+        assert ("could not be told faster: other processes took up to 1.3 cores" in said) == busy
+        assert ("host round-trips, which cost little" in said) == busy
+        assert ("the whole patch measured slower" in said) == (not busy)
+        lines = " ".join(line for line, _ in whole_lines(patch))
+        assert ("could not tell" in lines) == busy and ("slower on" in lines) == (not busy)
+
+
+def test_an_optimizer_remedy_measured_slower_on_a_busy_machine_stays_slower(tmp_path):
+    # the fused optimizer uses no more cores: load on both sides of every round leaves it slower
+    from torchdoctor.record import SystemUsage
+
+    project, patch, active = _optimizer_patch(tmp_path)
+    before = [(6.0 + 0.1 * (i % 3), 2.0) for i in range(10)]
+    after = [(6.0 + 0.1 * (i % 3), 4.0) for i in range(10)]
+    steady = _optimizer_run({False: before, True: after})
+
+    def run(overrides, label, losses=0):
+        record = steady(overrides, label, losses)
+        record.system = SystemUsage(0.1, 5, [], None, 0.0, 0, 0.0, others_cpu_cores=1.3)
+        return record
+
+    measure_patch(project, patch, active, run, rounds=2)
+    (optimizer,) = patch.remedies
+    assert optimizer.judged.judgement == "REGRESSED" and optimizer.reason.endswith("slower")

@@ -28,7 +28,7 @@ from ...analysis.compare import Judgement, judge, pair_speedups
 from ...options import RunOptions
 from ...process import Target
 from ...process.inprocess import run_target, user_traceback
-from ...record import RunRecord
+from ...record import IMPROVED, RunRecord
 from ...report.progress import ProgressDisplay
 from ...report.terminal import render
 
@@ -291,9 +291,11 @@ def _comparison(before: RunRecord, after: RunRecord, side: Judgement | None) -> 
         captions.extend(side.notes)
     patch = before.patch
     if patch is not None and patch.judged is not None and patch.judged.interval is not None:
+        # not faster: its judgement beside the figure ("could not tell" on a busy machine)
+        word = "" if patch.judged.judgement == IMPROVED else f", {patch.judged.word}"
         captions.append(
             f"the patch alone (step 2, measured beside the script as written): "
-            f"{patch.judged.figure('–', '()')}"
+            f"{patch.judged.figure('–', '()')}{word}"
         )
     table.caption = "; ".join(captions)
     return table

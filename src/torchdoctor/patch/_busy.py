@@ -1,0 +1,63 @@
+"""Remedies that change how many cores the script uses, measured on a busy machine.
+
+A DataLoader's workers and torch's threads are the script's claim on the machine's cores, so what
+a remedy that changes them gains depends on the cores other processes leave free while it runs:
+alternating the rounds puts the load on both sides, but it does not give the workers back the
+cores the load took. Measured while other processes took cores (any run's
+``SystemUsage.others_cpu_cores`` at least :data:`~torchdoctor.analysis.firmness.BUSY_CORES`), a
+"slower" or "no clear gain" tells of the load as much as of the remedy (the demo's loader remedy,
+1.50x on a quiet machine, measured 0.87x "slower" beside other tests): it is judged "could not
+tell", with the load in its words, and not kept. A gain measured beside that load stands: the
+remedy paid with the cores that were left. The same for a patch of rewrites alone (kept on their
+losses, timed only so that a slower one is not written): they change host round-trips, which cost
+little on a CPU, so a slower reading beside that load is the load's (the demo's rewrites, 0.87x
+beside other tests); nothing is written either way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+
+from ..analysis.compare import NO_CHANGE, REGRESSED
+from ..analysis.firmness import BUSY_CORES
+from ..record import UNCLEAR, JudgedSpeedup
+from ._remedies import LOADER, LOADER_AND_THREADS, THREADS
+
+#: The remedies that set how many cores the script's workers and threads use.
+CORE_REMEDIES = frozenset({LOADER, THREADS, LOADER_AND_THREADS})
+
+
+def busy_doubt(
+    remedies: Iterable[str], loads: Iterable[float | None], rewrites: bool = False
+) -> str:
+    """Why load could have made remedies ``remedies`` (``rewrites``: rewrites alone, kept on
+    their losses) look slower or no faster, or ``""``.
+
+    ``loads``: each measured run's ``others_cpu_cores`` (``None``: not measured)."""
+    if not rewrites and not CORE_REMEDIES & set(remedies):
+        return ""
+    known = [x for x in loads if x is not None]
+    if not known or max(known) < BUSY_CORES:
+        return ""
+    changes = (
+        "the rewrites change only host round-trips, which cost little on this device"
+        if rewrites
+        else "it changes how many cores the script's workers and threads use"
+    )
+    return (
+        f"other processes took up to {max(known):.1f} cores while its rounds ran, and {changes}, "
+        "so the load moved its figure as much as the patch could; run `torchdoctor fix` again "
+        "at a quieter moment"
+    )
+
+
+def unless_busy(
+    judged: JudgedSpeedup, remedies: Iterable[str], loads: Iterable[float | None]
+) -> JudgedSpeedup:
+    """``judged``, or the same figure judged :data:`~torchdoctor.record.UNCLEAR` where it says
+    slower or no clear gain and :func:`busy_doubt` has a doubt."""
+    if judged.judgement not in (REGRESSED, NO_CHANGE):
+        return judged
+    why = busy_doubt(remedies, loads)
+    return replace(judged, judgement=UNCLEAR, why=why) if why else judged
