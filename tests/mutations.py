@@ -70,6 +70,13 @@ MUTATIONS = (
         ("tests/unit/patch/test_patched_run.py",),
     ),
     Mutation(
+        "fix on a busy machine: a loader's gain is given as any other's",
+        "patch/_busy.py",
+        "    if not busy_doubt(remedies, loads):\n        return []",
+        "    if True:\n        return []",
+        ("tests/unit/patch/test_patched_run.py",),
+    ),
+    Mutation(
         "fix on a busy machine: a patch of rewrites alone measured slower is slower",
         "patch/_measure.py",
         "_loads(original, measured[kept]), kept <= kept_numeric)",

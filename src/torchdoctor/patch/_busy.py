@@ -8,7 +8,9 @@ cores the load took. Measured while other processes took cores (any run's
 "slower" or "no clear gain" tells of the load as much as of the remedy (the demo's loader remedy,
 1.50x on a quiet machine, measured 0.87x "slower" beside other tests): it is judged "could not
 tell", with the load in its words, and not kept. A gain measured beside that load stands: the
-remedy paid with the cores that were left. The same for a patch of rewrites alone (kept on their
+remedy paid with the cores that were left, but its figure is that moment's, which the report
+says (the demo's loader remedy, 1.43x quiet, measured 1.31x to 3.23x beside two processes busy in
+spells: a script's processes take a larger share of the cores the more of them it runs). The same for a patch of rewrites alone (kept on their
 losses, timed only so that a slower one is not written): they change host round-trips, which cost
 little on a CPU, so a slower reading beside that load is the load's (the demo's rewrites, 0.87x
 beside other tests); nothing is written either way.
@@ -50,6 +52,20 @@ def busy_doubt(
         "so the load moved its figure as much as the patch could; run `torchdoctor fix` again "
         "at a quieter moment"
     )
+
+
+def busy_gain_notes(remedies: Iterable[str], loads: Iterable[float | None]) -> list[str]:
+    """What to read a gain of core-setting ``remedies`` measured on a busy machine with (none
+    where the machine was quiet or the remedies set no cores)."""
+    loads = list(loads)
+    if not busy_doubt(remedies, loads):
+        return []
+    most = max(x for x in loads if x is not None)
+    return [
+        f"measured while other processes took up to {most:.1f} cores: what the DataLoader's "
+        "workers and torch's threads gain depends on the cores left free, so at a quieter "
+        "moment the figure may be smaller or larger"
+    ]
 
 
 def unless_busy(

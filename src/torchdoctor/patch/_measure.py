@@ -55,7 +55,7 @@ from ..record import (
     RunRecord,
 )
 from ..record.lever_names import LEVERS
-from ._busy import busy_doubt, unless_busy
+from ._busy import busy_doubt, busy_gain_notes, unless_busy
 from ._project import Project
 from ._remedies import Remedy
 
@@ -209,6 +209,8 @@ def _measure(
             f"the runs were too noisy to judge speed (runs of one variant differ by "
             f"{allowance:.0%}): close other work and run `torchdoctor fix` again"
         )
+    if verdict is not None and verdict.kind == IMPROVED:
+        patch.notes.extend(busy_gain_notes(kept, _loads(original, measured[kept])))
     if verdict is not None:
         patch.judged = verdict.judged
         patch.notes.extend(verdict.notes)

@@ -542,6 +542,14 @@ def test_a_loader_remedy_measured_slower_beside_other_processes_is_could_not_tel
         times[frozenset({"loader", "threads"})] = ms
         measure_patch(project, patch, active, _busy_run(times, 1.3), rounds=2)
         assert [r.judged.judgement for r in patch.remedies] == [expected] * 2
+        # its figure is that moment's, and the report says so
+        gain = "may be smaller or larger" in " ".join(patch.notes)
+        assert gain == (expected == "IMPROVED"), patch.notes
+    project, patch, active = _planned(tmp_path)
+    times = {frozenset(): 100.0, frozenset({"loader"}): 50.0, frozenset({"threads"}): 50.0}
+    times[frozenset({"loader", "threads"})] = 50.0
+    measure_patch(project, patch, active, _busy_run(times, 0.1), rounds=2)
+    assert patch.judged.judgement == "IMPROVED" and patch.notes == [], patch.notes
 
 
 def test_a_patch_of_rewrites_measured_slower_on_a_busy_machine_is_could_not_tell(tmp_path):
