@@ -70,6 +70,13 @@ MUTATIONS = (
         ("tests/unit/patch/test_patched_run.py",),
     ),
     Mutation(
+        "fix on a busy machine: a gain of rewrites alone is told as theirs",
+        "patch/_busy.py",
+        "(alone and judged.judgement == IMPROVED)",
+        "(alone and judged.judgement == REGRESSED)",
+        ("tests/unit/patch/test_patched_run.py",),
+    ),
+    Mutation(
         "fix on a busy machine: a loader's gain is given as any other's",
         "patch/_busy.py",
         "    if not busy_doubt(remedies, loads):\n        return []",
@@ -79,8 +86,8 @@ MUTATIONS = (
     Mutation(
         "fix on a busy machine: a patch of rewrites alone measured slower is slower",
         "patch/_measure.py",
-        "_loads(original, measured[kept]), kept <= kept_numeric)",
-        "_loads(original, measured[kept]), False)",
+        "busy_patch(verdict.judged, kept, loads, kept_numeric)",
+        "busy_patch(verdict.judged, kept, loads)",
         ("tests/unit/patch/test_patched_run.py",),
     ),
     Mutation(

@@ -55,7 +55,7 @@ from ..record import (
     RunRecord,
 )
 from ..record.lever_names import LEVERS
-from ._busy import busy_doubt, busy_gain_notes, unless_busy
+from ._busy import busy_gain_notes, busy_patch, unless_busy
 from ._project import Project
 from ._remedies import Remedy
 
@@ -191,17 +191,20 @@ def _measure(
                 by_key[k].reason = "with it the patch measured slower on this device"
             kept, verdict = kept_timed, alone_verdict
     judged_steps = measured[kept].steps if verdict is not None else []
-    if verdict is not None and verdict.kind == REGRESSED:
-        doubt = busy_doubt(kept, _loads(original, measured[kept]), kept <= kept_numeric)
-        said = f"could not be told faster: {doubt}" if doubt else "measured slower"
+    slower = verdict is not None and verdict.kind == REGRESSED
+    if verdict is not None:  # judged on a busy machine (._busy)
+        loads = _loads(original, measured[kept])
+        verdict = replace(verdict, judged=busy_patch(verdict.judged, kept, loads, kept_numeric))
+        patch.notes.extend(busy_gain_notes(kept, loads) if verdict.kind == IMPROVED else [])
+    if verdict is not None and slower:
+        why = verdict.judged.why
+        said = f"could not be told faster: {why}" if why else "measured slower"
         for k in kept:
             by_key[k].kept = False
             by_key[k].reason = f"the whole patch {said}"
         patch.notes.append(
             f"the whole patch {said} ({verdict.judged.speedup:.2f}x): nothing was written"
         )
-        if doubt:
-            verdict = replace(verdict, judged=replace(verdict.judged, judgement=UNCLEAR, why=doubt))
         kept = frozenset()
     allowance = (verdict.judged.allowance or 0.0) if verdict is not None else 0.0
     if verdict is not None and verdict.kind != IMPROVED and allowance > TOO_NOISY:
@@ -209,8 +212,6 @@ def _measure(
             f"the runs were too noisy to judge speed (runs of one variant differ by "
             f"{allowance:.0%}): close other work and run `torchdoctor fix` again"
         )
-    if verdict is not None and verdict.kind == IMPROVED:
-        patch.notes.extend(busy_gain_notes(kept, _loads(original, measured[kept])))
     if verdict is not None:
         patch.judged = verdict.judged
         patch.notes.extend(verdict.notes)
