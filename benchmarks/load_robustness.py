@@ -28,6 +28,7 @@ A run takes about 10-60 s loaded; the default set, 5 scenarios x 4 runs, about 1
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import multiprocessing
 import os
@@ -183,12 +184,13 @@ def main() -> None:
     parser.add_argument("--steady", action="store_true", help="load busy throughout")
     opts = parser.parse_args()
     cases = [c for c in CASES if opts.only in c]
-    images = Path(tempfile.mkdtemp(prefix="torchdoctor-images-"))
+    images = Path(tempfile.gettempdir())  # stands for nothing unless a case asks for it
     if any(IMAGES in CASES[c][1] for c in cases):
         sys.path.insert(0, str(ROOT / "src"))
         from torchdoctor.cli.demo.runner import generate_images
 
-        images = generate_images(images)
+        images = generate_images(Path(tempfile.mkdtemp(prefix="torchdoctor-images-")))
+        atexit.register(shutil.rmtree, images, True)
     trees = {"this": ROOT / "src"}
     if opts.versus is not None:
         trees["versus"] = opts.versus.resolve()

@@ -1,21 +1,22 @@
-"""Remedies that change how many cores the script uses, measured on a busy machine.
+"""Remedies that change how many cores the script uses, and rewrites, measured on a busy machine.
 
 A DataLoader's workers and torch's threads are the script's claim on the machine's cores, so what
 a remedy that changes them gains depends on the cores other processes leave free while it runs:
 alternating the rounds puts the load on both sides, but it does not give the workers back the
 cores the load took. Measured while other processes took cores (any run's
 ``SystemUsage.others_cpu_cores`` at least :data:`~torchdoctor.analysis.firmness.BUSY_CORES`), a
-"slower" or "no clear gain" tells of the load as much as of the remedy (the demo's loader remedy,
-1.50x on a quiet machine, measured 0.87x "slower" beside other tests): it is judged "could not
-tell", with the load in its words, and not kept. A gain measured beside that load stands: the
-remedy paid with the cores that were left, but its figure is that moment's, which the report
-says (the demo's loader remedy, 1.43x quiet, measured 1.31x to 3.23x beside two processes busy in
-spells: a script's processes take a larger share of the cores the more of them it runs). The same for a patch of rewrites alone (kept on their
-losses, timed only so that a slower one is not written): they change host round-trips, which cost
-little on a CPU, so a slower reading beside that load is the load's (the demo's rewrites, 0.87x
-beside other tests), and nothing is written; a gain of theirs measured then is "could not tell"
-too (the demo's rewrites beside other tests: 1.48x, their mean steps 4% apart), and they are
-written, as on a quiet machine, on their losses.
+"slower" or "no clear gain" tells of the load as much as of the remedy (beside other tests the
+demo's loader remedy, 1.50x on a quiet machine, measured 0.95x): it is judged "could not tell",
+with the load in its words, and not kept. A gain measured beside that load stands: the remedy
+paid with the cores that were left, but its figure is that moment's, which the report says (the
+demo's loader remedy, 1.43x quiet, measured 1.31x to 3.23x beside two processes busy in spells:
+a script's processes take a larger share of the cores the more of them it runs).
+
+The same for a patch of rewrites alone (kept on their losses, timed only so that a slower one is
+not written): they change host round-trips, which cost little on a CPU, so a slower reading beside
+that load is the load's (the demo's rewrites then read 0.87x "slower on this device"), and
+nothing is written; a gain of theirs measured then is "could not tell" too (beside other tests:
+1.48x, their mean steps 4% apart), and they are written on their losses, as on a quiet machine.
 """
 
 from __future__ import annotations
@@ -32,17 +33,27 @@ from ._remedies import LOADER, LOADER_AND_THREADS, THREADS
 CORE_REMEDIES = frozenset({LOADER, THREADS, LOADER_AND_THREADS})
 
 
+def busiest(loads: Iterable[float | None]) -> float | None:
+    """The most cores other processes took in ``loads`` (each run's ``others_cpu_cores``,
+    ``None``: not measured) where that is :data:`BUSY_CORES` or more; else ``None``."""
+    known = [x for x in loads if x is not None]
+    return max(known) if known and max(known) >= BUSY_CORES else None
+
+
+def busy_words(loads: Iterable[float | None]) -> str:
+    """`` while other processes took up to N cores`` on a busy machine, else ``""``: said
+    beside a reading the load may have made."""
+    most = busiest(loads)
+    return f" while other processes took up to {most:.1f} cores" if most is not None else ""
+
+
 def busy_doubt(
     remedies: Iterable[str], loads: Iterable[float | None], rewrites: bool = False
 ) -> str:
     """Why load could have made remedies ``remedies`` (``rewrites``: rewrites alone, kept on
-    their losses) look slower or no faster, or ``""``.
-
-    ``loads``: each measured run's ``others_cpu_cores`` (``None``: not measured)."""
-    if not rewrites and not CORE_REMEDIES & set(remedies):
-        return ""
-    known = [x for x in loads if x is not None]
-    if not known or max(known) < BUSY_CORES:
+    their losses) look slower or no faster, or ``""``."""
+    most = busiest(loads)
+    if most is None or (not rewrites and not CORE_REMEDIES & set(remedies)):
         return ""
     changes = (
         "the rewrites change only host round-trips, which cost little on this device"
@@ -50,19 +61,25 @@ def busy_doubt(
         else "it changes how many cores the script's workers and threads use"
     )
     return (
-        f"other processes took up to {max(known):.1f} cores while its rounds ran, and {changes}, "
-        "so the load moved its figure as much as the patch could; run `torchdoctor fix` again "
-        "at a quieter moment"
+        f"other processes took up to {most:.1f} cores while its rounds ran, and {changes}, so "
+        "the load moved its figure as much as the patch could; run `torchdoctor fix` again at a "
+        "quieter moment"
     )
+
+
+def paired_loads(
+    a: dict[tuple[int, int], float | None], b: dict[tuple[int, int], float | None]
+) -> list[float | None]:
+    """The load of every run of the rounds (keys) both ``a`` and ``b`` ran."""
+    return [side[r] for r in a if r in b for side in (a, b)]
 
 
 def busy_gain_notes(remedies: Iterable[str], loads: Iterable[float | None]) -> list[str]:
     """What to read a gain of core-setting ``remedies`` measured on a busy machine with (none
     where the machine was quiet or the remedies set no cores)."""
-    loads = list(loads)
-    if not busy_doubt(remedies, loads):
+    most = busiest(loads)
+    if most is None or not CORE_REMEDIES & set(remedies):
         return []
-    most = max(x for x in loads if x is not None)
     return [
         f"measured while other processes took up to {most:.1f} cores: what the DataLoader's "
         "workers and torch's threads gain depends on the cores left free, so at a quieter "
@@ -79,11 +96,19 @@ def busy_patch(
     """The whole patch's judgement (``kept``: its remedies; ``rewrites``: those kept on their
     losses) on a busy machine: slower is "could not tell"; so is a gain of rewrites alone, which
     cannot gain on this device what the load can (the demo's rewrites beside other tests: 1.48x
-    "faster", the mean steps 4% apart)."""
+    "faster", the mean steps 4% apart), and they are kept on their losses."""
+    loads = list(loads)
     alone = bool(kept) and kept <= rewrites
     doubt = busy_doubt(kept, loads, alone)
-    if doubt and (judged.judgement == REGRESSED or (alone and judged.judgement == IMPROVED)):
+    if doubt and judged.judgement == REGRESSED:
         return replace(judged, judgement=UNCLEAR, why=doubt)
+    if doubt and alone and judged.judgement == IMPROVED:
+        why = (
+            f"other processes took up to {busiest(loads):.1f} cores while its rounds ran, and "
+            "the rewrites change only host round-trips, which cost little on this device: the "
+            "figure is the load's; they are kept on their losses"
+        )
+        return replace(judged, judgement=UNCLEAR, why=why)
     return judged
 
 

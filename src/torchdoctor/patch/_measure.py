@@ -55,7 +55,7 @@ from ..record import (
     RunRecord,
 )
 from ..record.lever_names import LEVERS
-from ._busy import busy_gain_notes, busy_patch, unless_busy
+from ._busy import busy_gain_notes, busy_patch, busy_words, paired_loads, unless_busy
 from ._project import Project
 from ._remedies import Remedy
 
@@ -186,19 +186,20 @@ def _measure(
         # with the rewrites the patch is slower here: the timed remedies alone, if they pay
         alone_verdict = judged(original, measure(kept_timed), _parts_of(kept_timed))
         if alone_verdict is not None and alone_verdict.kind == IMPROVED:
+            loads = paired_loads(original.loads, measured[kept].loads)
             for k in kept_numeric:
                 by_key[k].kept = False
-                by_key[k].reason = "with it the patch measured slower on this device"
+                by_key[k].reason = "with it the patch measured slower" + busy_words(loads)
             kept, verdict = kept_timed, alone_verdict
     judged_steps = measured[kept].steps if verdict is not None else []
     slower = verdict is not None and verdict.kind == REGRESSED
     if verdict is not None:  # judged on a busy machine (._busy)
-        loads = _loads(original, measured[kept])
+        loads = paired_loads(original.loads, measured[kept].loads)
         verdict = replace(verdict, judged=busy_patch(verdict.judged, kept, loads, kept_numeric))
+        why = verdict.judged.why
         patch.notes.extend(busy_gain_notes(kept, loads) if verdict.kind == IMPROVED else [])
     if verdict is not None and slower:
-        why = verdict.judged.why
-        said = f"could not be told faster: {why}" if why else "measured slower"
+        said = "could not be told faster on a busy machine" if why else "measured slower"
         for k in kept:
             by_key[k].kept = False
             by_key[k].reason = f"the whole patch {said}"
@@ -207,7 +208,7 @@ def _measure(
         )
         kept = frozenset()
     allowance = (verdict.judged.allowance or 0.0) if verdict is not None else 0.0
-    if verdict is not None and verdict.kind != IMPROVED and allowance > TOO_NOISY:
+    if verdict is not None and verdict.kind != IMPROVED and allowance > TOO_NOISY and not why:
         patch.notes.append(
             f"the runs were too noisy to judge speed (runs of one variant differ by "
             f"{allowance:.0%}): close other work and run `torchdoctor fix` again"
@@ -389,7 +390,9 @@ def _judge_remedy(remedy: PatchRemedy, original: Variant, variant: Variant) -> N
         remedy.reason = "too few steps were measured to judge it"
         return
     result = _bounded(remedy, original, variant, verdict.judged)
-    result = remedy.judged = unless_busy(result, [remedy.key], _loads(original, variant))
+    result = remedy.judged = unless_busy(
+        result, [remedy.key], paired_loads(original.loads, variant.loads)
+    )
     remedy.kept = result.judgement == IMPROVED
     measured = f"measured {result.figure('–', '()')}"
     if result.as_timed:
@@ -426,12 +429,6 @@ def _bounded(remedy: PatchRemedy, original: Variant, variant: Variant, judged: J
     base = [step for b, _ in pairs for step in b]
     trial = [step for _, t in pairs for step in t]
     return bounded(judged, remedy.title, changed, base, trial, pairs=pairs)
-
-
-def _loads(original: Variant, variant: Variant) -> list[float | None]:
-    """The load of every run of the rounds both variants ran."""
-    rounds = [r for r in original.loads if r in variant.loads]
-    return [v.loads[r] for r in rounds for v in (original, variant)]
 
 
 def _speedup(remedy: PatchRemedy) -> float:
