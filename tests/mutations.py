@@ -79,7 +79,7 @@ MUTATIONS = (
     Mutation(
         "fix on a busy machine: rewrites left out of a slower patch are said slower, the load unsaid",
         "patch/_measure.py",
-        '"with it the patch measured slower" + busy_words(loads)',
+        '"with it the patch measured slower" + load_aside(loads)',
         '"with it the patch measured slower"',
         ("tests/unit/patch/test_patched_run.py",),
     ),

@@ -31,6 +31,8 @@ from ._remedies import LOADER, LOADER_AND_THREADS, THREADS
 
 #: The remedies that set how many cores the script's workers and threads use.
 CORE_REMEDIES = frozenset({LOADER, THREADS, LOADER_AND_THREADS})
+#: Why a reading of rewrites alone on a busy machine is the load's.
+REWRITES_CHANGE = "the rewrites change only host round-trips, which cost little on this device"
 
 
 def busiest(loads: Iterable[float | None]) -> float | None:
@@ -40,7 +42,7 @@ def busiest(loads: Iterable[float | None]) -> float | None:
     return max(known) if known and max(known) >= BUSY_CORES else None
 
 
-def busy_words(loads: Iterable[float | None]) -> str:
+def load_aside(loads: Iterable[float | None]) -> str:
     """`` while other processes took up to N cores`` on a busy machine, else ``""``: said
     beside a reading the load may have made."""
     most = busiest(loads)
@@ -56,7 +58,7 @@ def busy_doubt(
     if most is None or (not rewrites and not CORE_REMEDIES & set(remedies)):
         return ""
     changes = (
-        "the rewrites change only host round-trips, which cost little on this device"
+        REWRITES_CHANGE
         if rewrites
         else "it changes how many cores the script's workers and threads use"
     )
@@ -105,8 +107,7 @@ def busy_patch(
     if doubt and alone and judged.judgement == IMPROVED:
         why = (
             f"other processes took up to {busiest(loads):.1f} cores while its rounds ran, and "
-            "the rewrites change only host round-trips, which cost little on this device: the "
-            "figure is the load's; they are kept on their losses"
+            f"{REWRITES_CHANGE}: the figure is the load's; they are kept on their losses"
         )
         return replace(judged, judgement=UNCLEAR, why=why)
     return judged

@@ -55,7 +55,7 @@ from ..record import (
     RunRecord,
 )
 from ..record.lever_names import LEVERS
-from ._busy import busy_gain_notes, busy_patch, busy_words, paired_loads, unless_busy
+from ._busy import busy_gain_notes, busy_patch, load_aside, paired_loads, unless_busy
 from ._project import Project
 from ._remedies import Remedy
 
@@ -189,10 +189,10 @@ def _measure(
             loads = paired_loads(original.loads, measured[kept].loads)
             for k in kept_numeric:
                 by_key[k].kept = False
-                by_key[k].reason = "with it the patch measured slower" + busy_words(loads)
+                by_key[k].reason = "with it the patch measured slower" + load_aside(loads)
             kept, verdict = kept_timed, alone_verdict
     judged_steps = measured[kept].steps if verdict is not None else []
-    slower = verdict is not None and verdict.kind == REGRESSED
+    slower, why = verdict is not None and verdict.kind == REGRESSED, ""
     if verdict is not None:  # judged on a busy machine (._busy)
         loads = paired_loads(original.loads, measured[kept].loads)
         verdict = replace(verdict, judged=busy_patch(verdict.judged, kept, loads, kept_numeric))

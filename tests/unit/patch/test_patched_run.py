@@ -501,19 +501,32 @@ def test_a_diagnosis_the_script_outran_is_told_to_run_longer_not_to_fix_a_failur
     assert "run fix again" in _not_patched(ran_out, EXIT_INTERRUPTED)
 
 
-def _busy_run(times: dict[frozenset, float], others: float | None):
-    """:func:`_fake_run`, each timed run's record telling that other processes took ``others``
-    cores while its steps ran."""
+def _beside(run, others: float | None):
+    """``run``, each record telling that other processes took ``others`` cores while its steps
+    ran."""
     from torchdoctor.record import SystemUsage
 
-    steady = _fake_run(times, [])
-
-    def run(overrides, label, losses=0):
-        record = steady(overrides, label, losses)
+    def busy(overrides, label, losses=0):
+        record = run(overrides, label, losses)
         record.system = SystemUsage(0.1, 5, [], None, 0.0, 0, 0.0, others_cpu_cores=others)
         return record
 
-    return run
+    return busy
+
+
+def _busy_run(times: dict[frozenset, float], others: float | None):
+    """:func:`_fake_run` beside ``others`` cores of other processes' load."""
+    return _beside(_fake_run(times, []), others)
+
+
+def _with_a_rewrite(folder: Path, times: dict[frozenset, float], others: float | None) -> Patch:
+    """The loader's remedy and a rewrite kept on its losses (the threads' remedy standing in),
+    measured beside ``others`` cores of load, in a new ``folder``."""
+    folder.mkdir()
+    project, patch, active = _planned(folder)
+    active[1].numerics = patch.remedies[1].numerics = True
+    measure_patch(project, patch, active, _busy_run(times, others), rounds=2)
+    return patch
 
 
 def test_a_loader_remedy_measured_slower_beside_other_processes_is_could_not_tell(tmp_path):
@@ -562,11 +575,7 @@ def test_a_patch_of_rewrites_measured_slower_on_a_busy_machine_is_could_not_tell
         frozenset({"loader", "threads"}): 100.0,
     }
     for others in (1.3, None):
-        folder = tmp_path / str(others)
-        folder.mkdir()
-        project, patch, active = _planned(folder)
-        active[1].numerics = patch.remedies[1].numerics = True
-        measure_patch(project, patch, active, _busy_run(times, others), rounds=2)
+        patch = _with_a_rewrite(tmp_path / str(others), times, others)
         assert patch.diff == "" and not any(r.kept for r in patch.remedies)
         busy = others is not None
         assert patch.judged.judgement == ("UNCLEAR" if busy else "REGRESSED")
@@ -581,11 +590,7 @@ def test_a_patch_of_rewrites_measured_slower_on_a_busy_machine_is_could_not_tell
     # out, and on a busy machine the load is said beside that reading
     times[frozenset({"loader"})] = 40.0
     for others in (1.3, None):
-        folder = tmp_path / f"both-{others}"
-        folder.mkdir()
-        project, patch, active = _planned(folder)
-        active[1].numerics = patch.remedies[1].numerics = True
-        measure_patch(project, patch, active, _busy_run(times, others), rounds=2)
+        patch = _with_a_rewrite(tmp_path / f"both-{others}", times, others)
         loader, rewrite = patch.remedies
         assert loader.kept and not rewrite.kept and patch.judged.judgement == "IMPROVED"
         busy = " while other processes took up to 1.3 cores" if others else ""
@@ -594,11 +599,7 @@ def test_a_patch_of_rewrites_measured_slower_on_a_busy_machine_is_could_not_tell
     # tell, and written on their losses as on a quiet machine
     times[frozenset({"threads"})], times[frozenset({"loader"})] = 30.0, 49.0
     for others in (1.3, None):
-        folder = tmp_path / f"faster-{others}"
-        folder.mkdir()
-        project, patch, active = _planned(folder)
-        active[1].numerics = patch.remedies[1].numerics = True
-        measure_patch(project, patch, active, _busy_run(times, others), rounds=2)
+        patch = _with_a_rewrite(tmp_path / f"faster-{others}", times, others)
         busy = others is not None
         assert patch.judged.judgement == ("UNCLEAR" if busy else "IMPROVED")
         assert patch.remedies[1].kept and "set_num_threads" in patch.diff
@@ -607,18 +608,10 @@ def test_a_patch_of_rewrites_measured_slower_on_a_busy_machine_is_could_not_tell
 
 def test_an_optimizer_remedy_measured_slower_on_a_busy_machine_stays_slower(tmp_path):
     # the fused optimizer uses no more cores: load on both sides of every round leaves it slower
-    from torchdoctor.record import SystemUsage
-
     project, patch, active = _optimizer_patch(tmp_path)
     before = [(6.0 + 0.1 * (i % 3), 2.0) for i in range(10)]
     after = [(6.0 + 0.1 * (i % 3), 4.0) for i in range(10)]
-    steady = _optimizer_run({False: before, True: after})
-
-    def run(overrides, label, losses=0):
-        record = steady(overrides, label, losses)
-        record.system = SystemUsage(0.1, 5, [], None, 0.0, 0, 0.0, others_cpu_cores=1.3)
-        return record
-
+    run = _beside(_optimizer_run({False: before, True: after}), 1.3)
     measure_patch(project, patch, active, run, rounds=2)
     (optimizer,) = patch.remedies
     assert optimizer.judged.judgement == "REGRESSED" and optimizer.reason.endswith("slower")
