@@ -72,6 +72,9 @@ class StackSampler:
         self._evaluating: list[tuple[int, tuple, int, tuple]] = []
         #: The current gap's samples with their stacks: [place, ns, code objects].
         self._recent: list[list[Any]] = []
+        #: Held while a sample is taken and while the owner reads or moves the buffers: the
+        #: owner's thread takes samples too (:meth:`look`), and swaps the buffers at each step.
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_ns = 0
@@ -101,6 +104,10 @@ class StackSampler:
         A sample after that call in a function the pass ran before it (the script's validation
         step, at work on the last batch a prefetching loop fetched early) is still the pass's:
         the pass ends at the last such sample. The samples after go to the current gap."""
+        with self._lock:
+            return self._evaluated(end_ns)
+
+    def _evaluated(self, end_ns: int) -> int:
         kept, self._evaluating = self._evaluating, []
         during = {_function(key) for t, key, _, _ in kept if t <= end_ns and len(key) == 4}
         for t, key, _, _ in kept:
@@ -116,12 +123,23 @@ class StackSampler:
 
     def take(self) -> dict[tuple, int] | None:
         """The current gap's buffer (key → ns), or ``None`` when it is empty; a new gap starts."""
-        self._recent = []
-        gap = self._gap
-        if not gap:
-            return None
-        self._gap = {}
-        return gap
+        with self._lock:
+            self._recent = []
+            gap = self._gap
+            if not gap:
+                return None
+            self._gap = {}
+            return gap
+
+    def pop(self, key: tuple) -> int:
+        """The current gap's ns at ``key``, taken out of it."""
+        with self._lock:
+            return self._gap.pop(key, 0)
+
+    def sort_boundary(self) -> int:
+        """:func:`drop_boundary_keys` on the current gap."""
+        with self._lock:
+            return drop_boundary_keys(self._gap)
 
     def _loop(self) -> None:
         # Not at a lower priority (as torchdoctor's other threads are): a sample holds the GIL,
@@ -135,6 +153,15 @@ class StackSampler:
                 continue
 
     def sample(self) -> None:
+        """One sample: the time since the last one put down to where the thread is now. Taken
+        by the sampler's thread, and by the owner's as a stretch it times exactly begins (a
+        save): a sample of the sampler's thread come late (a busy machine, a paused process)
+        would find the stretch under way and drop the time before it (a Lightning save's 0.3 s
+        of work before its ``torch.save``, lost so)."""
+        with self._lock:
+            self._sample()
+
+    def _sample(self) -> None:
         now = self._clock_ns()
         elapsed, self._last_ns = now - self._last_ns, now
         context = self._context()
@@ -165,6 +192,10 @@ class StackSampler:
     def found_saves(self, codes: set[Any]) -> None:
         """New save functions: the current gap's samples taken inside one of them (their work
         before the first ``torch.save`` was sampled as something else) become SAVE."""
+        with self._lock:
+            self._found_saves(codes)
+
+    def _found_saves(self, codes: set[Any]) -> None:
         gap = self._gap
         for entry in self._recent:
             key, elapsed, stack = entry

@@ -22,15 +22,7 @@ from typing import Any
 import torch
 
 from ..record import SampledPlace, WholeEvent, WholeSummary
-from ._stacks import (
-    BOUNDARY,
-    EVALUATING,
-    KNOWN,
-    SAVE,
-    StackSampler,
-    add,
-    drop_boundary_keys,
-)
+from ._stacks import BOUNDARY, EVALUATING, KNOWN, SAVE, StackSampler, add
 from ._whole_steps import SteadySteps, Tally, process_start_ns
 
 #: Events kept for the timelines (evaluations, saves, boundaries, slow steps); later ones counted.
@@ -247,6 +239,8 @@ class WholeRunWatch:
     def save_started(self) -> None:
         self._commit_forward()
         self._close_eval()
+        if not self._save_depth:
+            self.sampler.sample()  # the time until now: the save function's, if it is in one
         self._save_depth += 1
 
     def save_ended(self, started: int, now: int, site: str | None, codes: list[Any]) -> None:
@@ -300,7 +294,7 @@ class WholeRunWatch:
     def _save_samples(self) -> None:
         """The save function's own work around torch.save, sampled in the current gap."""
         self._save_drawn = 0
-        sampled = self._known(self.sampler.gap.pop(SAVE, 0))
+        sampled = self._known(self.sampler.pop(SAVE))
         self.checkpoint.ns += sampled
         self.checkpoint.sampled_ns += sampled
 
@@ -322,7 +316,7 @@ class WholeRunWatch:
             return
         self._save_samples()
         # the script's own work in it (an end-of-epoch report) is its own place's
-        own = drop_boundary_keys(self.sampler.gap)
+        own = self.sampler.sort_boundary()
         elapsed = now - self._boundary_from - (self.known_ns - self._boundary_known)
         self.boundary.ns += self._known(elapsed - own)
         self.boundary.count += 1
