@@ -63,6 +63,20 @@ MUTATIONS = (
         ("tests/unit/capture/test_whole_accounts.py",),
     ),
     Mutation(
+        "the demo on a busy machine: its headline measured slower is slower",
+        "cli/demo/runner.py",
+        "    if most is None or most < BUSY_CORES:",
+        "    if True:",
+        ("tests/unit/test_demo_busy.py",),
+    ),
+    Mutation(
+        "the demo on a busy machine: a gain is told without its moment",
+        "cli/demo/runner.py",
+        '        return replace(side, notes=[*side.notes, moment + "that moment\'s"])',
+        "        return side",
+        ("tests/unit/test_demo_busy.py",),
+    ),
+    Mutation(
         "fix on a busy machine: a loader's remedy measured slower is slower",
         "patch/_busy.py",
         "    return max(known) if known and max(known) >= BUSY_CORES else None",
