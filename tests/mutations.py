@@ -58,8 +58,22 @@ MUTATIONS = (
     Mutation(
         "whole run: a save's work before a late look is the checkpoint's",
         "capture/_whole.py",
-        "            self.sampler.sample()  # the time until now",
-        "            pass  # the time until now",
+        "            self.sampler.sample(since=max(t or 0 for t in exact))",
+        "            pass",
+        ("tests/unit/capture/test_whole_accounts.py",),
+    ),
+    Mutation(
+        "whole run: the look as a save begins counts from the end of what was timed",
+        "capture/_whole.py",
+        "            self.sampler.sample(since=max(t or 0 for t in exact))",
+        "            self.sampler.sample()",
+        ("tests/unit/capture/test_whole_accounts.py",),
+    ),
+    Mutation(
+        "whole run: a save from the loop's function before its first step leaves it a loop",
+        "capture/_whole.py",
+        "            self.sampler.save_codes.difference_update(self.loop_codes)",
+        "            pass",
         ("tests/unit/capture/test_whole_accounts.py",),
     ),
     Mutation(
@@ -256,14 +270,14 @@ MUTATIONS = (
     ),
     Mutation(
         "trace ranks: a worker imports the modules of the current directory",
-        "analysis/trace_ranks.py",
-        '"import sys; del sys.path[0]; "',
-        '"import sys; "',
-        ("tests/unit/analysis/test_trace_ranks.py",),
+        "trace/_workers.py",
+        "if not getattr(sys.flags, 'safe_path', False): del sys.path[0]\\n",
+        "\\n",
+        ("tests/unit/analysis/test_trace_ranks.py", "tests/unit/trace/test_trace_split.py"),
     ),
     Mutation(
         "trace ranks: a worker outlives the process that started it",
-        "analysis/trace_ranks.py",
+        "trace/_workers.py",
         "        while os.getppid() == parent:",
         "        while True:",
         ("tests/unit/analysis/test_trace_ranks.py",),
@@ -628,8 +642,8 @@ MUTATIONS = (
     Mutation(
         "whole run: a drift found in a run too short to tell one",
         "analysis/whole_course.py",
-        "or body[-1].end_s - body[0].end_s < DRIFT_SPAN_S:",
-        ":",
+        "long_enough = body[-1].end_s - body[0].end_s >= DRIFT_SPAN_S",
+        "long_enough = True",
         ("tests/unit/capture/test_whole_accounts.py",),
     ),
     Mutation(
@@ -761,14 +775,14 @@ MUTATIONS = (
     Mutation(
         "memory: a parameter saved for backward counted as an activation",
         "capture/_memory_split.py",
-        "if key and key not in self._seen and key not in self._params:",
-        "if key and key not in self._seen:",
+        "if key and (known is None or known() is None) and key not in self._params:",
+        "if key and (known is None or known() is None):",
         ("tests/unit/capture/test_memory_split.py",),
     ),
     Mutation(
         "memory: a storage saved twice counted twice",
         "capture/_memory_split.py",
-        "if key and key not in self._seen and key not in self._params:",
+        "if key and (known is None or known() is None) and key not in self._params:",
         "if key and key not in self._params:",
         ("tests/unit/capture/test_memory_split.py",),
     ),

@@ -160,13 +160,13 @@ def test_the_demo_writes_its_page_and_prints_where(tmp_path, capsys, cpu_hog):
     assert main(["demo", "--steps", "6", "--html", str(page), "--json", str(tmp_path)]) == 0
     side = json.loads((tmp_path / "speedup.json").read_text())
     judged = side["judged"]["judgement"]
-    assert len(side["pairs"]) == 2 and min(side["pairs"]) > 1.0, side
+    assert len(side["pairs"]) == 2, side
     if cpu_hog is None:  # quiet: the fix's gain is clear in both pairs (3.19x from a fresh clone)
-        assert judged == "IMPROVED", side
+        assert judged == "IMPROVED" and min(side["pairs"]) > 1.0, side
     else:
-        # beside a busy loop the fixed loader's workers have a core less (pairs of 1.08x and
-        # 1.58x were measured): IMPROVED, or could not tell and said so ("a quieter moment"),
-        # never a firm other answer
+        # beside a busy loop the two pipelines lose cores unlike (pairs of 1.08x and 1.58x were
+        # measured; beside two test workers 0.41x): IMPROVED, or could not tell and said so ("a
+        # quieter moment"), never a firm other answer
         assert judged == "IMPROVED" or (
             judged == "UNCLEAR" and "quieter moment" in side["notes"][0]
         ), side
@@ -175,7 +175,7 @@ def test_the_demo_writes_its_page_and_prints_where(tmp_path, capsys, cpu_hog):
     # the table's mean steps are the side-by-side runs', not the diagnoses' minutes apart
     steps = side["mean_step_ms"]
     assert f"{steps['before']:.1f} ms {steps['after']:.1f} ms" in out.replace("│ ", ""), out
-    assert "mean step and speedup: the two scripts measured side by side" in out
+    assert "mean step (each script's runs pooled) and speedup (their pairs' own" in out
     view = browser_view(page)
     assert_offline(view, page)
     assert judged in view["text"] and "COMPUTE-BOUND" in view["text"]

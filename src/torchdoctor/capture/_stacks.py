@@ -73,8 +73,10 @@ class StackSampler:
         #: The current gap's samples with their stacks: [place, ns, code objects].
         self._recent: list[list[Any]] = []
         #: Held while a sample is taken and while the owner reads or moves the buffers: the
-        #: owner's thread takes samples too (:meth:`look`), and swaps the buffers at each step.
-        self._lock = threading.Lock()
+        #: owner's thread takes samples too (:meth:`sample`), and swaps the buffers at each step.
+        #: Re-entrant: a signal handler of the script's that saves (Lightning's on SIGUSR1) runs
+        #: on the training thread between two bytecodes, maybe of a sample.
+        self._lock = threading.RLock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_ns = 0
@@ -93,10 +95,9 @@ class StackSampler:
             self._thread.join(timeout=5.0)
             self._thread = None
 
-    @property
-    def gap(self) -> dict[tuple, int]:
-        """The current gap's buffer, live (the owner moves samples between its keys)."""
-        return self._gap
+    def peek(self, key: tuple) -> int:
+        """The current gap's ns at ``key``."""
+        return self._gap.get(key, 0)
 
     def evaluated(self, end_ns: int) -> int:
         """An evaluation pass closed, its last call at ``end_ns``; returns where it really ended.
@@ -152,18 +153,19 @@ class StackSampler:
             except Exception:  # noqa: BLE001 - a sample lost is a sample lost, never the run
                 continue
 
-    def sample(self) -> None:
-        """One sample: the time since the last one put down to where the thread is now. Taken
-        by the sampler's thread, and by the owner's as a stretch it times exactly begins (a
-        save): a sample of the sampler's thread come late (a busy machine, a paused process)
-        would find the stretch under way and drop the time before it (a Lightning save's 0.3 s
-        of work before its ``torch.save``, lost so)."""
+    def sample(self, since: int = 0) -> None:
+        """One sample: the time since the last one (or since ``since``, if later: time before
+        it is timed exactly elsewhere) put down to where the thread is now. Taken by the
+        sampler's thread, and by the owner's as a stretch it times exactly begins (a save): a
+        sample of the sampler's thread come late (a busy machine, a paused process) would find
+        the stretch under way and drop the time before it (a Lightning save's 0.3 s of work
+        before its ``torch.save``, lost so)."""
         with self._lock:
-            self._sample()
+            self._sample(since)
 
-    def _sample(self) -> None:
+    def _sample(self, since: int = 0) -> None:
         now = self._clock_ns()
-        elapsed, self._last_ns = now - self._last_ns, now
+        elapsed, self._last_ns = now - max(self._last_ns, since), now
         context = self._context()
         if context == KNOWN:
             return

@@ -89,6 +89,7 @@ class WholeRunWatch:
         self._eval_end = 0
         self._eval_mode_ns: int | None = None
         self._save_depth = 0
+        self._save_end = 0
         self._save_in_gap = False
         self._boundary_from: int | None = None
         self._boundary_known = 0
@@ -239,14 +240,17 @@ class WholeRunWatch:
     def save_started(self) -> None:
         self._commit_forward()
         self._close_eval()
-        if not self._save_depth:
-            self.sampler.sample()  # the time until now: the save function's, if it is in one
+        if not self._save_depth:  # the time until now: the save function's, if it is in one,
+            # from the latest end of what was timed exactly (a step, a pass, a save)
+            exact = (self.last_step_ns, self._eval_end, self._boundary_from, self._save_end)
+            self.sampler.sample(since=max(t or 0 for t in exact))
         self._save_depth += 1
 
     def save_ended(self, started: int, now: int, site: str | None, codes: list[Any]) -> None:
         self._save_depth -= 1
         if self._save_depth:
             return
+        self._save_end = now
         checkpoint = self.checkpoint
         checkpoint.ns += self._known(now - started)
         if not self._save_in_gap:
@@ -260,7 +264,7 @@ class WholeRunWatch:
             saves.update(new)
             self.sampler.found_saves(new)  # their work before this first save: sampled as else
         # drawn from where the save function's own work (sampled) began, as far as known
-        before = self.sampler.gap.get(SAVE, 0) - self._save_drawn
+        before = self.sampler.peek(SAVE) - self._save_drawn
         self._save_drawn += before
         self._event("checkpoint", started - before, now)
 
@@ -275,6 +279,8 @@ class WholeRunWatch:
             self.first_step_ns = now
             self._startup_known = known  # a sanity check's evaluation before the first step
             self.loop_codes = _stack_codes()
+            # a save the loop's own function made before this step did not make it a save function
+            self.sampler.save_codes.difference_update(self.loop_codes)
             if gap:
                 add(self.startup_places, gap)
         else:

@@ -146,8 +146,8 @@ def demo_html(c: Comparison, side: Judgement | None, a: RunRecord, b: RunRecord)
         cls, kind = side.judged.tone, side.kind
         said = (
             f"{side.judged.figure('–', '()')}: the fixed pipeline against the script as written, "
-            "measured side by side (runs of each alternated, so load that comes and goes weighs "
-            "on both alike)"
+            "measured side by side (runs of each alternated, so load that comes and goes falls on "
+            "both)"
         )
     else:
         cls, kind, said = "", "NOT MEASURED", "a side-by-side run failed: no speedup measured"

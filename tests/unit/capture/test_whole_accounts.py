@@ -179,6 +179,46 @@ def test_a_save_functions_work_before_a_late_look_is_the_checkpoints(run):
     sums_to_wall(whole)
 
 
+def save_now(watch: WholeRunWatch, ms: float) -> None:
+    """The script's save function, ``torch.save`` at once."""
+    watch.save_started()
+    started = watch.clock.now
+    watch.save_ended(started, watch.clock.advance(ms), "train.py:70", [sys._getframe().f_code])
+
+
+def test_a_save_right_after_a_step_counts_its_own_time_only(run):
+    # the look as a save begins counts from the step's end, not from the sampler's last look
+    # (here at each step's start: 10 ms of the step would have gone to the checkpoint)
+    for i in range(40):
+        run.sampler._last_ns = run.clock.now
+        train_step(run)
+        if i % 4 == 3:
+            save_now(run, 5)
+    whole, kinds, _ = accounts(run)
+    assert kinds["checkpoint"].count == 10
+    assert kinds["checkpoint"].seconds == pytest.approx(10 * 0.005, abs=1e-6)
+    sums_to_wall(whole)
+
+
+def test_a_save_made_by_the_loops_function_before_its_first_step_leaves_it_a_loop(run):
+    # a checkpoint of the initial weights, saved from the loop's own function: that function
+    # is on every later sample's stack, and everything sampled was taken for the checkpoint's
+    run.save_started()
+    started = run.clock.now
+    run.save_ended(started, run.clock.advance(50), "train.py:5", [sys._getframe().f_code])
+    for i in range(BLOCK + 1):
+        if i == 10:  # a step with 100 ms of metric flushing in it, sampled there
+            run.sampler._last_ns = run.clock.now
+            run.clock.advance(100)
+            flush_metrics(run)
+        train_step(run)
+    whole, kinds, _ = accounts(run)
+    assert kinds["checkpoint"].seconds == pytest.approx(0.050, abs=1e-6)
+    between = [k for k in whole.categories if k.kind == "between-steps"]
+    assert len(between) == 1 and "flush_metrics" in between[0].where
+    sums_to_wall(whole)
+
+
 def test_an_epoch_boundary_less_the_evaluation_in_it(run):
     clock = run.clock
     train_step(run)

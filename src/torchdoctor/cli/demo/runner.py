@@ -6,7 +6,7 @@ measured remedies written into the copy as a patch and measured against it), the
 fed from an offline uint8 cache with on-device normalisation and the fused loss (fixed). The
 headline speedup is measured side by side: the script as written and the fixed one alternated
 (before, after, after, before: :data:`SIDE_BY_SIDE_ROUNDS` runs of each), judged as ``fix``
-judges a patch, so load that comes and goes on the machine weighs on both alike. The two
+judges a patch, so load that comes and goes on the machine falls on both. The two
 diagnoses ran minutes apart; their ratio is not the speedup (beside other jobs it once said
 33.8x where the alternated patch alone said 1.47x).
 """
@@ -246,7 +246,7 @@ def _side_by_side(
     order = ("before", "after")
     console.print(
         f"the script as written and the fixed one, {SIDE_BY_SIDE_ROUNDS} runs each, alternated "
-        "(before, after, after, before): load that comes and goes weighs on both alike"
+        "(before, after, after, before): load that comes and goes falls on both"
     )
     with ProgressDisplay() as display:
         for r in range(SIDE_BY_SIDE_ROUNDS):
@@ -271,10 +271,10 @@ def unless_busy(
 ) -> Judgement:
     """The side-by-side judgement where other processes took :data:`BUSY_CORES` or more during
     a run (``loads``: each run's ``others_cpu_cores``; ``waits``: each side's runs' training
-    thread's wait for a core, ms a step). The two pipelines use the cores unlike: the one as
-    written decodes in its DataLoader's workers, the fixed one computes on torch's threads,
-    which the load takes cores from; alternated rounds put the load on both sides, not on both
-    alike (beside two test workers the fixed one measured 0.41x, 4.34x on a quiet machine). So
+    thread's wait for a core, ms a step). The two pipelines use the cores differently (the one as
+    written decodes JPEG images with PIL, the fixed one reads a uint8 cache): alternated rounds
+    put the load on both sides, not on both alike (beside two test workers the fixed one
+    measured 0.41x, 4.34x on a quiet machine). So
     "slower" or "no clear gain" is "could not tell", with the load in its words; a gain stands,
     its figure that moment's."""
     known = [x for x in loads if x is not None]
@@ -293,9 +293,9 @@ def unless_busy(
     )
     why = (
         f"could not tell: other processes took up to {most:.1f} cores while the runs ran"
-        f"{wait_words}; the fixed pipeline computes on torch's threads, which the load takes "
-        "cores from, so the load moved the figure as much as the fix could: run the demo again "
-        "at a quieter moment"
+        f"{wait_words}; the two pipelines use the cores differently (the one as written decodes "
+        "JPEG images, the fixed one reads a uint8 cache), so the load weighed on them unlike and "
+        "moved the figure as much as the fix could: run the demo again at a quieter moment"
     )
     judged = replace(side.judged, judgement=UNCLEAR, why=why)
     return replace(side, judged=judged, notes=[why, *side.notes])
@@ -346,8 +346,8 @@ def _comparison(result: DemoResult, before: RunRecord, after: RunRecord) -> Tabl
     else:
         table.add_row("[bold]speedup", "", "not measured (a side-by-side run failed)")
     captions = [
-        "verdict and findings: the two diagnoses; mean step and speedup: the two scripts "
-        "measured side by side, alternated"
+        "verdict and findings: the two diagnoses; mean step (each script's runs pooled) and "
+        "speedup (their pairs' own, combined): the two scripts measured side by side, alternated"
         if result.side_ms is not None
         else "verdict, mean step and findings: the two diagnoses, minutes apart"
     ]
