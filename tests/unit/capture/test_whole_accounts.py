@@ -85,17 +85,24 @@ def flush_metrics(watch: WholeRunWatch) -> None:
     watch.sampler.sample()
 
 
-def test_the_excess_of_a_slow_step_goes_to_the_sampled_function(run):
+def steps_with_a_flush(watch: WholeRunWatch):
+    """A block of steps, the tenth with 100 ms of metric flushing in it, sampled there; the
+    accounts, and the between-steps kinds (one, at ``flush_metrics``)."""
     for i in range(BLOCK + 1):
-        if i == 10:  # a step with 100 ms of metric flushing in it, sampled there
-            run.sampler._last_ns = run.clock.now
-            run.clock.advance(100)
-            flush_metrics(run)
-        train_step(run)
-    whole, kinds, _ = accounts(run)
+        if i == 10:
+            watch.sampler._last_ns = watch.clock.now
+            watch.clock.advance(100)
+            flush_metrics(watch)
+        train_step(watch)
+    whole, kinds, _ = accounts(watch)
     sums_to_wall(whole)
     between = [k for k in whole.categories if k.kind == "between-steps"]
     assert len(between) == 1 and "flush_metrics" in between[0].where
+    return whole, kinds, between
+
+
+def test_the_excess_of_a_slow_step_goes_to_the_sampled_function(run):
+    whole, kinds, between = steps_with_a_flush(run)
     assert between[0].seconds == pytest.approx(0.100, abs=1e-6)
     assert kinds["steps"].seconds == pytest.approx(BLOCK * 0.010, abs=1e-6)
     assert "slow-steps" not in kinds  # all of the excess was in the script's function
@@ -206,17 +213,8 @@ def test_a_save_made_by_the_loops_function_before_its_first_step_leaves_it_a_loo
     run.save_started()
     started = run.clock.now
     run.save_ended(started, run.clock.advance(50), "train.py:5", [sys._getframe().f_code])
-    for i in range(BLOCK + 1):
-        if i == 10:  # a step with 100 ms of metric flushing in it, sampled there
-            run.sampler._last_ns = run.clock.now
-            run.clock.advance(100)
-            flush_metrics(run)
-        train_step(run)
-    whole, kinds, _ = accounts(run)
+    _, kinds, _ = steps_with_a_flush(run)
     assert kinds["checkpoint"].seconds == pytest.approx(0.050, abs=1e-6)
-    between = [k for k in whole.categories if k.kind == "between-steps"]
-    assert len(between) == 1 and "flush_metrics" in between[0].where
-    sums_to_wall(whole)
 
 
 def test_an_epoch_boundary_less_the_evaluation_in_it(run):
