@@ -77,6 +77,13 @@ MUTATIONS = (
         ("tests/unit/capture/test_whole_accounts.py",),
     ),
     Mutation(
+        "capture cost: a timed step's clock reads counted for every step it stands for",
+        "capture/_cost.py",
+        "        reads = min(pairs * self.read_ns, max(cost_ns, 0))",
+        "        reads = 0",
+        ("tests/unit/capture/test_capture_cost.py",),
+    ),
+    Mutation(
         "the demo on a busy machine: its headline measured slower is slower",
         "cli/demo/runner.py",
         "    if most is None or most < BUSY_CORES:",

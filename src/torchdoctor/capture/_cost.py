@@ -12,7 +12,9 @@ work), so the hooks time themselves in the first :data:`COST_FIRST_STEPS` steps 
 (where its one-off work falls) and after them in two steps of every :data:`COST_PERIOD` (16:
 with 8, the thread clock's reads added 7 us a step on the bare benchmark step, with 16 about 2). The
 second of the two is counted: the step end that opens it runs in the first one's last hook,
-which was timed too. A counted step stands for itself and the steps since the last counted one.
+which was timed too. A counted step stands for itself and the steps since the last counted one;
+the reads of the clock that timed it lie in it alone (each pair that times a stretch holds one
+read's worth), so they count once, not for every step it stands for (:func:`read_cost_ns`).
 The first step of a phase (or of ``run --whole``'s measured window, or of its watched steps) is
 counted too, so that a window of one step has a figure.
 
@@ -41,6 +43,21 @@ COST_FIRST_STEPS = 4
 COST_PERIOD = 16
 
 
+def read_cost_ns(reads: int = 201) -> int:
+    """What one read of :data:`cost_clock_ns` costs, on that clock: the median gap between
+    consecutive reads (a read preempted half-way does not move it).
+
+    Each pair of reads that times a stretch holds one read's worth of the clock itself (the
+    first read's end, the second's start): a timed step pays it once per pair (about 14 pairs,
+    0.86 us a read here, in a step of the MLP benchmark), and the steps it stands for never do.
+    So the step's figure counts its reads once, not once per step it stands for
+    (:meth:`CostSample.counted_ns`)."""
+    clock = cost_clock_ns
+    times = [clock() for _ in range(reads)]
+    gaps = sorted(b - a for a, b in zip(times, times[1:]))
+    return gaps[len(gaps) // 2]
+
+
 def costs_step(index: int) -> bool:
     """Whether the hooks time themselves in a phase's ``index``-th step (from 1)."""
     return index <= COST_FIRST_STEPS or index % COST_PERIOD in (0, COST_PERIOD - 1)
@@ -62,11 +79,13 @@ def costed(hook: Callable) -> Callable:
             finally:
                 if self._costing:  # the step ended in it and the next is timed: the rest counts
                     self._cost_ns += cost_clock_ns() - self._timed_from
+                    self._cost_reads += 1
         started = cost_clock_ns()
         try:
             return hook(self, *args, **kwargs)
         finally:
             self._cost_ns += cost_clock_ns() - started
+            self._cost_reads += 1
 
     return counted
 
@@ -75,6 +94,8 @@ class CostSample:
     """Which steps of a phase the hooks time themselves in, and what each counted one stands for."""
 
     def __init__(self) -> None:
+        #: One read of the clock, on it (:func:`read_cost_ns`).
+        self.read_ns = read_cost_ns()
         #: Steps ended in the current phase, and the last of them whose cost was counted.
         self.steps = self._counted = 0
         self._timed_before = False
@@ -94,6 +115,13 @@ class CostSample:
             weight, self._counted = self.steps - self._counted, self.steps
         self._timed_before = timed
         return weight
+
+    def counted_ns(self, cost_ns: int, pairs: int, weight: int) -> int:
+        """What a counted step's hooks cost (``cost_ns``, timed by ``pairs`` pairs of reads of
+        the clock, each holding :attr:`read_ns`) in the ``weight`` steps it stands for: its
+        work in each, its reads once."""
+        reads = min(pairs * self.read_ns, max(cost_ns, 0))
+        return (cost_ns - reads) * weight + reads
 
     def next_timed(self) -> bool:
         """Whether the hooks time themselves in the next step."""

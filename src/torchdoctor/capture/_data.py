@@ -92,6 +92,16 @@ class CaptureData:
     #: torchdoctor's own failure, when it stopped the script because of one.
     internal_error: Exception | None = None
 
+    def add_cost(self, ns: int, steps: int, watched: bool) -> None:
+        """What capture cost ``steps`` steps, measured (or, ``watched``, watched by ``run
+        --whole`` after its measured steps)."""
+        if watched:
+            self.watch_cost_ns += ns
+            self.watch_cost_steps += steps
+        else:
+            self.capture_cost_ns += ns
+            self.capture_cost_steps += steps
+
     def overheads_ms(self) -> dict[str, float]:
         """What measuring cost, for the record's ``overhead_ms``: torchdoctor's own work in its
         hooks per measured (and per watched) step, and the step while the sync finder watched

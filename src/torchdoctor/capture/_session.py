@@ -336,13 +336,10 @@ class CaptureSession(LabelledParts):
             self._script_profiled += 1  # the script's own torch.profiler records this step
         # What capture cost this step (the rest of this hook: the next's), when it counts.
         weight = self._cost_sample.step_ended(hooks._costing)
-        if weight and phase.measuring:
-            self.data.capture_cost_ns += hooks._cost_ns * weight
-            self.data.capture_cost_steps += weight
-        elif weight and hooks.lean:
-            self.data.watch_cost_ns += hooks._cost_ns * weight
-            self.data.watch_cost_steps += weight
-        hooks._cost_ns = 0
+        if weight and (phase.measuring or hooks.lean):
+            cost = self._cost_sample.counted_ns(hooks._cost_ns, hooks._cost_reads, weight)
+            self.data.add_cost(cost, weight, watched=not phase.measuring)
+        hooks._cost_ns = hooks._cost_reads = 0
         try:
             self._step_ended(phase, step)
         finally:
@@ -367,6 +364,7 @@ class CaptureSession(LabelledParts):
         finally:
             if timed:
                 hooks._cost_ns -= cost_clock_ns() - started
+                hooks._cost_reads -= 1
 
     def _end(self, phase: Phase) -> None:
         phase.finish(self)

@@ -116,6 +116,8 @@ class StepHooks:
     _owner_thread: int | None
     #: torchdoctor's own time in its hooks since the last step ended (ns; see :mod:`._cost`).
     _cost_ns: int
+    #: Pairs of reads of the cost clock that timed ``_cost_ns`` (net: a pair taken out, less one).
+    _cost_reads: int
     #: The hooks time themselves in this step (see :mod:`._cost`).
     _costing: bool
     #: When ``_costing`` last turned on (ns): a hook that started untimed counts from there.
@@ -169,6 +171,7 @@ class StepHooks:
         self.backward_depth = 0
         self._owner_thread = get_ident()
         self._cost_ns = 0
+        self._cost_reads = 0
         self._costing = True
         self._timed_from = 0
         self._module_depth = 0
@@ -223,6 +226,7 @@ class StepHooks:
             return fn(*args, **kwargs)
         finally:
             self._cost_ns -= cost_clock_ns() - started
+            self._cost_reads += 1  # its reads lie inside the hook's pair: one more, net
 
     @costed
     def forward_pre(self, module, args) -> None:

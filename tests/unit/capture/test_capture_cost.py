@@ -125,3 +125,51 @@ def test_run_whole_samples_its_measured_window_and_its_watched_steps_each_from_t
     # from the window, the watched steps none
     assert session.data.capture_cost_steps == COST_PERIOD
     assert session.data.watch_cost_steps == COST_FIRST_STEPS
+
+
+def test_a_counted_steps_clock_reads_count_once_not_for_each_step_it_stands_for():
+    sample = CostSample()
+    sample.read_ns = 1_000
+    # 20 us timed by 10 pairs of reads: 10 us of work in each of the 15 steps, the reads once
+    assert sample.counted_ns(20_000, 10, 15) == 10_000 * 15 + 10_000
+    # a figure below its reads (a read cheaper than the median) is the reads', once
+    assert sample.counted_ns(4_000, 10, 15) == 4_000
+
+
+def test_the_figure_never_counts_more_clock_than_was_read(monkeypatch):
+    # A clock that moves 50 us at each read and never else: the hooks' own work is invisible
+    # to it, so all the cost it gives is its reads'. Counted once each at most, they are at
+    # most what was read over the steps; extrapolated to the untimed steps (as before the
+    # correction), a timed step's dozen pairs of reads stood for 16 steps.
+    from torchdoctor.capture import _cost, _session, _step_hooks
+
+    reads = [0]
+
+    def clock() -> int:
+        reads[0] += 1
+        return reads[0] * 50_000
+
+    for module in (_cost, _session, _step_hooks):
+        monkeypatch.setattr(module, "cost_clock_ns", clock)
+    steps = 4 * COST_PERIOD
+    session = CaptureSession(
+        RunOptions(steps=steps, warmup=1, sync_steps=0, counterfactuals=False, stop=False)
+    )
+    assert session._cost_sample.read_ns == 50_000  # calibrated on the clock as it is
+    session.install()
+    try:
+        model = nn.Linear(4, 2)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        data = [(torch.randn(2, 4), torch.tensor([0, 1]))] * (steps + 4)
+        reads[0] = 0
+        for x, y in DataLoader(data, batch_size=None):
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+            if session.phase_name == "done":
+                break
+        overheads = session.data.overheads_ms()
+    finally:
+        session.uninstall()
+    counted = overheads["capture_per_step_ms"] * session.data.capture_cost_steps
+    assert 0 < counted <= reads[0] * 0.050, (overheads, reads[0])
