@@ -70,10 +70,24 @@ MUTATIONS = (
         ("tests/unit/capture/test_whole_accounts.py",),
     ),
     Mutation(
-        "whole run: a save from the loop's function before its first step leaves it a loop",
+        "whole run: a save before the first step makes no save function",
         "capture/_whole.py",
-        "            self.sampler.save_codes.difference_update(self.loop_codes)",
-        "            pass",
+        "        if self.last_step_ns is not None:",
+        "        if True:",
+        ("tests/unit/capture/test_whole_accounts.py",),
+    ),
+    Mutation(
+        "whole run: a function that ran an evaluation pass is not a save function",
+        "capture/_whole.py",
+        "            skip = (self.loop_codes, sampler.save_codes, sampler.pass_codes)",
+        "            skip = (self.loop_codes, sampler.save_codes)",
+        ("tests/unit/capture/test_whole_accounts.py",),
+    ),
+    Mutation(
+        "whole run: the checkpoint's line is its first save's",
+        "capture/_whole.py",
+        "        checkpoint.where = max(sites, key=sites.__getitem__)",
+        "        checkpoint.where = checkpoint.where or site",
         ("tests/unit/capture/test_whole_accounts.py",),
     ),
     Mutation(

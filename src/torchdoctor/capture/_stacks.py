@@ -68,6 +68,8 @@ class StackSampler:
         self._clock_ns = clock_ns
         #: Code objects of the functions that make a save (:func:`._hooks.save_functions`).
         self.save_codes: set[Any] = set()
+        #: Code objects on the stack during evaluation passes (up to each one's end).
+        self.pass_codes: set[Any] = set()
         self._gap: dict[tuple, int] = {}
         self._evaluating: list[tuple[int, tuple, int, tuple]] = []
         #: The current gap's samples with their stacks: [place, ns, code objects].
@@ -111,6 +113,9 @@ class StackSampler:
     def _evaluated(self, end_ns: int) -> int:
         kept, self._evaluating = self._evaluating, []
         during = {_function(key) for t, key, _, _ in kept if t <= end_ns and len(key) == 4}
+        for t, _, _, codes in kept:
+            if t <= end_ns:
+                self.pass_codes.update(codes)
         for t, key, _, _ in kept:
             if t > end_ns and len(key) == 4 and _function(key) in during:
                 end_ns = t

@@ -90,6 +90,7 @@ class WholeRunWatch:
         self._eval_mode_ns: int | None = None
         self._save_depth = 0
         self._save_end = 0
+        self._save_sites: dict[str | None, int] = {}
         self._save_in_gap = False
         self._boundary_from: int | None = None
         self._boundary_known = 0
@@ -256,17 +257,23 @@ class WholeRunWatch:
         if not self._save_in_gap:
             checkpoint.count += 1
             self._save_in_gap = True
-        if checkpoint.where is None:
-            checkpoint.where = site
-        saves = self.sampler.save_codes
-        new = {c for c in codes if c not in self.loop_codes and c not in saves}
-        if new:
-            saves.update(new)
-            self.sampler.found_saves(new)  # their work before this first save: sampled as else
+        sampler = self.sampler
+        # Before the first step the loop's own function is not known yet, and a function that
+        # ran an evaluation pass (a validate() that saves the best model) is the pass's: neither
+        # becomes a save function (each would make its other work a checkpoint's)
+        if self.last_step_ns is not None:
+            skip = (self.loop_codes, sampler.save_codes, sampler.pass_codes)
+            new = {c for c in codes if not any(c in known for known in skip)}
+            if new:
+                sampler.save_codes.update(new)
+                sampler.found_saves(new)  # their work before this first save: sampled as else
         # drawn from where the save function's own work (sampled) began, as far as known
-        before = self.sampler.peek(SAVE) - self._save_drawn
+        before = sampler.peek(SAVE) - self._save_drawn
         self._save_drawn += before
         self._event("checkpoint", started - before, now)
+        sites = self._save_sites  # the checkpoint's line: where its saves cost the most
+        sites[site] = sites.get(site, 0) + now - started + before
+        checkpoint.where = max(sites, key=sites.__getitem__)
 
     def step_ended(self, now: int) -> None:
         self._commit_forward()
@@ -279,8 +286,6 @@ class WholeRunWatch:
             self.first_step_ns = now
             self._startup_known = known  # a sanity check's evaluation before the first step
             self.loop_codes = _stack_codes()
-            # a save the loop's own function made before this step did not make it a save function
-            self.sampler.save_codes.difference_update(self.loop_codes)
             if gap:
                 add(self.startup_places, gap)
         else:

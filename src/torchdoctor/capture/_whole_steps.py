@@ -173,7 +173,7 @@ class Tally:
     def __init__(self) -> None:
         self.ns = 0
         self.count = 0
-        #: The user's line of the first one.
+        #: The user's line of the first one (a checkpoint's: the line whose saves cost most).
         self.where: str | None = None
         #: What the stack samples saw around it (a save function's own work), in ``ns`` too.
         self.sampled_ns = 0

@@ -38,6 +38,23 @@ class SlowModel(nn.Module):
         return self.layer(x)
 
 
+def trained(session: CaptureSession, model: nn.Module, loader: DataLoader) -> dict:
+    """The session installed around a training loop over ``loader`` until its phases are done;
+    its ``overhead_ms``."""
+    session.install()
+    try:
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, y in loader:
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+            if session.phase_name == "done":
+                break
+        return session.data.overheads_ms()
+    finally:
+        session.uninstall()
+
+
 # the warmup's last step timed (1) or not (5): the measured phase starts in the optimizer's
 # hook, and its slow start is torchdoctor's work between steps either way
 @pytest.mark.parametrize("warmup", [1, 5])
@@ -46,19 +63,7 @@ def test_the_cost_per_step_counts_our_hooks_and_not_the_scripts_work(slow_measur
     session = CaptureSession(
         RunOptions(steps=STEPS, warmup=warmup, sync_steps=0, counterfactuals=False, stop=False)
     )
-    session.install()
-    try:
-        model = SlowModel()
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        for x, y in DataLoader(SlowSamples(), batch_size=1):
-            optimizer.zero_grad()
-            nn.functional.cross_entropy(model(x), y).backward()
-            optimizer.step()
-            if session.phase_name == "done":
-                break
-        overheads = session.data.overheads_ms()
-    finally:
-        session.uninstall()
+    overheads = trained(session, SlowModel(), DataLoader(SlowSamples(), batch_size=1))
     # The first steps are timed, then a sample: each step timed stands for those untimed since
     # the one before, so the steps counted run to the last one timed (COST_PERIOD here).
     assert session.data.capture_cost_steps == COST_PERIOD
@@ -156,20 +161,8 @@ def test_the_figure_never_counts_more_clock_than_was_read(monkeypatch):
         RunOptions(steps=steps, warmup=1, sync_steps=0, counterfactuals=False, stop=False)
     )
     assert session._cost_sample.read_ns == 50_000  # calibrated on the clock as it is
-    session.install()
-    try:
-        model = nn.Linear(4, 2)
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        data = [(torch.randn(2, 4), torch.tensor([0, 1]))] * (steps + 4)
-        reads[0] = 0
-        for x, y in DataLoader(data, batch_size=None):
-            optimizer.zero_grad()
-            nn.functional.cross_entropy(model(x), y).backward()
-            optimizer.step()
-            if session.phase_name == "done":
-                break
-        overheads = session.data.overheads_ms()
-    finally:
-        session.uninstall()
+    data = [(torch.randn(2, 4), torch.tensor([0, 1]))] * (steps + 4)
+    reads[0] = 0
+    overheads = trained(session, nn.Linear(4, 2), DataLoader(data, batch_size=None))
     counted = overheads["capture_per_step_ms"] * session.data.capture_cost_steps
     assert 0 < counted <= reads[0] * 0.050, (overheads, reads[0])

@@ -217,6 +217,69 @@ def test_a_save_made_by_the_loops_function_before_its_first_step_leaves_it_a_loo
     assert kinds["checkpoint"].seconds == pytest.approx(0.050, abs=1e-6)
 
 
+def test_an_initial_save_before_the_first_step_takes_none_of_the_startup(run):
+    # main(): build the model (500 ms), save the initial weights, build the loader (600 ms),
+    # then the loop: main's work around the save was counted as the checkpoint's (3.2 s of a
+    # run whose saves took 1.0 s), for main had called torch.save
+    run.clock.advance(500)
+    flush_metrics(run)  # a sample in main, building the model
+    run.save_started()
+    started = run.clock.now
+    run.save_ended(started, run.clock.advance(5), "train.py:20", [sys._getframe().f_code])
+    run.clock.advance(600)
+    flush_metrics(run)  # building the loader
+    for _ in range(3):
+        train_step(run)
+    whole, kinds, _ = accounts(run)
+    assert kinds["checkpoint"].seconds == pytest.approx(0.005, abs=1e-6)
+    assert kinds["startup"].seconds == pytest.approx(1.110, abs=1e-6)  # with the first step
+    sums_to_wall(whole)
+
+
+def validate(watch: WholeRunWatch) -> None:
+    """The script's validation: 3 batches of 30 ms, 100 ms of metrics after the last, then the
+    best model saved (5 ms), before ``model.train()``: a function that ran the pass and saves."""
+    clock = watch.clock
+    watch.mode_set(False, clock.now)
+    for _ in range(3):
+        watch.batch_requested(VAL, clock.now)
+        watch.batch_returned(VAL, clock.advance(1))
+        watch.forward(clock.now, clock.advance(29), grad=False, training=False, find=no_site)
+        watch.sampler.sample()  # inside the pass, in this function
+    clock.advance(100)
+    watch.sampler.sample()  # the metrics, after the pass's last call
+    watch.save_started()
+    started = clock.now
+    watch.save_ended(started, clock.advance(5), "train.py:90", [sys._getframe().f_code])
+    watch.mode_set(True, clock.now)
+
+
+def test_a_validation_that_saves_the_best_model_keeps_its_metrics_in_the_pass(run):
+    # the function that ran the pass called torch.save: from the second epoch on its metrics
+    # were sampled as a save function's work (checkpoint 0.316 s for 9 ms of saves)
+    for _ in range(3):
+        for _ in range(3):
+            train_step(run)
+        run.sampler._last_ns = run.clock.now
+        validate(run)
+    train_step(run)
+    whole, kinds, _ = accounts(run)
+    assert kinds["checkpoint"].seconds == pytest.approx(3 * 0.005, abs=1e-6)
+    assert kinds["evaluation"].count == 3
+    assert kinds["evaluation"].seconds == pytest.approx(3 * 0.190, abs=1e-6)
+    sums_to_wall(whole)
+
+
+def test_the_checkpoints_line_is_where_its_saves_cost_the_most(run):
+    save_now(run, 5)  # an initial save: cheap
+    train_step(run)
+    for _ in range(3):
+        prepare_checkpoint(run, 200)  # the costly one
+        train_step(run)
+    _, kinds, _ = accounts(run)
+    assert kinds["checkpoint"].where == "train.py:60"
+
+
 def test_an_epoch_boundary_less_the_evaluation_in_it(run):
     clock = run.clock
     train_step(run)
