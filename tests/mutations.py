@@ -112,6 +112,13 @@ MUTATIONS = (
         ("tests/unit/test_demo_busy.py",),
     ),
     Mutation(
+        "fix on a busy machine: rewrites read slower are written on their losses",
+        "patch/_measure.py",
+        "        dropped = kept - kept_numeric if why else kept",
+        "        dropped = kept",
+        ("tests/unit/patch/test_patched_run.py",),
+    ),
+    Mutation(
         "fix on a busy machine: a loader's remedy measured slower is slower",
         "patch/_busy.py",
         "    return max(known) if known and max(known) >= BUSY_CORES else None",

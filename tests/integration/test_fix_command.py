@@ -135,7 +135,9 @@ def test_the_seed_004_round_trips_are_rewritten_checked_and_gone_on_a_rerun(tmp_
         # (the machine, not the code: the rewrites alone time 8% faster in one process), and
         # CI saw "the whole patch measured slower" with 6 steps and 2 rounds, then with 16 and
         # 3. Two of nine pairs seen here were below 0.91x: with five rounds, all of them landing
-        # there is a chance of about one in 1800
+        # there is a chance of about one in 1800. Beside a busy loop, a slower reading is the
+        # load's ("could not tell"): the rewrites are written on their losses all the same (CI
+        # once read them slower in all five rounds there, and nothing was written)
         "fix", "--steps", "16", "--warmup", "2", "--rounds", "5", "--quiet", "--json",
         "fix.json", "--", "train.py",
         cwd=tmp_path,

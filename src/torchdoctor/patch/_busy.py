@@ -14,9 +14,10 @@ a script's processes take a larger share of the cores the more of them it runs).
 
 The same for a patch of rewrites alone (kept on their losses, timed only so that a slower one is
 not written): they change host round-trips, which cost little on a CPU, so a slower reading beside
-that load is the load's (the demo's rewrites then read 0.87x "slower on this device"), and
-nothing is written; a gain of theirs measured then is "could not tell" too (beside other tests:
-1.48x, their mean steps 4% apart), and they are written on their losses, as on a quiet machine.
+that load is the load's (the demo's rewrites then read 0.87x "slower on this device"), and a gain
+of theirs measured then is "could not tell" too (beside other tests: 1.48x, their mean steps 4%
+apart): either way they are written on their losses, as on a quiet machine (CI beside a busy loop
+once read seed 004's three rewrites slower in all five rounds, and wrote nothing).
 """
 
 from __future__ import annotations

@@ -198,15 +198,15 @@ def _measure(
         verdict = replace(verdict, judged=busy_patch(verdict.judged, kept, loads, kept_numeric))
         why = verdict.judged.why
         patch.notes.extend(busy_gain_notes(kept, loads) if verdict.kind == IMPROVED else [])
-    if verdict is not None and slower:
+    if verdict is not None and slower:  # on a busy machine the rewrites stay, on their losses
         said = "could not be told faster on a busy machine" if why else "measured slower"
-        for k in kept:
+        dropped = kept - kept_numeric if why else kept
+        for k in dropped:
             by_key[k].kept = False
             by_key[k].reason = f"the whole patch {said}"
-        patch.notes.append(
-            f"the whole patch {said} ({verdict.judged.speedup:.2f}x): nothing was written"
-        )
-        kept = frozenset()
+        kept -= dropped
+        written = "the rewrites were written, on their losses" if kept else "nothing was written"
+        patch.notes.append(f"the whole patch {said} ({verdict.judged.speedup:.2f}x): {written}")
     allowance = (verdict.judged.allowance or 0.0) if verdict is not None else 0.0
     if verdict is not None and verdict.kind != IMPROVED and allowance > TOO_NOISY and not why:
         patch.notes.append(
@@ -218,7 +218,7 @@ def _measure(
         patch.notes.extend(verdict.notes)
         patch.before_ms = round(sum(original.steps) / len(original.steps), 3)
         patch.after_ms = round(sum(judged_steps) / len(judged_steps), 3)
-    if kept and kept_numeric and not kept_timed:
+    if kept and kept <= kept_numeric:  # the rewrites alone, whatever was dropped
         patch.notes.append(
             "the rewrites remove host round-trips: their gain appears on an accelerator, not on "
             "this device; they are kept because the patched script computes the same losses"
