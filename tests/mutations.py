@@ -100,8 +100,8 @@ MUTATIONS = (
     Mutation(
         "the demo on a busy machine: its headline measured slower is slower",
         "cli/demo/runner.py",
-        "    if most is None or most < BUSY_CORES:",
-        "    if True:",
+        "    if most is None:\n        return side",
+        "    if True:\n        return side",
         ("tests/unit/test_demo_busy.py",),
     ),
     Mutation(
@@ -120,7 +120,7 @@ MUTATIONS = (
     ),
     Mutation(
         "fix on a busy machine: a loader's remedy measured slower is slower",
-        "patch/_busy.py",
+        "analysis/firmness.py",
         "    return max(known) if known and max(known) >= BUSY_CORES else None",
         "    return None",
         ("tests/unit/patch/test_patched_run.py",),

@@ -38,7 +38,7 @@ from __future__ import annotations
 import random
 import statistics
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from ..record import (
@@ -196,6 +196,13 @@ def firm(
         firm=False,
         candidates=candidates,
     )
+
+
+def busiest(loads: Iterable[float | None]) -> float | None:
+    """The most cores other processes took in ``loads`` (each run's ``others_cpu_cores``,
+    ``None``: not measured) where that is :data:`BUSY_CORES` or more; else ``None``."""
+    known = [x for x in loads if x is not None]
+    return max(known) if known and max(known) >= BUSY_CORES else None
 
 
 def others_cores(record: RunRecord) -> float | None:

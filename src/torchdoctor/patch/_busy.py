@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from ..analysis.compare import IMPROVED, NO_CHANGE, REGRESSED
-from ..analysis.firmness import BUSY_CORES
+from ..analysis.firmness import busiest
 from ..record import UNCLEAR, JudgedSpeedup
 from ._remedies import LOADER, LOADER_AND_THREADS, THREADS
 
@@ -34,13 +34,6 @@ from ._remedies import LOADER, LOADER_AND_THREADS, THREADS
 CORE_REMEDIES = frozenset({LOADER, THREADS, LOADER_AND_THREADS})
 #: Why a reading of rewrites alone on a busy machine is the load's.
 REWRITES_CHANGE = "the rewrites change only host round-trips, which cost little on this device"
-
-
-def busiest(loads: Iterable[float | None]) -> float | None:
-    """The most cores other processes took in ``loads`` (each run's ``others_cpu_cores``,
-    ``None``: not measured) where that is :data:`BUSY_CORES` or more; else ``None``."""
-    known = [x for x in loads if x is not None]
-    return max(known) if known and max(known) >= BUSY_CORES else None
 
 
 def load_aside(loads: Iterable[float | None]) -> str:

@@ -26,7 +26,7 @@ from rich.table import Table
 from ..._errors import EXIT_OK
 from ..._optional import require
 from ...analysis.compare import Judgement, judge, pair_speedups
-from ...analysis.firmness import BUSY_CORES, others_cores, waited_ms
+from ...analysis.firmness import busiest, others_cores, waited_ms
 from ...options import RunOptions
 from ...process import Target
 from ...process.inprocess import run_target, user_traceback
@@ -269,7 +269,7 @@ def _side_by_side(
 def unless_busy(
     side: Judgement, loads: list[float | None], waits: dict[str, list[float | None]]
 ) -> Judgement:
-    """The side-by-side judgement where other processes took :data:`BUSY_CORES` or more during
+    """The side-by-side judgement where other processes took :data:`~torchdoctor.analysis.firmness.BUSY_CORES` or more during
     a run (``loads``: each run's ``others_cpu_cores``; ``waits``: each side's runs' training
     thread's wait for a core, ms a step). The two pipelines use the cores differently (the one as
     written decodes JPEG images with PIL, the fixed one reads a uint8 cache): alternated rounds
@@ -277,9 +277,8 @@ def unless_busy(
     measured 0.41x, 4.34x on a quiet machine). So
     "slower" or "no clear gain" is "could not tell", with the load in its words; a gain stands,
     its figure that moment's."""
-    known = [x for x in loads if x is not None]
-    most = max(known) if known else None
-    if most is None or most < BUSY_CORES:
+    most = busiest(loads)
+    if most is None:
         return side
     if side.kind == IMPROVED:
         moment = f"measured while other processes took up to {most:.1f} cores: the figure is "
